@@ -1,0 +1,1 @@
+"""Ditto live engine: audio in, a talking avatar's frames out, on the GPU."""

@@ -1,0 +1,29 @@
+"""Shared fixtures: deterministic random checkpoints in the official layout, written once per run."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import torch
+
+from engine.networks import OFFICIAL_FILENAMES, write_random_checkpoints
+
+torch.set_num_threads(max(1, min(4, os.cpu_count() or 1)))
+
+
+@pytest.fixture(scope="session")
+def checkpoint_dir(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Path]:
+    """A directory of random official-layout checkpoints; call with network names to write only those."""
+    directory = tmp_path_factory.mktemp("checkpoints")
+
+    def ensure(*names: str) -> Path:
+        wanted = names or tuple(OFFICIAL_FILENAMES)
+        missing = tuple(n for n in wanted if not (directory / OFFICIAL_FILENAMES[n]).exists())
+        if missing:
+            write_random_checkpoints(directory, seed=0, names=missing)
+        return directory
+
+    return ensure
