@@ -1,0 +1,193 @@
+"""Streaming HuBERT audio features: 16 kHz samples in, one 1024-d feature per 25-fps video frame out.
+
+The contract of Ditto's ``hubert_streaming_fix_kv.onnx`` (facts section 2.7): input
+``input_values`` (1, N) float32 at 16 kHz, output ``encoding_out`` (T, 1024) at 50 rows/s.
+Chunking 3-5-2 (past, current, future video frames of 640 samples): the stream starts with
+1920 zero samples; chunk j is samples [3200 j, 3200 j + 6480) of that padded stream; its rows
+[-14:-4] (10 rows), averaged in pairs, are the features of real video frames 5j..5j+4. So a
+hop's 5 features need 2 frames (+80 samples) of audio after it: the look-ahead.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Protocol
+
+import numpy as np
+import onnxruntime as ort
+import torch
+from torch import nn
+
+SAMPLE_RATE = 16_000
+FRAME_SAMPLES = 640
+PAST_FRAMES, CURRENT_FRAMES, FUTURE_FRAMES = 3, 5, 2
+ROWS_PER_FRAME = 2
+CHUNK_SAMPLES = (PAST_FRAMES + CURRENT_FRAMES + FUTURE_FRAMES) * FRAME_SAMPLES + 80
+HOP_SAMPLES = CURRENT_FRAMES * FRAME_SAMPLES
+LEAD_ZEROS = PAST_FRAMES * FRAME_SAMPLES
+FEATURE_DIM = 1024
+INPUT_NAME = "input_values"
+OUTPUT_NAME = "encoding_out"
+MAX_BATCH = 32
+_FIRST_ROW = -(CURRENT_FRAMES + FUTURE_FRAMES) * ROWS_PER_FRAME
+_END_ROW = -FUTURE_FRAMES * ROWS_PER_FRAME
+
+
+class HubertRunner(Protocol):
+    """Runs the encoder on 6480-sample chunks; outputs live on ``device``."""
+
+    device: torch.device
+
+    def encode(self, chunk: torch.Tensor) -> torch.Tensor:
+        """One chunk (1, N) -> encoding (T, 1024) float32."""
+
+    def encode_batch(self, chunks: torch.Tensor) -> torch.Tensor:
+        """Chunks (B, N) -> encodings (B, T, 1024) float32."""
+
+
+def valid_features(encoding: torch.Tensor) -> torch.Tensor:
+    """Encodings (..., T, 1024) -> the current hop's features (..., 5, 1024): rows [-14:-4] averaged in pairs."""
+    if encoding.shape[-2] < -_FIRST_ROW or encoding.shape[-1] != FEATURE_DIM:
+        raise ValueError(f"encoding must be (..., T>={-_FIRST_ROW}, {FEATURE_DIM}), got {tuple(encoding.shape)}")
+    rows = encoding[..., _FIRST_ROW:_END_ROW, :]
+    return rows.reshape(*rows.shape[:-2], CURRENT_FRAMES, ROWS_PER_FRAME, FEATURE_DIM).mean(-2)
+
+
+def frames_for_samples(num_samples: int) -> int:
+    """Video frames (25 fps) that cover ``num_samples`` at 16 kHz: ceil(N / 640)."""
+    return math.ceil(num_samples / FRAME_SAMPLES)
+
+
+class OnnxHubertRunner:
+    """The official ONNX file (or our stand-in) in onnxruntime: CUDA provider when available, else CPU.
+
+    Keeps the official batch-1 contract; ``encode_batch`` runs chunks one by one. Outputs are
+    CPU tensors (onnxruntime hands back host arrays).
+    """
+
+    def __init__(self, path: str | Path, providers: list[str] | None = None) -> None:
+        path = Path(path)
+        if not path.is_file():
+            raise FileNotFoundError(f"HuBERT ONNX file not found: {path} (expected hubert_streaming_fix_kv.onnx)")
+        if providers is None:
+            available = ort.get_available_providers()
+            providers = [p for p in ("CUDAExecutionProvider", "CPUExecutionProvider") if p in available]
+        self.session = ort.InferenceSession(str(path), providers=providers)
+        inputs = [i.name for i in self.session.get_inputs()]
+        outputs = [o.name for o in self.session.get_outputs()]
+        if inputs != [INPUT_NAME] or OUTPUT_NAME not in outputs:
+            raise ValueError(
+                f"{path} has inputs {inputs} and outputs {outputs}; the HuBERT streaming contract needs "
+                f"input {INPUT_NAME!r} and output {OUTPUT_NAME!r}"
+            )
+        self.device = torch.device("cpu")
+
+    def encode(self, chunk: torch.Tensor) -> torch.Tensor:
+        """One chunk (1, N) -> encoding (T, 1024) float32 on the CPU."""
+        if chunk.ndim != 2 or chunk.shape[0] != 1:
+            raise ValueError(f"chunk must be (1, N), got {tuple(chunk.shape)}")
+        feed = chunk.detach().to("cpu", torch.float32).numpy()
+        (out,) = self.session.run([OUTPUT_NAME], {INPUT_NAME: feed})
+        if out.ndim != 2 or out.shape[1] != FEATURE_DIM:
+            raise ValueError(f"{OUTPUT_NAME} must be (T, {FEATURE_DIM}), the model returned {out.shape}")
+        return torch.from_numpy(np.ascontiguousarray(out, dtype=np.float32))
+
+    def encode_batch(self, chunks: torch.Tensor) -> torch.Tensor:
+        """Chunks (B, N) -> encodings (B, T, 1024), one session run per chunk."""
+        return torch.stack([self.encode(chunk[None]) for chunk in chunks])
+
+
+class TorchHubertRunner:
+    """A batched PyTorch encoder module, (B, N) -> (B, T, 1024), on any device, in fp32.
+
+    An unbatched graph such as an onnx2torch conversion of the official file, (1, N) -> (T, 1024),
+    needs a wrapper that runs it chunk by chunk and stacks the results before it is handed here.
+    """
+
+    def __init__(self, module: nn.Module, device: str | torch.device = "cpu") -> None:
+        self.device = torch.device(device)
+        self.module = module.to(self.device, torch.float32).eval()
+
+    @torch.no_grad()
+    def encode_batch(self, chunks: torch.Tensor) -> torch.Tensor:
+        """Chunks (B, N) -> encodings (B, T, 1024) float32 on ``device``."""
+        if chunks.ndim != 2:
+            raise ValueError(f"chunks must be (B, N), got {tuple(chunks.shape)}")
+        out = self.module(chunks.to(self.device, torch.float32))
+        if out.ndim != 3 or out.shape[0] != chunks.shape[0] or out.shape[2] != FEATURE_DIM:
+            raise ValueError(f"the module must return (B, T, {FEATURE_DIM}), it returned {tuple(out.shape)}")
+        return out
+
+    def encode(self, chunk: torch.Tensor) -> torch.Tensor:
+        """One chunk (1, N) -> encoding (T, 1024)."""
+        if chunk.ndim != 2 or chunk.shape[0] != 1:
+            raise ValueError(f"chunk must be (1, N), got {tuple(chunk.shape)}")
+        return self.encode_batch(chunk)[0]
+
+
+class HubertFeatureStream:
+    """Per-session streaming feature extractor: push 16 kHz mono float32 of any size, get features.
+
+    ``push`` returns (5k, 1024) features, five per completed hop, once that hop's look-ahead has
+    arrived; ``flush`` ends the stream, zero-padding so that every real video frame,
+    ceil(samples / 640) of them, has exactly one feature. Features live on ``runner.device``.
+    """
+
+    def __init__(self, runner: HubertRunner) -> None:
+        self.runner = runner
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget all audio: the next push starts a new stream."""
+        self._buffer = np.zeros(LEAD_ZEROS, dtype=np.float32)
+        self.samples_pushed = 0
+        self.frames_emitted = 0
+
+    def push(self, samples: np.ndarray) -> torch.Tensor:
+        """Add samples; return the features of every hop whose chunk is now complete (possibly none)."""
+        if not isinstance(samples, np.ndarray) or samples.dtype != np.float32 or samples.ndim != 1:
+            raise TypeError(
+                "push() takes 1-D float32 numpy samples at 16 kHz; convert with engine.audio.pcm.to_mono_16k "
+                f"or StreamingResampler (got {type(samples).__name__} {getattr(samples, 'dtype', '')} "
+                f"{getattr(samples, 'shape', '')})"
+            )
+        self._buffer = np.concatenate([self._buffer, samples])
+        self.samples_pushed += samples.size
+        return self._run(self._complete_chunks())
+
+    def flush(self) -> torch.Tensor:
+        """End of stream: features for the remaining real frames (zero audio after the end), then reset."""
+        missing = frames_for_samples(self.samples_pushed) - self.frames_emitted
+        chunks = math.ceil(missing / CURRENT_FRAMES)
+        needed = (chunks - 1) * HOP_SAMPLES + CHUNK_SAMPLES if chunks else 0
+        if self._buffer.size < needed:
+            self._buffer = np.concatenate([self._buffer, np.zeros(needed - self._buffer.size, np.float32)])
+        features = self._run(chunks)[:missing]
+        self.reset()
+        return features
+
+    def _complete_chunks(self) -> int:
+        if self._buffer.size < CHUNK_SAMPLES:
+            return 0
+        return (self._buffer.size - CHUNK_SAMPLES) // HOP_SAMPLES + 1
+
+    def _run(self, count: int) -> torch.Tensor:
+        """Encode the first ``count`` chunks of the buffer in batches, drop the consumed hops."""
+        if count == 0:
+            return torch.empty(0, FEATURE_DIM, device=self.runner.device)
+        starts = np.arange(count) * HOP_SAMPLES
+        windows = np.lib.stride_tricks.sliding_window_view(self._buffer, CHUNK_SAMPLES)[starts]
+        chunks = torch.from_numpy(np.ascontiguousarray(windows))
+        parts = [
+            valid_features(self.runner.encode_batch(chunks[i : i + MAX_BATCH])) for i in range(0, count, MAX_BATCH)
+        ]
+        self._buffer = self._buffer[count * HOP_SAMPLES :]
+        self.frames_emitted += count * CURRENT_FRAMES
+        return torch.cat(parts).reshape(-1, FEATURE_DIM)
+
+
+def extract_features(runner: HubertRunner, samples: np.ndarray) -> torch.Tensor:
+    """Offline: the streaming features of a whole 16 kHz clip, (ceil(N / 640), 1024)."""
+    stream = HubertFeatureStream(runner)
+    return torch.cat([stream.push(samples), stream.flush()])

@@ -1,0 +1,182 @@
+"""Streaming HuBERT features: the 3-5-2 chunking contract, frame bookkeeping and the runners."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+import torch
+from onnx import TensorProto, helper
+
+from engine.assets import demo_audio
+from engine.audio.hubert import (
+    CHUNK_SAMPLES,
+    FEATURE_DIM,
+    HubertFeatureStream,
+    OnnxHubertRunner,
+    TorchHubertRunner,
+    extract_features,
+    valid_features,
+)
+from engine.audio.standin_hubert import build_standin, export_standin_onnx
+
+
+class RowIndexRunner:
+    """Synthetic encoder: row r of every chunk's encoding is filled with the value r."""
+
+    device = torch.device("cpu")
+
+    def encode_batch(self, chunks: torch.Tensor) -> torch.Tensor:
+        rows = (chunks.shape[1] - 400) // 320 + 1
+        return torch.arange(rows, dtype=torch.float32)[None, :, None].expand(len(chunks), rows, FEATURE_DIM)
+
+    def encode(self, chunk: torch.Tensor) -> torch.Tensor:
+        return self.encode_batch(chunk)[0]
+
+
+class SampleProbeRunner(RowIndexRunner):
+    """Synthetic encoder: row r is filled with the chunk's first sample of that row's window (chunk[320 r])."""
+
+    def encode_batch(self, chunks: torch.Tensor) -> torch.Tensor:
+        rows = (chunks.shape[1] - 400) // 320 + 1
+        return chunks[:, 0 : 320 * rows : 320, None].expand(len(chunks), rows, FEATURE_DIM).clone()
+
+
+def ramp(n: int) -> np.ndarray:
+    """Real sample k holds k + 1, so a probe value names the sample it came from (0 = padding)."""
+    return np.arange(1, n + 1, dtype=np.float32)
+
+
+def push_in_pieces(stream: HubertFeatureStream, samples: np.ndarray, sizes: list[int]) -> torch.Tensor:
+    out, start, i = [], 0, 0
+    while start < samples.size:
+        size = sizes[i % len(sizes)]
+        out.append(stream.push(samples[start : start + size]))
+        start, i = start + size, i + 1
+    out.append(stream.flush())
+    return torch.cat(out)
+
+
+@pytest.fixture(scope="module")
+def standin_onnx(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return export_standin_onnx(tmp_path_factory.mktemp("hubert") / "hubert_standin.onnx")
+
+
+def test_valid_rows_are_minus_14_to_minus_4_averaged_in_pairs() -> None:
+    features = valid_features(RowIndexRunner().encode(torch.zeros(1, CHUNK_SAMPLES)))
+    assert features.shape == (5, FEATURE_DIM)
+    # 20 rows: rows 6..15 are valid, pairs (6,7), (8,9), ... average to 6.5, 8.5, ...
+    np.testing.assert_array_equal(features[:, 0].numpy(), [6.5, 8.5, 10.5, 12.5, 14.5])
+    with pytest.raises(ValueError, match="T>=14"):
+        valid_features(torch.zeros(13, FEATURE_DIM))
+
+
+def test_feature_of_frame_f_starts_at_real_sample_640_f() -> None:
+    n = 16000 + 123
+    features = extract_features(SampleProbeRunner(), ramp(n))
+    frames = np.arange(len(features))
+    # frame f averages the rows starting at real samples 640 f and 640 f + 320 (values +1)
+    expected = 640.0 * frames + 160 + 1
+    inside = 640 * frames + 320 < n
+    np.testing.assert_array_equal(features[inside, 0].numpy(), expected[inside])
+
+
+@pytest.mark.parametrize("n", [0, 1, 639, 640, 641, 3199, 3200, 4560, 6480, 9999, 16000, 16017])
+def test_every_real_video_frame_gets_exactly_one_feature(n: int) -> None:
+    stream = HubertFeatureStream(RowIndexRunner())
+    features = torch.cat([stream.push(np.zeros(n, np.float32)), stream.flush()])
+    assert features.shape == (-(-n // 640), FEATURE_DIM)
+
+
+def test_a_hop_is_released_once_its_two_frame_look_ahead_arrives() -> None:
+    stream = HubertFeatureStream(SampleProbeRunner())
+    audio = ramp(20000)
+    # hop j needs real samples up to 3200 j + 4560 (1920 zeros + 6480-sample chunk)
+    assert stream.push(audio[:4559]).shape[0] == 0
+    assert stream.push(audio[4559:4560]).shape[0] == 5
+    assert stream.push(audio[4560:7759]).shape[0] == 0
+    second = stream.push(audio[7759:7760])
+    assert second.shape[0] == 5 and second[0, 0].item() == 640 * 5 + 161
+    assert stream.push(audio[7760:]).shape[0] == 15  # hops 2..4: 3200 * 4 + 4560 <= 20000
+    assert stream.frames_emitted == 25 and stream.samples_pushed == 20000
+    assert stream.flush().shape[0] == 32 - 25  # ceil(20000 / 640) = 32
+
+
+def test_uneven_pushes_give_the_same_features_as_one_push() -> None:
+    runner = TorchHubertRunner(build_standin(seed=0))
+    audio, _ = demo_audio()
+    audio = audio[:24000]
+    whole = extract_features(runner, audio)
+    pieces = push_in_pieces(HubertFeatureStream(runner), audio, [1, 3199, 7, 6480, 640, 10000, 333])
+    assert whole.shape == (38, FEATURE_DIM)
+    torch.testing.assert_close(pieces, whole, rtol=0, atol=1e-5)
+    probe = SampleProbeRunner()
+    assert torch.equal(push_in_pieces(HubertFeatureStream(probe), ramp(24000), [5, 3201, 999]), extract_features(probe, ramp(24000)))
+
+
+def test_flush_resets_the_stream_for_the_next_utterance() -> None:
+    stream = HubertFeatureStream(SampleProbeRunner())
+    first = torch.cat([stream.push(ramp(9000)), stream.flush()])
+    assert stream.samples_pushed == 0 and stream.frames_emitted == 0
+    second = torch.cat([stream.push(ramp(9000)), stream.flush()])
+    assert torch.equal(first, second)
+
+
+def test_push_takes_only_1d_float32() -> None:
+    stream = HubertFeatureStream(RowIndexRunner())
+    with pytest.raises(TypeError, match="to_mono_16k"):
+        stream.push(np.zeros(100, np.int16))
+    with pytest.raises(TypeError, match="1-D float32"):
+        stream.push(np.zeros((100, 2), np.float32))
+
+
+def test_standin_onnx_has_the_official_signature(standin_onnx: Path) -> None:
+    graph = onnx.load(str(standin_onnx)).graph
+    (inp,) = graph.input
+    (out,) = graph.output
+    assert inp.name == "input_values" and out.name == "encoding_out"
+    in_dims, out_dims = inp.type.tensor_type.shape.dim, out.type.tensor_type.shape.dim
+    assert inp.type.tensor_type.elem_type == TensorProto.FLOAT
+    assert in_dims[0].dim_value == 1 and in_dims[1].dim_param  # (1, N dynamic)
+    assert len(out_dims) == 2 and out_dims[1].dim_value == FEATURE_DIM
+    runner = OnnxHubertRunner(standin_onnx)
+    for n in (3240, 6480, 12960):  # the official TensorRT profile's min / opt / max
+        assert runner.encode(torch.zeros(1, n)).shape == ((n - 400) // 320 + 1, FEATURE_DIM)
+
+
+def test_onnx_standin_equals_the_torch_standin(standin_onnx: Path) -> None:
+    chunks = torch.from_numpy(np.random.default_rng(0).standard_normal((3, CHUNK_SAMPLES)).astype(np.float32) * 0.2)
+    by_onnx = OnnxHubertRunner(standin_onnx).encode_batch(chunks)
+    by_torch = TorchHubertRunner(build_standin(seed=0)).encode_batch(chunks)
+    assert by_onnx.shape == by_torch.shape == (3, 20, FEATURE_DIM)
+    assert ((by_onnx - by_torch).norm() / by_torch.norm()).item() < 1e-4
+
+
+def test_standin_features_are_finite_spread_and_follow_the_audio() -> None:
+    runner = TorchHubertRunner(build_standin(seed=0))
+    speech, _ = demo_audio()
+    features = extract_features(runner, speech[:16000])
+    silence = extract_features(runner, np.zeros(16000, np.float32))
+    assert torch.isfinite(features).all()
+    assert 0.9 < features.std().item() < 1.1
+    assert (features - silence).abs().mean().item() > 0.1
+    assert torch.equal(build_standin(seed=0).frontend.weight, build_standin(seed=0).frontend.weight)
+    assert not torch.equal(build_standin(seed=0).frontend.weight, build_standin(seed=1).frontend.weight)
+
+
+def test_onnx_runner_rejects_a_file_with_other_io_names(tmp_path: Path) -> None:
+    node = helper.make_node("Identity", ["x"], ["y"])
+    graph = helper.make_graph(
+        [node],
+        "other",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, None])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, None])],
+    )
+    path = tmp_path / "other.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    with pytest.raises(ValueError, match="input_values"):
+        OnnxHubertRunner(path)
+    with pytest.raises(FileNotFoundError, match="hubert_streaming_fix_kv"):
+        OnnxHubertRunner(tmp_path / "missing.onnx")
