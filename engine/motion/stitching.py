@@ -1,0 +1,236 @@
+"""Motion stitching: LMDM motion -> source and driving keypoints for the warp network, batched over frames.
+
+Per frame: relative motion against an anchor frame (in pose-logit space), the expression mask
+(lips, and eyes unless a blink table drives them, from the LMDM; the rest from the avatar), an
+optional fade towards a target, the gaze fix, the keypoint transform, and the stitching network.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Sequence
+
+import torch
+
+from engine.motion.keypoints import motion_keypoints
+from engine.motion.pose import bins_to_degrees
+from engine.motion.vector import MOTION_DIM, MOTION_KEYS, NUM_KEYPOINTS, split_motion
+
+LIP_KEYPOINTS = (6, 12, 14, 17, 19, 20)
+EYE_KEYPOINTS = (11, 13, 15, 16, 18)
+DRIVEN_KEYS_IMAGE = ("exp", "pitch", "yaw", "roll", "t")
+DRIVEN_KEYS_VIDEO = ("exp",)
+SOURCE_KEYS = (*MOTION_KEYS, "kp")
+FADE_TARGETS = ("first", "source")
+
+GAZE_YAW_RATIO = 0.26
+GAZE_PITCH_RATIO = 0.28
+OPEN_FRAMES_RANGE = (60, 100)
+
+StitchFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+Motion = dict[str, torch.Tensor]
+
+
+def keypoint_mask(keypoints: Sequence[int], device: torch.device | str | None = None) -> torch.Tensor:
+    """(63,) float mask: 1 on the x, y and z of each listed keypoint, 0 elsewhere."""
+    mask = torch.zeros(NUM_KEYPOINTS, 3, device=device)
+    mask[list(keypoints)] = 1.0
+    return mask.flatten()
+
+
+def expression_weights(
+    drive_eye: bool, blink: bool, device: torch.device | str | None = None
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Weights (63,) of (driven exp, source exp, blink delta) in the mixed expression.
+
+    Lips always come from the LMDM; eyes too when ``drive_eye`` and no blink table, else from
+    the avatar (plus the blink delta when ``drive_eye`` and a blink table is given).
+    """
+    lip = keypoint_mask(LIP_KEYPOINTS, device)
+    eye = keypoint_mask(EYE_KEYPOINTS, device)
+    driven = lip + eye if drive_eye and not blink else lip
+    blink_weight = eye if drive_eye and blink else torch.zeros_like(eye)
+    return driven, 1.0 - driven, blink_weight
+
+
+def mix_relative(source: Motion, driving: Motion, anchor: Motion | None, driven_keys: Sequence[str]) -> Motion:
+    """Driven keys: source + (driving − anchor) (or driving as is without an anchor); other keys from the source."""
+    mixed = {}
+    for key in MOTION_KEYS:
+        if key not in driven_keys:
+            mixed[key] = source[key]
+        elif anchor is None:
+            mixed[key] = driving[key]
+        else:
+            mixed[key] = source[key] + (driving[key] - anchor[key])
+    return mixed
+
+
+def gaze_weights(device: torch.device | str | None = None) -> torch.Tensor:
+    """(3,63) per-degree gaze corrections: rows = yaw turning right (dx>0), yaw turning left, pitch."""
+    weights = torch.zeros(3, 3 * NUM_KEYPOINTS, device=device)
+    weights[0, 33], weights[0, 45] = 0.0007, 0.001
+    weights[1, 33], weights[1, 45] = 0.001, 0.0007
+    weights[2, 34], weights[2, 46] = -0.001, -0.001
+    return weights
+
+
+def gaze_delta(yaw_delta: torch.Tensor, pitch_delta: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+    """Head-turn differences in degrees (B,) -> expression correction (B,63) moving the eye keypoints 11 and 15."""
+    dx = (yaw_delta * GAZE_YAW_RATIO).unsqueeze(-1)
+    dy = (pitch_delta * GAZE_PITCH_RATIO).unsqueeze(-1)
+    return dx * torch.where(dx > 0, weights[0], weights[1]) + dy * weights[2]
+
+
+def fade(parts: Motion, target: Motion, alpha: torch.Tensor, keys: Sequence[str]) -> Motion:
+    """parts[k]·α + target[k]·(1−α) for the given keys, α (B,) per frame; other keys unchanged."""
+    weight = alpha.reshape(-1, 1)
+    return {k: v * weight + target[k] * (1 - weight) if k in keys else v for k, v in parts.items()}
+
+
+def fade_alphas(
+    frame_index: torch.Tensor, fade_in: int = 0, fade_out: int = 0, total_frames: int | None = None
+) -> torch.Tensor:
+    """Fade weight per output frame (B,): i/fade_in over the first frames, falling to 0 over the last fade_out+1, else 1."""
+    index = frame_index.to(torch.float32)
+    alpha = torch.ones_like(index)
+    if fade_in > 0:
+        alpha = torch.where(index < fade_in, index / fade_in, alpha)
+    if fade_out > 0:
+        if total_frames is None:
+            raise ValueError("a fade-out needs total_frames (the stream's length in frames)")
+        last = total_frames - 1
+        alpha = torch.where(index >= last - fade_out, ((last - index) / fade_out).clamp(min=0.0), alpha)
+    return alpha
+
+
+def blink_schedule(
+    n_frames: int, blink_frames: int, open_frames: int | Sequence[int] = 0, rng: random.Random | None = None
+) -> torch.Tensor:
+    """Per-frame row of a blink table (n_frames,) int64: 0 while open, 0..blink_frames-1 during a blink.
+
+    ``open_frames``: < 0 never blink; 0 random open gaps of 60–100 frames; n > 0 fixed gaps;
+    a sequence: gaps cycled from it (its first entry before the first blink).
+    """
+    schedule = torch.zeros(n_frames, dtype=torch.int64)
+    if isinstance(open_frames, int):
+        if open_frames < 0:
+            return schedule
+        gaps = [open_frames] if open_frames > 0 else []
+    else:
+        gaps = list(open_frames)
+        if not gaps:
+            raise ValueError("open_frames as a sequence must list at least one gap")
+    rng = rng or random.Random(0)
+
+    def gap(i: int) -> int:
+        return gaps[i % len(gaps)] if gaps else rng.randint(*OPEN_FRAMES_RANGE)
+
+    first = gap(0)
+    last = gaps[-1] if gaps else rng.randint(*OPEN_FRAMES_RANGE)
+    stop = n_frames - max(last, blink_frames)
+    start, count = first, 1
+    while start < stop:
+        end = min(start + blink_frames, n_frames)
+        schedule[start:end] = torch.arange(end - start)
+        start += blink_frames + gap(count)
+        count += 1
+    return schedule
+
+
+class MotionStitcher:
+    """Per-session stitching state; ``__call__`` turns a batch of consecutive LMDM frames into (x_s, x_d)."""
+
+    def __init__(
+        self,
+        source: Motion,
+        *,
+        stitch: StitchFn | None,
+        driven_keys: Sequence[str] = DRIVEN_KEYS_IMAGE,
+        drive_eye: bool = True,
+        relative: bool = True,
+        blink_table: torch.Tensor | None = None,
+        blink_indices: torch.Tensor | None = None,
+        fade_target: str | None = None,
+        fade_keys: Sequence[str] = ("exp",),
+    ) -> None:
+        """``source``: the avatar's motion per avatar frame (N,·) with keys pitch/yaw/roll (N,66), t (N,3),
+        exp (N,63), scale (N,1), kp (N,63). ``stitch``: the stitching network (None skips it).
+        ``blink_table`` (K,63) with ``blink_indices`` (n,) from ``blink_schedule`` replaces the driven eyes.
+        ``fade_target``: "first" (the first stitched frame) or "source" (the avatar), used with ``fade_alpha``.
+        """
+        missing = [k for k in SOURCE_KEYS if k not in source]
+        if missing:
+            raise ValueError(f"source motion lacks {missing}; the avatar must provide {list(SOURCE_KEYS)}")
+        unknown = [k for k in (*driven_keys, *fade_keys) if k not in MOTION_KEYS]
+        if unknown:
+            raise ValueError(f"unknown motion keys {unknown}; choose from {list(MOTION_KEYS)}")
+        if fade_target is not None and fade_target not in FADE_TARGETS:
+            raise ValueError(f"fade_target must be one of {FADE_TARGETS} or None, got {fade_target!r}")
+        if (blink_table is None) != (blink_indices is None):
+            raise ValueError("blink_table and blink_indices go together: pass both or neither")
+        self.source = {k: source[k].reshape(source[k].shape[0], -1) for k in SOURCE_KEYS}
+        self.stitch = stitch
+        self.driven_keys = tuple(driven_keys)
+        self.drive_eye = drive_eye
+        self.relative = relative
+        self.blink_table = blink_table
+        self.blink_indices = blink_indices
+        self.fade_target = fade_target
+        self.fade_keys = tuple(fade_keys)
+        device = self.source["exp"].device
+        self.weights = expression_weights(drive_eye, blink_table is not None, device)
+        self.gaze = gaze_weights(device)
+        self.first_row = torch.zeros(1, dtype=torch.int64, device=device)
+        self.source_keypoints = motion_keypoints(self.source, self.source["kp"])
+        self.source_yaw = bins_to_degrees(self.source["yaw"][0])
+        self.source_pitch = bins_to_degrees(self.source["pitch"][0])
+        self.anchor: Motion | None = None
+        self.first: Motion | None = None
+        self.frames_done = 0
+
+    def set_anchor(self, motion: torch.Tensor) -> None:
+        """Use this 265-d motion vector as the relative-motion anchor d0 (else the first stitched frame is)."""
+        self.anchor = split_motion(motion.reshape(1, MOTION_DIM))
+
+    def __call__(
+        self,
+        driving: torch.Tensor,
+        source_index: torch.Tensor | None = None,
+        fade_alpha: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Consecutive motion frames (B,265) -> (x_s, x_d), each (B,21,3).
+
+        ``source_index`` (B,) int64 picks the avatar frame per output frame (None: frame 0);
+        ``fade_alpha`` (B,) fades ``fade_keys`` towards the fade target (1 = no fade).
+        """
+        if driving.ndim != 2 or driving.shape[1] != MOTION_DIM:
+            raise ValueError(f"driving motion must be (B,{MOTION_DIM}), got shape {tuple(driving.shape)}")
+        batch = driving.shape[0]
+        rows = source_index if source_index is not None else self.first_row
+        source = {k: v[rows] for k, v in self.source.items()}
+        frames = split_motion(driving)
+        if self.relative and self.anchor is None:
+            self.anchor = {k: v[:1].clone() for k, v in frames.items()}
+        mixed = mix_relative(source, frames, self.anchor if self.relative else None, self.driven_keys)
+        driven_w, source_w, blink_w = self.weights
+        exp = mixed["exp"] * driven_w + source["exp"] * source_w
+        if self.blink_table is not None:
+            frame = torch.arange(self.frames_done, self.frames_done + batch, device=driving.device)
+            exp = exp + self.blink_table[self.blink_indices[frame % self.blink_indices.shape[0]]] * blink_w
+        mixed["exp"] = exp
+        if self.fade_target == "first" and self.first is None:
+            self.first = {k: v[:1].clone() for k, v in mixed.items()}
+        if fade_alpha is not None and self.fade_target is not None:
+            target = self.first if self.fade_target == "first" else source
+            mixed = fade(mixed, target, fade_alpha, self.fade_keys)
+        if self.drive_eye:
+            yaw = bins_to_degrees(mixed["yaw"]) - self.source_yaw
+            pitch = bins_to_degrees(mixed["pitch"]) - self.source_pitch
+            mixed["exp"] = mixed["exp"] + gaze_delta(yaw, pitch, self.gaze)
+        x_s = self.source_keypoints[rows].expand(batch, NUM_KEYPOINTS, 3)
+        x_d = motion_keypoints(mixed, source["kp"]).expand(batch, NUM_KEYPOINTS, 3)
+        if self.stitch is not None:
+            x_d = self.stitch(x_s, x_d)
+        self.frames_done += batch
+        return x_s, x_d

@@ -1,0 +1,201 @@
+"""Motion stitching equals a per-frame transcription of Ditto's steps: relative mix, expression mask, fade, gaze, stitch."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import numpy as np
+import pytest
+import torch
+
+from engine.motion.stitching import (
+    EYE_KEYPOINTS,
+    LIP_KEYPOINTS,
+    MotionStitcher,
+    blink_schedule,
+    expression_weights,
+    fade_alphas,
+    gaze_delta,
+    gaze_weights,
+)
+from engine.motion.vector import MOTION_KEYS, join_motion
+
+WIDTHS = {"scale": 1, "pitch": 66, "yaw": 66, "roll": 66, "t": 3, "exp": 63}
+
+
+def _motion(generator: torch.Generator, n: int, with_kp: bool = False) -> dict[str, torch.Tensor]:
+    parts = {k: torch.randn(n, w, generator=generator) for k, w in WIDTHS.items()}
+    parts["exp"] = parts["exp"] * 0.05
+    parts["scale"] = 1 + 0.2 * torch.rand(n, 1, generator=generator)
+    if with_kp:
+        parts["kp"] = torch.randn(n, 63, generator=generator) * 0.3
+    return parts
+
+
+def _coords(keypoints) -> list[int]:
+    return sorted(3 * k + c for k in keypoints for c in range(3))
+
+
+def _degrees(logits: np.ndarray) -> float:
+    p = np.exp(logits - logits.max())
+    p /= p.sum()
+    return float((p * np.arange(66)).sum() * 3 - 97.5)
+
+
+def _transform(m: dict[str, np.ndarray], kp: np.ndarray) -> np.ndarray:
+    x, y, z = (math.radians(_degrees(m[k])) for k in ("pitch", "yaw", "roll"))
+    rx = np.array([[1, 0, 0], [0, math.cos(x), -math.sin(x)], [0, math.sin(x), math.cos(x)]])
+    ry = np.array([[math.cos(y), 0, math.sin(y)], [0, 1, 0], [-math.sin(y), 0, math.cos(y)]])
+    rz = np.array([[math.cos(z), -math.sin(z), 0], [math.sin(z), math.cos(z), 0], [0, 0, 1]])
+    out = (kp.reshape(21, 3) @ (rz @ ry @ rx).T + m["exp"].reshape(21, 3)) * m["scale"][0]
+    out[:, :2] += m["t"][:2]
+    return out
+
+
+def reference_frame(src, drv, d0, src0, driven_keys, drive_eye, blink_delta=None, alpha=None, fade_dst=None, stitch=None):
+    """Facts §4 steps 2, 3, 6, 7, 8, 9 for one frame, in numpy."""
+    x = {k: src[k] + (drv[k] - d0[k]) if k in driven_keys else src[k].copy() for k in MOTION_KEYS}
+    lip, eye = np.zeros(63), np.zeros(63)
+    lip[_coords(LIP_KEYPOINTS)] = 1
+    eye[_coords(EYE_KEYPOINTS)] = 1
+    if drive_eye and blink_delta is None:
+        x["exp"] = x["exp"] * (lip + eye) + src["exp"] * (1 - lip - eye)
+    elif drive_eye:
+        x["exp"] = x["exp"] * lip + src["exp"] * (1 - lip) + blink_delta * eye
+    else:
+        x["exp"] = x["exp"] * lip + src["exp"] * (1 - lip)
+    if alpha is not None:
+        x["exp"] = x["exp"] * alpha + fade_dst["exp"] * (1 - alpha)
+    if drive_eye:
+        dx = (_degrees(x["yaw"]) - _degrees(src0["yaw"])) * 0.26
+        dy = (_degrees(x["pitch"]) - _degrees(src0["pitch"])) * 0.28
+        x["exp"] = x["exp"].copy()
+        x["exp"][33] += dx * (0.0007 if dx > 0 else 0.001)
+        x["exp"][45] += dx * (0.001 if dx > 0 else 0.0007)
+        x["exp"][34] += -0.001 * dy
+        x["exp"][46] += -0.001 * dy
+    x_s, x_d = _transform(src, src["kp"]), _transform(x, src["kp"])
+    if stitch is not None:
+        x_d = x_d + 0.1 * x_s
+    return x_s, x_d
+
+
+def toy_stitch(x_s: torch.Tensor, x_d: torch.Tensor) -> torch.Tensor:
+    assert x_s.shape == x_d.shape and x_s.shape[1:] == (21, 3)
+    return x_d + 0.1 * x_s
+
+
+def _row(parts: dict[str, torch.Tensor], i: int) -> dict[str, np.ndarray]:
+    return {k: v[i].double().numpy() for k, v in parts.items()}
+
+
+def test_expression_weight_groups() -> None:
+    lip, eye = _coords(LIP_KEYPOINTS), _coords(EYE_KEYPOINTS)
+    driven, source, blink = expression_weights(drive_eye=True, blink=False)
+    assert torch.nonzero(driven).flatten().tolist() == sorted(lip + eye)
+    assert torch.equal(source, 1 - driven) and not blink.any()
+    driven, source, blink = expression_weights(drive_eye=True, blink=True)
+    assert torch.nonzero(driven).flatten().tolist() == lip
+    assert torch.nonzero(blink).flatten().tolist() == eye
+    assert torch.equal(source, 1 - driven), "eyes keep the avatar's expression plus the blink delta"
+    driven, _, blink = expression_weights(drive_eye=False, blink=True)
+    assert torch.nonzero(driven).flatten().tolist() == lip and not blink.any()
+
+
+def test_gaze_fix_touches_only_eye_keypoints_11_and_15() -> None:
+    weights = gaze_weights()
+    right = gaze_delta(torch.tensor([10.0]), torch.tensor([0.0]), weights)[0]
+    left = gaze_delta(torch.tensor([-10.0]), torch.tensor([0.0]), weights)[0]
+    up = gaze_delta(torch.tensor([0.0]), torch.tensor([5.0]), weights)[0]
+    assert torch.nonzero(right).flatten().tolist() == [33, 45]
+    assert right[33].item() == pytest.approx(2.6 * 0.0007) and right[45].item() == pytest.approx(2.6 * 0.001)
+    assert left[33].item() == pytest.approx(-2.6 * 0.001) and left[45].item() == pytest.approx(-2.6 * 0.0007)
+    assert torch.nonzero(up).flatten().tolist() == [34, 46] and up[34].item() == pytest.approx(-1.4 * 0.001)
+
+
+def test_fade_alphas_ramp_in_and_out() -> None:
+    alphas = fade_alphas(torch.arange(10), fade_in=4, fade_out=4, total_frames=10)
+    torch.testing.assert_close(alphas, torch.tensor([0, 0.25, 0.5, 0.75, 1, 1, 0.75, 0.5, 0.25, 0]))
+    torch.testing.assert_close(fade_alphas(torch.arange(3)), torch.ones(3))
+    with pytest.raises(ValueError, match="total_frames"):
+        fade_alphas(torch.arange(3), fade_out=2)
+
+
+def test_blink_schedule_places_blinks_between_open_gaps() -> None:
+    fixed = blink_schedule(20, blink_frames=3, open_frames=5)
+    assert fixed.tolist() == [0] * 5 + [0, 1, 2] + [0] * 5 + [0, 1, 2] + [0] * 4
+    assert not blink_schedule(50, 3, open_frames=-1).any()
+    first, second = (blink_schedule(400, 15, 0, random.Random(7)) for _ in range(2))
+    assert torch.equal(first, second) and int(first.max()) == 14
+    assert 60 <= int(torch.nonzero(first).flatten()[0]) - 1 <= 100
+
+
+def test_image_stitching_equals_the_per_frame_transcription() -> None:
+    g = torch.Generator().manual_seed(0)
+    source = _motion(g, 1, with_kp=True)
+    anchor, driving = _motion(g, 1), _motion(g, 6)
+    table = torch.randn(4, 63, generator=g) * 0.01
+    schedule = torch.tensor([0, 0, 1, 2, 3])
+    alphas = torch.tensor([0.0, 0.5, 1.0, 1.0, 0.25, 1.0])
+    stitcher = MotionStitcher(
+        source, stitch=toy_stitch, blink_table=table, blink_indices=schedule, fade_target="source"
+    )
+    stitcher.set_anchor(join_motion(anchor)[0])
+    vectors = join_motion(driving)
+    outputs = [stitcher(vectors[:4], fade_alpha=alphas[:4]), stitcher(vectors[4:], fade_alpha=alphas[4:])]
+    x_s, x_d = (torch.cat(parts) for parts in zip(*outputs))
+    src, d0 = _row(source, 0), _row(anchor, 0)
+    for i in range(6):
+        ref_s, ref_d = reference_frame(
+            src, _row(driving, i), d0, src, ("exp", "pitch", "yaw", "roll", "t"), True,
+            blink_delta=table[schedule[i % 5]].double().numpy(), alpha=float(alphas[i]), fade_dst=src, stitch=True,
+        )
+        np.testing.assert_allclose(x_s[i].numpy(), ref_s, atol=2e-5)
+        np.testing.assert_allclose(x_d[i].numpy(), ref_d, atol=2e-5)
+
+
+def test_video_stitching_uses_each_avatar_frame_and_drives_only_exp() -> None:
+    g = torch.Generator().manual_seed(1)
+    source = _motion(g, 3, with_kp=True)
+    driving = _motion(g, 4)
+    index = torch.tensor([0, 1, 2, 2])
+    stitcher = MotionStitcher(source, stitch=None, driven_keys=("exp",), drive_eye=False)
+    x_s, x_d = stitcher(join_motion(driving), source_index=index)
+    d0 = _row(driving, 0)
+    for i in range(4):
+        ref_s, ref_d = reference_frame(_row(source, int(index[i])), _row(driving, i), d0, None, ("exp",), False)
+        np.testing.assert_allclose(x_s[i].numpy(), ref_s, atol=2e-5)
+        np.testing.assert_allclose(x_d[i].numpy(), ref_d, atol=2e-5)
+
+
+def test_driving_equal_to_the_anchor_reproduces_the_avatar() -> None:
+    g = torch.Generator().manual_seed(2)
+    source = _motion(g, 1, with_kp=True)
+    vector = join_motion(_motion(g, 1)).expand(3, -1)
+    x_s, x_d = MotionStitcher(source, stitch=None)(vector)
+    torch.testing.assert_close(x_d, x_s, atol=1e-6, rtol=0)
+
+
+def test_misconfiguration_is_a_clear_error() -> None:
+    source = _motion(torch.Generator().manual_seed(3), 1, with_kp=True)
+    with pytest.raises(ValueError, match="kp"):
+        MotionStitcher({k: v for k, v in source.items() if k != "kp"}, stitch=None)
+    with pytest.raises(ValueError, match="fade_target"):
+        MotionStitcher(source, stitch=None, fade_target="d1")
+    with pytest.raises(ValueError, match="together"):
+        MotionStitcher(source, stitch=None, blink_table=torch.zeros(2, 63))
+    with pytest.raises(ValueError, match="unknown motion keys"):
+        MotionStitcher(source, stitch=None, driven_keys=("kp",))
+    with pytest.raises(ValueError, match="265"):
+        MotionStitcher(source, stitch=None)(torch.zeros(2, 63))
+
+
+def test_fade_to_the_first_frame_holds_its_expression() -> None:
+    g = torch.Generator().manual_seed(4)
+    source = _motion(g, 1, with_kp=True)
+    vectors = join_motion(_motion(g, 5))
+    stitcher = MotionStitcher(source, stitch=None, driven_keys=("exp",), drive_eye=False, fade_target="first")
+    _, opening = stitcher(vectors[:2], fade_alpha=torch.ones(2))
+    _, faded = stitcher(vectors[2:], fade_alpha=torch.zeros(3))
+    torch.testing.assert_close(faded, opening[:1].expand(3, -1, -1))
