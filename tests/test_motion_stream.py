@@ -1,0 +1,91 @@
+"""MotionStream: every real audio frame becomes exactly one motion frame, however the audio arrives."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from engine.audio.hubert import TorchHubertRunner
+from engine.audio.standin_hubert import build_standin
+from engine.backends.torch_backend import TorchBackend
+from engine.engine import Engine
+from engine.motion.conditions import ConditionBuilder
+from engine.motion_stream import MotionStream
+
+SR = 16_000
+
+
+@pytest.fixture(scope="module")
+def engine(checkpoint_dir) -> Engine:
+    backend = TorchBackend(checkpoint_dir("lmdm", "stitch_network"), device="cpu", networks=("lmdm", "stitch_network"))
+    return Engine(backend, TorchHubertRunner(build_standin()), steps=2, use_graphs=False)
+
+
+def make_stream(engine: Engine, overlap: int) -> MotionStream:
+    g = torch.Generator().manual_seed(1)
+    conditions = ConditionBuilder(torch.randn(63, generator=g) * 0.3, torch.rand(2, generator=g), torch.randn(6, generator=g) * 0.01, 1103)
+    source = torch.randn(265, generator=g) * 0.5
+    return MotionStream(engine.hubert, engine.sampler_for_seed(0), conditions, source, engine.silence_feature, overlap)
+
+
+def speech(seconds: float, seed: int = 0) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    t = np.arange(int(seconds * SR)) / SR
+    return (0.3 * np.sin(2 * np.pi * 180 * t) * (1 + np.sin(2 * np.pi * 3 * t)) + 0.05 * rng.standard_normal(t.size)).astype(np.float32)
+
+
+@pytest.mark.parametrize("overlap", [75, 10])
+def test_every_audio_frame_becomes_one_motion_frame(engine: Engine, overlap: int) -> None:
+    audio = speech(1.3)
+    stream = make_stream(engine, overlap)
+    motion = torch.cat([stream.push(audio), stream.end()])
+    assert motion.shape == (math.ceil(audio.size / 640), 265)
+    assert torch.isfinite(motion).all()
+    assert stream.frames_out == motion.shape[0]
+
+
+def test_uneven_pushes_give_the_same_motion_as_one_push(engine: Engine) -> None:
+    audio = speech(1.0, seed=2)
+    whole = make_stream(engine, 75)
+    expected = torch.cat([whole.push(audio), whole.end()])
+    pieces = make_stream(engine, 75)
+    cuts = [0, 1, 17, 3200, 3201, 7000, 12345, audio.size]
+    got = torch.cat([pieces.push(audio[a:b]) for a, b in zip(cuts, cuts[1:])] + [pieces.end()])
+    torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4)
+
+
+def test_a_live_hop_yields_the_previous_hops_frames(engine: Engine) -> None:
+    stream = make_stream(engine, 75)
+    hop = 3200
+    audio = speech(1.2, seed=3)
+    counts = [stream.push(audio[i : i + hop]).shape[0] for i in range(0, audio.size, hop)]
+    assert counts[:2] == [0, 0]
+    assert set(counts[2:]) == {5}
+
+
+def test_silence_keeps_the_stream_alive(engine: Engine) -> None:
+    stream = make_stream(engine, 75)
+    motion = torch.cat([stream.push(np.zeros(SR, np.float32)), stream.end()])
+    assert motion.shape == (25, 265)
+    assert motion[:, 202:].std(dim=0).mean() > 0
+
+
+def test_interrupt_drops_audio_no_window_has_used(engine: Engine) -> None:
+    stream = make_stream(engine, 75)
+    first = stream.push(speech(1.0))
+    used = stream.windows.windows_done * stream.windows.valid
+    stream.push(speech(0.1, seed=5)[:1000])
+    stream.interrupt()
+    rest = stream.end()
+    assert first.shape[0] + rest.shape[0] == used
+    assert stream.samples_in == used * 640
+
+
+def test_pushing_after_the_end_is_an_error(engine: Engine) -> None:
+    stream = make_stream(engine, 75)
+    stream.end()
+    with pytest.raises(RuntimeError, match="ended"):
+        stream.push(np.zeros(10, np.float32))
