@@ -1,0 +1,165 @@
+"""The avatar cache: bit-exact round trip, refusal of stale or corrupted caches, atomic writes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from safetensors.numpy import load_file
+
+from avatars.cache import (
+    FORMAT_VERSION,
+    MANIFEST,
+    TENSORS,
+    check_name,
+    checkpoint_hashes,
+    load_avatar,
+    save_avatar,
+)
+from avatars.errors import CacheError, StaleCacheError
+
+HASHES = {"motion_extractor": "a" * 64, "appearance_extractor": "b" * 64}
+
+
+def fake_registration(frames: int = 2, seed: int = 0) -> tuple[dict[str, np.ndarray], dict]:
+    """Random tensors in the cache layout and a minimal manifest (no networks needed)."""
+    rng = np.random.default_rng(seed)
+    f32 = lambda *shape: rng.standard_normal(shape).astype(np.float32)  # noqa: E731
+    tensors = {
+        "f_s": f32(frames, 32, 16, 64, 64),
+        **{k: f32(frames, 66) for k in ("pitch", "yaw", "roll")},
+        "t": f32(frames, 3),
+        "exp": f32(frames, 63),
+        "scale": f32(frames, 1),
+        "kp": f32(frames, 63),
+        "M_c2o": f32(frames, 3, 3),
+        "eye_open": f32(frames, 2),
+        "eye_ball": f32(frames, 6),
+        "sc": f32(63),
+        "mask_crop": f32(512, 512),
+        "frames": rng.integers(0, 256, (frames, 48, 64, 3), dtype=np.uint8),
+    }
+    manifest = {
+        "source": {"path": "/data/portrait.png", "kind": "video" if frames > 1 else "image", "frames": frames},
+        "checkpoints": {"directory": "/ckpt", "random_weights": True, "sha256": dict(HASHES)},
+    }
+    return tensors, manifest
+
+
+@pytest.fixture
+def saved(tmp_path: Path) -> tuple[Path, dict[str, np.ndarray]]:
+    tensors, manifest = fake_registration()
+    return save_avatar(tensors, manifest, "anchor", tmp_path), tensors
+
+
+def test_the_cache_round_trips_bit_exactly(saved: tuple[Path, dict[str, np.ndarray]]) -> None:
+    path, tensors = saved
+    avatar = load_avatar(path.name, "cpu", cache_dir=path.parent)
+    for key, array in tensors.items():
+        loaded = getattr(avatar, key)
+        assert loaded.dtype == torch.from_numpy(array).dtype
+        assert torch.equal(loaded, torch.from_numpy(array)), key
+    assert avatar.name == "anchor" and not avatar.is_image and avatar.num_frames == 2
+    assert avatar.manifest["format"] == FORMAT_VERSION
+    # the file is plain safetensors: the reference reader agrees
+    assert all(np.array_equal(v, tensors[k]) for k, v in load_file(path / TENSORS).items())
+
+
+def test_loading_by_path_and_onto_a_device(saved: tuple[Path, dict[str, np.ndarray]]) -> None:
+    path, tensors = saved
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    avatar = load_avatar(path, device)
+    assert avatar.f_s.device.type == device and avatar.frames.device.type == device
+    assert torch.equal(avatar.kp.cpu(), torch.from_numpy(tensors["kp"]))
+
+
+def test_a_changed_byte_in_the_tensor_file_is_detected(saved: tuple[Path, dict[str, np.ndarray]]) -> None:
+    path, _ = saved
+    data = bytearray((path / TENSORS).read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    (path / TENSORS).write_bytes(bytes(data))
+    with pytest.raises(CacheError, match="corrupted.*checksum.*rebuild it: python -m avatars register"):
+        load_avatar(path)
+
+
+def test_a_truncated_or_garbled_tensor_file_is_detected_even_without_the_checksum(
+    saved: tuple[Path, dict[str, np.ndarray]],
+) -> None:
+    path, _ = saved
+    good = (path / TENSORS).read_bytes()
+    (path / TENSORS).write_bytes(good[:-100])
+    with pytest.raises(CacheError, match="corrupted"):
+        load_avatar(path, verify=False)
+    garbled = bytearray(good)
+    garbled[8:20] = b"?" * 12  # break the JSON header
+    (path / TENSORS).write_bytes(bytes(garbled))
+    with pytest.raises(CacheError, match="unreadable header"):
+        load_avatar(path, verify=False)
+    (path / TENSORS).write_bytes(good.replace(b'"shape":[2,63]', b'"shape":[2,64]', 1))
+    with pytest.raises(CacheError, match="does not fit the file"):
+        load_avatar(path, verify=False)
+
+
+def test_a_manifest_of_another_format_version_is_refused_with_the_rebuild_command(
+    saved: tuple[Path, dict[str, np.ndarray]],
+) -> None:
+    path, _ = saved
+    manifest = json.loads((path / MANIFEST).read_text())
+    manifest["format"] = FORMAT_VERSION - 1
+    (path / MANIFEST).write_text(json.dumps(manifest))
+    rebuild = "rebuild it: python -m avatars register /data/portrait.png --name anchor"
+    with pytest.raises(StaleCacheError, match=f"format 0.*{rebuild}"):
+        load_avatar(path)
+    (path / MANIFEST).write_text("{ not json")
+    with pytest.raises(CacheError, match="manifest.json is corrupted"):
+        load_avatar(path)
+
+
+def test_other_checkpoints_are_refused_and_the_same_ones_accepted(
+    saved: tuple[Path, dict[str, np.ndarray]], checkpoint_dir
+) -> None:
+    path, _ = saved
+    assert load_avatar(path, checkpoints=HASHES).name == "anchor"
+    other = {**HASHES, "appearance_extractor": "c" * 64}
+    refusal = r"other checkpoints \(appearance_extractor differ.*--checkpoints CHECKPOINTS_DIR"
+    with pytest.raises(StaleCacheError, match=refusal):
+        load_avatar(path, checkpoints=other)
+    directory = checkpoint_dir("motion_extractor", "appearance_extractor")
+    with pytest.raises(StaleCacheError, match=f"--checkpoints {directory}"):
+        load_avatar(path, checkpoints=directory)
+    manifest = json.loads((path / MANIFEST).read_text())
+    manifest["checkpoints"]["sha256"] = checkpoint_hashes(directory)
+    (path / MANIFEST).write_text(json.dumps(manifest))
+    assert load_avatar(path, checkpoints=directory).name == "anchor"
+
+
+def test_a_failed_write_leaves_the_previous_avatar_and_no_temporary_files(
+    saved: tuple[Path, dict[str, np.ndarray]],
+) -> None:
+    path, tensors = saved
+    bad, manifest = fake_registration(seed=1)
+    bad["kp"] = bad["kp"][:, :10]  # wrong shape: refused while writing
+    with pytest.raises(CacheError, match="'kp'"):
+        save_avatar(bad, manifest, "anchor", path.parent)
+    assert sorted(p.name for p in path.parent.iterdir()) == ["anchor"]
+    assert torch.equal(load_avatar(path).kp, torch.from_numpy(tensors["kp"]))
+
+
+def test_registering_again_replaces_the_avatar(saved: tuple[Path, dict[str, np.ndarray]]) -> None:
+    path, _ = saved
+    newer, manifest = fake_registration(frames=1, seed=2)
+    save_avatar(newer, manifest, "anchor", path.parent)
+    assert sorted(p.name for p in path.parent.iterdir()) == ["anchor"]
+    avatar = load_avatar(path)
+    assert avatar.is_image and torch.equal(avatar.sc, torch.from_numpy(newer["sc"]))
+
+
+def test_missing_avatars_and_bad_names_get_clear_errors(tmp_path: Path) -> None:
+    with pytest.raises(CacheError, match="no avatar 'nobody'.*register it first"):
+        load_avatar("nobody", cache_dir=tmp_path)
+    for name in ("../escape", ".hidden", "", "a b"):
+        with pytest.raises(CacheError, match="invalid avatar name"):
+            check_name(name)
