@@ -6,5 +6,5 @@ cd "$(dirname "$0")/.."
 if ! python3 -c "import torch" 2>/dev/null; then
     python3 -m pip install --quiet "torch==2.13.0"
 fi
-python3 -m pip install --quiet -e ".[dev,face,gpu]"
+python3 -m pip install --quiet -e ".[dev,face]"
 exec python3 -m pytest "$@"

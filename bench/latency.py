@@ -1,0 +1,213 @@
+"""Latency and throughput of the engine on one GPU: LMDM windows, render batches, live hops, memory.
+
+``python -m bench.latency [--backend torch|tensorrt] [--avatar NAME_OR_DIR] [--out FILE.json]``
+prints a table last and writes every number (with the hardware) to JSON. Random weights
+unless --checkpoints is given: timings do not depend on the weights' values.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from engine.engine import LIVE_OVERLAP, Engine
+from engine.session import FPS, SAMPLE_RATE
+
+RENDER_BATCHES = (1, 2, 4, 5, 8, 16, 32)
+
+
+def gpu_time(fn: Callable[[], object], repeat: int, warmup: int = 3) -> list[float]:
+    """Milliseconds per call of ``fn`` timed with CUDA events, after ``warmup`` calls."""
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(repeat):
+        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        stop.record()
+        stop.synchronize()
+        times.append(start.elapsed_time(stop))
+    return times
+
+
+def summary(times: list[float]) -> dict[str, float]:
+    """Median, p90, p99 and max of a list of milliseconds."""
+    ordered = sorted(times)
+    pick = lambda q: ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]  # noqa: E731
+    return {"median": statistics.median(ordered), "p90": pick(0.9), "p99": pick(0.99), "max": ordered[-1], "n": len(ordered)}
+
+
+def ceilings(device: torch.device) -> dict[str, float]:
+    """The card's fp16 matrix rate and copy bandwidth, measured once (METHOD.md)."""
+    a = torch.randn(8192, 8192, device=device, dtype=torch.float16)
+    b = torch.randn(8192, 8192, device=device, dtype=torch.float16)
+    mm = statistics.median(gpu_time(lambda: a @ b, 10))
+    src = torch.randn(1 << 28, device=device)
+    dst = torch.empty_like(src)
+    cp = statistics.median(gpu_time(lambda: dst.copy_(src), 10))
+    return {"fp16_matmul_tflops": 2 * 8192**3 / mm / 1e9, "copy_gbps": 2 * src.numel() * 4 / cp / 1e6}
+
+
+def bench_lmdm(engine: Engine, repeat: int) -> dict[str, dict[str, float]]:
+    """One 80-frame window (B=1) at the engine's step count: eager loop vs one CUDA graph."""
+    device, width = engine.device, engine.cond_width
+    cond = torch.randn(1, 80, width, device=device)
+    cond_frame = torch.randn(1, 265, device=device)
+    graphed = engine.sampler_for_seed(0)
+    out = {"graphed": summary(gpu_time(lambda: graphed(cond_frame, cond), repeat))}
+    sampler = graphed.sampler
+    out["eager"] = summary(gpu_time(lambda: sampler(engine.backend.lmdm, cond_frame, cond), max(3, repeat // 5)))
+    for batch in (2, 4, 8):
+        conds = cond.expand(batch, -1, -1).contiguous()
+        frames = cond_frame.expand(batch, -1).contiguous()
+        out[f"graphed_b{batch}"] = summary(gpu_time(lambda: graphed(frames, conds), max(5, repeat // 2)))
+    return out
+
+
+def bench_render(engine: Engine, repeat: int) -> dict[str, dict[str, float]]:
+    """Warp+decode per batch size, captured as CUDA graphs; ms per call and per frame."""
+    backend, device, dtype = engine.backend, engine.device, engine.backend.dtype
+    backend.capture_render(RENDER_BATCHES)
+    out = {}
+    for batch in RENDER_BATCHES:
+        f_s = torch.randn(batch, 32, 16, 64, 64, device=device, dtype=dtype)
+        kp_s = torch.rand(batch, 21, 3, device=device) * 1.4 - 0.7
+        kp_d = kp_s + 0.02 * torch.randn_like(kp_s)
+        stats = summary(gpu_time(lambda: backend.render(f_s, kp_s, kp_d), repeat))
+        stats["ms_per_frame"] = stats["median"] / batch
+        stats["frames_per_s"] = 1000.0 / stats["ms_per_frame"]
+        out[f"b{batch}"] = stats
+    f_s = torch.randn(8, 32, 16, 64, 64, device=device, dtype=dtype)
+    kp = torch.rand(8, 21, 3, device=device) - 0.5
+    feature = backend.warp(f_s, kp, kp)
+    out["warp_only_b8"] = summary(gpu_time(lambda: backend.warp(f_s, kp, kp), max(5, repeat // 2)))
+    out["decode_only_b8"] = summary(gpu_time(lambda: backend.decode(feature), max(5, repeat // 2)))
+    return out
+
+
+def bench_stream(engine: Engine, avatar, hops: int, overlap: int) -> dict[str, object]:
+    """A live session at ``overlap``: per 200 ms hop, compute time from push to its frames being ready."""
+    from engine.assets import demo_audio
+
+    audio, rate = demo_audio()
+    hop = rate // 5
+    session = engine.session(avatar, overlap=overlap)
+    latencies, frames = [], 0
+    torch.cuda.synchronize()
+    for i in range(hops + 10):
+        lo = (i * hop) % (len(audio) - hop)
+        started = time.perf_counter()
+        session.push_audio(audio[lo : lo + hop], rate)
+        ready = session.take_all()
+        torch.cuda.synchronize()
+        elapsed = (time.perf_counter() - started) * 1000
+        if i >= 10:
+            latencies.append(elapsed)
+            frames += len(ready)
+    return {"overlap": overlap, "hop_ms": summary(latencies), "frames": frames, "hops": hops}
+
+
+def bench_memory(engine: Engine, avatar, overlap: int) -> dict[str, float]:
+    """GPU memory taken by one more live session after a few hops."""
+    from engine.assets import demo_audio
+
+    audio, rate = demo_audio()
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_allocated()
+    session = engine.session(avatar, overlap=overlap, seed=1)
+    for i in range(6):
+        session.push_audio(audio[i * 3200 : (i + 1) * 3200], rate)
+        session.take_all()
+    torch.cuda.synchronize()
+    after = torch.cuda.memory_allocated()
+    return {"per_extra_session_mb": (after - before) / 2**20, "peak_reserved_gb": torch.cuda.max_memory_reserved() / 2**30}
+
+
+def load_bench_avatar(name: str | None, device: torch.device):
+    """A cached avatar, or scikit-image's astronaut registered now (random weights)."""
+    from avatars.cache import load_avatar
+
+    if name:
+        return load_avatar(name, device)
+    import tempfile
+
+    from PIL import Image
+
+    from avatars.register import register
+    from engine.assets import demo_portrait
+    from engine.engine import random_checkpoints
+
+    folder = Path(tempfile.mkdtemp())
+    Image.fromarray(demo_portrait()).save(folder / "astronaut.png")
+    cache = register(folder / "astronaut.png", "bench", random_checkpoints(), device=device, cache_dir=folder, random_weights=True)
+    return load_avatar(cache, device)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.latency", description=__doc__.splitlines()[0])
+    parser.add_argument("--backend", default="torch", choices=("torch", "tensorrt"))
+    parser.add_argument("--plans", type=Path, help="plan folder for the tensorrt backend")
+    parser.add_argument("--checkpoints", type=Path, help="official checkpoints (default: random weights)")
+    parser.add_argument("--avatar", help="cached avatar name or folder (default: register the astronaut)")
+    parser.add_argument("--steps", type=int, default=25)
+    parser.add_argument("--repeat", type=int, default=30)
+    parser.add_argument("--hops", type=int, default=100)
+    parser.add_argument("--out", type=Path, help="write the results as JSON here")
+    args = parser.parse_args(argv)
+    if not torch.cuda.is_available():
+        print("bench.latency measures a GPU; torch sees none here", file=sys.stderr)
+        return 2
+    device = torch.device("cuda")
+    engine = Engine.from_checkpoints(args.checkpoints, device=device, backend=args.backend, steps=args.steps, plans=args.plans)
+    avatar = load_bench_avatar(args.avatar, device)
+    results: dict[str, object] = {
+        "hardware": {"gpu": torch.cuda.get_device_name(), "capability": torch.cuda.get_device_capability(), "host": platform.node()},
+        "software": {"torch": torch.__version__, "cuda": torch.version.cuda, "backend": args.backend},
+        "weights": "official" if args.checkpoints else "random",
+        "steps": args.steps,
+        "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+    }
+    results["ceilings"] = ceilings(device)
+    results["lmdm_window"] = bench_lmdm(engine, args.repeat)
+    results["render"] = bench_render(engine, args.repeat)
+    results["stream"] = bench_stream(engine, avatar, args.hops, LIVE_OVERLAP)
+    results["memory"] = bench_memory(engine, avatar, LIVE_OVERLAP)
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(results, indent=2))
+    print_table(results)
+    return 0
+
+
+def print_table(r: dict) -> None:
+    """The short table: what each target asks for, and what was measured."""
+    lm, rd, st, mem = r["lmdm_window"], r["render"], r["stream"], r["memory"]
+    best = min((v for k, v in rd.items() if k.startswith("b")), key=lambda v: v["ms_per_frame"])
+    rows = [
+        ("GPU", r["hardware"]["gpu"], ""),
+        ("fp16 matmul TFLOP/s / copy GB/s", f"{r['ceilings']['fp16_matmul_tflops']:.0f} / {r['ceilings']['copy_gbps']:.0f}", ""),
+        (f"LMDM window {r['steps']} steps, graphed (ms, median/p99)", f"{lm['graphed']['median']:.2f} / {lm['graphed']['p99']:.2f}", "<= 15"),
+        ("LMDM window eager (ms)", f"{lm['eager']['median']:.2f}", ""),
+        ("render best (ms/frame, frames/s)", f"{best['ms_per_frame']:.2f}, {best['frames_per_s']:.0f}", "<= 2.5, >= 400"),
+        ("render b5 hop (ms)", f"{rd['b5']['median']:.2f}", "<= 20 (+paste)"),
+        (f"live hop, O={st['overlap']} (ms, median/p99)", f"{st['hop_ms']['median']:.2f} / {st['hop_ms']['p99']:.2f}", "p99 <= 50"),
+        ("memory per extra session (MB)", f"{mem['per_extra_session_mb']:.0f}", "<= 1536"),
+    ]
+    width = max(len(a) for a, _, _ in rows)
+    for name, value, target in rows:
+        print(f"{name:<{width}}  {value:>22}  {target}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

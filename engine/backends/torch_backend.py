@@ -1,0 +1,139 @@
+"""The PyTorch backend: our network modules in fp16 and channels-last on a GPU, fp32 on the CPU.
+
+It is the numerical reference for the TensorRT backend and the backend measured on GPUs
+without TensorRT. Render batches of fixed sizes can be captured into CUDA graphs
+(``capture_render``) so that a 5-frame hop costs one graph launch instead of hundreds of
+kernel launches.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from engine.backends.base import Backend, BackendError
+from engine.networks import OFFICIAL_FILENAMES, load_network
+
+_MOTION_KEYS = ("pitch", "yaw", "roll", "t", "exp", "scale", "kp")
+_CONV_NETWORKS = ("appearance_extractor", "warp_network", "decoder")
+
+
+def default_device() -> torch.device:
+    """The first CUDA device when there is one, else the CPU."""
+    return torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
+
+
+class TorchBackend(Backend):
+    """Runs the six networks as PyTorch modules loaded from official-layout checkpoints."""
+
+    name = "torch"
+
+    def __init__(
+        self,
+        checkpoints: str | Path,
+        device: str | torch.device | None = None,
+        dtype: torch.dtype | None = None,
+        networks: tuple[str, ...] = tuple(OFFICIAL_FILENAMES),
+    ) -> None:
+        self.device = torch.device(device) if device is not None else default_device()
+        if self.device.type == "cuda" and not torch.cuda.is_available():
+            raise BackendError("the torch backend was asked for CUDA, but torch sees no CUDA device")
+        self.dtype = dtype or (torch.float16 if self.device.type == "cuda" else torch.float32)
+        checkpoints = Path(checkpoints)
+        self._nets: dict[str, torch.nn.Module] = {}
+        for name in networks:
+            # The motion extractor's LayerNorm/GRN and the LMDM's DDIM tail need fp32 (facts §9).
+            dtype_for = torch.float32 if name in ("motion_extractor", "lmdm", "stitch_network") else self.dtype
+            net = load_network(
+                name, checkpoints / OFFICIAL_FILENAMES[name], self.device, dtype_for, fold_batchnorm=True
+            )
+            if name in _CONV_NETWORKS and self.device.type == "cuda":
+                _to_channels_last(net)
+            net.requires_grad_(False)
+            self._nets[name] = net
+        self.cond_width = self._nets["lmdm"].cond_dim if "lmdm" in self._nets else 0
+        self._graphs: dict[int, _GraphedRender] = {}
+
+    def network(self, name: str) -> torch.nn.Module:
+        """The loaded module for ``name`` (for export, benchmarks and parity checks)."""
+        if name not in self._nets:
+            raise BackendError(f"network {name!r} was not loaded by this backend")
+        return self._nets[name]
+
+    @torch.inference_mode()
+    def lmdm(self, x, cond_frame, cond, time_cond):
+        return self._nets["lmdm"](x, cond_frame, cond, time_cond)
+
+    @torch.inference_mode()
+    def stitch(self, kp_source, kp_driving):
+        return self._nets["stitch_network"](kp_source.float(), kp_driving.float())
+
+    @torch.inference_mode()
+    def warp(self, feature_3d, kp_source, kp_driving):
+        return self._nets["warp_network"](feature_3d.to(self.dtype), kp_source.to(self.dtype), kp_driving.to(self.dtype))
+
+    @torch.inference_mode()
+    def decode(self, feature):
+        return self._nets["decoder"](feature.to(self.dtype))
+
+    @torch.inference_mode()
+    def appearance(self, image):
+        return self._nets["appearance_extractor"](image.to(self.dtype))
+
+    @torch.inference_mode()
+    def motion(self, image):
+        out = self._nets["motion_extractor"](image.float())
+        return dict(zip(_MOTION_KEYS, out))
+
+    @torch.inference_mode()
+    def render(self, feature_3d, kp_source, kp_driving):
+        graph = self._graphs.get(kp_source.shape[0])
+        if graph is not None:
+            return graph(feature_3d, kp_source, kp_driving)
+        return self.decode(self.warp(feature_3d, kp_source, kp_driving))
+
+    def capture_render(self, batch_sizes: tuple[int, ...]) -> None:
+        """Capture warp+decode into one CUDA graph per batch size (CUDA only)."""
+        if self.device.type != "cuda":
+            return
+        for batch in batch_sizes:
+            if batch not in self._graphs:
+                self._graphs[batch] = _GraphedRender(self, batch)
+        self.render_batch_sizes = tuple(sorted(self._graphs))
+
+
+@torch.no_grad()
+def _to_channels_last(net: torch.nn.Module) -> None:
+    """Put 4-D weights in channels-last and 5-D weights in channels-last-3d (cuDNN's fast layouts)."""
+    for param in net.parameters():
+        if param.dim() == 4:
+            param.data = param.data.contiguous(memory_format=torch.channels_last)
+        elif param.dim() == 5:
+            param.data = param.data.contiguous(memory_format=torch.channels_last_3d)
+
+
+class _GraphedRender:
+    """Warp+decode for one batch size, captured once into a CUDA graph with static buffers."""
+
+    def __init__(self, backend: TorchBackend, batch: int) -> None:
+        dev, dt = backend.device, backend.dtype
+        self.feature = torch.zeros(batch, 32, 16, 64, 64, device=dev, dtype=dt)
+        self.kp_s = torch.zeros(batch, 21, 3, device=dev, dtype=dt)
+        self.kp_d = torch.zeros(batch, 21, 3, device=dev, dtype=dt)
+        warm = torch.cuda.Stream(dev)
+        warm.wait_stream(torch.cuda.current_stream(dev))
+        with torch.cuda.stream(warm), torch.inference_mode():
+            for _ in range(2):
+                backend.decode(backend.warp(self.feature, self.kp_s, self.kp_d))
+        torch.cuda.current_stream(dev).wait_stream(warm)
+        self.graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(self.graph), torch.inference_mode():
+            self.out = backend.decode(backend.warp(self.feature, self.kp_s, self.kp_d))
+
+    def __call__(self, feature_3d: torch.Tensor, kp_source: torch.Tensor, kp_driving: torch.Tensor) -> torch.Tensor:
+        self.feature.copy_(feature_3d)
+        self.kp_s.copy_(kp_source)
+        self.kp_d.copy_(kp_driving)
+        self.graph.replay()
+        return self.out
