@@ -17,6 +17,7 @@ from engine.networks import OFFICIAL_FILENAMES, load_network
 
 _MOTION_KEYS = ("pitch", "yaw", "roll", "t", "exp", "scale", "kp")
 _CONV_NETWORKS = ("appearance_extractor", "warp_network", "decoder")
+_COMPILED = {"lmdm", "warp_network", "decoder"}
 
 
 def default_device() -> torch.device:
@@ -35,7 +36,9 @@ class TorchBackend(Backend):
         device: str | torch.device | None = None,
         dtype: torch.dtype | None = None,
         networks: tuple[str, ...] = tuple(OFFICIAL_FILENAMES),
+        compile_networks: bool = True,
     ) -> None:
+        """``compile_networks``: on CUDA, fuse the LMDM, warp and decoder with torch.compile (about a minute at start)."""
         self.device = torch.device(device) if device is not None else default_device()
         if self.device.type == "cuda" and not torch.cuda.is_available():
             raise BackendError("the torch backend was asked for CUDA, but torch sees no CUDA device")
@@ -52,6 +55,13 @@ class TorchBackend(Backend):
                 _to_channels_last(net)
             net.requires_grad_(False)
             self._nets[name] = net
+        self._run = dict(self._nets)
+        if self.device.type == "cuda":
+            # TF32 matmuls for the fp32 LMDM: 1.8x faster, 1e-3 relative change of a sampled window (bench/results).
+            torch.backends.cuda.matmul.allow_tf32 = True
+            if compile_networks:
+                for name in _COMPILED & set(self._nets):
+                    self._run[name] = torch.compile(self._nets[name], dynamic=False)
         self.cond_width = self._nets["lmdm"].cond_dim if "lmdm" in self._nets else 0
         self._graphs: dict[int, _GraphedRender] = {}
 
@@ -63,7 +73,7 @@ class TorchBackend(Backend):
 
     @torch.inference_mode()
     def lmdm(self, x, cond_frame, cond, time_cond):
-        return self._nets["lmdm"](x, cond_frame, cond, time_cond)
+        return self._run["lmdm"](x, cond_frame, cond, time_cond)
 
     @torch.inference_mode()
     def stitch(self, kp_source, kp_driving):
@@ -71,11 +81,11 @@ class TorchBackend(Backend):
 
     @torch.inference_mode()
     def warp(self, feature_3d, kp_source, kp_driving):
-        return self._nets["warp_network"](feature_3d.to(self.dtype), kp_source.to(self.dtype), kp_driving.to(self.dtype))
+        return self._run["warp_network"](feature_3d.to(self.dtype), kp_source.to(self.dtype), kp_driving.to(self.dtype))
 
     @torch.inference_mode()
     def decode(self, feature):
-        return self._nets["decoder"](feature.to(self.dtype))
+        return self._run["decoder"](feature.to(self.dtype))
 
     @torch.inference_mode()
     def appearance(self, image):

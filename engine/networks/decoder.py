@@ -95,7 +95,8 @@ class SPADE(nn.Module):
 
     def forward(self, x: torch.Tensor, segmap: torch.Tensor) -> torch.Tensor:
         normalized = F.instance_norm(x, eps=1e-5)
-        segmap = F.interpolate(segmap, size=x.shape[-2:], mode="nearest")
+        if segmap.shape[-2:] != x.shape[-2:]:
+            segmap = F.interpolate(segmap, size=x.shape[-2:], mode="nearest")
         hidden = self.mlp_shared(segmap)
         return normalized * (1 + self.mlp_gamma(hidden)) + self.mlp_beta(hidden)
 
@@ -148,8 +149,9 @@ class SPADEDecoder(nn.Module):
         x = self.fc(feature)
         for block in self.middle_blocks():
             x = block(x, feature)
-        x = self.up_0(F.interpolate(x, scale_factor=2, mode="nearest"), feature)
-        x = self.up_1(F.interpolate(x, scale_factor=2, mode="nearest"), feature)
+        # The segmap is resized once per resolution here rather than in each of the blocks' SPADEs.
+        x = self.up_0(F.interpolate(x, scale_factor=2, mode="nearest"), F.interpolate(feature, scale_factor=2, mode="nearest"))
+        x = self.up_1(F.interpolate(x, scale_factor=2, mode="nearest"), F.interpolate(feature, scale_factor=4, mode="nearest"))
         return torch.sigmoid(self.conv_img(F.leaky_relu(x, LEAKY_SLOPE)))
 
 

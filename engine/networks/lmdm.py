@@ -118,7 +118,7 @@ class MotionDecoder(nn.Module):
             torch.cat((hidden, self.null_cond_hidden.expand(batch, -1))),
             t_hidden.repeat(2, 1),
         )
-        conditioned, unconditioned = out.float().split(batch)
+        conditioned, unconditioned = out.float().unflatten(0, (2, -1)).unbind(0)
         return unconditioned + (conditioned - unconditioned) * weight
 
     def _project_input(self, x: torch.Tensor, cond_frame: torch.Tensor) -> torch.Tensor:
