@@ -97,7 +97,9 @@ class Engine:
         """The (graph-captured) DDIM sampler whose per-step noise comes from ``seed``; shared by sessions with that seed."""
         if seed not in self._samplers:
             sampler = DDIMSampler(self.steps, seed=seed, device=self.device)
-            self._samplers[seed] = GraphedSampler(sampler, self.backend.lmdm, self.cond_width, self.use_graphs)
+            prepare = getattr(self.backend, "lmdm_prepare", None)
+            denoiser = self.backend.lmdm_prepared if prepare is not None else self.backend.lmdm
+            self._samplers[seed] = GraphedSampler(sampler, denoiser, self.cond_width, self.use_graphs, prepare)
         return self._samplers[seed]
 
     def session(

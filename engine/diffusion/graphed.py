@@ -7,6 +7,8 @@ On the CPU it simply runs the loop.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 from engine.diffusion.ddim import DDIMSampler, Denoiser, ddim_loop
@@ -15,9 +17,18 @@ from engine.diffusion.ddim import DDIMSampler, Denoiser, ddim_loop
 class GraphedSampler:
     """Wraps a ``DDIMSampler`` and a denoiser; ``__call__(cond_frame, cond)`` samples (B,80,265) windows."""
 
-    def __init__(self, sampler: DDIMSampler, denoiser: Denoiser, cond_width: int, use_graphs: bool = True) -> None:
+    def __init__(
+        self,
+        sampler: DDIMSampler,
+        denoiser: Denoiser,
+        cond_width: int,
+        use_graphs: bool = True,
+        prepare: Callable[[torch.Tensor], object] | None = None,
+    ) -> None:
+        """``prepare`` (optional) encodes a window's condition once; ``denoiser`` then takes its result as ``cond``."""
         self.sampler = sampler
         self.denoiser = denoiser
+        self.prepare = prepare or (lambda cond: cond)
         self.cond_width = cond_width
         self.use_graphs = use_graphs and sampler.device.type == "cuda"
         self._graphs: dict[int, _Captured] = {}
@@ -27,7 +38,7 @@ class GraphedSampler:
         """Windows for cond_frame (B,265) and cond (B,80,D); x_T from the sampler's generator unless given."""
         x = self.sampler.initial_noise(cond.shape[0]) if x is None else x
         if not self.use_graphs:
-            return self.sampler(self.denoiser, cond_frame, cond, x)
+            return ddim_loop(self.denoiser, x, cond_frame, self.prepare(cond), self.sampler.schedule, self.sampler.step_noise)
         batch = cond.shape[0]
         if batch not in self._graphs:
             self._graphs[batch] = _Captured(self, batch)
@@ -46,7 +57,8 @@ class _Captured:
         self.cond = torch.zeros(batch, frames, owner.cond_width, device=device)
 
         def run() -> torch.Tensor:
-            return ddim_loop(owner.denoiser, self.x, self.cond_frame, self.cond, sampler.schedule, sampler.step_noise)
+            prepared = owner.prepare(self.cond)
+            return ddim_loop(owner.denoiser, self.x, self.cond_frame, prepared, sampler.schedule, sampler.step_noise)
 
         side = torch.cuda.Stream(device)
         side.wait_stream(torch.cuda.current_stream(device))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from typing import NamedTuple
 
 import torch
 from torch import nn
@@ -43,6 +44,13 @@ _BIAS_STD = 0.02
 _FILM_GAIN = 0.3
 _OUTPUT_GAIN = 0.15
 _SCHEDULE_BUFFERS = ("sqrt_recip_one_minus_alphas_cumprod", "sqrt_recip_alphas_cumprod_minus_one")
+
+
+class WindowCondition(NamedTuple):
+    """A window's condition encoded once for all its denoiser calls (both guidance halves, 2B rows)."""
+
+    hidden: torch.Tensor
+    memory_kv: list[tuple[torch.Tensor, torch.Tensor]]
 
 
 def _cosine_alphas_cumprod() -> torch.Tensor:
@@ -118,6 +126,11 @@ class MotionDecoder(nn.Module):
             torch.cat((hidden, self.null_cond_hidden.expand(batch, -1))),
             t_hidden.repeat(2, 1),
         )
+        return self._guide(out, weight)
+
+    @staticmethod
+    def _guide(out: torch.Tensor, weight: float) -> torch.Tensor:
+        """unc + (cond − unc)·weight in float32, from the (2B,...) output of the batched passes."""
         conditioned, unconditioned = out.float().unflatten(0, (2, -1)).unbind(0)
         return unconditioned + (conditioned - unconditioned) * weight
 
@@ -130,7 +143,8 @@ class MotionDecoder(nn.Module):
     ) -> torch.Tensor:
         t = self.to_time_cond(t_hidden) + hidden
         memory = self.norm_cond(torch.cat((tokens, self.to_time_tokens(t_hidden)), dim=-2))
-        return self.final_layer(self.seqTransDecoder(h, self.rotary(memory), memory, t))
+        memory_kv = self.seqTransDecoder.project_memory(self.rotary(memory), memory)
+        return self.final_layer(self.seqTransDecoder(h, memory_kv, t))
 
 
 class LMDM(MotionDecoder):
@@ -153,6 +167,44 @@ class LMDM(MotionDecoder):
         self._check_inputs(x, cond_frame, cond, time_cond)
         dtype = self.final_layer.weight.dtype
         x_start = self.guided_denoise(x.to(dtype), cond_frame.to(dtype), cond.to(dtype), time_cond, GUIDANCE_WEIGHT)
+        return self._with_noise(x, x_start, time_cond)
+
+    def prepare_window(self, cond: torch.Tensor) -> WindowCondition:
+        """What every denoiser call of one window shares: the encoded condition, both guidance halves.
+
+        The condition encoder, the memory's layer norm (row-wise) and each layer's cross-attention
+        keys/values of the 80 condition rows do not depend on x or t, so a DDIM loop computes
+        them once per window instead of once per step; ``forward_prepared`` then equals ``forward``.
+        """
+        batch = cond.shape[0]
+        tokens = self.cond_encoder(self.cond_projection(cond.to(self.final_layer.weight.dtype)))
+        hidden = self.non_attn_cond_projection(tokens.mean(dim=-2))
+        tokens = torch.cat((tokens, self.null_cond_embed.expand(batch, -1, -1)))
+        hidden = torch.cat((hidden, self.null_cond_hidden.expand(batch, -1)))
+        memory = self.norm_cond(tokens)
+        return WindowCondition(hidden, self.seqTransDecoder.project_memory(self.rotary(memory), memory))
+
+    def forward_prepared(
+        self, x: torch.Tensor, cond_frame: torch.Tensor, prepared: WindowCondition, time_cond: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``forward`` for a window whose condition went through ``prepare_window``."""
+        dtype = self.final_layer.weight.dtype
+        h = self._project_input(x.to(dtype), cond_frame.to(dtype)).repeat(2, 1, 1)
+        t_hidden = self.time_mlp(time_cond).repeat(2, 1)
+        t = self.to_time_cond(t_hidden) + prepared.hidden
+        time_rows = self.norm_cond(self.to_time_tokens(t_hidden))
+        time_kv = self.seqTransDecoder.project_memory(self.rotary(time_rows, offset=SEQ_FRAMES), time_rows)
+        memory_kv = [
+            (torch.cat((k, tk), dim=-2), torch.cat((v, tv), dim=-2))
+            for (k, v), (tk, tv) in zip(prepared.memory_kv, time_kv)
+        ]
+        out = self.final_layer(self.seqTransDecoder(h, memory_kv, t))
+        return self._with_noise(x, self._guide(out, GUIDANCE_WEIGHT), time_cond)
+
+    def _with_noise(
+        self, x: torch.Tensor, x_start: torch.Tensor, time_cond: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(pred_noise, x_start) in x's dtype, the noise implied by x_start at step t computed in float32."""
         a = self.sqrt_recip_one_minus_alphas_cumprod[time_cond].view(-1, 1, 1)
         b = self.sqrt_recip_alphas_cumprod_minus_one[time_cond].view(-1, 1, 1)
         pred_noise = a * x.float() - x_start / b

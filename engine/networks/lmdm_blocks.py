@@ -73,11 +73,12 @@ class RotaryEmbedding(nn.Module):
         self.cos.copy_(angles.cos())
         self.sin.copy_(angles.sin())
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        length = x.shape[-2]
-        if length > self.max_positions:
-            raise ValueError(f"rotary embedding covers {self.max_positions} positions, got a sequence of {length}")
-        return x * self.cos[:length] + rotate_pairs(x) * self.sin[:length]
+    def forward(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
+        """Rotate the rows of ``x`` as positions offset..offset+L-1."""
+        end = offset + x.shape[-2]
+        if end > self.max_positions:
+            raise ValueError(f"rotary embedding covers {self.max_positions} positions, got positions up to {end}")
+        return x * self.cos[offset:end] + rotate_pairs(x) * self.sin[offset:end]
 
 
 class RotaryAttention(nn.Module):
@@ -100,13 +101,18 @@ class RotaryAttention(nn.Module):
         v = F.linear(plain, self.in_proj_weight[2 * d :], self.in_proj_bias[2 * d :])
         return self._attend(q, k, v)
 
-    def attend_cross(self, rotated_query: torch.Tensor, rotated_memory: torch.Tensor, memory: torch.Tensor) -> torch.Tensor:
-        """Cross-attention: queries from ``rotated_query``, keys from ``rotated_memory``, values from ``memory``."""
+    def project_memory(self, rotated_memory: torch.Tensor, memory: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Cross-attention keys (from ``rotated_memory``) and values (from ``memory``); row-wise, so rows can be projected apart."""
         d = memory.shape[-1]
-        q = F.linear(rotated_query, self.in_proj_weight[:d], self.in_proj_bias[:d])
         k = F.linear(rotated_memory, self.in_proj_weight[d : 2 * d], self.in_proj_bias[d : 2 * d])
         v = F.linear(memory, self.in_proj_weight[2 * d :], self.in_proj_bias[2 * d :])
-        return self._attend(q, k, v)
+        return k, v
+
+    def attend_cross(self, rotated_query: torch.Tensor, keys: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+        """Cross-attention of queries from ``rotated_query`` over projected memory keys and values."""
+        d = rotated_query.shape[-1]
+        q = F.linear(rotated_query, self.in_proj_weight[:d], self.in_proj_bias[:d])
+        return self._attend(q, keys, values)
 
     def _attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         heads = [t.unflatten(-1, (self.heads, -1)).transpose(1, 2) for t in (q, k, v)]
@@ -161,11 +167,12 @@ class FiLMDecoderLayer(nn.Module):
         self.film3 = DenseFiLM(dim)
         self.rotary = rotary
 
-    def forward(self, x: torch.Tensor, rotated_memory: torch.Tensor, memory: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+        """``keys``/``values``: the memory projected by this layer's cross-attention (``project_memory``)."""
         h = self.norm1(x)
         x = x + film(self.self_attn.attend_self(self.rotary(h), h), self.film1(t))
         h = self.norm2(x)
-        x = x + film(self.multihead_attn.attend_cross(self.rotary(h), rotated_memory, memory), self.film2(t))
+        x = x + film(self.multihead_attn.attend_cross(self.rotary(h), keys, values), self.film2(t))
         h = self.linear2(F.gelu(self.linear1(self.norm3(x))))
         return x + film(h, self.film3(t))
 
@@ -177,7 +184,11 @@ class DecoderStack(nn.Module):
         super().__init__()
         self.stack = nn.ModuleList(layers)
 
-    def forward(self, x: torch.Tensor, rotated_memory: torch.Tensor, memory: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
-        for layer in self.stack:
-            x = layer(x, rotated_memory, memory, t)
+    def project_memory(self, rotated_memory: torch.Tensor, memory: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """Every layer's cross-attention keys and values of the memory rows."""
+        return [layer.multihead_attn.project_memory(rotated_memory, memory) for layer in self.stack]
+
+    def forward(self, x: torch.Tensor, memory_kv: list[tuple[torch.Tensor, torch.Tensor]], t: torch.Tensor) -> torch.Tensor:
+        for layer, (keys, values) in zip(self.stack, memory_kv):
+            x = layer(x, keys, values, t)
         return x

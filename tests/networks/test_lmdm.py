@@ -217,7 +217,7 @@ def test_attention_splits_in_proj_into_q_k_v_like_torch_multihead_attention() ->
     theirs.load_state_dict(ours.state_dict())
     query, keys, values = torch.randn(2, 80, 512), torch.randn(2, 82, 512), torch.randn(2, 82, 512)
     with torch.no_grad():
-        cross = ours.attend_cross(query, keys, values)
+        cross = ours.attend_cross(query, *ours.project_memory(keys, values))
         expected_cross = theirs(query, keys, values, need_weights=False)[0]
         own = ours.attend_self(query, values[:, :80])
         expected_self = theirs(query, query, values[:, :80], need_weights=False)[0]
@@ -255,3 +255,18 @@ def test_matches_the_reference_lmdm(net: lmdm.LMDM, outputs) -> None:
     for name, a, b in zip(("pred_noise", "x_start"), ours, theirs, strict=True):
         relative = ((a - b).abs().max() / b.abs().max()).item()
         assert relative < 1e-4, f"{name}: max relative difference {relative:.2e}"
+
+
+def test_a_prepared_window_gives_the_same_denoiser_calls(checkpoint_dir) -> None:
+    net = load_network("lmdm", checkpoint_dir("lmdm") / "lmdm_v0.4_hubert.pth")
+    g = torch.Generator().manual_seed(7)
+    x, cond_frame = torch.randn(2, 80, 265, generator=g), torch.randn(2, 265, generator=g) * 0.3
+    cond = torch.randn(2, 80, 1103, generator=g)
+    with torch.no_grad():
+        prepared = net.prepare_window(cond)
+        for step in (999, 39):
+            times = torch.full((2,), step, dtype=torch.int64)
+            expected = net(x, cond_frame, cond, times)
+            got = net.forward_prepared(x, cond_frame, prepared, times)
+            for a, b in zip(got, expected):
+                torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
