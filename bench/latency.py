@@ -78,7 +78,8 @@ def bench_lmdm(engine: Engine, repeat: int) -> dict[str, dict[str, float]]:
 def bench_render(engine: Engine, repeat: int) -> dict[str, dict[str, float]]:
     """Warp+decode per batch size, captured as CUDA graphs; ms per call and per frame."""
     backend, device, dtype = engine.backend, engine.device, engine.backend.dtype
-    backend.capture_render(RENDER_BATCHES)
+    if hasattr(backend, "capture_render"):
+        backend.capture_render(RENDER_BATCHES)
     out = {}
     for batch in RENDER_BATCHES:
         f_s = torch.randn(batch, 32, 16, 64, 64, device=device, dtype=dtype)

@@ -1,0 +1,251 @@
+"""The TensorRT backend: runs the plans of ``compile.build_plans`` on the engine's own device tensors.
+
+Loading checks the plan directory's manifest against this GPU, this TensorRT and (when given)
+the checkpoints, and names the plans to rebuild on a mismatch. Each plan gets one execution
+context per CUDA stream; a call binds the caller's tensors by address and enqueues on the
+caller's current stream (``execute_async_v3``), so nothing is copied to the host.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import torch
+
+from compile.manifest import (
+    ManifestError,
+    PlanMismatch,
+    check_plans,
+    file_sha256,
+    find_plan_dir,
+    read_manifest,
+    rebuild_command,
+)
+from compile.profiles import SPECS, GraphSpec
+from compile.trt_build import import_tensorrt, present_gpu
+from engine.backends.base import Backend, BackendError
+
+REQUIRED_PLANS: tuple[str, ...] = (
+    "appearance_extractor",
+    "motion_extractor",
+    "warp_network",
+    "decoder",
+    "stitch_network",
+    "lmdm",
+)
+_TORCH_DTYPES: dict[str, torch.dtype] = {
+    "FLOAT": torch.float32,
+    "HALF": torch.float16,
+    "BF16": torch.bfloat16,
+    "INT32": torch.int32,
+    "INT64": torch.int64,
+    "INT8": torch.int8,
+    "UINT8": torch.uint8,
+    "BOOL": torch.bool,
+}
+
+
+def torch_dtype(trt_dtype: Any) -> torch.dtype:
+    """The torch dtype of a ``tensorrt.DataType`` (by its enum name)."""
+    name = str(trt_dtype).rsplit(".", 1)[-1]
+    if name not in _TORCH_DTYPES:
+        raise BackendError(f"a plan binds a tensor of TensorRT type {name}, which this backend does not map to torch")
+    return _TORCH_DTYPES[name]
+
+
+class _Plan:
+    """One deserialized engine: its bindings and one execution context per CUDA stream."""
+
+    def __init__(self, trt: ModuleType, spec: GraphSpec, engine: Any, path: Path) -> None:
+        self.spec = spec
+        self.path = path
+        self.engine = engine
+        names = [engine.get_tensor_name(i) for i in range(engine.num_io_tensors)]
+        is_input = {n: engine.get_tensor_mode(n) == trt.TensorIOMode.INPUT for n in names}
+        self.inputs = [n for n in names if is_input[n]]
+        self.outputs = [n for n in names if not is_input[n]]
+        if self.inputs != list(spec.input_names) or not set(spec.output_names) <= set(self.outputs):
+            raise PlanMismatch(
+                f"{path} binds inputs {self.inputs} and outputs {self.outputs}; this code expects "
+                f"{list(spec.input_names)} and {list(spec.output_names)}: rebuild the plan"
+            )
+        self.dtypes = {n: torch_dtype(engine.get_tensor_dtype(n)) for n in names}
+        self.ranges = {n: tuple(tuple(s) for s in engine.get_tensor_profile_shape(n, 0)) for n in self.inputs}
+        self._contexts: dict[int, Any] = {}
+        self._lock = threading.Lock()
+
+    def batch_range(self) -> tuple[int, int]:
+        """Smallest and largest batch the plan's profile accepts (its first input's first axis)."""
+        low, _, high = self.ranges[self.inputs[0]]
+        return int(low[0]), int(high[0])
+
+    def _context(self, stream: int) -> Any:
+        if stream not in self._contexts:
+            context = self.engine.create_execution_context()
+            if context is None:
+                raise BackendError(
+                    f"{self.spec.name}: TensorRT could not create an execution context (out of GPU memory?)"
+                )
+            self._contexts[stream] = context
+        return self._contexts[stream]
+
+    def _check_shape(self, name: str, shape: tuple[int, ...]) -> None:
+        low, _, high = self.ranges[name]
+        if len(shape) != len(low) or any(not lo <= s <= hi for s, lo, hi in zip(shape, low, high)):
+            axis = self.spec.inputs[self.inputs.index(name)].shape
+            raise BackendError(
+                f"{self.spec.name}: input {name} has shape {shape}; the plan {self.path.name} accepts "
+                f"{tuple(low)} to {tuple(high)} (axes {axis}). Batch limits live in compile/profiles.py; "
+                "change them there and rebuild the plan"
+            )
+
+    def run(self, inputs: Mapping[str, torch.Tensor], device: torch.device) -> dict[str, torch.Tensor]:
+        """Bind ``inputs`` and fresh outputs by address and enqueue on the current stream of ``device``."""
+        missing = [n for n in self.inputs if n not in inputs]
+        if missing:
+            raise BackendError(f"{self.spec.name}: missing input(s) {missing}")
+        stream = torch.cuda.current_stream(device)
+        # Casts made here stay referenced until the enqueue; after that the caching allocator may reuse
+        # their memory, but only for work ordered after this call on the same stream.
+        bound: list[torch.Tensor] = []
+        with self._lock:
+            context = self._context(stream.cuda_stream)
+            for name in self.inputs:
+                tensor = inputs[name]
+                if tensor.device != device:
+                    raise BackendError(
+                        f"{self.spec.name}: input {name} is on {tensor.device}; the plans run on {device} "
+                        "and this backend never copies between devices or to the host"
+                    )
+                tensor = tensor.to(self.dtypes[name]).contiguous()
+                self._check_shape(name, tuple(tensor.shape))
+                if not context.set_input_shape(name, tuple(tensor.shape)):
+                    raise BackendError(f"{self.spec.name}: TensorRT refused shape {tuple(tensor.shape)} for {name}")
+                context.set_tensor_address(name, tensor.data_ptr())
+                bound.append(tensor)
+            outputs = {}
+            for name in self.outputs:
+                out = torch.empty(tuple(context.get_tensor_shape(name)), dtype=self.dtypes[name], device=device)
+                context.set_tensor_address(name, out.data_ptr())
+                outputs[name] = out
+            if not context.execute_async_v3(stream.cuda_stream):
+                raise BackendError(f"{self.spec.name}: TensorRT could not enqueue {self.path.name}; its log says why")
+        return outputs
+
+
+class TensorRTBackend(Backend):
+    """Ditto's networks as TensorRT plans; float tensors are cast on device to each binding's dtype."""
+
+    name = "tensorrt"
+
+    def __init__(
+        self, plans: str | Path = "plans", checkpoints: str | Path | None = None, device: str | torch.device = "cuda"
+    ) -> None:
+        """Load the plans for this GPU from ``plans`` (a plan directory, or the root holding them).
+
+        With ``checkpoints`` (the directory of the official .pth files) every plan is checked
+        against the checkpoint it was built from; without it, the plans are trusted as built.
+        """
+        trt = import_tensorrt()
+        requested = torch.device(device)
+        if requested.type != "cuda":
+            raise BackendError(f"the TensorRT backend runs on a CUDA device, not {requested}")
+        gpu = present_gpu(requested.index if requested.index is not None else 0)
+        self.device = torch.device("cuda", gpu.index)
+        self.dtype = torch.float16
+        plan_dir = find_plan_dir(plans, gpu.arch, trt.__version__)
+        if plan_dir is None:
+            raise BackendError(
+                f"no TensorRT plans for {gpu.arch} ({gpu.name}) and TensorRT {trt.__version__} in {plans}; "
+                "build them once on this machine: "
+                f"python -m compile.build_plans --checkpoints <ditto_pytorch/models> --out {plans}"
+            )
+        try:
+            manifest = read_manifest(plan_dir)
+        except ManifestError as exc:
+            raise BackendError(str(exc)) from exc
+        missing = [n for n in REQUIRED_PLANS if n not in manifest.graphs]
+        if missing:
+            command = rebuild_command(manifest, missing, plan_dir.parent)
+            raise PlanMismatch(f"{plan_dir} has no plan for {', '.join(missing)}; build them: {command}")
+        hashes = None if checkpoints is None else _checkpoint_hashes(Path(checkpoints), manifest.graphs.values())
+        check_plans(
+            plan_dir,
+            manifest,
+            tensorrt_version=trt.__version__,
+            compute_capability=(gpu.major, gpu.minor),
+            gpu_name=gpu.name,
+            graphs=manifest.graphs,
+            checkpoint_sha256=hashes,
+        )
+        self.plan_dir = plan_dir
+        runtime = trt.Runtime(trt.Logger(trt.Logger.WARNING))
+        self._plans: dict[str, _Plan] = {}
+        with torch.cuda.device(self.device):
+            for name, entry in manifest.graphs.items():
+                path = plan_dir / entry.file
+                engine = runtime.deserialize_cuda_engine(path.read_bytes())
+                if engine is None:
+                    command = rebuild_command(manifest, [name], plan_dir.parent)
+                    raise PlanMismatch(f"TensorRT cannot load {path}; rebuild it: {command}")
+                self._plans[name] = _Plan(trt, SPECS[name], engine, path)
+        low, high = self._plans["warp_network"].batch_range()
+        self.render_batch_sizes = tuple(range(low, high + 1))
+        self.cond_width = int(self._plans["lmdm"].ranges["cond"][0][2])
+
+    @property
+    def graphs(self) -> tuple[str, ...]:
+        """Names of the loaded plans."""
+        return tuple(self._plans)
+
+    def batch_range(self, graph: str) -> tuple[int, int]:
+        """Smallest and largest batch the plan ``graph`` accepts."""
+        return self._plans[graph].batch_range()
+
+    def run(self, graph: str, **inputs: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Run one plan by name (e.g. ``hubert`` with ``input_values``) and return its outputs by name."""
+        if graph not in self._plans:
+            raise BackendError(f"{self.plan_dir} has no {graph} plan (it has {sorted(self._plans)})")
+        return self._plans[graph].run(inputs, self.device)
+
+    def lmdm(
+        self, x: torch.Tensor, cond_frame: torch.Tensor, cond: torch.Tensor, time_cond: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        out = self.run("lmdm", x=x, cond_frame=cond_frame, cond=cond, time_cond=time_cond)
+        return out["pred_noise"], out["x_start"]
+
+    def stitch(self, kp_source: torch.Tensor, kp_driving: torch.Tensor) -> torch.Tensor:
+        return self.run("stitch_network", kp_source=kp_source, kp_driving=kp_driving)["out"]
+
+    def warp(self, feature_3d: torch.Tensor, kp_source: torch.Tensor, kp_driving: torch.Tensor) -> torch.Tensor:
+        return self.run("warp_network", feature_3d=feature_3d, kp_source=kp_source, kp_driving=kp_driving)["out"]
+
+    def decode(self, feature: torch.Tensor) -> torch.Tensor:
+        return self.run("decoder", feature=feature)["output"]
+
+    def appearance(self, image: torch.Tensor) -> torch.Tensor:
+        return self.run("appearance_extractor", image=image)["pred"]
+
+    def motion(self, image: torch.Tensor) -> dict[str, torch.Tensor]:
+        return self.run("motion_extractor", image=image)
+
+    def render(self, feature_3d: torch.Tensor, kp_source: torch.Tensor, kp_driving: torch.Tensor) -> torch.Tensor:
+        """The merged warp+decode plan when it was built, else warp then decode."""
+        if "warp_decoder" in self._plans:
+            return self.run("warp_decoder", feature_3d=feature_3d, kp_source=kp_source, kp_driving=kp_driving)["output"]
+        return super().render(feature_3d, kp_source, kp_driving)
+
+
+def _checkpoint_hashes(directory: Path, entries: Any) -> dict[str, str]:
+    """sha256 of each checkpoint file the plans were built from, read from ``directory``."""
+    files = sorted({f for entry in entries for f in entry.checkpoints})
+    missing = [f for f in files if not (directory / f).is_file()]
+    if missing:
+        raise BackendError(
+            f"checkpoint file(s) {missing} not found in {directory}, so the plans cannot be checked against them"
+        )
+    return {f: file_sha256(directory / f) for f in files}

@@ -1,0 +1,197 @@
+"""Manifests round-trip as plain JSON, reject malformed files, and name the plans a machine must rebuild."""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from compile.manifest import (
+    MANIFEST_FILE,
+    GraphEntry,
+    Manifest,
+    ManifestError,
+    PlanMismatch,
+    check_plans,
+    compute_capability_name,
+    file_sha256,
+    find_plan_dir,
+    parse_compute_capability,
+    plan_dir_name,
+    read_manifest,
+    rebuild_command,
+    write_manifest,
+)
+from engine.backends.base import BackendError
+
+CHECKPOINT_SHA = "c" * 64
+
+
+def make_plans(directory: Path, **overrides) -> Manifest:
+    """A plan directory with two small 'plan' files and their manifest, as build_plans writes it."""
+    directory.mkdir(parents=True, exist_ok=True)
+    graphs = {}
+    for name in ("decoder", "stitch_network"):
+        (directory / f"{name}.plan").write_bytes(name.encode() * 100)
+        graphs[name] = GraphEntry(
+            file=f"{name}.plan",
+            sha256=file_sha256(directory / f"{name}.plan"),
+            checkpoints={f"{name}.pth": CHECKPOINT_SHA},
+            precision="fp16" if name == "decoder" else "fp32",
+            profiles={"feature": [[1, 256, 64, 64], [5, 256, 64, 64], [10, 256, 64, 64]]},
+            settings={"builder_optimization_level": 5},
+            onnx_sha256="0" * 64,
+            built_at="2026-01-01T00:00:00+00:00",
+            seconds=12.5,
+        )
+    manifest = Manifest(
+        kind="plans", checkpoints_dir="/ckpt", tensorrt_version="10.8.0", compute_capability="sm_89",
+        gpu_name="NVIDIA GeForce RTX 4090", build_flags={"builder_optimization_level": 5}, graphs=graphs,
+        created="2026-01-01T00:00:00+00:00",
+    )
+    manifest = replace(manifest, **overrides)
+    write_manifest(directory, manifest)
+    return manifest
+
+
+def check(directory: Path, manifest: Manifest, **overrides) -> None:
+    kwargs = dict(
+        tensorrt_version="10.8.0", compute_capability=(8, 9), gpu_name="NVIDIA GeForce RTX 4090",
+        graphs=["decoder", "stitch_network"],
+        checkpoint_sha256={"decoder.pth": CHECKPOINT_SHA, "stitch_network.pth": CHECKPOINT_SHA},
+    )
+    check_plans(directory, manifest, **{**kwargs, **overrides})
+
+
+def test_round_trip_is_plain_json(tmp_path) -> None:
+    written = make_plans(tmp_path)
+    assert read_manifest(tmp_path) == written
+    raw = json.loads((tmp_path / MANIFEST_FILE).read_text())
+    assert raw["graphs"]["decoder"]["checkpoints"] == {"decoder.pth": CHECKPOINT_SHA}
+    assert raw["tensorrt_version"] == "10.8.0" and raw["compute_capability"] == "sm_89"
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (lambda raw: "not json {", "not readable JSON"),
+        (lambda raw: json.dumps([1, 2]), "not a JSON object"),
+        (lambda raw: json.dumps({**raw, "format": 99}), "format 99"),
+        (lambda raw: json.dumps({**raw, "kind": "pickles"}), "kind 'pickles'"),
+        (lambda raw: json.dumps({k: v for k, v in raw.items() if k != "gpu_name"}), "lacks ['gpu_name']"),
+        (lambda raw: json.dumps({**raw, "tensorrt_version": 10}), "'tensorrt_version' is 10"),
+        (lambda raw: json.dumps({**raw, "graphs": {"decoder": {**raw["graphs"]["decoder"], "seconds": "x"}}}), "'seconds'"),
+    ],
+)
+def test_malformed_manifests_are_refused_by_name(tmp_path, edit, message) -> None:
+    make_plans(tmp_path)
+    path = tmp_path / MANIFEST_FILE
+    path.write_text(edit(json.loads(path.read_text())))
+    with pytest.raises(ManifestError, match=re.escape(message)) as caught:
+        read_manifest(tmp_path)
+    assert str(path) in str(caught.value)
+
+
+def test_missing_manifest_says_who_writes_it(tmp_path) -> None:
+    with pytest.raises(ManifestError, match="compile.build_plans"):
+        read_manifest(tmp_path)
+
+
+def test_matching_machine_passes(tmp_path) -> None:
+    check(tmp_path, make_plans(tmp_path))
+
+
+def test_other_tensorrt_version_asks_to_rebuild_all(tmp_path) -> None:
+    manifest = make_plans(tmp_path)
+    with pytest.raises(PlanMismatch, match=r"built with TensorRT 10\.8\.0, this machine has TensorRT 10\.9\.0.*Rebuild all"):
+        check(tmp_path, manifest, tensorrt_version="10.9.0")
+
+
+def test_other_gpu_names_both_architectures_and_offers_hardware_compat(tmp_path) -> None:
+    manifest = make_plans(tmp_path)
+    with pytest.raises(PlanMismatch) as caught:
+        check(tmp_path, manifest, compute_capability=(12, 0), gpu_name="NVIDIA GeForce RTX 5090")
+    message = str(caught.value)
+    assert "sm_89 (NVIDIA GeForce RTX 4090)" in message and "(NVIDIA GeForce RTX 5090) is sm_120" in message
+    assert "--hardware-compat ampere+" in message
+    assert isinstance(caught.value, BackendError)  # the engine treats it as 'this backend cannot run here'
+
+
+def test_hardware_compatible_plans_load_on_any_ampere_or_newer_gpu(tmp_path) -> None:
+    manifest = make_plans(tmp_path, hardware_compat="ampere+")
+    for capability in ((8, 0), (8, 9), (9, 0), (12, 0)):
+        check(tmp_path, manifest, compute_capability=capability)
+    with pytest.raises(PlanMismatch, match="sm_75"):
+        check(tmp_path, manifest, compute_capability=(7, 5))
+
+
+def test_changed_checkpoint_names_the_plan_and_the_command(tmp_path) -> None:
+    manifest = make_plans(tmp_path)
+    with pytest.raises(PlanMismatch) as caught:
+        check(tmp_path, manifest, checkpoint_sha256={"decoder.pth": "d" * 64, "stitch_network.pth": CHECKPOINT_SHA})
+    message = str(caught.value)
+    assert "decoder: decoder.plan was built from a decoder.pth with sha256 cccccccccccc" in message
+    assert "stitch_network:" not in message
+    assert "python -m compile.build_plans --checkpoints /ckpt --networks decoder" in message
+
+
+def test_missing_or_altered_plan_file_is_named(tmp_path) -> None:
+    manifest = make_plans(tmp_path)
+    (tmp_path / "decoder.plan").unlink()
+    (tmp_path / "stitch_network.plan").write_bytes(b"truncated")
+    with pytest.raises(PlanMismatch) as caught:
+        check(tmp_path, manifest)
+    message = str(caught.value)
+    assert "decoder.plan is missing" in message and "stitch_network.plan differs" in message
+    assert "--networks decoder stitch_network" in message
+
+
+def test_graph_absent_from_the_manifest_is_named(tmp_path) -> None:
+    manifest = make_plans(tmp_path)
+    with pytest.raises(PlanMismatch, match="lmdm: no plan in"):
+        check(tmp_path, manifest, graphs=["decoder", "lmdm"])
+
+
+def test_onnx_directory_is_not_a_plan_directory(tmp_path) -> None:
+    manifest = make_plans(tmp_path, kind="onnx")
+    with pytest.raises(PlanMismatch, match="holds ONNX graphs, not TensorRT plans"):
+        check(tmp_path, manifest)
+
+
+def test_recipe_ignores_file_hash_and_time_but_not_inputs() -> None:
+    entry = GraphEntry("a.onnx", "1" * 64, {"a.pth": "2" * 64}, "fp32", {}, {"opset": 17})
+    assert entry.same_recipe(replace(entry, sha256="3" * 64, built_at="later", seconds=99.0))
+    assert not entry.same_recipe(replace(entry, checkpoints={"a.pth": "4" * 64}))
+    assert not entry.same_recipe(replace(entry, settings={"opset": 20}))
+
+
+def test_compute_capability_names() -> None:
+    assert compute_capability_name(8, 9) == "sm_89" and compute_capability_name(12, 0) == "sm_120"
+    assert parse_compute_capability("sm_120") == (12, 0) and parse_compute_capability("sm_86") == (8, 6)
+    with pytest.raises(ValueError, match="sm_XY"):
+        parse_compute_capability("ada")
+
+
+def test_plan_directories_are_found_per_gpu_and_tensorrt(tmp_path) -> None:
+    assert plan_dir_name("sm_89", "10.8.0") == "sm_89-trt10.8.0"
+    assert plan_dir_name("sm_89", "10.8.0", "ampere+") == "ampere_plus-trt10.8.0"
+    assert find_plan_dir(tmp_path, "sm_89", "10.8.0") is None
+    make_plans(tmp_path / "ampere_plus-trt10.8.0", hardware_compat="ampere+")
+    assert find_plan_dir(tmp_path, "sm_89", "10.8.0") == tmp_path / "ampere_plus-trt10.8.0"
+    assert find_plan_dir(tmp_path, "sm_75", "10.8.0") is None
+    make_plans(tmp_path / "sm_89-trt10.8.0")
+    assert find_plan_dir(tmp_path, "sm_89", "10.8.0") == tmp_path / "sm_89-trt10.8.0"
+    assert find_plan_dir(tmp_path / "sm_89-trt10.8.0", "sm_120", "11.0") == tmp_path / "sm_89-trt10.8.0"
+
+
+def test_rebuild_command_keeps_the_target_options() -> None:
+    manifest = Manifest(
+        kind="plans", checkpoints_dir="/m", hardware_compat="ampere+", build_flags={"grid_sample": "opset20"}
+    )
+    assert rebuild_command(manifest, ["lmdm"], "plans") == (
+        "python -m compile.build_plans --checkpoints /m --networks lmdm --out plans "
+        "--hardware-compat ampere+ --grid-sample opset20"
+    )
