@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# Install what the demo needs on a fresh machine, then render it: bundled speech, scikit-image's
+# astronaut, random weights (not a face). GPU when there is one; a short CPU render otherwise.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+if ! python3 -c "import torch" 2>/dev/null; then
+    python3 -m pip install --quiet "torch==2.13.0"
+fi
+python3 -m pip install --quiet -e ".[face]"
+exec python3 -m engine.render --demo --out "${1:-ditto_demo.mp4}"
