@@ -10,7 +10,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-import av
 import cv2
 import numpy as np
 from PIL import Image, ImageOps, UnidentifiedImageError
@@ -98,6 +97,8 @@ def _read_image(path: Path) -> np.ndarray | None:
 
 def _read_video(path: Path, max_side: int) -> tuple[list[np.ndarray], float | None, tuple[int, int]] | None:
     """All frames of the first video stream in ``path``, resized; None if it is no video."""
+    import av  # only videos need FFmpeg
+
     try:
         container = av.open(str(path))
     except av.error.FFmpegError:
