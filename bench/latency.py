@@ -16,11 +16,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-import numpy as np
 import torch
 
 from engine.engine import LIVE_OVERLAP, Engine
-from engine.session import FPS, SAMPLE_RATE
 
 RENDER_BATCHES = (1, 5, 8, 16)
 

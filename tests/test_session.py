@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import math
 from fractions import Fraction
-from pathlib import Path
 
 import numpy as np
 import pytest

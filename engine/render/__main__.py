@@ -19,7 +19,7 @@ from tqdm import tqdm
 
 from engine.audio.files import read_audio
 from engine.engine import OFFLINE_OVERLAP, RANDOM_WEIGHTS_NOTICE, Engine, models_dir, random_checkpoints
-from engine.session import FPS, SAMPLE_RATE
+from engine.session import FPS
 
 CPU_DEMO_SECONDS = 0.4
 

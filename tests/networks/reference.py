@@ -12,6 +12,7 @@ import sys
 from types import ModuleType
 
 import pytest
+import torch
 
 
 def reference_modules() -> ModuleType:
@@ -23,3 +24,8 @@ def reference_modules() -> ModuleType:
     if root not in sys.path:
         sys.path.insert(0, root)
     return importlib.import_module("core.models.modules")
+
+
+def max_rel_err(ours: torch.Tensor, ref: torch.Tensor) -> float:
+    """max|ours − ref| / max|ref|: the parity measure used against the reference."""
+    return ((ours.float() - ref.float()).abs().max() / ref.float().abs().max()).item()

@@ -5,7 +5,6 @@ Weights are deterministic random ones in the official layout; f_s from them is n
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -14,26 +13,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from engine.networks import OFFICIAL_FILENAMES, CheckpointError, load_network
+from engine.networks import CheckpointError, load_network
 from engine.networks import appearance_extractor as ae
 from engine.networks.checkpoints import read_checkpoint
-from tests.networks.reference import reference_modules
+from tests.networks.reference import max_rel_err, reference_modules
 
 NAME = "appearance_extractor"
-
-
-def max_rel_err(ours: torch.Tensor, ref: torch.Tensor) -> float:
-    return ((ours.float() - ref.float()).abs().max() / ref.float().abs().max()).item()
-
-
-@pytest.fixture(scope="module")
-def checkpoint(checkpoint_dir: Callable[..., Path]) -> Path:
-    return checkpoint_dir(NAME) / OFFICIAL_FILENAMES[NAME]
-
-
-@pytest.fixture(scope="module")
-def network(checkpoint: Path) -> nn.Module:
-    return load_network(NAME, checkpoint)
 
 
 @pytest.fixture(scope="module")

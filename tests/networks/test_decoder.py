@@ -20,16 +20,12 @@ from torch import nn
 from engine.networks import OFFICIAL_FILENAMES, load_network
 from engine.networks import decoder as dec
 from engine.networks.checkpoints import load_strict, read_checkpoint
-from tests.networks.reference import reference_modules
+from tests.networks.reference import max_rel_err, reference_modules
 
 NAME = "decoder"
 SPECTRAL_CONVS = [f"G_middle_{i}.conv_{j}" for i in range(6) for j in (0, 1)] + [
     f"up_{i}.conv_{j}" for i in (0, 1) for j in ("0", "1", "s")
 ]
-
-
-def max_rel_err(ours: torch.Tensor, ref: torch.Tensor) -> float:
-    return ((ours.float() - ref.float()).abs().max() / ref.float().abs().max()).item()
 
 
 @pytest.fixture(scope="module")

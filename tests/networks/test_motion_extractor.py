@@ -6,7 +6,6 @@ Weights are deterministic random ones in the official layout; the poses they rea
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -15,27 +14,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from engine.networks import OFFICIAL_FILENAMES, load_network
+from engine.networks import load_network
 from engine.networks import motion_extractor as me
 from engine.networks.checkpoints import read_checkpoint
-from tests.networks.reference import reference_modules
+from tests.networks.reference import max_rel_err, reference_modules
 
 NAME = "motion_extractor"
 SHAPES = {"pitch": (66,), "yaw": (66,), "roll": (66,), "t": (3,), "exp": (63,), "scale": (1,), "kp": (63,)}
-
-
-def max_rel_err(ours: torch.Tensor, ref: torch.Tensor) -> float:
-    return ((ours.float() - ref.float()).abs().max() / ref.float().abs().max()).item()
-
-
-@pytest.fixture(scope="module")
-def checkpoint(checkpoint_dir: Callable[..., Path]) -> Path:
-    return checkpoint_dir(NAME) / OFFICIAL_FILENAMES[NAME]
-
-
-@pytest.fixture(scope="module")
-def network(checkpoint: Path) -> nn.Module:
-    return load_network(NAME, checkpoint)
 
 
 @pytest.fixture(scope="module")

@@ -5,29 +5,17 @@ Weights are deterministic random ones in the official layout, not the trained st
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 import torch
 from torch import nn
 
-from engine.networks import OFFICIAL_FILENAMES, load_network
 from engine.networks import stitch_network as sn
 from engine.networks.checkpoints import read_checkpoint
 from tests.networks.reference import reference_modules
 
 NAME = "stitch_network"
-
-
-@pytest.fixture(scope="module")
-def checkpoint(checkpoint_dir: Callable[..., Path]) -> Path:
-    return checkpoint_dir(NAME) / OFFICIAL_FILENAMES[NAME]
-
-
-@pytest.fixture(scope="module")
-def network(checkpoint: Path) -> nn.Module:
-    return load_network(NAME, checkpoint)
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import copy
 import itertools
-from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -15,18 +14,14 @@ import pytest
 import torch
 from torch import nn
 
-from engine.networks import OFFICIAL_FILENAMES, load_network
+from engine.networks import load_network
 from engine.networks import dense_motion as dm
 from engine.networks import warp_network as wn
 from engine.networks.checkpoints import read_checkpoint
-from tests.networks.reference import reference_modules
+from tests.networks.reference import max_rel_err, reference_modules
 
 NAME = "warp_network"
 SMALL = {"num_kp": 3, "feature_channels": 4, "depth": 4, "compressed": 2, "hourglass_widths": (4, 8, 16), "out_channels": 8}
-
-
-def max_rel_err(ours: torch.Tensor, ref: torch.Tensor) -> float:
-    return ((ours.float() - ref.float()).abs().max() / ref.float().abs().max()).item()
 
 
 def warp_inputs(batch: int, seed: int, size: tuple[int, int, int, int] = (32, 16, 64, 64), num_kp: int = 21):
@@ -65,16 +60,6 @@ def small_network(seed: int = 11) -> wn.WarpingNetwork:
     net = wn.WarpingNetwork(**SMALL)
     wn.randomize(net, torch.Generator().manual_seed(seed))
     return net.eval()
-
-
-@pytest.fixture(scope="module")
-def checkpoint(checkpoint_dir: Callable[..., Path]) -> Path:
-    return checkpoint_dir(NAME) / OFFICIAL_FILENAMES[NAME]
-
-
-@pytest.fixture(scope="module")
-def network(checkpoint: Path) -> nn.Module:
-    return load_network(NAME, checkpoint)
 
 
 @pytest.fixture(scope="module")
