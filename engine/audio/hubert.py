@@ -114,6 +114,9 @@ class TorchHubertRunner:
         """Chunks (B, N) -> encodings (B, T, 1024) float32 on ``device``."""
         if chunks.ndim != 2:
             raise ValueError(f"chunks must be (B, N), got {tuple(chunks.shape)}")
+        if self.device.type == "cuda":
+            # Audio is the one thing that crosses to the GPU: a pinned copy lets it go asynchronously.
+            chunks = chunks.to(torch.float32).pin_memory().to(self.device, non_blocking=True)
         out = self.module(chunks.to(self.device, torch.float32))
         if out.ndim != 3 or out.shape[0] != chunks.shape[0] or out.shape[2] != FEATURE_DIM:
             raise ValueError(f"the module must return (B, T, {FEATURE_DIM}), it returned {tuple(out.shape)}")
