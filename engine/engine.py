@@ -75,14 +75,19 @@ class Engine:
         backend: str = "torch",
         steps: int = DEFAULT_STEPS,
         plans: str | Path | None = None,
+        compile_networks: bool = True,
     ) -> Engine:
-        """Load the networks from official checkpoints (or random stand-ins when None) onto ``device``."""
+        """Load the networks from official checkpoints (or random stand-ins when None) onto ``device``.
+
+        ``compile_networks`` (torch backend, CUDA): fuse kernels with torch.compile; it costs about a
+        minute at start and per new batch size, and pays off for live serving and long renders.
+        """
         device = torch.device(device) if device is not None else default_device()
         folder = models_dir(checkpoints) if checkpoints is not None else random_checkpoints()
         if backend == "auto":
             backend = "tensorrt" if plans is not None else "torch"
         if backend == "torch":
-            nets = TorchBackend(folder, device=device)
+            nets = TorchBackend(folder, device=device, compile_networks=compile_networks)
         elif backend == "tensorrt":
             from engine.backends.tensorrt_backend import TensorRTBackend
 

@@ -82,3 +82,26 @@ def test_pushing_after_the_end_is_refused(engine: Engine, avatar) -> None:
     with pytest.raises(RuntimeError, match="ended"):
         session.push_audio(np.zeros(100, np.float32), 16_000)
     assert session.take_all() == []
+
+
+def test_a_live_session_idles_on_silence_when_no_audio_comes(engine: Engine, avatar) -> None:
+    session = engine.session(avatar, overlap=75)
+
+    async def wait_without_audio() -> None:
+        frames = session.frames(live=True, poll=0.01)
+        task = asyncio.ensure_future(frames.__anext__())
+        await asyncio.sleep(0.3)
+        task.cancel()
+
+    asyncio.run(wait_without_audio())
+    assert session.motion.samples_in in (3200, 6400), "one 200 ms hop of silence per hop of wall time"
+
+
+def test_interrupt_drops_speech_that_has_not_become_motion(engine: Engine, avatar) -> None:
+    session = engine.session(avatar, overlap=75)
+    session.push_audio(np.full(4000, 0.2, np.float32), 16_000)  # short of the first hop's look-ahead
+    assert session.motion.samples_in == 4000
+    session.interrupt()
+    assert session.motion.samples_in == 0
+    session.end()
+    assert session.take_all() == []
