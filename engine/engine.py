@@ -57,7 +57,9 @@ class Engine:
         self.device = backend.device
         self.hubert = hubert
         self.steps = steps
-        self.use_graphs = use_graphs
+        # Graph capture is the torch backend's; TensorRT plans are enqueued call by call until a real
+        # TensorRT has shown that capturing execute_async_v3 with per-stream contexts works here.
+        self.use_graphs = use_graphs and isinstance(backend, TorchBackend)
         self.render_batch = render_batch or (8 if self.device.type == "cuda" else 2)
         self.cond_width = backend.cond_width
         self._samplers: dict[int, GraphedSampler] = {}
