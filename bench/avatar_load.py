@@ -17,11 +17,10 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from PIL import Image
-from skimage import data
 
 from avatars.cache import load_avatar
 from avatars.register import register
+from engine.assets import write_demo_portrait
 from engine.networks import write_random_checkpoints
 
 
@@ -64,8 +63,7 @@ def main() -> None:
         root = Path(tmp)
         checkpoints = root / "checkpoints"
         write_random_checkpoints(checkpoints, seed=0, names=("motion_extractor", "appearance_extractor"))
-        portrait = root / "astronaut.png"
-        Image.fromarray(data.astronaut()).save(portrait)
+        portrait = write_demo_portrait(root)
 
         register_s = []
         for _ in range(2):  # the first includes imports and model initialisation

@@ -159,15 +159,13 @@ def load_bench_avatar(name: str | None, device: torch.device):
         return load_avatar(name, device)
     import tempfile
 
-    from PIL import Image
-
     from avatars.register import register
-    from engine.assets import demo_portrait
+    from engine.assets import write_demo_portrait
     from engine.engine import random_checkpoints
 
     folder = Path(tempfile.mkdtemp())
-    Image.fromarray(demo_portrait()).save(folder / "astronaut.png")
-    cache = register(folder / "astronaut.png", "bench", random_checkpoints(), device=device, cache_dir=folder, random_weights=True)
+    portrait = write_demo_portrait(folder)
+    cache = register(portrait, "bench", random_checkpoints(), device=device, cache_dir=folder, random_weights=True)
     return load_avatar(cache, device)
 
 

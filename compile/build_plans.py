@@ -45,7 +45,9 @@ from compile.trt_build import (
     present_gpu,
 )
 from engine.backends.base import BackendError
-from engine.engine import HUBERT_FILE, models_dir
+from engine.audio.hubert import OFFICIAL_FILE as HUBERT_FILE
+from engine.audio.hubert import find_official_hubert
+from engine.engine import models_dir
 from engine.networks import OFFICIAL_FILENAMES, CheckpointError, write_random_checkpoints
 
 TIMING_CACHE = "timing.cache"
@@ -79,14 +81,6 @@ def _parser() -> argparse.ArgumentParser:
         help="first write deterministic random checkpoints where files are missing (the pictures are not faces)")
     add("--opt-level", type=int, choices=range(6), default=5, help="TensorRT builder optimisation level")
     return parser
-
-
-def find_hubert(models: Path) -> Path | None:
-    """The published streaming HuBERT ONNX in ``../aux_models`` of the models folder (or beside it), if present."""
-    for candidate in (models.parent / "aux_models" / HUBERT_FILE, models / HUBERT_FILE):
-        if candidate.is_file():
-            return candidate
-    return None
 
 
 def _log(message: str) -> None:
@@ -242,7 +236,7 @@ def run(args: argparse.Namespace) -> int:
         _log("note: random weights: every graph and plan is real, but the pictures they make are not faces")
     if not checkpoints.is_dir():
         raise CheckpointError(f"--checkpoints {checkpoints} is not a directory")
-    hubert = find_hubert(checkpoints)
+    hubert = find_official_hubert(checkpoints)
     names = list(dict.fromkeys(args.networks or DEFAULT_GRAPHS))
     if "warp_decoder" in names:  # composed from these two graphs, which are exported (and built) first
         names = ["warp_network", "decoder"] + [n for n in names if n not in ("warp_network", "decoder")]

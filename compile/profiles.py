@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from compile.trilinear import GRID_SAMPLE_SCOPE
+from engine.networks.checkpoints import NETWORK_NAMES
 
 BATCH = "batch"
 
@@ -161,15 +162,7 @@ SPECS: dict[str, GraphSpec] = {
 }
 
 # Built by default; ``warp_decoder`` (warp and decode merged into one graph) only on request.
-DEFAULT_GRAPHS: tuple[str, ...] = (
-    "appearance_extractor",
-    "motion_extractor",
-    "warp_network",
-    "decoder",
-    "stitch_network",
-    "lmdm",
-    "hubert",
-)
+DEFAULT_GRAPHS: tuple[str, ...] = (*NETWORK_NAMES, "hubert")
 
 
 class ProfileError(ValueError):

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from engine.audio.hubert import CHUNK_SAMPLES, OnnxHubertRunner, TorchHubertRunner, valid_features
+from engine.audio.hubert import CHUNK_SAMPLES, OnnxHubertRunner, TorchHubertRunner, find_official_hubert, valid_features
 from engine.audio.standin_hubert import build_standin
 from engine.backends.base import Backend, BackendError
 from engine.backends.torch_backend import TorchBackend, default_device
@@ -21,7 +21,6 @@ from engine.session import HOP_FRAMES, Session
 if TYPE_CHECKING:
     from avatars.cache import Avatar
 
-HUBERT_FILE = "hubert_streaming_fix_kv.onnx"
 LIVE_OVERLAP = 75
 OFFLINE_OVERLAP = 10
 RANDOM_WEIGHTS_NOTICE = (
@@ -118,8 +117,7 @@ class Engine:
 
 def hubert_runner(checkpoints: str | Path | None, device: torch.device):
     """The official streaming HuBERT ONNX when the checkpoints have it, else our stand-in on ``device``."""
-    if checkpoints is not None:
-        path = Path(checkpoints) / "ditto_pytorch" / "aux_models" / HUBERT_FILE
-        if path.is_file():
-            return OnnxHubertRunner(path)
+    path = find_official_hubert(models_dir(checkpoints)) if checkpoints is not None else None
+    if path is not None:
+        return OnnxHubertRunner(path)
     return TorchHubertRunner(build_standin(), device=device)

@@ -12,14 +12,12 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
-from engine.audio.hubert import FEATURE_DIM, HubertFeatureStream
+from engine.audio.hubert import FEATURE_DIM, FRAME_SAMPLES, HubertFeatureStream
 from engine.diffusion.windows import MotionWindows
 from engine.motion.conditions import ConditionBuilder
 
 if TYPE_CHECKING:
     from engine.diffusion.graphed import GraphedSampler
-
-SAMPLES_PER_FRAME = 640
 
 
 class MotionStream:
@@ -38,7 +36,6 @@ class MotionStream:
         """``sampler`` may be shared by sessions; the initial noise of each window comes from this stream's own seeded generator."""
         self.device = source_motion.device
         self._generator = torch.Generator(self.device).manual_seed(seed)
-        self._hubert = hubert
         self._sampler = sampler
         self._conditions = conditions
         self._silence = silence_feature.to(self.device)
@@ -82,7 +79,7 @@ class MotionStream:
         keep = min(max(used - self._offset, 0), self._features.shape[0])
         self._features = self._features[:keep]
         self._features_stream.reset()
-        self.samples_in = min(self.samples_in, (self._offset + keep) * SAMPLES_PER_FRAME)
+        self.samples_in = min(self.samples_in, (self._offset + keep) * FRAME_SAMPLES)
 
     def _append(self, features: torch.Tensor) -> None:
         if features.shape[0]:

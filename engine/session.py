@@ -24,8 +24,9 @@ import torch
 
 from engine.audio.pcm import StreamingResampler
 from engine.motion.conditions import ConditionBuilder, Emotion, mirror_index
-from engine.motion_stream import SAMPLES_PER_FRAME, MotionStream
-from engine.motion.stitching import DRIVEN_KEYS_IMAGE, DRIVEN_KEYS_VIDEO, MotionStitcher
+from engine.audio.hubert import FRAME_SAMPLES, SAMPLE_RATE
+from engine.motion_stream import MotionStream
+from engine.motion.stitching import DRIVEN_KEYS_IMAGE, DRIVEN_KEYS_VIDEO, SOURCE_KEYS, MotionStitcher
 from engine.motion.vector import join_motion
 from engine.render.paste_back import PasteBack
 
@@ -34,9 +35,7 @@ if TYPE_CHECKING:
     from engine.engine import Engine
 
 FPS = 25
-SAMPLE_RATE = 16_000
 HOP_FRAMES = 5
-MOTION_PARTS = ("pitch", "yaw", "roll", "t", "exp", "scale", "kp")
 
 
 @dataclass
@@ -70,7 +69,7 @@ class Session:
         self._seed = seed
         self._f_s = avatar.f_s.to(self.device, engine.backend.dtype)
         self._avatar_frames = avatar.f_s.shape[0]
-        self._source = {k: getattr(avatar, k).to(self.device, torch.float32) for k in MOTION_PARTS}
+        self._source = {k: getattr(avatar, k).to(self.device, torch.float32) for k in SOURCE_KEYS}
         self._paste = PasteBack(avatar.frames.to(self.device), avatar.M_c2o.to(self.device), avatar.mask_crop.to(self.device))
         cuda = self.device.type == "cuda"
         self._diffusion_stream = torch.cuda.Stream(self.device) if cuda else None
@@ -116,8 +115,7 @@ class Session:
     def interrupt(self) -> None:
         """Drop speech not yet turned into motion; the stream goes on from silence within one hop."""
         self.motion.interrupt()
-        if self._resampler is not None:
-            self._resampler = StreamingResampler(self._rate or SAMPLE_RATE, self._channels or 1)
+        self._resampler = None
         self._audio = self._audio[: max(self.motion.samples_in - self._audio_offset, 0)]
 
     # -- frames out -----------------------------------------------------------------------
@@ -214,16 +212,16 @@ class Session:
                 for j in range(images.shape[0]):
                     self._queue.append(Frame(first + lo + j, images[j], self._frame_audio(first + lo + j), event))
         self._frames_out += count
-        drop = self._frames_out * SAMPLES_PER_FRAME - self._audio_offset
+        drop = self._frames_out * FRAME_SAMPLES - self._audio_offset
         if drop > 0:
             self._audio = self._audio[drop:]
             self._audio_offset += drop
 
     def _frame_audio(self, index: int) -> np.ndarray:
         """The 640 samples frame ``index`` speaks (zeros past the end of the audio)."""
-        lo = index * SAMPLES_PER_FRAME - self._audio_offset
-        chunk = self._audio[max(lo, 0) : max(lo + SAMPLES_PER_FRAME, 0)]
-        return np.pad(chunk, (0, SAMPLES_PER_FRAME - chunk.size)) if chunk.size < SAMPLES_PER_FRAME else chunk.copy()
+        lo = index * FRAME_SAMPLES - self._audio_offset
+        chunk = self._audio[max(lo, 0) : max(lo + FRAME_SAMPLES, 0)]
+        return np.pad(chunk, (0, FRAME_SAMPLES - chunk.size)) if chunk.size < FRAME_SAMPLES else chunk.copy()
 
     @staticmethod
     def _on(stream: torch.cuda.Stream | None) -> contextlib.AbstractContextManager:

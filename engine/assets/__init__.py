@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import wave
 from importlib.resources import files
+from pathlib import Path
 
 import numpy as np
 
@@ -32,3 +33,12 @@ def demo_portrait() -> np.ndarray:
     except ImportError as exc:
         raise ImportError("demo_portrait() needs scikit-image: pip install 'ditto-live[face]'") from exc
     return data.astronaut()
+
+
+def write_demo_portrait(directory: str | Path) -> Path:
+    """Save the demo portrait as ``astronaut.png`` in ``directory`` (registration reads image files)."""
+    from PIL import Image
+
+    path = Path(directory) / "astronaut.png"
+    Image.fromarray(demo_portrait()).save(path)
+    return path

@@ -27,6 +27,7 @@ CHUNK_SAMPLES = (PAST_FRAMES + CURRENT_FRAMES + FUTURE_FRAMES) * FRAME_SAMPLES +
 HOP_SAMPLES = CURRENT_FRAMES * FRAME_SAMPLES
 LEAD_ZEROS = PAST_FRAMES * FRAME_SAMPLES
 FEATURE_DIM = 1024
+OFFICIAL_FILE = "hubert_streaming_fix_kv.onnx"
 INPUT_NAME = "input_values"
 OUTPUT_NAME = "encoding_out"
 MAX_BATCH = 32
@@ -98,6 +99,14 @@ class OnnxHubertRunner:
         return torch.stack([self.encode(chunk[None]) for chunk in chunks])
 
 
+def find_official_hubert(models: Path) -> Path | None:
+    """The published streaming HuBERT ONNX in ``../aux_models`` of the models folder (or beside it), if present."""
+    for candidate in (models.parent / "aux_models" / OFFICIAL_FILE, models / OFFICIAL_FILE):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
 class TorchHubertRunner:
     """A batched PyTorch encoder module, (B, N) -> (B, T, 1024), on any device, in fp32.
 
@@ -114,10 +123,11 @@ class TorchHubertRunner:
         """Chunks (B, N) -> encodings (B, T, 1024) float32 on ``device``."""
         if chunks.ndim != 2:
             raise ValueError(f"chunks must be (B, N), got {tuple(chunks.shape)}")
+        chunks = chunks.to(torch.float32)
         if self.device.type == "cuda":
-            # Audio is the one thing that crosses to the GPU: a pinned copy lets it go asynchronously.
-            chunks = chunks.to(torch.float32).pin_memory().to(self.device, non_blocking=True)
-        out = self.module(chunks.to(self.device, torch.float32))
+            # Audio is the one thing that crosses to the GPU: from pinned memory the copy is asynchronous.
+            chunks = chunks.pin_memory()
+        out = self.module(chunks.to(self.device, non_blocking=True))
         if out.ndim != 3 or out.shape[0] != chunks.shape[0] or out.shape[2] != FEATURE_DIM:
             raise ValueError(f"the module must return (B, T, {FEATURE_DIM}), it returned {tuple(out.shape)}")
         return out

@@ -28,15 +28,9 @@ from compile.manifest import (
 from compile.profiles import SPECS, GraphSpec
 from compile.trt_build import import_tensorrt, present_gpu
 from engine.backends.base import Backend, BackendError
+from engine.networks import NETWORK_NAMES
 
-REQUIRED_PLANS: tuple[str, ...] = (
-    "appearance_extractor",
-    "motion_extractor",
-    "warp_network",
-    "decoder",
-    "stitch_network",
-    "lmdm",
-)
+REQUIRED_PLANS: tuple[str, ...] = NETWORK_NAMES
 _TORCH_DTYPES: dict[str, torch.dtype] = {
     "FLOAT": torch.float32,
     "HALF": torch.float16,

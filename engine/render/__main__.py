@@ -68,13 +68,10 @@ def main(argv: list[str] | None = None) -> int:
     checkpoints = random_checkpoints() if random_weights else models_dir(args.checkpoints)
 
     if args.demo:
-        from engine.assets import demo_audio, demo_portrait
-        from PIL import Image
+        from engine.assets import demo_audio, write_demo_portrait
 
         audio, rate = demo_audio()
-        portrait = Path(tempfile.mkdtemp(prefix="ditto-demo-")) / "astronaut.png"
-        Image.fromarray(demo_portrait()).save(portrait)
-        avatar_source = str(portrait)
+        avatar_source = str(write_demo_portrait(tempfile.mkdtemp(prefix="ditto-demo-")))
         if args.max_seconds is None and device.type == "cpu":
             args.max_seconds = CPU_DEMO_SECONDS
             print(f"CPU demo: rendering the first {CPU_DEMO_SECONDS} s only (the decoder takes seconds per frame on a CPU)", file=sys.stderr)
