@@ -1,10 +1,9 @@
-"""The engine: networks shared by every session on one device, and the sessions made from them."""
+"""The engine: the networks shared by every session on one device, loaded from checkpoints or random stand-ins."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import torch
 
@@ -12,14 +11,11 @@ from engine.audio.hubert import CHUNK_SAMPLES, OnnxHubertRunner, TorchHubertRunn
 from engine.audio.standin_hubert import build_standin
 from engine.backends.base import Backend, BackendError
 from engine.backends.torch_backend import TorchBackend, default_device
-from engine.diffusion.ddim import DEFAULT_STEPS, DDIMSampler
-from engine.diffusion.graphed import GraphedSampler
-from engine.motion.conditions import NEUTRAL, Emotion
+from engine.diffusion.ddim import DEFAULT_STEPS, SEQ_FRAMES, DDIMSampler
+from engine.diffusion.graphed import BucketedSampler
+from engine.diffusion.schedule import ddim_schedule
+from engine.motion.vector import MOTION_DIM
 from engine.networks import OFFICIAL_FILENAMES, write_random_checkpoints
-from engine.session import HOP_FRAMES, Session
-
-if TYPE_CHECKING:
-    from avatars.cache import Avatar
 
 LIVE_OVERLAP = 75
 OFFLINE_OVERLAP = 10
@@ -47,23 +43,20 @@ def random_checkpoints(seed: int = 0) -> Path:
 
 
 class Engine:
-    """Shared networks (one backend), the audio encoder and per-seed samplers; opens sessions."""
+    """The networks shared by every session on one device: one backend, the audio encoder, the DDIM schedule.
 
-    def __init__(
-        self, backend: Backend, hubert, steps: int = DEFAULT_STEPS, render_batch: int | None = None, use_graphs: bool = True
-    ) -> None:
+    An engine launches nothing by itself; ``engine.runtime.Runtime`` owns it and is the one
+    place GPU work is launched from.
+    """
+
+    def __init__(self, backend: Backend, hubert, steps: int = DEFAULT_STEPS) -> None:
         self.backend = backend
         self.device = backend.device
         self.hubert = hubert
         self.steps = steps
-        # Graph capture is the torch backend's; TensorRT plans are enqueued call by call until a real
-        # TensorRT has shown that capturing execute_async_v3 with per-stream contexts works here.
-        self.use_graphs = use_graphs and isinstance(backend, TorchBackend)
-        self.render_batch = render_batch or (8 if self.device.type == "cuda" else 2)
         self.cond_width = backend.cond_width
-        self._samplers: dict[int, GraphedSampler] = {}
-        if use_graphs and isinstance(backend, TorchBackend):
-            backend.capture_render(tuple(sorted({self.render_batch, HOP_FRAMES})))
+        self.schedule = ddim_schedule(steps, self.device)
+        self._step_noise: dict[int, torch.Tensor] = {}
         with torch.inference_mode():
             silence = torch.zeros(1, CHUNK_SAMPLES)
             self.silence_feature = valid_features(hubert.encode_batch(silence)).reshape(-1, 1024)[0].to(self.device).float()
@@ -80,8 +73,8 @@ class Engine:
     ) -> Engine:
         """Load the networks from official checkpoints (or random stand-ins when None) onto ``device``.
 
-        ``compile_networks`` (torch backend, CUDA): fuse kernels with torch.compile; it costs about a
-        minute at start and per new batch size, and pays off for live serving and long renders.
+        ``compile_networks`` (torch backend, CUDA): fuse kernels with torch.compile; the runtime
+        compiles at warm-up only, with an on-disk cache so the next start is quick.
         """
         device = torch.device(device) if device is not None else default_device()
         folder = models_dir(checkpoints) if checkpoints is not None else random_checkpoints()
@@ -99,20 +92,17 @@ class Engine:
             raise BackendError(f"unknown backend {backend!r}: choose torch, tensorrt or auto")
         return cls(nets, hubert_runner(checkpoints, device), steps=steps)
 
-    def sampler_for_seed(self, seed: int) -> GraphedSampler:
-        """The (graph-captured) DDIM sampler whose per-step noise comes from ``seed``; shared by sessions with that seed."""
-        if seed not in self._samplers:
-            sampler = DDIMSampler(self.steps, seed=seed, device=self.device)
-            prepare = getattr(self.backend, "lmdm_prepare", None)
-            denoiser = self.backend.lmdm_prepared if prepare is not None else self.backend.lmdm
-            self._samplers[seed] = GraphedSampler(sampler, denoiser, self.cond_width, self.use_graphs, prepare)
-        return self._samplers[seed]
+    def step_noise(self, seed: int) -> torch.Tensor:
+        """The per-step DDIM noise (S−1,1,80,265) of ``seed``, drawn once and reused for every window (as the reference does)."""
+        if seed not in self._step_noise:
+            self._step_noise[seed] = DDIMSampler(self.steps, seed=seed, device=self.device).step_noise
+        return self._step_noise[seed]
 
-    def session(
-        self, avatar: Avatar, overlap: int = LIVE_OVERLAP, emotion: Emotion = NEUTRAL, seed: int = 0
-    ) -> Session:
-        """A new session speaking with ``avatar``; ``overlap`` is the latency knob (75: a window per 200 ms hop)."""
-        return Session(self, avatar, overlap=overlap, emotion=emotion, seed=seed)
+    def sampler(self) -> BucketedSampler:
+        """A batched DDIM sampler over this engine's LMDM (the runtime captures its buckets)."""
+        prepare = getattr(self.backend, "lmdm_prepare", None)
+        denoiser = self.backend.lmdm_prepared if prepare is not None else self.backend.lmdm
+        return BucketedSampler(self.schedule, denoiser, self.cond_width, (SEQ_FRAMES, MOTION_DIM), prepare)
 
 
 def hubert_runner(checkpoints: str | Path | None, device: torch.device):

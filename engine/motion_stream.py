@@ -1,45 +1,54 @@
-"""Per-session audio-to-motion: 16 kHz samples in, final 265-d motion frames out, on the device.
+"""Per-session audio-to-motion state: 16 kHz samples in, final 265-d motion frames out, on the device.
 
-HuBERT features accumulate as hops complete; whenever they cover a new window, the LMDM
-samples it (one graph launch) and the window bookkeeping returns the frames it made final.
-Every real audio frame becomes exactly one motion frame, from frame 0, at any overlap.
+The stream does no GPU work of its own beyond small per-session tensor assembly: the runtime
+takes its audio chunks and encodes them with every other session's in one HuBERT batch
+(``take_chunks`` / ``add_features``), and samples its next window with every other session's in
+one LMDM batch (``window_request`` / ``complete``). Every real audio frame becomes exactly one
+motion frame, from frame 0, at any overlap.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 
-from engine.audio.hubert import FEATURE_DIM, FRAME_SAMPLES, HubertFeatureStream
-from engine.diffusion.windows import MotionWindows
+from engine.audio.hubert import FEATURE_DIM, FRAME_SAMPLES, AudioChunker
+from engine.diffusion.windows import MotionWindows, WindowPlan
 from engine.motion.conditions import ConditionBuilder
 
-if TYPE_CHECKING:
-    from engine.diffusion.graphed import GraphedSampler
+
+@dataclass
+class WindowRequest:
+    """One window to sample: its inputs (x_T and step noise from the session's own seed) and its plan."""
+
+    plan: WindowPlan
+    cond_frame: torch.Tensor
+    cond: torch.Tensor
+    noise: torch.Tensor
+    step_noise: torch.Tensor
 
 
 class MotionStream:
-    """Audio in, motion frames out; ``frames_out`` counts the motion frames returned so far."""
+    """Audio in, motion frames out, driven by the runtime; ``frames_out`` counts the frames returned so far."""
 
     def __init__(
         self,
-        hubert,
-        sampler: GraphedSampler,
         conditions: ConditionBuilder,
         source_motion: torch.Tensor,
         silence_feature: torch.Tensor,
         overlap: int,
+        step_noise: torch.Tensor,
         seed: int = 0,
     ) -> None:
-        """``sampler`` may be shared by sessions; the initial noise of each window comes from this stream's own seeded generator."""
+        """``step_noise`` (S−1,1,80,265): the per-step noise of ``seed``; x_T comes from this stream's own generator."""
         self.device = source_motion.device
         self._generator = torch.Generator(self.device).manual_seed(seed)
-        self._sampler = sampler
+        self._step_noise = step_noise
         self._conditions = conditions
         self._silence = silence_feature.to(self.device)
-        self._features_stream = HubertFeatureStream(hubert)
+        self.chunker = AudioChunker()
         self.windows = MotionWindows(source_motion, overlap)
         self._features = torch.empty(0, FEATURE_DIM, device=self.device)
         self._offset = 0
@@ -57,48 +66,81 @@ class MotionStream:
         """Real frames whose audio feature exists."""
         return self._offset + self._features.shape[0]
 
-    def push(self, samples: np.ndarray) -> torch.Tensor:
-        """16 kHz mono float32 samples -> the motion frames (n,265) this audio made final (often none)."""
+    def push(self, samples: np.ndarray) -> None:
+        """Commit 16 kHz mono float32 samples to the stream."""
         if self.ended:
             raise RuntimeError("this stream has ended")
+        self.chunker.push(samples)
         self.samples_in += samples.size
-        self._append(self._features_stream.push(samples))
-        return self._advance(ended=False)
 
-    def end(self) -> torch.Tensor:
-        """End of stream: the remaining frames, so that ceil(samples / 640) frames came out in all."""
-        if self.ended:
-            return self._features.new_zeros(0, self.windows.cond_frame.shape[0])
-        self._append(self._features_stream.flush())
+    def end(self) -> None:
+        """End of stream: the remaining audio becomes the last chunks, so that ceil(samples / 640) frames come out in all."""
         self.ended = True
-        return self._advance(ended=True)
+
+    def take_chunks(self, limit: int) -> tuple[np.ndarray, int]:
+        """Up to ``limit`` HuBERT chunks to encode and how many of their features to keep (all but the final ones)."""
+        chunks, keep = self.chunker.take(limit)
+        if self.ended and self.chunker.complete_chunks == 0 and chunks.shape[0] < limit:
+            final, final_keep = self.chunker.take_final()
+            chunks, keep = np.concatenate([chunks, final]), keep + final_keep
+        return chunks, keep
+
+    @property
+    def audio_pending(self) -> bool:
+        """Whether committed audio still waits for encoding (a complete chunk, or the final ones after ``end``)."""
+        return self.chunker.complete_chunks > 0 or (self.ended and self.chunker.samples_pushed > self.chunker.frames_emitted * FRAME_SAMPLES)
+
+    def add_features(self, features: torch.Tensor) -> None:
+        """Features (n,1024) of the next real frames, as encoded by the runtime."""
+        if features.shape[0]:
+            self._features = torch.cat([self._features, features.to(self.device, torch.float32)])
+
+    def window_request(self) -> WindowRequest | None:
+        """The next window's inputs when the features cover it (at most one at a time: it conditions on the previous)."""
+        ended = self.ended and not self.audio_pending
+        plan = self.windows.plan(self.features_available, ended)
+        if plan is None:
+            return None
+        features = self._window_features(plan.start)
+        cond = self._conditions(features[None], plan.start)[0]
+        noise = torch.randn(self.windows.seq_frames, self.windows.cond_frame.shape[0], generator=self._generator, device=self.device)
+        return WindowRequest(plan, self.windows.cond_frame, cond, noise, self._step_noise[:, 0])
+
+    def complete(self, window: torch.Tensor) -> torch.Tensor:
+        """The sampled window (80,265) of the last request -> the motion frames it made final."""
+        motion = self.windows.push(window)
+        self._trim()
+        self.frames_out += motion.shape[0]
+        return motion
+
+    @property
+    def finished(self) -> bool:
+        """Whether every frame of an ended stream has come out."""
+        return self.windows.finished
+
+    def finish(self) -> torch.Tensor:
+        """After ``end`` once no window remains: the frames not yet emitted."""
+        motion = self.windows.finish(self.features_available)
+        self.frames_out += motion.shape[0]
+        return motion
+
+    @property
+    def can_finish(self) -> bool:
+        """Whether the stream has ended, all its audio is encoded and no window remains to sample."""
+        return (
+            self.ended
+            and not self.windows.finished
+            and not self.audio_pending
+            and self.windows.plan(self.features_available, ended=True) is None
+        )
 
     def interrupt(self) -> None:
         """Forget audio and features that no sampled window has used yet; what follows starts from there."""
         used = self.windows.windows_done * self.windows.valid
         keep = min(max(used - self._offset, 0), self._features.shape[0])
         self._features = self._features[:keep]
-        self._features_stream.reset()
+        self.chunker.reset()
         self.samples_in = min(self.samples_in, (self._offset + keep) * FRAME_SAMPLES)
-
-    def _append(self, features: torch.Tensor) -> None:
-        if features.shape[0]:
-            self._features = torch.cat([self._features, features.to(self.device, torch.float32)])
-
-    def _advance(self, ended: bool) -> torch.Tensor:
-        parts = []
-        while (plan := self.windows.plan(self.features_available, ended)) is not None:
-            features = self._window_features(plan.start)
-            cond = self._conditions(features[None], plan.start)
-            noise = torch.randn((1, *self._sampler.sampler.shape), generator=self._generator, device=self.device)
-            window = self._sampler(self.windows.cond_frame[None], cond, noise)[0]
-            parts.append(self.windows.push(window))
-            self._trim()
-        if ended:
-            parts.append(self.windows.finish(self.features_available))
-        motion = torch.cat(parts) if parts else self.windows.cond_frame.new_zeros(0, self.windows.cond_frame.shape[0])
-        self.frames_out += motion.shape[0]
-        return motion
 
     def _window_features(self, start: int) -> torch.Tensor:
         """Features of stream frames [start, start+80): silence before the stream, the last feature repeated after."""

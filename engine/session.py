@@ -1,41 +1,33 @@
-"""A live session: audio pushed in, frames of the avatar speaking it out, every tensor on the device.
+"""A session: the thread-safe handle through which one client pushes audio and takes frames.
 
-Per hop of audio the session extracts HuBERT features, samples an LMDM window when enough
-new frames have arrived, stitches the motion onto the avatar and renders the frames. Work is
-only launched, never waited for: diffusion runs on one CUDA stream and rendering on another,
-so window k+1 diffuses while window k renders, and each frame carries the CUDA event that
-says when it is ready. Every frame also carries the 640 audio samples it speaks, so sinks
-keep audio and video on one clock: frame i is at i/25 s, derived from the sample count.
+A session launches no GPU work: ``push_audio`` validates and resamples on the caller's thread
+(to 16 kHz for the model and to the sinks' rate for the frames' own audio), queues the
+samples and returns at once; the runtime's one loop turns queued audio into frames and hands
+them back through a bounded queue. Any thread may push (a microphone callback, a web
+handler) and any thread may take frames. Frame i is at i/25 s and carries exactly the
+audio it speaks, so sinks keep audio and video on one clock.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import threading
 import time
 from collections import deque
-from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
-from engine.audio.pcm import StreamingResampler
-from engine.motion.conditions import ConditionBuilder, Emotion, mirror_index
-from engine.audio.hubert import FRAME_SAMPLES, SAMPLE_RATE
-from engine.motion_stream import MotionStream
-from engine.motion.stitching import DRIVEN_KEYS_IMAGE, DRIVEN_KEYS_VIDEO, SOURCE_KEYS, MotionStitcher
-from engine.motion.vector import join_motion
-from engine.render.paste_back import PasteBack
-
-if TYPE_CHECKING:
-    from avatars.cache import Avatar
-    from engine.engine import Engine
+from engine.audio.pcm import PcmError, StreamingResampler
+from engine.runtime.config import RuntimeConfig
+from engine.runtime.errors import AudioError, Backpressure, SessionClosed
 
 FPS = 25
 HOP_FRAMES = 5
+MODEL_RATE = 16_000
 
 
 @dataclass
@@ -45,7 +37,9 @@ class Frame:
     index: int
     image: torch.Tensor
     audio: np.ndarray
-    ready: torch.cuda.Event | None
+    speech: bool
+    ready: torch.cuda.Event | None = field(default=None, repr=False)
+    motion: torch.Tensor | None = field(default=None, repr=False)
 
     @property
     def pts(self) -> Fraction:
@@ -56,173 +50,310 @@ class Frame:
         """Whether the GPU has finished this frame (always true on the CPU)."""
         return self.ready is None or self.ready.query()
 
+    def wait(self) -> None:
+        """Block until the GPU has finished this frame."""
+        if self.ready is not None:
+            self.ready.synchronize()
+
+
+@dataclass
+class Intake:
+    """Audio committed to a session since the loop last looked: model-rate and sink-rate samples, and commands."""
+
+    model: np.ndarray
+    sink: np.ndarray
+    interrupt: bool
+    end: bool
+    close: bool
+
 
 class Session:
-    """Per-session state over an engine's shared networks; create with ``Engine.session``."""
+    """A client's handle; open one with ``Runtime.open_session``."""
 
-    def __init__(self, engine: Engine, avatar: Avatar, overlap: int, emotion: Emotion, seed: int) -> None:
-        self.engine = engine
-        self.avatar = avatar
-        self.device = engine.device
+    def __init__(
+        self,
+        session_id: int,
+        avatar_name: str,
+        live: bool,
+        overlap: int,
+        seed: int,
+        config: RuntimeConfig,
+        wake: Callable[[], None],
+    ) -> None:
+        self.id = session_id
+        self.avatar_name = avatar_name
+        self.live = live
         self.overlap = overlap
-        self._emotion = emotion
-        self._seed = seed
-        self._f_s = avatar.f_s.to(self.device, engine.backend.dtype)
-        self._avatar_frames = avatar.f_s.shape[0]
-        self._source = {k: getattr(avatar, k).to(self.device, torch.float32) for k in SOURCE_KEYS}
-        self._paste = PasteBack(avatar.frames.to(self.device), avatar.M_c2o.to(self.device), avatar.mask_crop.to(self.device))
-        cuda = self.device.type == "cuda"
-        self._diffusion_stream = torch.cuda.Stream(self.device) if cuda else None
-        self._render_stream = torch.cuda.Stream(self.device) if cuda else None
+        self.seed = seed
+        self.audio_rate = config.audio_rate
+        self._max_lead = config.max_lead_seconds
+        self._max_queued = config.max_queued_frames
+        self._wake = wake
+        self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)
+        self._model_parts: list[np.ndarray] = []
+        self._sink_parts: list[np.ndarray] = []
+        self._pending_model = 0
+        self._format: tuple[int, int] | None = None
+        self._to_model: StreamingResampler | None = None
+        self._to_sink: StreamingResampler | None = None
+        self._interrupt = False
+        self._end = False
+        self._close = False
         self._queue: deque[Frame] = deque()
-        self._resampler: StreamingResampler | None = None
-        self._rate: int | None = None
-        self._channels: int | None = None
-        self._audio = np.zeros(0, np.float32)
-        self._audio_offset = 0
-        self._frames_out = 0
-        self.motion = self._new_motion_stream()
-        self._stitcher = self._new_stitcher()
+        self._finished = False
+        self._error: BaseException | None = None
+        self.committed_samples = 0
+        self._taken_samples = 0
+        self._last_taken: Frame | None = None
+        self.counters = {
+            "frames_generated": 0,
+            "frames_taken": 0,
+            "frames_dropped": 0,
+            "deadline_misses": 0,
+            "windows": 0,
+            "idle_hops": 0,
+            "interrupts": 0,
+        }
 
-    # -- audio in -------------------------------------------------------------------------
+    # -- audio in (any thread) -------------------------------------------------------------
 
-    def push_audio(self, pcm: np.ndarray, sample_rate: int, channels: int | None = None) -> int:
-        """Add PCM at any common rate and layout; launch the work it completes. Returns frames queued."""
-        if self.motion.ended:
-            raise RuntimeError("this session has ended; open a new one with engine.session(avatar)")
-        if self._resampler is None or sample_rate != self._rate or channels != self._channels:
-            if self._resampler is not None:
-                self._accept(self._resampler.flush())
-            self._resampler = StreamingResampler(sample_rate, channels or 1)
-            self._rate, self._channels = sample_rate, channels
-        self._accept(self._resampler.push(pcm))
-        return len(self._queue)
+    def push_audio(
+        self, pcm: np.ndarray, sample_rate: int, channels: int | None = None, block: bool = False, timeout: float | None = None
+    ) -> None:
+        """Queue PCM at any common rate and layout; returns at once (or, with ``block``, once the lead allows it).
 
-    def push_silence(self, seconds: float) -> int:
-        """Idle: feed silence so the head keeps living while nobody speaks (the maintainers' recommendation)."""
-        return self.push_audio(np.zeros(int(round(seconds * SAMPLE_RATE)), np.float32), SAMPLE_RATE)
+        Raises ``AudioError`` for unusable audio and ``Backpressure`` when the session already
+        holds ``max_lead_seconds`` of audio not yet taken as frames.
+        """
+        try:
+            rate_changed = self._format != (int(sample_rate), channels or 1)
+            to_model = StreamingResampler(sample_rate, channels or 1) if rate_changed else self._to_model
+            to_sink = StreamingResampler(sample_rate, channels or 1, self.audio_rate) if rate_changed else self._to_sink
+            seconds = _frames_in(pcm, channels) / to_model.sample_rate
+        except PcmError as exc:
+            raise AudioError(str(exc)) from exc
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._changed:
+            while True:
+                self._check_open()
+                room = self._max_lead - self._lead_seconds()
+                if seconds <= room or (self._lead_seconds() == 0 and seconds <= self._max_lead * 2):
+                    break
+                if not block:
+                    raise Backpressure(
+                        f"session {self.id} already holds {self._lead_seconds():.2f} s of audio (limit {self._max_lead} s); "
+                        "push less at a time, wait for frames to be taken, or push with block=True"
+                    )
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    raise Backpressure(f"session {self.id}: no room for {seconds:.2f} s of audio within {timeout} s")
+                self._changed.wait(left if left is not None else 0.1)
+            if rate_changed:
+                self._flush_resamplers()
+                self._to_model, self._to_sink, self._format = to_model, to_sink, (int(sample_rate), channels or 1)
+            try:
+                model = self._to_model.push(pcm)
+                sink = self._to_sink.push(pcm)
+            except PcmError as exc:
+                raise AudioError(str(exc)) from exc
+            self._append(model, sink)
+        self._wake()
 
-    def end(self) -> int:
-        """End of stream: launch every remaining real frame (exactly ceil(samples / 640) in all)."""
-        if not self.motion.ended:
-            if self._resampler is not None:
-                self._accept(self._resampler.flush())
-            with self._on(self._diffusion_stream):
-                motion = self.motion.end()
-            self._render(motion)
-        return len(self._queue)
+    def end(self) -> None:
+        """End of input: every remaining frame is rendered, then ``next_frame`` returns None."""
+        with self._changed:
+            self._check_open()
+            self._flush_resamplers()
+            self._end = True
+        self._wake()
 
     def interrupt(self) -> None:
-        """Drop speech not yet turned into motion; the stream goes on from silence within one hop."""
-        self.motion.interrupt()
-        self._resampler = None
-        self._audio = self._audio[: max(self.motion.samples_in - self._audio_offset, 0)]
+        """Drop pending speech and every frame not yet taken; the stream goes on from the current pose into idle."""
+        with self._changed:
+            self._check_open()
+            self._model_parts, self._sink_parts, self._pending_model = [], [], 0
+            self._to_model = self._to_sink = None
+            self._format = None
+            self._queue.clear()
+            self._interrupt = True
+            self.counters["interrupts"] += 1
+            self._changed.notify_all()
+        self._wake()
 
-    # -- frames out -----------------------------------------------------------------------
+    def close(self) -> None:
+        """Free the session: its frames, its motion state; idempotent."""
+        with self._changed:
+            self._close = True
+            self._queue.clear()
+            self._finished = True
+            self._changed.notify_all()
+        self._wake()
 
-    @property
-    def frames_queued(self) -> int:
-        """Frames launched but not yet taken."""
-        return len(self._queue)
+    # -- frames out (any thread) -----------------------------------------------------------
+
+    def next_frame(self, timeout: float | None = None) -> Frame | None:
+        """The next frame, once the GPU has finished it; None after ``end`` once all are taken. TimeoutError on timeout."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._changed:
+            while not self._queue:
+                if self._error is not None:
+                    raise SessionClosed(f"session {self.id} failed: {self._error}") from self._error
+                if self._finished:
+                    return None
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    raise TimeoutError(f"no frame from session {self.id} within {timeout} s")
+                self._changed.wait(left)
+            frame = self._queue.popleft()
+            self._taken(frame)
+            self._changed.notify_all()
+        frame.wait()
+        return frame
 
     def take_ready(self) -> list[Frame]:
-        """Frames whose GPU work is done, in order, without waiting."""
+        """The frames whose GPU work is done, in order, without waiting."""
         out = []
-        while self._queue and self._queue[0].is_ready():
-            out.append(self._queue.popleft())
+        with self._changed:
+            while self._queue and self._queue[0].is_ready():
+                frame = self._queue.popleft()
+                self._taken(frame)
+                out.append(frame)
+            if out:
+                self._changed.notify_all()
         return out
 
-    def take_all(self) -> list[Frame]:
-        """Every queued frame, waiting for the GPU as needed (offline use)."""
-        out = list(self._queue)
-        self._queue.clear()
-        if out and out[-1].ready is not None:
-            out[-1].ready.synchronize()
-        return out
-
-    async def frames(self, live: bool = False, poll: float = 0.002) -> AsyncIterator[Frame]:
-        """Frames as they become ready; ``live`` feeds silence whenever audio runs behind wall time, until ``end``."""
-        start = time.monotonic()
+    async def frames(self, poll: float = 0.004) -> AsyncIterator[Frame]:
+        """Frames as they become ready, until the session has ended and drained."""
         while True:
             ready = self.take_ready()
             for frame in ready:
                 yield frame
-            if self.motion.ended and not self._queue:
-                return
-            if live and not self.motion.ended and not self._queue:
-                if time.monotonic() - start > self.motion.samples_in / SAMPLE_RATE:
-                    self.push_silence(HOP_FRAMES / FPS)
             if not ready:
+                with self._lock:
+                    if self._error is not None:
+                        raise SessionClosed(f"session {self.id} failed: {self._error}") from self._error
+                    if self._finished and not self._queue:
+                        return
                 await asyncio.sleep(poll)
 
-    # -- the pipeline ---------------------------------------------------------------------
+    @property
+    def frames_queued(self) -> int:
+        """Frames rendered and waiting to be taken."""
+        return len(self._queue)
 
-    def _new_motion_stream(self) -> MotionStream:
-        engine, avatar = self.engine, self.avatar
-        conditions = ConditionBuilder(
-            avatar.kp[0].to(self.device), avatar.eye_open.to(self.device), avatar.eye_ball.to(self.device),
-            engine.cond_width, self._emotion,
-        )
-        source_motion = join_motion({k: v[:1] for k, v in self._source.items() if k != "kp"})[0]
-        return MotionStream(
-            engine.hubert, engine.sampler_for_seed(self._seed), conditions, source_motion,
-            engine.silence_feature, self.overlap, self._seed,
-        )
+    @property
+    def finished(self) -> bool:
+        """Whether the session has ended (or was closed) and every frame has been handed out."""
+        return self._finished and not self._queue
 
-    def _new_stitcher(self) -> MotionStitcher:
-        image = bool(self.avatar.is_image)
-        return MotionStitcher(
-            self._source,
-            stitch=self.engine.backend.stitch,
-            driven_keys=DRIVEN_KEYS_IMAGE if image else DRIVEN_KEYS_VIDEO,
-            drive_eye=image,
-        )
+    def stats(self) -> dict[str, float]:
+        """Counters: frames generated, taken, dropped, deadline misses, windows, idle hops, interrupts, lead."""
+        with self._lock:
+            return {**self.counters, "lead_seconds": round(self._lead_seconds(), 3), "queued": len(self._queue)}
 
-    def _accept(self, samples: np.ndarray) -> None:
-        if samples.size == 0:
-            return
-        self._audio = np.concatenate([self._audio, samples])
-        with self._on(self._diffusion_stream):
-            motion = self.motion.push(samples)
-            if self._stitcher.anchor is None and self.motion.anchor is not None:
-                self._stitcher.set_anchor(self.motion.anchor)
-        self._render(motion)
+    # -- the runtime's side (loop thread only) ----------------------------------------------
 
-    def _render(self, motion: torch.Tensor) -> None:
-        """Stitch, warp, decode and paste back ``motion`` (n,265) on the render stream; queue the frames."""
-        count = motion.shape[0]
-        if count == 0:
-            return
-        first = self._frames_out
-        if self._render_stream is not None:
-            self._render_stream.wait_stream(self._diffusion_stream)
-            motion.record_stream(self._render_stream)
-        with self._on(self._render_stream):
-            index = mirror_index(torch.arange(first, first + count, device=self.device), self._avatar_frames)
-            x_s, x_d = self._stitcher(motion, index)
-            batch = self.engine.render_batch
-            for lo in range(0, count, batch):
-                rows = index[lo : lo + batch]
-                rgb = self.engine.backend.render(self._f_s[rows], x_s[lo : lo + batch], x_d[lo : lo + batch])
-                images = self._paste(rgb, rows)
-                event = None
-                if self._render_stream is not None:
-                    event = torch.cuda.Event()
-                    event.record(self._render_stream)
-                for j in range(images.shape[0]):
-                    self._queue.append(Frame(first + lo + j, images[j], self._frame_audio(first + lo + j), event))
-        self._frames_out += count
-        drop = self._frames_out * FRAME_SAMPLES - self._audio_offset
-        if drop > 0:
-            self._audio = self._audio[drop:]
-            self._audio_offset += drop
+    def _collect(self) -> Intake:
+        """Everything queued since the last call, in order: interrupt first, then audio, then end/close."""
+        with self._changed:
+            intake = Intake(
+                np.concatenate(self._model_parts) if self._model_parts else np.zeros(0, np.float32),
+                np.concatenate(self._sink_parts) if self._sink_parts else np.zeros(0, np.float32),
+                self._interrupt,
+                self._end,
+                self._close,
+            )
+            self._model_parts, self._sink_parts, self._pending_model = [], [], 0
+            self._interrupt = self._end = False
+            self.committed_samples += intake.model.size
+        return intake
 
-    def _frame_audio(self, index: int) -> np.ndarray:
-        """The 640 samples frame ``index`` speaks (zeros past the end of the audio)."""
-        lo = index * FRAME_SAMPLES - self._audio_offset
-        chunk = self._audio[max(lo, 0) : max(lo + FRAME_SAMPLES, 0)]
-        return np.pad(chunk, (0, FRAME_SAMPLES - chunk.size)) if chunk.size < FRAME_SAMPLES else chunk.copy()
+    @property
+    def _speech_waiting(self) -> bool:
+        return self._pending_model > 0
 
-    @staticmethod
-    def _on(stream: torch.cuda.Stream | None) -> contextlib.AbstractContextManager:
-        return torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext()
+    def _deliver(self, frames: list[Frame], drop_oldest: bool) -> None:
+        """Queue rendered frames; a live session drops its oldest untaken frames beyond the bound."""
+        with self._changed:
+            if self._close:
+                return
+            self._queue.extend(frames)
+            self.counters["frames_generated"] += len(frames)
+            while drop_oldest and len(self._queue) > self._max_queued:
+                self._taken(self._queue.popleft())
+                self.counters["frames_dropped"] += 1
+                self.counters["frames_taken"] -= 1
+            self._changed.notify_all()
+
+    def _room(self) -> int:
+        """Frames the queue can still take."""
+        return max(self._max_queued - len(self._queue), 0)
+
+    def _drain_resamplers(self) -> tuple[np.ndarray, np.ndarray] | None:
+        """The samples the resamplers still hold, when no newer audio waits (speech ended: idle follows); None otherwise."""
+        with self._changed:
+            if self._model_parts or self._to_model is None:
+                return None
+            tail = self._to_model.flush(), self._to_sink.flush()
+            self._to_model = self._to_sink = None
+            self._format = None
+            return tail
+
+    def _set_committed(self, samples: int) -> None:
+        with self._changed:
+            self.committed_samples = samples
+            self._changed.notify_all()
+
+    def _finish(self) -> None:
+        with self._changed:
+            self._finished = True
+            self._changed.notify_all()
+
+    def _fail(self, error: BaseException) -> None:
+        with self._changed:
+            self._error = error
+            self._finished = True
+            self._queue.clear()
+            self._changed.notify_all()
+
+    @property
+    def _last_taken_motion(self) -> torch.Tensor | None:
+        return None if self._last_taken is None else self._last_taken.motion
+
+    # -- internals -------------------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._error is not None:
+            raise SessionClosed(f"session {self.id} failed: {self._error}") from self._error
+        if self._close:
+            raise SessionClosed(f"session {self.id} is closed; open a new one with runtime.open_session")
+        if self._end:
+            raise SessionClosed(f"session {self.id} has ended; open a new one with runtime.open_session")
+
+    def _lead_seconds(self) -> float:
+        return max(self._pending_model + self.committed_samples - self._taken_samples, 0) / MODEL_RATE
+
+    def _append(self, model: np.ndarray, sink: np.ndarray) -> None:
+        if model.size or sink.size:
+            self._model_parts.append(model)
+            self._sink_parts.append(sink)
+            self._pending_model += model.size
+
+    def _flush_resamplers(self) -> None:
+        if self._to_model is not None:
+            self._append(self._to_model.flush(), self._to_sink.flush())
+
+    def _taken(self, frame: Frame) -> None:
+        self._last_taken = frame
+        self._taken_samples = max(self._taken_samples, (frame.index + 1) * MODEL_RATE // FPS)
+        self.counters["frames_taken"] += 1
+
+
+def _frames_in(pcm: np.ndarray, channels: int | None) -> int:
+    """Sample frames in a PCM block (its length along the time axis)."""
+    if not isinstance(pcm, np.ndarray):
+        raise PcmError(f"PCM must be a numpy array, got {type(pcm).__name__}")
+    if pcm.ndim == 1 or channels in (None, 1) and pcm.ndim != 2:
+        return pcm.shape[0] if pcm.ndim else 0
+    return max(pcm.shape) if channels is None else pcm.shape[0] if pcm.shape[-1] == channels else pcm.shape[-1]

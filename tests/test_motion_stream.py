@@ -1,4 +1,8 @@
-"""MotionStream: every real audio frame becomes exactly one motion frame, however the audio arrives."""
+"""MotionStream: every real audio frame becomes exactly one motion frame, however the audio arrives.
+
+The stream is driven here the way the runtime drives it for one session: its chunks encoded,
+its window requests sampled, one at a time.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from engine.audio.hubert import TorchHubertRunner
+from engine.audio.hubert import TorchHubertRunner, encode_chunks
 from engine.audio.standin_hubert import build_standin
 from engine.backends.torch_backend import TorchBackend
 from engine.engine import Engine
@@ -21,14 +25,48 @@ SR = 16_000
 @pytest.fixture(scope="module")
 def engine(checkpoint_dir) -> Engine:
     backend = TorchBackend(checkpoint_dir("lmdm", "stitch_network"), device="cpu", networks=("lmdm", "stitch_network"))
-    return Engine(backend, TorchHubertRunner(build_standin()), steps=2, use_graphs=False)
+    return Engine(backend, TorchHubertRunner(build_standin()), steps=2)
 
 
-def make_stream(engine: Engine, overlap: int) -> MotionStream:
-    g = torch.Generator().manual_seed(1)
-    conditions = ConditionBuilder(torch.randn(63, generator=g) * 0.3, torch.rand(2, generator=g), torch.randn(6, generator=g) * 0.01, 1103)
-    source = torch.randn(265, generator=g) * 0.5
-    return MotionStream(engine.hubert, engine.sampler_for_seed(0), conditions, source, engine.silence_feature, overlap)
+class Driven:
+    """A MotionStream with the runtime's steps for one session: push, then everything that can run now."""
+
+    def __init__(self, engine: Engine, overlap: int) -> None:
+        g = torch.Generator().manual_seed(1)
+        conditions = ConditionBuilder(torch.randn(63, generator=g) * 0.3, torch.rand(2, generator=g), torch.randn(6, generator=g) * 0.01, 1103)
+        source = torch.randn(265, generator=g) * 0.5
+        self.engine = engine
+        self.sampler = engine.sampler()
+        self.stream = MotionStream(conditions, source, engine.silence_feature, overlap, engine.step_noise(0))
+
+    def push(self, samples: np.ndarray) -> torch.Tensor:
+        self.stream.push(samples)
+        return self.run()
+
+    def end(self) -> torch.Tensor:
+        self.stream.end()
+        return self.run()
+
+    def run(self) -> torch.Tensor:
+        parts = []
+        while True:
+            chunks, keep = self.stream.take_chunks(8)
+            self.stream.add_features(encode_chunks(self.engine.hubert, chunks)[:keep])
+            request = self.stream.window_request()
+            if request is None:
+                break
+            window = self.sampler(request.noise[None], request.cond_frame[None], request.cond[None], request.step_noise[:, None])
+            parts.append(self.stream.complete(window[0]))
+        if self.stream.can_finish:
+            parts.append(self.stream.finish())
+        return torch.cat(parts) if parts else torch.zeros(0, 265)
+
+    def __getattr__(self, name: str):
+        return getattr(self.stream, name)
+
+
+def make_stream(engine: Engine, overlap: int) -> Driven:
+    return Driven(engine, overlap)
 
 
 def speech(seconds: float, seed: int = 0) -> np.ndarray:
@@ -77,7 +115,7 @@ def test_interrupt_drops_audio_no_window_has_used(engine: Engine) -> None:
     stream = make_stream(engine, 75)
     first = stream.push(speech(1.0))
     used = stream.windows.windows_done * stream.windows.valid
-    stream.push(speech(0.1, seed=5)[:1000])
+    stream.stream.push(speech(0.1, seed=5)[:1000])
     stream.interrupt()
     rest = stream.end()
     assert first.shape[0] + rest.shape[0] == used
@@ -88,4 +126,4 @@ def test_pushing_after_the_end_is_an_error(engine: Engine) -> None:
     stream = make_stream(engine, 75)
     stream.end()
     with pytest.raises(RuntimeError, match="ended"):
-        stream.push(np.zeros(10, np.float32))
+        stream.stream.push(np.zeros(10, np.float32))

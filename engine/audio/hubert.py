@@ -139,16 +139,16 @@ class TorchHubertRunner:
         return self.encode_batch(chunk)[0]
 
 
-class HubertFeatureStream:
-    """Per-session streaming feature extractor: push 16 kHz mono float32 of any size, get features.
+class AudioChunker:
+    """Cuts one 16 kHz stream into HuBERT's 3-5-2 chunks, with no encoder attached.
 
-    ``push`` returns (5k, 1024) features, five per completed hop, once that hop's look-ahead has
-    arrived; ``flush`` ends the stream, zero-padding so that every real video frame,
-    ceil(samples / 640) of them, has exactly one feature. Features live on ``runner.device``.
+    ``take`` hands out the chunks completed so far (a hop's features need its 80 ms look-ahead);
+    ``take_final`` ends the stream, zero-padding so every real video frame, ceil(samples / 640)
+    of them, gets exactly one feature. The caller encodes the chunks (batched across streams)
+    and keeps the first ``frames`` features of the result.
     """
 
-    def __init__(self, runner: HubertRunner) -> None:
-        self.runner = runner
+    def __init__(self) -> None:
         self.reset()
 
     def reset(self) -> None:
@@ -157,8 +157,8 @@ class HubertFeatureStream:
         self.samples_pushed = 0
         self.frames_emitted = 0
 
-    def push(self, samples: np.ndarray) -> torch.Tensor:
-        """Add samples; return the features of every hop whose chunk is now complete (possibly none)."""
+    def push(self, samples: np.ndarray) -> None:
+        """Append 1-D float32 samples at 16 kHz."""
         if not isinstance(samples, np.ndarray) or samples.dtype != np.float32 or samples.ndim != 1:
             raise TypeError(
                 "push() takes 1-D float32 numpy samples at 16 kHz; convert with engine.audio.pcm.to_mono_16k "
@@ -167,37 +167,75 @@ class HubertFeatureStream:
             )
         self._buffer = np.concatenate([self._buffer, samples])
         self.samples_pushed += samples.size
-        return self._run(self._complete_chunks())
 
-    def flush(self) -> torch.Tensor:
-        """End of stream: features for the remaining real frames (zero audio after the end), then reset."""
-        missing = frames_for_samples(self.samples_pushed) - self.frames_emitted
-        chunks = math.ceil(missing / CURRENT_FRAMES)
-        needed = (chunks - 1) * HOP_SAMPLES + CHUNK_SAMPLES if chunks else 0
-        if self._buffer.size < needed:
-            self._buffer = np.concatenate([self._buffer, np.zeros(needed - self._buffer.size, np.float32)])
-        features = self._run(chunks)[:missing]
-        self.reset()
-        return features
-
-    def _complete_chunks(self) -> int:
+    @property
+    def complete_chunks(self) -> int:
+        """Chunks whose audio, look-ahead included, has all arrived."""
         if self._buffer.size < CHUNK_SAMPLES:
             return 0
         return (self._buffer.size - CHUNK_SAMPLES) // HOP_SAMPLES + 1
 
-    def _run(self, count: int) -> torch.Tensor:
-        """Encode the first ``count`` chunks of the buffer in batches, drop the consumed hops."""
+    def take(self, limit: int | None = None) -> tuple[np.ndarray, int]:
+        """Up to ``limit`` complete chunks (k, 6480) and the number of features they yield (5k)."""
+        count = self.complete_chunks if limit is None else min(limit, self.complete_chunks)
+        return self._cut(count), count * CURRENT_FRAMES
+
+    def take_final(self) -> tuple[np.ndarray, int]:
+        """End of stream: the chunks for every remaining real frame and how many features to keep; then reset."""
+        missing = frames_for_samples(self.samples_pushed) - self.frames_emitted
+        count = math.ceil(missing / CURRENT_FRAMES)
+        needed = (count - 1) * HOP_SAMPLES + CHUNK_SAMPLES if count else 0
+        if self._buffer.size < needed:
+            self._buffer = np.concatenate([self._buffer, np.zeros(needed - self._buffer.size, np.float32)])
+        chunks = self._cut(count)
+        self.reset()
+        return chunks, missing
+
+    def _cut(self, count: int) -> np.ndarray:
+        """The first ``count`` chunks of the buffer; drops the consumed hops."""
         if count == 0:
-            return torch.empty(0, FEATURE_DIM, device=self.runner.device)
+            return np.zeros((0, CHUNK_SAMPLES), np.float32)
         starts = np.arange(count) * HOP_SAMPLES
-        windows = np.lib.stride_tricks.sliding_window_view(self._buffer, CHUNK_SAMPLES)[starts]
-        chunks = torch.from_numpy(np.ascontiguousarray(windows))
-        parts = [
-            valid_features(self.runner.encode_batch(chunks[i : i + MAX_BATCH])) for i in range(0, count, MAX_BATCH)
-        ]
+        chunks = np.ascontiguousarray(np.lib.stride_tricks.sliding_window_view(self._buffer, CHUNK_SAMPLES)[starts])
         self._buffer = self._buffer[count * HOP_SAMPLES :]
         self.frames_emitted += count * CURRENT_FRAMES
-        return torch.cat(parts).reshape(-1, FEATURE_DIM)
+        return chunks
+
+
+def encode_chunks(runner: HubertRunner, chunks: np.ndarray) -> torch.Tensor:
+    """Chunks (k, 6480) -> their features (5k, 1024) on ``runner.device``, encoded in batches of up to MAX_BATCH."""
+    if chunks.shape[0] == 0:
+        return torch.empty(0, FEATURE_DIM, device=runner.device)
+    tensor = torch.from_numpy(chunks)
+    parts = [valid_features(runner.encode_batch(tensor[i : i + MAX_BATCH])) for i in range(0, chunks.shape[0], MAX_BATCH)]
+    return torch.cat(parts).reshape(-1, FEATURE_DIM)
+
+
+class HubertFeatureStream:
+    """Per-stream feature extractor: an ``AudioChunker`` with its encoder, for single-stream use.
+
+    ``push`` returns (5k, 1024) features, five per completed hop; ``flush`` ends the stream so that
+    every real video frame has exactly one feature. Features live on ``runner.device``.
+    """
+
+    def __init__(self, runner: HubertRunner) -> None:
+        self.runner = runner
+        self.chunker = AudioChunker()
+
+    def reset(self) -> None:
+        """Forget all audio: the next push starts a new stream."""
+        self.chunker.reset()
+
+    def push(self, samples: np.ndarray) -> torch.Tensor:
+        """Add samples; return the features of every hop whose chunk is now complete (possibly none)."""
+        self.chunker.push(samples)
+        chunks, _ = self.chunker.take()
+        return encode_chunks(self.runner, chunks)
+
+    def flush(self) -> torch.Tensor:
+        """End of stream: features for the remaining real frames (zero audio after the end), then reset."""
+        chunks, keep = self.chunker.take_final()
+        return encode_chunks(self.runner, chunks)[:keep]
 
 
 def extract_features(runner: HubertRunner, samples: np.ndarray) -> torch.Tensor:

@@ -97,21 +97,22 @@ def to_mono_16k(pcm: np.ndarray, sample_rate: float, channels: int | None = None
 
 
 class StreamingResampler:
-    """Turn pushes of any size at one input rate and channel count into 16 kHz mono float32.
+    """Turn pushes of any size at one input rate and channel count into mono float32 at ``target_rate``.
 
-    The concatenated output of all pushes plus ``flush()`` equals ``to_mono_16k`` of the whole
-    signal (soxr keeps its filter state between pushes).
+    The concatenated output of all pushes plus ``flush()`` equals the one-shot soxr resampling of
+    the whole signal (soxr keeps its filter state between pushes); 16 kHz by default, the model's rate.
     """
 
-    def __init__(self, sample_rate: float, channels: int = 1) -> None:
+    def __init__(self, sample_rate: float, channels: int = 1, target_rate: int = TARGET_RATE) -> None:
         if isinstance(channels, bool) or not isinstance(channels, int) or not 1 <= channels <= MAX_CHANNELS:
             raise PcmError(f"channels must be an int in 1..{MAX_CHANNELS}, got {channels!r}")
         self.sample_rate = check_rate(sample_rate)
         self.channels = channels
+        self.target_rate = check_rate(target_rate)
         self._stream = (
             None
-            if self.sample_rate == TARGET_RATE
-            else soxr.ResampleStream(self.sample_rate, TARGET_RATE, 1, dtype="float32", quality=_QUALITY)
+            if self.sample_rate == self.target_rate
+            else soxr.ResampleStream(self.sample_rate, self.target_rate, 1, dtype="float32", quality=_QUALITY)
         )
 
     def push(self, pcm: np.ndarray) -> np.ndarray:

@@ -1,13 +1,16 @@
 """The PyTorch backend: our network modules in fp16 and channels-last on a GPU, fp32 on the CPU.
 
 It is the numerical reference for the TensorRT backend and the backend measured on GPUs
-without TensorRT. Render batches of fixed sizes can be captured into CUDA graphs
+without TensorRT. Render batches of fixed bucket sizes are captured into CUDA graphs
 (``capture_render``) so that a 5-frame hop costs one graph launch instead of hundreds of
-kernel launches.
+kernel launches; a smaller batch runs in the next bucket's graph, padded. torch.compile keeps
+its compiled kernels in an on-disk cache (``$DITTO_CACHE_DIR/torch-compile``) so a second
+start of the same configuration skips most of the compile time.
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import torch
@@ -61,13 +64,18 @@ class TorchBackend(Backend):
             # TF32 matmuls for the fp32 LMDM: 1.8x faster, 1e-3 relative change of a sampled window (bench/results).
             torch.backends.cuda.matmul.allow_tf32 = True
             if compile_networks:
+                use_compile_cache()
+                # Default dynamism: the first bucket compiles static, the second marks the batch
+                # axis dynamic, and every later bucket reuses that one compile.
                 for name in _COMPILED & set(self._nets):
-                    self._run[name] = torch.compile(self._nets[name], dynamic=False)
+                    self._run[name] = torch.compile(self._nets[name])
         self._lmdm_step = self._nets["lmdm"].forward_prepared if "lmdm" in self._nets else None
         if self._lmdm_step is not None and self.device.type == "cuda" and compile_networks:
-            self._lmdm_step = torch.compile(self._lmdm_step, dynamic=False)
+            self._lmdm_step = torch.compile(self._lmdm_step)
         self.cond_width = self._nets["lmdm"].cond_dim if "lmdm" in self._nets else 0
         self._graphs: dict[int, _GraphedRender] = {}
+        self._pool = None
+        self.captures = 0
 
     def network(self, name: str) -> torch.nn.Module:
         """The loaded module for ``name`` (for export, benchmarks and parity checks)."""
@@ -112,19 +120,31 @@ class TorchBackend(Backend):
 
     @torch.inference_mode()
     def render(self, feature_3d, kp_source, kp_driving):
-        graph = self._graphs.get(kp_source.shape[0])
-        if graph is not None:
-            return graph(feature_3d, kp_source, kp_driving)
+        """Warp+decode; in the smallest captured bucket that holds the batch (its output is valid until the next render)."""
+        batch = kp_source.shape[0]
+        bucket = next((b for b in sorted(self._graphs) if b >= batch), None)
+        if bucket is not None:
+            return self._graphs[bucket](feature_3d, kp_source, kp_driving)
         return self.decode(self.warp(feature_3d, kp_source, kp_driving))
 
     def capture_render(self, batch_sizes: tuple[int, ...]) -> None:
-        """Capture warp+decode into one CUDA graph per batch size (CUDA only)."""
+        """Capture warp+decode into one CUDA graph per bucket, largest first, in one shared memory pool (CUDA only)."""
         if self.device.type != "cuda":
             return
-        for batch in batch_sizes:
-            if batch not in self._graphs:
-                self._graphs[batch] = _GraphedRender(self, batch)
+        if self._pool is None:
+            self._pool = torch.cuda.graph_pool_handle()
+        for batch in sorted(set(batch_sizes) - set(self._graphs), reverse=True):
+            self._graphs[batch] = _GraphedRender(self, batch, self._pool)
+            self.captures += 1
         self.render_batch_sizes = tuple(sorted(self._graphs))
+
+
+def use_compile_cache() -> Path:
+    """Point torch.compile's on-disk cache at ``$DITTO_CACHE_DIR/torch-compile`` unless the user chose one."""
+    base = Path(os.environ.get("DITTO_CACHE_DIR", Path.home() / ".cache" / "ditto-live"))
+    folder = Path(os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(base / "torch-compile")))
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
 
 
 @torch.no_grad()
@@ -138,9 +158,9 @@ def _to_channels_last(net: torch.nn.Module) -> None:
 
 
 class _GraphedRender:
-    """Warp+decode for one batch size, captured once into a CUDA graph with static buffers."""
+    """Warp+decode for one bucket, captured once into a CUDA graph with static buffers; rows past the batch are padding."""
 
-    def __init__(self, backend: TorchBackend, batch: int) -> None:
+    def __init__(self, backend: TorchBackend, batch: int, pool) -> None:
         dev, dt = backend.device, backend.dtype
         self.feature = torch.zeros(batch, 32, 16, 64, 64, device=dev, dtype=dt)
         self.kp_s = torch.zeros(batch, 21, 3, device=dev, dtype=dt)
@@ -152,12 +172,13 @@ class _GraphedRender:
                 backend.decode(backend.warp(self.feature, self.kp_s, self.kp_d))
         torch.cuda.current_stream(dev).wait_stream(warm)
         self.graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(self.graph), torch.inference_mode():
+        with torch.cuda.graph(self.graph, pool=pool), torch.inference_mode():
             self.out = backend.decode(backend.warp(self.feature, self.kp_s, self.kp_d))
 
     def __call__(self, feature_3d: torch.Tensor, kp_source: torch.Tensor, kp_driving: torch.Tensor) -> torch.Tensor:
-        self.feature.copy_(feature_3d)
-        self.kp_s.copy_(kp_source)
-        self.kp_d.copy_(kp_driving)
+        n = kp_source.shape[0]
+        self.feature[:n].copy_(feature_3d)
+        self.kp_s[:n].copy_(kp_source)
+        self.kp_d[:n].copy_(kp_driving)
         self.graph.replay()
-        return self.out
+        return self.out[:n]

@@ -1,7 +1,9 @@
-"""A DDIM sampler whose whole S-step loop replays as one CUDA graph per batch size.
+"""A DDIM sampler for batches of windows whose whole S-step loop replays as one CUDA graph per bucket.
 
 An 80-frame window at 25 steps is about 25 x 2 x 300 small kernels; launched from Python
-that costs more than the arithmetic. Captured once, a window is a single graph launch.
+that costs more than the arithmetic. Captured once per batch bucket (at warm-up, never
+mid-stream), a batch of windows is a single graph launch. Every row brings its own x_T and
+per-step noise, so a window's result does not depend on which other windows share its batch.
 On the CPU it simply runs the loop.
 """
 
@@ -11,67 +13,89 @@ from collections.abc import Callable
 
 import torch
 
-from engine.diffusion.ddim import DDIMSampler, Denoiser, ddim_loop
+from engine.diffusion.ddim import Denoiser, ddim_loop
+from engine.diffusion.schedule import DDIMSchedule
 
 
-class GraphedSampler:
-    """Wraps a ``DDIMSampler`` and a denoiser; ``__call__(cond_frame, cond)`` samples (B,80,265) windows."""
+class BucketedSampler:
+    """``__call__(x, cond_frame, cond, step_noise)`` samples (B,80,265) windows, padded to a captured bucket on CUDA."""
 
     def __init__(
         self,
-        sampler: DDIMSampler,
+        schedule: DDIMSchedule,
         denoiser: Denoiser,
         cond_width: int,
-        use_graphs: bool = True,
+        shape: tuple[int, int],
         prepare: Callable[[torch.Tensor], object] | None = None,
     ) -> None:
         """``prepare`` (optional) encodes a window's condition once; ``denoiser`` then takes its result as ``cond``."""
-        self.sampler = sampler
+        self.schedule = schedule
         self.denoiser = denoiser
         self.prepare = prepare or (lambda cond: cond)
         self.cond_width = cond_width
-        self.use_graphs = use_graphs and sampler.device.type == "cuda"
+        self.shape = shape
+        self.device = schedule.times.device
         self._graphs: dict[int, _Captured] = {}
+        self._pool = None
+
+    @property
+    def buckets(self) -> tuple[int, ...]:
+        """The batch sizes captured so far (empty on the CPU)."""
+        return tuple(sorted(self._graphs))
+
+    def capture(self, buckets: tuple[int, ...]) -> None:
+        """Capture one graph per bucket, largest first, sharing one memory pool (CUDA only)."""
+        if self.device.type != "cuda":
+            return
+        if self._pool is None:
+            self._pool = torch.cuda.graph_pool_handle()
+        for batch in sorted(set(buckets) - set(self._graphs), reverse=True):
+            self._graphs[batch] = _Captured(self, batch, self._pool)
 
     @torch.inference_mode()
-    def __call__(self, cond_frame: torch.Tensor, cond: torch.Tensor, x: torch.Tensor | None = None) -> torch.Tensor:
-        """Windows for cond_frame (B,265) and cond (B,80,D); x_T from the sampler's generator unless given."""
-        x = self.sampler.initial_noise(cond.shape[0]) if x is None else x
-        if not self.use_graphs:
-            return ddim_loop(self.denoiser, x, cond_frame, self.prepare(cond), self.sampler.schedule, self.sampler.step_noise)
-        batch = cond.shape[0]
-        if batch not in self._graphs:
-            self._graphs[batch] = _Captured(self, batch)
-        return self._graphs[batch](x, cond_frame, cond)
+    def __call__(
+        self, x: torch.Tensor, cond_frame: torch.Tensor, cond: torch.Tensor, step_noise: torch.Tensor
+    ) -> torch.Tensor:
+        """x_T (B,L,265), cond_frame (B,265), cond (B,L,D), step_noise (S−1,B,L,265) -> windows (B,L,265)."""
+        batch = x.shape[0]
+        bucket = next((b for b in self.buckets if b >= batch), None)
+        if bucket is None:
+            return ddim_loop(self.denoiser, x, cond_frame, self.prepare(cond), self.schedule, step_noise)
+        return self._graphs[bucket](x, cond_frame, cond, step_noise)
 
 
 class _Captured:
-    """The loop for one batch size, captured with static input and output buffers."""
+    """The loop for one bucket, captured with static input and output buffers; rows past the batch are padding."""
 
-    def __init__(self, owner: GraphedSampler, batch: int) -> None:
-        sampler = owner.sampler
-        device = sampler.device
-        frames, dim = sampler.shape
+    def __init__(self, owner: BucketedSampler, batch: int, pool) -> None:
+        frames, dim = owner.shape
+        device = owner.device
+        steps = owner.schedule.steps
+        self.batch = batch
         self.x = torch.randn(batch, frames, dim, device=device)
         self.cond_frame = torch.zeros(batch, dim, device=device)
         self.cond = torch.zeros(batch, frames, owner.cond_width, device=device)
+        self.step_noise = torch.zeros(steps - 1, batch, frames, dim, device=device)
 
         def run() -> torch.Tensor:
             prepared = owner.prepare(self.cond)
-            return ddim_loop(owner.denoiser, self.x, self.cond_frame, prepared, sampler.schedule, sampler.step_noise)
+            return ddim_loop(owner.denoiser, self.x, self.cond_frame, prepared, owner.schedule, self.step_noise)
 
         side = torch.cuda.Stream(device)
         side.wait_stream(torch.cuda.current_stream(device))
-        with torch.cuda.stream(side):
+        with torch.cuda.stream(side), torch.inference_mode():
             run()
         torch.cuda.current_stream(device).wait_stream(side)
         self.graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(self.graph):
+        with torch.cuda.graph(self.graph, pool=pool), torch.inference_mode():
             self.out = run()
 
-    def __call__(self, x: torch.Tensor, cond_frame: torch.Tensor, cond: torch.Tensor) -> torch.Tensor:
-        self.x.copy_(x)
-        self.cond_frame.copy_(cond_frame)
-        self.cond.copy_(cond)
+    def __call__(self, x: torch.Tensor, cond_frame: torch.Tensor, cond: torch.Tensor, step_noise: torch.Tensor) -> torch.Tensor:
+        n = x.shape[0]
+        self.x[:n].copy_(x)
+        self.cond_frame[:n].copy_(cond_frame)
+        self.cond[:n].copy_(cond)
+        if step_noise.shape[0]:
+            self.step_noise[:, :n].copy_(step_noise)
         self.graph.replay()
-        return self.out.clone()
+        return self.out[:n].clone()

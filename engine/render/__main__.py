@@ -1,7 +1,8 @@
 """Offline render: ``python -m engine.render --avatar NAME_OR_IMAGE --audio FILE --out FILE.mp4``.
 
-Runs the same session the live stream uses, at the offline overlap, and writes H.264 + AAC
-with PyAV. ``--demo`` speaks a bundled clip with scikit-image's astronaut on random weights.
+Runs the same serving runtime the live stream uses, flat out (no pacing), at the offline
+overlap, and writes H.264 + AAC with PyAV. ``--demo`` speaks a bundled clip with
+scikit-image's astronaut on random weights.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import argparse
 import math
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -18,8 +20,9 @@ import torch
 from tqdm import tqdm
 
 from engine.audio.files import read_audio
-from engine.engine import OFFLINE_OVERLAP, RANDOM_WEIGHTS_NOTICE, Engine, models_dir, random_checkpoints
-from engine.session import FPS
+from engine.engine import OFFLINE_OVERLAP, RANDOM_WEIGHTS_NOTICE, models_dir, random_checkpoints
+from engine.runtime import Runtime, RuntimeConfig
+from engine.session import FPS, Session
 
 CPU_DEMO_SECONDS = 0.4
 
@@ -59,6 +62,15 @@ def load_or_register(avatar: str, checkpoints: Path, device: torch.device, rando
     return load_avatar(avatar, device, checkpoints=checkpoints)
 
 
+def feed(session: Session, audio: np.ndarray, rate: int) -> None:
+    """Push the clip in 200 ms pieces as fast as the session's lead allows, then end it."""
+    hop = rate // 5
+    channels = audio.shape[1] if audio.ndim == 2 else None
+    for lo in range(0, len(audio), hop):
+        session.push_audio(audio[lo : lo + hop], rate, channels=channels, block=True)
+    session.end()
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     device = torch.device(args.device) if args.device else torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -82,30 +94,25 @@ def main(argv: list[str] | None = None) -> int:
         audio = audio[: int(args.max_seconds * rate)]
 
     started = time.perf_counter()
-    engine = Engine.from_checkpoints(
-        None if random_weights else args.checkpoints, device=device, steps=args.steps, compile_networks=args.compile
+    from streaming.mp4 import AUDIO_RATE, Mp4Writer
+
+    config = RuntimeConfig(audio_rate=AUDIO_RATE, window_buckets=(1,), render_buckets=(10, 20, 40), admission=False)
+    runtime = Runtime.from_checkpoints(
+        None if random_weights else args.checkpoints, device=device, steps=args.steps, config=config, compile_networks=args.compile
     )
     avatar = load_or_register(avatar_source, checkpoints, device, random_weights)
-    session = engine.session(avatar, overlap=args.overlap, emotion=args.emotion, seed=args.seed)
+    session = runtime.open_session(avatar, live=False, overlap=args.overlap, emotion=args.emotion, seed=args.seed)
     total = math.ceil(len(audio) / rate * FPS)
     height, width = avatar.frames.shape[1:3]
-
-    from streaming.mp4 import Mp4Writer
-
+    feeder = threading.Thread(target=feed, args=(session, audio, rate), daemon=True)
+    feeder.start()
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    hop = rate // 5
-    with Mp4Writer(args.out, width, height, fps=FPS) as writer, tqdm(total=total, unit="frame", desc="rendering") as bar:
-        def drain(frames) -> None:
-            if frames:
-                writer.write_frames(torch.stack([f.image for f in frames]))
-                writer.write_audio(np.concatenate([f.audio for f in frames]))
-                bar.update(len(frames))
-
-        for lo in range(0, len(audio), hop):
-            session.push_audio(audio[lo : lo + hop], rate, channels=audio.shape[1] if audio.ndim == 2 else None)
-            drain(session.take_ready())
-        session.end()
-        drain(session.take_all())
+    with runtime, Mp4Writer(args.out, width, height, fps=FPS) as writer, tqdm(total=total, unit="frame", desc="rendering") as bar:
+        while (frame := session.next_frame()) is not None:
+            writer.write_frames(frame.image[None])
+            writer.write_audio(frame.audio)
+            bar.update(1)
+    feeder.join()
     elapsed = time.perf_counter() - started
     print(f"wrote {args.out}: {total} frames ({total / FPS:.2f} s) at {width}x{height} in {elapsed:.1f} s on {device}", file=sys.stderr)
     if random_weights:

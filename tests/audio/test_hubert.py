@@ -100,7 +100,7 @@ def test_a_hop_is_released_once_its_two_frame_look_ahead_arrives() -> None:
     second = stream.push(audio[7759:7760])
     assert second.shape[0] == 5 and second[0, 0].item() == 640 * 5 + 161
     assert stream.push(audio[7760:]).shape[0] == 15  # hops 2..4: 3200 * 4 + 4560 <= 20000
-    assert stream.frames_emitted == 25 and stream.samples_pushed == 20000
+    assert stream.chunker.frames_emitted == 25 and stream.chunker.samples_pushed == 20000
     assert stream.flush().shape[0] == 32 - 25  # ceil(20000 / 640) = 32
 
 
@@ -119,7 +119,7 @@ def test_uneven_pushes_give_the_same_features_as_one_push() -> None:
 def test_flush_resets_the_stream_for_the_next_utterance() -> None:
     stream = HubertFeatureStream(SampleProbeRunner())
     first = torch.cat([stream.push(ramp(9000)), stream.flush()])
-    assert stream.samples_pushed == 0 and stream.frames_emitted == 0
+    assert stream.chunker.samples_pushed == 0 and stream.chunker.frames_emitted == 0
     second = torch.cat([stream.push(ramp(9000)), stream.flush()])
     assert torch.equal(first, second)
 

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# One call on the lent GPU for the serving runtime: cold and warm starts, the session curve, the newsroom render.
+# Usage there: bash bench/gpu_runtime.sh AVATAR_DIR   (results and logs under $OUT)
+set -uo pipefail
+avatar=${1:?cached avatar folder}
+out=${OUT:-/tmp/out}
+mkdir -p "$out"
+if compgen -G ".whl/*.whl" >/dev/null; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
+    export PYTHONPATH=/tmp/site:$PWD
+fi
+export DITTO_CACHE_DIR=/tmp/ditto-cache PYTHONUNBUFFERED=1
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$out/gpu.txt"
+python3 - <<'PY'
+import numpy as np, wave
+from engine.assets import demo_audio
+audio, rate = demo_audio()
+n = int(7.84 * rate)
+clip = np.concatenate([audio] * 3)[:n]
+with wave.open("/tmp/newsroom.wav", "wb") as w:
+    w.setnchannels(1); w.setsampwidth(2); w.setframerate(rate)
+    w.writeframes((np.clip(clip, -1, 1) * 32767).astype(np.int16).tobytes())
+PY
+for run in cold warm; do
+    /usr/bin/time -f "%e s wall" python3 -m bench.runtime --avatar "$avatar" --out "$out/start_$run.json" --start-only 2>&1 | grep -v "^warming" | tail -3 | tee -a "$out/starts.log"
+done
+for run in 1 2; do
+    start=$(date +%s.%N)
+    python3 -m engine.render --avatar "$avatar" --audio /tmp/newsroom.wav --out "/tmp/newsroom.mp4" 2>&1 | tail -2 | tee -a "$out/newsroom.log"
+    echo "newsroom run $run: $(echo "$(date +%s.%N) - $start" | bc) s process start to MP4" | tee -a "$out/newsroom.log"
+done
+python3 -m bench.runtime --avatar "$avatar" --out "$out/runtime.json" "${@:2}" 2>&1 | grep -v "^warming" | tee "$out/runtime.log" | tail -30

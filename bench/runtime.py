@@ -1,0 +1,221 @@
+"""The serving runtime on one GPU: start times, the live-session curve, independence, memory, no compiles mid-stream.
+
+``python -m bench.runtime --avatar DIR --out FILE.json [--seconds 20] [--sessions 1 2 4 8 12 16 24]``
+
+Each live session is fed 200 ms of speech per 200 ms of wall time by one feeder thread and
+drained by its own consumer thread. Per session count it reports frames delivered against the
+clock, deadline misses, tick wall and GPU span (p50/p99) and the GPU busy share. Random
+weights and the stand-in audio encoder: timings do not depend on the weights' values.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import platform
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from engine.assets import demo_audio
+from engine.runtime import Runtime, RuntimeConfig
+from engine.session import FPS, Session
+
+HOP = 0.2
+
+
+def psnr(a: torch.Tensor, b: torch.Tensor) -> float:
+    """PSNR in dB between two uint8 image stacks."""
+    mse = (a.float() - b.float()).pow(2).mean().item()
+    return math.inf if mse == 0 else 10 * math.log10(255.0**2 / mse)
+
+
+def speech(seconds: float) -> tuple[np.ndarray, int]:
+    """The bundled clip, looped to ``seconds``."""
+    audio, rate = demo_audio()
+    reps = math.ceil(seconds * rate / len(audio))
+    return np.concatenate([audio] * reps)[: int(seconds * rate)], rate
+
+
+def offline_frames(runtime: Runtime, avatar, seeds: list[int], seconds: float) -> list[torch.Tensor]:
+    """Offline sessions side by side on the same audio; each one's frames, stacked."""
+    audio, rate = speech(seconds)
+    sessions = [runtime.open_session(avatar, live=False, overlap=75, seed=s) for s in seeds]
+    for session in sessions:
+        session.push_audio(audio, rate, block=True)
+        session.end()
+    results: list[list[torch.Tensor]] = [[] for _ in sessions]
+
+    def drain(i: int) -> None:
+        while (frame := sessions[i].next_frame(timeout=120)) is not None:
+            results[i].append(frame.image.clone())
+
+    threads = [threading.Thread(target=drain, args=(i,)) for i in range(len(sessions))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return [torch.stack(r) for r in results]
+
+
+def live_run(runtime: Runtime, avatar, count: int, seconds: float) -> dict:
+    """``count`` live sessions fed in real time for ``seconds``; what the clock and the GPU saw."""
+    audio, rate = speech(seconds + 2)
+    hop = int(HOP * rate)
+    sessions = [runtime.open_session(avatar, live=True, overlap=75, seed=i) for i in range(count)]
+    received = [0] * count
+    stop = threading.Event()
+
+    def consume(i: int, session: Session) -> None:
+        while not stop.is_set():
+            try:
+                if session.next_frame(timeout=0.5) is not None:
+                    received[i] += 1
+            except TimeoutError:
+                continue
+
+    consumers = [threading.Thread(target=consume, args=(i, s), daemon=True) for i, s in enumerate(sessions)]
+    for t in consumers:
+        t.start()
+    time.sleep(1.0)
+    base = runtime.metrics()
+    started = time.monotonic()
+    pushes = int(seconds / HOP)
+    for k in range(pushes):
+        for session in sessions:
+            session.push_audio(audio[k * hop : (k + 1) * hop], rate)
+        time.sleep(max(0.0, started + (k + 1) * HOP - time.monotonic()))
+    elapsed = time.monotonic() - started
+    metrics = runtime.metrics()
+    stop.set()
+    for session in sessions:
+        session.close()
+    for t in consumers:
+        t.join()
+    time.sleep(0.3)
+    return {
+        "sessions": count,
+        "seconds": round(elapsed, 2),
+        "frames_per_session_per_s": round(sum(received) / count / (elapsed + 1.0), 2),
+        "deadline_misses": metrics.get("deadline_misses", 0) - base.get("deadline_misses", 0),
+        "frames_dropped": metrics.get("frames_dropped", 0),
+        "tick_wall_ms_p50": metrics["tick_wall_ms_p50"],
+        "tick_wall_ms_p99": metrics["tick_wall_ms_p99"],
+        "tick_gpu_ms_p50": metrics["tick_gpu_ms_p50"],
+        "tick_gpu_ms_p99": metrics["tick_gpu_ms_p99"],
+        "gpu_busy": metrics["gpu_busy"],
+        "captures_after_warmup": metrics["captures_after_warmup"],
+    }
+
+
+def session_memory(runtime: Runtime, avatar, label: str) -> dict:
+    """GPU memory of the shared avatar (first session) and of each further session, after a few hops."""
+    audio, rate = speech(2.0)
+
+    def open_one(seed: int) -> Session:
+        session = runtime.open_session(avatar, live=False, overlap=75, seed=seed)
+        session.push_audio(audio, rate, block=True)
+        for _ in range(20):
+            session.next_frame(timeout=60)
+        return session
+
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_allocated()
+    first = open_one(0)
+    torch.cuda.synchronize()
+    one = torch.cuda.memory_allocated()
+    second = open_one(1)
+    torch.cuda.synchronize()
+    two = torch.cuda.memory_allocated()
+    first.close()
+    second.close()
+    return {"avatar": label, "first_session_mb": (one - before) / 2**20, "each_further_session_mb": (two - one) / 2**20}
+
+
+def synthetic_video_avatar(frames: int, height: int, width: int, device: torch.device):
+    """A 300-frame 1080p avatar of random tensors in the cache's shapes (for memory only: not a registered face)."""
+    from avatars.cache import Avatar
+
+    g = torch.Generator().manual_seed(0)
+    motion = lambda w: torch.randn(frames, w, generator=g) * 0.1  # noqa: E731
+    scale = 512 / 1080
+    m = torch.tensor([[1 / scale, 0, 700.0], [0, 1 / scale, 100.0], [0, 0, 1]]).expand(frames, 3, 3).clone()
+    return Avatar(
+        name="synthetic-video-1080p", f_s=torch.randn(frames, 32, 16, 64, 64, generator=g) * 0.1,
+        pitch=motion(66), yaw=motion(66), roll=motion(66), t=motion(3), exp=motion(63), scale=motion(1) + 1, kp=motion(63),
+        M_c2o=m, eye_open=torch.rand(frames, 2), eye_ball=motion(6), sc=motion(63)[0],
+        mask_crop=torch.ones(512, 512), frames=torch.randint(0, 255, (frames, height, width, 3), dtype=torch.uint8),
+        is_image=False, manifest={},
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.runtime", description=__doc__.splitlines()[0])
+    parser.add_argument("--avatar", required=True, help="a cached avatar folder (registered with the random weights)")
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--seconds", type=float, default=20.0, help="live seconds per session count")
+    parser.add_argument("--sessions", type=int, nargs="+", default=[1, 2, 4, 8, 12, 16, 24])
+    parser.add_argument("--start-only", action="store_true", help="measure the start (warm-up) and stop")
+    parser.add_argument("--no-compile", action="store_true")
+    args = parser.parse_args(argv)
+    from avatars.cache import load_avatar
+
+    process_start = time.perf_counter()
+    device = torch.device("cuda")
+    result: dict = {"gpu": torch.cuda.get_device_name(0), "torch": torch.__version__, "python": platform.python_version()}
+    runtime = Runtime.from_checkpoints(None, device=device, config=RuntimeConfig(admission=False), compile_networks=not args.no_compile)
+    result["start_seconds"] = round(time.perf_counter() - process_start, 2)
+    result["warmup_seconds"] = runtime.warmup_seconds
+    result["window_ms"], result["render_ms"] = runtime.window_ms, runtime.render_ms
+    result["capacity_overlap75"] = runtime.capacity(75)
+    save = lambda: args.out.write_text(json.dumps(result, indent=2))  # noqa: E731
+    save()
+    print(f"start {result['start_seconds']} s (warm-up {runtime.warmup_seconds:.1f} s); capacity {result['capacity_overlap75']}", flush=True)
+    if args.start_only:
+        runtime.close()
+        return 0
+    avatar = load_avatar(args.avatar, device)
+    dynamo = torch._dynamo.utils.counters["stats"]["unique_graphs"]
+
+    solo = [offline_frames(runtime, avatar, [s], 2.0)[0] for s in (0, 1)]
+    together = offline_frames(runtime, avatar, [0, 1, 0, 1], 2.0)
+    result["independence_psnr_db"] = [psnr(together[i], solo[i % 2]) for i in range(4)]
+    result["solo_repeat_bit_identical"] = bool(torch.equal(offline_frames(runtime, avatar, [0], 2.0)[0], solo[0]))
+    print("independence PSNR (dB) vs solo:", result["independence_psnr_db"], flush=True)
+    save()
+
+    result["memory"] = [session_memory(runtime, avatar, "512x512 image (registered)")]
+    video = synthetic_video_avatar(300, 1080, 1920, device)
+    result["memory"].append(session_memory(runtime, video, "300-frame 1920x1080 video (synthetic tensors)"))
+    del video
+    torch.cuda.empty_cache()
+    print("memory:", result["memory"], flush=True)
+    save()
+
+    result["live"] = []
+    for count in args.sessions:
+        row = live_run(runtime, avatar, count, args.seconds)
+        result["live"].append(row)
+        save()
+        print(row, flush=True)
+    result["dynamo_graphs_added_after_warmup"] = torch._dynamo.utils.counters["stats"]["unique_graphs"] - dynamo
+    result["captures_after_warmup"] = runtime.metrics()["captures_after_warmup"]
+    runtime.close()
+    save()
+    print("\n| sessions | frames/s/session | deadline misses | tick wall p50/p99 ms | tick GPU p50/p99 ms | GPU busy |")
+    print("|---|---|---|---|---|---|")
+    for row in result["live"]:
+        print(
+            f"| {row['sessions']} | {row['frames_per_session_per_s']} | {row['deadline_misses']} | "
+            f"{row['tick_wall_ms_p50']}/{row['tick_wall_ms_p99']} | {row['tick_gpu_ms_p50']}/{row['tick_gpu_ms_p99']} | {row['gpu_busy']} |"
+        )
+    print(f"compiles/captures after warm-up: dynamo graphs +{result['dynamo_graphs_added_after_warmup']}, captures +{result['captures_after_warmup']}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

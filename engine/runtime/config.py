@@ -1,0 +1,37 @@
+"""The runtime's settings, with defaults for live serving on one GPU."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from engine.runtime.buckets import RENDER_BUCKETS, WINDOW_BUCKETS
+
+
+@dataclass(frozen=True)
+class RuntimeConfig:
+    """Bucket sizes, bounds and pacing; ``None`` fields take a device-dependent default at start."""
+
+    window_buckets: tuple[int, ...] = WINDOW_BUCKETS
+    render_buckets: tuple[int, ...] = RENDER_BUCKETS
+    pad_batches: bool | None = None
+    """Pad every batch to its bucket (CUDA default: captured graphs need fixed shapes; CPU: run as is)."""
+    batch_windows: bool | None = None
+    """Sample several sessions' windows in one call (CUDA default; on the CPU each runs alone, bit for bit)."""
+    max_lead_seconds: float = 5.0
+    """Audio a session may hold ahead of the frames taken from it; more is refused (or waited for)."""
+    max_queued_frames: int = 25
+    """Frames rendered but not yet taken, per session; a live session drops its oldest beyond this."""
+    min_lead_frames: int = 3
+    """A live session's frames are kept at least this many frames ahead of its clock; idle silence fills the rest."""
+    hubert_chunks_per_tick: int = 16
+    """HuBERT chunks (200 ms each) encoded per session per tick, so one long push cannot stall the others."""
+    render_frames_per_tick: int = 80
+    """Frames rendered per tick across all sessions, earliest deadline first."""
+    audio_rate: int = 48_000
+    """Rate of the audio each frame carries, resampled from the pushed PCM (sinks want 48 kHz)."""
+    admission: bool | None = None
+    """Refuse live sessions beyond the measured capacity (CUDA default; the CPU cannot serve in real time)."""
+    utilization: float = 0.8
+    """Share of each 200 ms hop that admission lets live sessions fill."""
+    progress: bool = True
+    """Show a progress bar while warming up."""

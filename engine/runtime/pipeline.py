@@ -1,0 +1,269 @@
+"""One session's state on the runtime's side: committed audio, motion, the render backlog, the live clock.
+
+Only the runtime's loop thread touches a pipeline. It commits the audio its session queued
+(and idle silence when a live session runs short), hands out HuBERT chunks and LMDM window
+requests for the loop to batch with other sessions', keeps the final motion frames until
+they are rendered, and turns rendered images into frames carrying their own audio.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import deque
+
+import numpy as np
+import torch
+
+from engine.audio.hubert import FRAME_SAMPLES, HOP_SAMPLES
+from engine.motion.conditions import ConditionBuilder, Emotion, mirror_index
+from engine.motion.stitching import DRIVEN_KEYS_IMAGE, DRIVEN_KEYS_VIDEO, MotionStitcher
+from engine.motion.vector import MOTION_DIM
+from engine.motion_stream import MotionStream, WindowRequest
+from engine.runtime.avatars import LoadedAvatar
+from engine.runtime.config import RuntimeConfig
+from engine.runtime.pacing import FPS, frame_deadline, frames_due, needs_idle
+from engine.session import HOP_FRAMES, MODEL_RATE, Frame, Session
+
+BLEND_FRAMES = 5
+"""Frames over which the picture cross-fades from the last frame shown to the stream after an interrupt."""
+
+
+class SessionPipeline:
+    """The loop's state for one session."""
+
+    def __init__(
+        self,
+        session: Session,
+        avatar: LoadedAvatar,
+        stitch,
+        silence_feature: torch.Tensor,
+        step_noise: torch.Tensor,
+        cond_width: int,
+        emotion: Emotion,
+        config: RuntimeConfig,
+    ) -> None:
+        self.session = session
+        self.avatar = avatar
+        self.config = config
+        self.device = avatar.f_s.device
+        conditions = ConditionBuilder(avatar.canonical_kp, avatar.eye_open, avatar.eye_ball, cond_width, emotion)
+        self.motion = MotionStream(conditions, avatar.source_motion, silence_feature, session.overlap, step_noise, session.seed)
+        self.stitcher = MotionStitcher(
+            avatar.source,
+            stitch=stitch,
+            driven_keys=DRIVEN_KEYS_IMAGE if avatar.is_image else DRIVEN_KEYS_VIDEO,
+            drive_eye=avatar.is_image,
+        )
+        self.request: WindowRequest | None = None
+        self.backlog = torch.zeros(0, MOTION_DIM, device=self.device)
+        self.backlog_start = 0
+        self.sink_per_frame = session.audio_rate // FPS
+        self.sink_ratio = session.audio_rate // MODEL_RATE if session.audio_rate % MODEL_RATE == 0 else None
+        self.audio = np.zeros(0, np.float32)
+        self.audio_start = 0
+        self.speech: list[tuple[int, int]] = []
+        self.tail_is_speech = False
+        self.out_next = 0
+        self.blend_from: torch.Tensor | None = None
+        self.blend_left = 0
+        self.anchor: float | None = None
+        self.in_flight: deque[tuple[torch.cuda.Event | None, int, int]] = deque()
+        self.ending = False
+        self.closed = False
+
+    # -- audio ----------------------------------------------------------------------------
+
+    def intake(self, now: float) -> bool:
+        """Commit what the session queued, handle its commands, and add idle silence if live and short; True if anything changed."""
+        intake = self.session._collect()
+        changed = False
+        if intake.close:
+            self.closed = True
+            return True
+        if intake.interrupt:
+            self._interrupt()
+            changed = True
+        if intake.model.size:
+            self._commit(intake.model, intake.sink, speech=True)
+            changed = True
+        if intake.end and not self.ending:
+            self.ending = True
+            self.motion.end()
+            changed = True
+        if self.session.live and not self.ending and not self.motion.audio_pending:
+            hops = self._idle_hops(now)
+            if hops and self.tail_is_speech and (tail := self.session._drain_resamplers()) is not None:
+                self._commit(tail[0], tail[1], speech=True)
+            for _ in range(hops):
+                self._commit(np.zeros(HOP_SAMPLES, np.float32), None, speech=False)
+            self.session.counters["idle_hops"] += hops
+            changed = changed or hops > 0
+        return changed
+
+    def _idle_hops(self, now: float) -> int:
+        """Hops of silence a live session needs now to keep ``min_lead_frames`` ready ahead of its clock (0 if none)."""
+        due = frames_due(now, self.anchor)
+        produced = self.out_next + self.backlog.shape[0]
+        if not needs_idle(produced, due, self.config.min_lead_frames, self.tail_is_speech):
+            return 0
+        windows = self.motion.windows
+        committed_frames = self.motion.samples_in // FRAME_SAMPLES
+        unproduced = committed_frames - self.motion.frames_out
+        depth = windows.fuse + windows.valid + 3
+        deficit = math.ceil(due + self.config.min_lead_frames - produced)
+        return max(1, math.ceil((deficit + depth - unproduced) / HOP_FRAMES))
+
+    def _commit(self, model: np.ndarray, sink: np.ndarray | None, speech: bool) -> None:
+        start = self.motion.samples_in
+        if sink is None:
+            self._align_sink(start)
+            sink = np.zeros(self._sink_samples(model.size), np.float32)
+        elif not self.tail_is_speech:
+            self._align_sink(start)
+        self.motion.push(model)
+        self.audio = np.concatenate([self.audio, sink])
+        if speech:
+            self.speech.append((start, start + model.size))
+        self.tail_is_speech = speech
+        self.session._set_committed(self.motion.samples_in)
+
+    def _sink_samples(self, model_samples: int) -> int:
+        return model_samples * self.sink_ratio if self.sink_ratio else round(model_samples * self.session.audio_rate / MODEL_RATE)
+
+    def _align_sink(self, model_position: int) -> None:
+        """Make the sink-rate audio end exactly where the model-rate audio does (resampler delays differ slightly)."""
+        want = self._sink_samples(model_position) - self.audio_start
+        if self.audio.size > want:
+            self.audio = self.audio[: max(want, 0)]
+        elif self.audio.size < want:
+            self.audio = np.concatenate([self.audio, np.zeros(want - self.audio.size, np.float32)])
+
+    def _interrupt(self) -> None:
+        """Drop speech not yet diffused and every frame not yet taken; silence the audio of frames still to come."""
+        self.motion.interrupt()
+        self.request = None
+        self.backlog = self.backlog[:0]
+        self.backlog_start = self.motion.frames_out
+        silent_from = self._sink_samples(self.motion.frames_out * FRAME_SAMPLES) - self.audio_start
+        self.audio[max(silent_from, 0) :] = 0
+        self._align_sink(self.motion.samples_in)
+        cut = self.motion.frames_out * FRAME_SAMPLES
+        self.speech = [(a, min(b, cut)) for a, b in self.speech if a < cut]
+        self.tail_is_speech = False
+        self.session._set_committed(self.motion.samples_in)
+        last = self.session._last_taken
+        self.out_next = 0 if last is None else last.index + 1
+        self.blend_from = self.session._last_taken_motion
+        self.blend_left = BLEND_FRAMES if self.blend_from is not None else 0
+        self.in_flight.clear()
+
+    # -- motion ---------------------------------------------------------------------------
+
+    def window_request(self) -> WindowRequest | None:
+        """This session's next window, if its features cover one (kept until completed, so a failed batch retries it)."""
+        if self.request is None:
+            self.request = self.motion.window_request()
+        return self.request
+
+    def complete(self, window: torch.Tensor) -> None:
+        """Take a sampled window; its final frames join the render backlog."""
+        self.request = None
+        self._add_backlog(self.motion.complete(window))
+        self.session.counters["windows"] += 1
+
+    def finish_if_done(self) -> None:
+        """After ``end``: emit the last frames once nothing is left to sample."""
+        if self.motion.can_finish:
+            self._add_backlog(self.motion.finish())
+
+    def _add_backlog(self, motion: torch.Tensor) -> None:
+        if motion.shape[0]:
+            self.backlog = torch.cat([self.backlog, motion])
+            if self.stitcher.anchor is None and self.motion.anchor is not None:
+                self.stitcher.set_anchor(self.motion.anchor)
+
+    @property
+    def done(self) -> bool:
+        """Ended and every frame rendered."""
+        return self.ending and self.motion.finished and self.backlog.shape[0] == 0
+
+    # -- render ---------------------------------------------------------------------------
+
+    def render_count(self) -> int:
+        """Frames this session may render now: its backlog, bounded by its queue (live sessions drop old frames instead)."""
+        count = self.backlog.shape[0]
+        return count if self.session.live else min(count, self.session._room())
+
+    def next_deadline(self) -> float:
+        """When this session's next frame is due (offline sessions: never, they take what is left)."""
+        if not self.session.live:
+            return math.inf
+        if self.anchor is None:
+            return -math.inf
+        return frame_deadline(self.anchor, self.out_next)
+
+    def stitch(self, count: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The next ``count`` backlog frames -> (motion, avatar rows, x_s, x_d); the frames leave the backlog."""
+        motion = self.backlog[:count]
+        if self.blend_left:
+            motion = self._blend(motion)
+        rows = mirror_index(torch.arange(self.out_next, self.out_next + count, device=self.device), self.avatar.num_frames)
+        x_s, x_d = self.stitcher(motion, rows)
+        return motion, rows, x_s, x_d
+
+    def _blend(self, motion: torch.Tensor) -> torch.Tensor:
+        steps = min(self.blend_left, motion.shape[0])
+        done = BLEND_FRAMES - self.blend_left
+        weight = (torch.arange(done + 1, done + steps + 1, device=self.device, dtype=motion.dtype) / (BLEND_FRAMES + 1))[:, None]
+        blended = motion.clone()
+        blended[:steps] = self.blend_from * (1 - weight) + motion[:steps] * weight
+        self.blend_left -= steps
+        return blended
+
+    def deliver(self, motion: torch.Tensor, images: torch.Tensor, ready: torch.cuda.Event | None) -> None:
+        """Turn rendered images into frames with their audio and hand them to the session."""
+        count = images.shape[0]
+        frames = []
+        for j in range(count):
+            m = self.backlog_start + j
+            frames.append(Frame(self.out_next + j, images[j], self._frame_audio(m), self._is_speech(m), ready, motion[j]))
+        self.in_flight.append((ready, self.out_next, count))
+        self.backlog = self.backlog[count:]
+        self.backlog_start += count
+        self.out_next += count
+        self._trim_audio()
+        self.session._deliver(frames, drop_oldest=self.session.live)
+
+    def _frame_audio(self, motion_index: int) -> np.ndarray:
+        lo = motion_index * self.sink_per_frame - self.audio_start
+        chunk = self.audio[max(lo, 0) : max(lo + self.sink_per_frame, 0)]
+        return np.pad(chunk, (0, self.sink_per_frame - chunk.size)) if chunk.size < self.sink_per_frame else chunk.copy()
+
+    def _is_speech(self, motion_index: int) -> bool:
+        lo, hi = motion_index * FRAME_SAMPLES, (motion_index + 1) * FRAME_SAMPLES
+        return any(a < hi and b > lo for a, b in self.speech)
+
+    def _trim_audio(self) -> None:
+        drop = self.backlog_start * self.sink_per_frame - self.audio_start
+        if drop > 0:
+            self.audio = self.audio[drop:]
+            self.audio_start += drop
+        floor = self.backlog_start * FRAME_SAMPLES
+        self.speech = [(a, b) for a, b in self.speech if b > floor]
+
+    # -- the clock ------------------------------------------------------------------------
+
+    def check_deadlines(self, now: float | None = None) -> None:
+        """Note which rendered frames are ready; set the clock's anchor at the first; count frames ready after their deadline."""
+        while self.in_flight:
+            ready, first, count = self.in_flight[0]
+            if ready is not None and not ready.query():
+                return
+            now = time.monotonic() if now is None else now
+            self.in_flight.popleft()
+            if self.anchor is None:
+                self.anchor = now - first / FPS
+            if self.session.live:
+                late = sum(1 for i in range(first, first + count) if now > frame_deadline(self.anchor, i) + 1 / FPS)
+                self.session.counters["deadline_misses"] += late

@@ -1,0 +1,461 @@
+"""The runtime: one thread owns the GPU and serves every session, batching their work per tick.
+
+Per tick the loop commits each session's queued audio (and idle silence for live sessions
+running short), encodes every session's new HuBERT chunks in one batch, samples every due
+LMDM window in bucket-sized batches, renders every due frame in bucket-sized warp+decode
+calls (earliest deadline first), pastes each back into its avatar and hands the frames to
+their sessions. Every shape the GPU sees was compiled and captured during warm-up, so no
+session's push, however odd its size, triggers a compile mid-stream. Sessions launch no GPU
+work; their handles only queue audio and take frames.
+"""
+
+from __future__ import annotations
+
+import gc
+import logging
+import statistics
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import Future
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from engine.audio.hubert import CHUNK_SAMPLES, CURRENT_FRAMES, encode_chunks
+from engine.diffusion.windows import SEQ_FRAMES
+from engine.engine import LIVE_OVERLAP, Engine
+from engine.motion.conditions import Emotion
+from engine.runtime import admission
+from engine.runtime.avatars import AvatarStore
+from engine.runtime.buckets import chunk_sizes
+from engine.runtime.config import RuntimeConfig
+from engine.runtime.errors import AdmissionError, SessionClosed
+from engine.runtime.pipeline import SessionPipeline
+from engine.session import Session
+
+if TYPE_CHECKING:
+    from avatars.cache import Avatar
+
+log = logging.getLogger("ditto.runtime")
+IDLE_WAIT = 0.004
+TIMING_REPEATS = 3
+
+
+class Runtime:
+    """Owns the engine's GPU work; open sessions with ``open_session``; use as a context manager or call ``close``."""
+
+    def __init__(self, engine: Engine, config: RuntimeConfig | None = None) -> None:
+        self.engine = engine
+        self.config = config or RuntimeConfig()
+        self.device = engine.device
+        cuda = self.device.type == "cuda"
+        self.batch_windows = cuda if self.config.batch_windows is None else self.config.batch_windows
+        self.enforce_admission = cuda if self.config.admission is None else self.config.admission
+        self.sampler = engine.sampler()
+        self.avatars = AvatarStore(self.device, engine.backend.dtype)
+        self.window_ms: dict[int, float] = {}
+        self.render_ms: dict[int, float] = {}
+        self.warmup_seconds = 0.0
+        self.counters = {"ticks": 0, "oom_errors": 0, "loop_errors": 0, "captures_after_warmup": 0}
+        self._pipelines: dict[int, SessionPipeline] = {}
+        self._inbox: deque[tuple[Callable[[], Any], Future]] = deque()
+        self._next_id = 0
+        self._ids = threading.Lock()
+        self._wake = threading.Event()
+        self._stopping = False
+        self._tick_wall: deque[float] = deque(maxlen=4096)
+        self._tick_gpu: deque[float] = deque(maxlen=4096)
+        self._tick_events: deque[tuple[torch.cuda.Event, torch.cuda.Event, float]] = deque()
+        self._busy: deque[tuple[float, float]] = deque(maxlen=4096)
+        self._captures = 0
+        self.warm_up()
+        self._thread = threading.Thread(target=self._run, name="ditto-runtime", daemon=True)
+        self._thread.start()
+
+    @classmethod
+    def from_checkpoints(
+        cls,
+        checkpoints: str | Path | None = None,
+        device: str | torch.device | None = None,
+        backend: str = "torch",
+        steps: int = 25,
+        plans: str | Path | None = None,
+        config: RuntimeConfig | None = None,
+        compile_networks: bool = True,
+    ) -> Runtime:
+        """Load the networks (official checkpoints, or random stand-ins when None), warm up, start the loop."""
+        engine = Engine.from_checkpoints(checkpoints, device=device, backend=backend, steps=steps, plans=plans, compile_networks=compile_networks)
+        return cls(engine, config)
+
+    # -- warm-up ----------------------------------------------------------------------------
+
+    def warm_up(self) -> None:
+        """Compile and capture every bucket (CUDA), time each, and derive the live-session capacity."""
+        started = time.perf_counter()
+        if self.device.type == "cuda":
+            window_buckets = sorted(self.config.window_buckets, reverse=True)
+            render_buckets = sorted(self.config.render_buckets, reverse=True)
+            steps = [("LMDM windows", b) for b in window_buckets] + [("render frames", b) for b in render_buckets]
+            with tqdm(steps, desc="warming up (compile + capture)", unit="bucket", disable=not self.config.progress) as bar:
+                for kind, bucket in bar:
+                    bar.set_postfix_str(f"{kind} x{bucket}")
+                    if kind == "LMDM windows":
+                        self.sampler.capture((bucket,))
+                        self.window_ms[bucket] = self._time(lambda b=bucket: self._sample_dummy(b))
+                    else:
+                        capture = getattr(self.engine.backend, "capture_render", None)
+                        if capture is not None:
+                            capture((bucket,))
+                        self.render_ms[bucket] = self._time(lambda b=bucket: self._render_dummy(b))
+            self.engine.hubert.encode_batch(torch.zeros(1, CHUNK_SAMPLES))
+        self._captures = self._capture_count()
+        self.warmup_seconds = time.perf_counter() - started
+        gc.collect()
+        gc.freeze()
+
+    def capacity(self, overlap: int = LIVE_OVERLAP) -> int | None:
+        """Live sessions this runtime can serve in real time at ``overlap`` (None where nothing was measured: the CPU)."""
+        if not self.window_ms or not self.render_ms:
+            return None
+        return admission.capacity(overlap, self.window_ms, self.render_ms, self.config.utilization)
+
+    def _time(self, run: Callable[[], None]) -> float:
+        """Median milliseconds of ``run`` on the GPU."""
+        times = []
+        for _ in range(TIMING_REPEATS):
+            start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            run()
+            stop.record()
+            stop.synchronize()
+            times.append(start.elapsed_time(stop))
+        return statistics.median(times)
+
+    def _sample_dummy(self, batch: int) -> None:
+        frames, dim = self.sampler.shape
+        dev = self.device
+        self.sampler(
+            torch.zeros(batch, frames, dim, device=dev),
+            torch.zeros(batch, dim, device=dev),
+            torch.zeros(batch, frames, self.engine.cond_width, device=dev),
+            torch.zeros(self.engine.steps - 1, batch, frames, dim, device=dev),
+        )
+
+    def _render_dummy(self, batch: int) -> None:
+        dt = self.engine.backend.dtype
+        kp = torch.zeros(batch, 21, 3, device=self.device, dtype=dt)
+        self.engine.backend.render(torch.zeros(batch, 32, 16, 64, 64, device=self.device, dtype=dt), kp, kp)
+
+    def _capture_count(self) -> int:
+        return len(self.sampler.buckets) + int(getattr(self.engine.backend, "captures", 0))
+
+    # -- sessions ---------------------------------------------------------------------------
+
+    def open_session(
+        self,
+        avatar: Avatar,
+        live: bool = True,
+        overlap: int = LIVE_OVERLAP,
+        seed: int = 0,
+        emotion: Emotion = "neutral",
+    ) -> Session:
+        """A new session speaking with ``avatar``: ``live`` paces it on a 25 fps clock and idles on silence;
+        ``overlap`` is the latency knob (75: a window per 200 ms hop; 10 for offline renders)."""
+        if not 0 <= overlap < SEQ_FRAMES:
+            raise ValueError(f"overlap must be in [0, {SEQ_FRAMES}), got {overlap}")
+        if self._stopping:
+            raise SessionClosed("the runtime is closed")
+        if live:
+            self._admit(overlap)
+        with self._ids:
+            session_id = self._next_id
+            self._next_id += 1
+        session = Session(session_id, avatar.name, live, overlap, seed, self.config, self._wake.set)
+
+        def build() -> None:
+            shared = self.avatars.acquire(avatar)
+            try:
+                pipeline = SessionPipeline(
+                    session, shared, self.engine.backend.stitch, self.engine.silence_feature,
+                    self.engine.step_noise(seed), self.engine.cond_width, emotion, self.config,
+                )
+            except BaseException:
+                self.avatars.release(shared)
+                raise
+            self._pipelines[session_id] = pipeline
+
+        self._call(build)
+        return session
+
+    def _admit(self, overlap: int) -> None:
+        cap = self.capacity(overlap)
+        live = sum(1 for p in self._pipelines.values() if p.session.live)
+        if cap is not None and self.enforce_admission and live + 1 > cap:
+            name = torch.cuda.get_device_name(self.device) if self.device.type == "cuda" else str(self.device)
+            raise AdmissionError(
+                f"this runtime serves at most {cap} live session(s) in real time at overlap {overlap} on {name} "
+                f"(measured at warm-up: {self.window_ms} ms per LMDM window batch, {self.render_ms} ms per render batch); "
+                f"{live} are open: close one, raise the overlap's hop, or serve it from another GPU's runtime"
+            )
+
+    def _call(self, work: Callable[[], Any]) -> Any:
+        """Run ``work`` on the loop thread (the only one that touches the GPU) and wait for its result."""
+        if threading.current_thread() is self._thread:
+            return work()
+        future: Future = Future()
+        self._inbox.append((work, future))
+        self._wake.set()
+        return future.result()
+
+    def close(self) -> None:
+        """Close every session, stop the loop; idempotent."""
+        if self._stopping:
+            return
+        for pipeline in list(self._pipelines.values()):
+            pipeline.session.close()
+        self._stopping = True
+        self._wake.set()
+        self._thread.join()
+        for pipeline in list(self._pipelines.values()):
+            self._remove(pipeline)
+
+    def __enter__(self) -> Runtime:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- metrics ----------------------------------------------------------------------------
+
+    def metrics(self) -> dict[str, Any]:
+        """Sessions, capacity, tick times (wall and GPU), GPU busy share, compiles after warm-up, errors, per-session totals."""
+        pipelines = list(self._pipelines.values())
+        totals: dict[str, float] = {}
+        for pipeline in pipelines:
+            for key, value in pipeline.session.counters.items():
+                totals[key] = totals.get(key, 0) + value
+        wall, gpu = list(self._tick_wall), list(self._tick_gpu)
+        return {
+            "sessions": len(pipelines),
+            "live_sessions": sum(1 for p in pipelines if p.session.live),
+            "capacity": self.capacity(),
+            "avatars_loaded": len(self.avatars),
+            "warmup_seconds": round(self.warmup_seconds, 2),
+            "tick_wall_ms_p50": _percentile(wall, 50),
+            "tick_wall_ms_p99": _percentile(wall, 99),
+            "tick_gpu_ms_p50": _percentile(gpu, 50),
+            "tick_gpu_ms_p99": _percentile(gpu, 99),
+            "gpu_busy": self._gpu_busy(),
+            **self.counters,
+            **totals,
+        }
+
+    def _gpu_busy(self, window: float = 10.0) -> float | None:
+        """Share of the last ``window`` seconds the loop's GPU work was running (None on the CPU)."""
+        if self.device.type != "cuda" or not self._busy:
+            return None
+        now = time.monotonic()
+        recent = [ms for at, ms in self._busy if now - at <= window]
+        return round(min(sum(recent) / 1000 / window, 1.0), 4)
+
+    # -- the loop ---------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.set_device(self.device)
+        with torch.inference_mode():
+            while not self._stopping:
+                try:
+                    worked = self._tick()
+                except Exception:
+                    self.counters["loop_errors"] += 1
+                    log.exception("runtime tick failed; the loop goes on")
+                    worked = False
+                if not worked:
+                    self._wake.wait(IDLE_WAIT)
+                    self._wake.clear()
+
+    def _tick(self) -> bool:
+        """One round of work across all sessions; True if anything was done."""
+        worked = self._run_inbox()
+        now = time.monotonic()
+        timing = self._begin_timing()
+        for pipeline in list(self._pipelines.values()):
+            try:
+                worked |= pipeline.intake(now)
+            except Exception as exc:
+                self._fail(pipeline, exc)
+            if pipeline.closed:
+                self._remove(pipeline)
+        pipelines = list(self._pipelines.values())
+        worked |= self._encode_features(pipelines)
+        worked |= self._sample_windows(pipelines)
+        for pipeline in pipelines:
+            pipeline.finish_if_done()
+        worked |= self._render(pipelines)
+        self._end_timing(timing, worked)
+        for pipeline in pipelines:
+            pipeline.check_deadlines()
+            if pipeline.done and not pipeline.in_flight:
+                pipeline.session._finish()
+                self._remove(pipeline)
+        if worked:
+            self.counters["ticks"] += 1
+        captures = self._capture_count() - self._captures
+        if captures:
+            self.counters["captures_after_warmup"] += captures
+            self._captures += captures
+        return worked
+
+    def _run_inbox(self) -> bool:
+        worked = False
+        while self._inbox:
+            work, future = self._inbox.popleft()
+            worked = True
+            try:
+                future.set_result(work())
+            except BaseException as exc:
+                future.set_exception(exc)
+        return worked
+
+    def _encode_features(self, pipelines: list[SessionPipeline]) -> bool:
+        """Every session's complete HuBERT chunks in one batched encoder call."""
+        jobs, parts = [], []
+        for pipeline in pipelines:
+            chunks, keep = pipeline.motion.take_chunks(self.config.hubert_chunks_per_tick)
+            if chunks.shape[0]:
+                jobs.append((pipeline, chunks.shape[0], keep))
+                parts.append(chunks)
+        if not jobs:
+            return False
+        try:
+            features = encode_chunks(self.engine.hubert, np.concatenate(parts))
+        except Exception as exc:
+            for pipeline, _, _ in jobs:
+                self._fail(pipeline, exc)
+            return True
+        offset = 0
+        for pipeline, count, keep in jobs:
+            pipeline.motion.add_features(features[offset : offset + count * CURRENT_FRAMES][:keep])
+            offset += count * CURRENT_FRAMES
+        return True
+
+    def _sample_windows(self, pipelines: list[SessionPipeline]) -> bool:
+        """Every due window (one per session) in bucket-sized sampler calls, earliest deadline first."""
+        requests = [(p, r) for p in pipelines if (r := p.window_request()) is not None]
+        if not requests:
+            return False
+        requests.sort(key=lambda item: item[0].next_deadline())
+        size = max(self.config.window_buckets) if self.batch_windows else 1
+        for lo in range(0, len(requests), size):
+            group = requests[lo : lo + size]
+            try:
+                windows = self.sampler(
+                    torch.stack([r.noise for _, r in group]),
+                    torch.stack([r.cond_frame for _, r in group]),
+                    torch.stack([r.cond for _, r in group]),
+                    torch.stack([r.step_noise for _, r in group], dim=1),
+                )
+            except torch.OutOfMemoryError:
+                self._out_of_memory("LMDM sampling", [p for p, _ in group])
+                continue
+            for i, (pipeline, _) in enumerate(group):
+                pipeline.complete(windows[i])
+        return True
+
+    def _render(self, pipelines: list[SessionPipeline]) -> bool:
+        """Due frames across sessions, earliest deadline first, in bucket-sized warp+decode calls, pasted back per avatar."""
+        budget = self.config.render_frames_per_tick
+        jobs = []
+        for pipeline in sorted(pipelines, key=SessionPipeline.next_deadline):
+            count = min(pipeline.render_count(), budget)
+            if count <= 0:
+                continue
+            try:
+                jobs.append((pipeline, *pipeline.stitch(count)))
+            except Exception as exc:
+                self._fail(pipeline, exc)
+                continue
+            budget -= count
+            if budget <= 0:
+                break
+        if not jobs:
+            return False
+        features = torch.cat([p.avatar.f_s[rows] for p, _, rows, _, _ in jobs])
+        x_s = torch.cat([xs for *_, xs, _ in jobs])
+        x_d = torch.cat([xd for *_, xd in jobs])
+        bounds, start = [], 0
+        for pipeline, motion, rows, _, _ in jobs:
+            bounds.append((pipeline, motion, rows, start, start + rows.shape[0]))
+            start += rows.shape[0]
+        images: dict[int, list[torch.Tensor]] = {id(p): [] for p, *_ in jobs}
+        lo = 0
+        try:
+            for size in chunk_sizes(start, self.config.render_buckets):
+                hi = lo + size
+                rgb = self.engine.backend.render(features[lo:hi], x_s[lo:hi], x_d[lo:hi])
+                for pipeline, _, rows, first, last in bounds:
+                    a, b = max(lo, first), min(hi, last)
+                    if a < b:
+                        images[id(pipeline)].append(pipeline.avatar.paste(rgb[a - lo : b - lo], rows[a - first : b - first]))
+                lo = hi
+        except torch.OutOfMemoryError:
+            self._out_of_memory("render", [p for p, *_ in jobs])
+            return True
+        ready = None
+        if self.device.type == "cuda":
+            ready = torch.cuda.Event()
+            ready.record()
+        for pipeline, motion, *_ in bounds:
+            pipeline.deliver(motion, torch.cat(images[id(pipeline)]), ready)
+        return True
+
+    # -- failure and bookkeeping ------------------------------------------------------------
+
+    def _out_of_memory(self, stage: str, pipelines: list[SessionPipeline]) -> None:
+        """A CUDA OOM in a batched stage: report it, free the cache, retry the work next tick; other sessions go on."""
+        self.counters["oom_errors"] += 1
+        log.error("CUDA out of memory during %s for sessions %s; retrying next tick", stage, [p.session.id for p in pipelines])
+        torch.cuda.empty_cache()
+
+    def _fail(self, pipeline: SessionPipeline, error: BaseException) -> None:
+        log.error("session %d failed: %s", pipeline.session.id, error)
+        pipeline.session._fail(error)
+        self._remove(pipeline)
+
+    def _remove(self, pipeline: SessionPipeline) -> None:
+        if self._pipelines.pop(pipeline.session.id, None) is not None:
+            self.avatars.release(pipeline.avatar)
+
+    def _begin_timing(self) -> tuple[float, torch.cuda.Event | None]:
+        event = None
+        if self.device.type == "cuda":
+            event = torch.cuda.Event(enable_timing=True)
+            event.record()
+        return time.perf_counter(), event
+
+    def _end_timing(self, timing: tuple[float, torch.cuda.Event | None], worked: bool) -> None:
+        wall_start, start = timing
+        if worked:
+            self._tick_wall.append((time.perf_counter() - wall_start) * 1000)
+            if start is not None:
+                stop = torch.cuda.Event(enable_timing=True)
+                stop.record()
+                self._tick_events.append((start, stop, time.monotonic()))
+        while self._tick_events and self._tick_events[0][1].query():
+            start_event, stop_event, at = self._tick_events.popleft()
+            ms = start_event.elapsed_time(stop_event)
+            self._tick_gpu.append(ms)
+            self._busy.append((at, ms))
+
+
+def _percentile(values: list[float], q: float) -> float | None:
+    """The q-th percentile of ``values`` (None when empty), rounded to 0.01."""
+    if not values:
+        return None
+    return round(float(np.percentile(values, q)), 2)
