@@ -21,12 +21,15 @@ with wave.open("/tmp/newsroom.wav", "wb") as w:
     w.setnchannels(1); w.setsampwidth(2); w.setframerate(rate)
     w.writeframes((np.clip(clip, -1, 1) * 32767).astype(np.int16).tobytes())
 PY
-for run in cold warm; do
-    /usr/bin/time -f "%e s wall" python3 -m bench.runtime --avatar "$avatar" --out "$out/start_$run.json" --start-only 2>&1 | grep -v "^warming" | tail -3 | tee -a "$out/starts.log"
+since() { python3 -c "print(round($EPOCHREALTIME - $1, 2))"; }
+for run in cold; do
+    start=$EPOCHREALTIME
+    python3 -m bench.runtime --avatar "$avatar" --out "$out/start_$run.json" --start-only 2>&1 | grep -v "^warming" | tail -3 | tee -a "$out/starts.log"
+    echo "$run start: $(since "$start") s from process start to a warmed-up runtime" | tee -a "$out/starts.log"
 done
 for run in 1 2; do
-    start=$(date +%s.%N)
-    python3 -m engine.render --avatar "$avatar" --audio /tmp/newsroom.wav --out "/tmp/newsroom.mp4" 2>&1 | tail -2 | tee -a "$out/newsroom.log"
-    echo "newsroom run $run: $(echo "$(date +%s.%N) - $start" | bc) s process start to MP4" | tee -a "$out/newsroom.log"
+    start=$EPOCHREALTIME
+    timeout 120 python3 -m engine.render --avatar "$avatar" --audio /tmp/newsroom.wav --out "/tmp/newsroom.mp4" 2>&1 | tail -2 | tee -a "$out/newsroom.log"
+    echo "newsroom run $run: $(since "$start") s process start to MP4" | tee -a "$out/newsroom.log"
 done
-python3 -m bench.runtime --avatar "$avatar" --out "$out/runtime.json" "${@:2}" 2>&1 | grep -v "^warming" | tee "$out/runtime.log" | tail -30
+timeout 400 python3 -m bench.runtime --avatar "$avatar" --out "$out/runtime.json" "${@:2}" 2>&1 | grep -v "^warming" | tee "$out/runtime.log" | tail -30

@@ -62,13 +62,17 @@ def load_or_register(avatar: str, checkpoints: Path, device: torch.device, rando
     return load_avatar(avatar, device, checkpoints=checkpoints)
 
 
-def feed(session: Session, audio: np.ndarray, rate: int) -> None:
-    """Push the clip in 200 ms pieces as fast as the session's lead allows, then end it."""
+def feed(session: Session, audio: np.ndarray, rate: int, errors: list[BaseException]) -> None:
+    """Push the clip in 200 ms pieces as fast as the session's lead allows, then end it (close it on an error)."""
     hop = rate // 5
     channels = audio.shape[1] if audio.ndim == 2 else None
-    for lo in range(0, len(audio), hop):
-        session.push_audio(audio[lo : lo + hop], rate, channels=channels, block=True)
-    session.end()
+    try:
+        for lo in range(0, len(audio), hop):
+            session.push_audio(audio[lo : lo + hop], rate, channels=channels, block=True)
+        session.end()
+    except BaseException as exc:
+        errors.append(exc)
+        session.close()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -104,7 +108,8 @@ def main(argv: list[str] | None = None) -> int:
     session = runtime.open_session(avatar, live=False, overlap=args.overlap, emotion=args.emotion, seed=args.seed)
     total = math.ceil(len(audio) / rate * FPS)
     height, width = avatar.frames.shape[1:3]
-    feeder = threading.Thread(target=feed, args=(session, audio, rate), daemon=True)
+    errors: list[BaseException] = []
+    feeder = threading.Thread(target=feed, args=(session, audio, rate, errors), daemon=True)
     feeder.start()
     args.out.parent.mkdir(parents=True, exist_ok=True)
     with runtime, Mp4Writer(args.out, width, height, fps=FPS) as writer, tqdm(total=total, unit="frame", desc="rendering") as bar:
@@ -113,6 +118,8 @@ def main(argv: list[str] | None = None) -> int:
             writer.write_audio(frame.audio)
             bar.update(1)
     feeder.join()
+    if errors:
+        raise errors[0]
     elapsed = time.perf_counter() - started
     print(f"wrote {args.out}: {total} frames ({total / FPS:.2f} s) at {width}x{height} in {elapsed:.1f} s on {device}", file=sys.stderr)
     if random_weights:

@@ -2,25 +2,17 @@
 
 from __future__ import annotations
 
-from engine.runtime.buckets import bucket_for, chunk_sizes
+from engine.runtime.buckets import call_cost
 from engine.session import FPS, HOP_FRAMES
 
 HOP_SECONDS = HOP_FRAMES / FPS
 MAX_SESSIONS = 256
 
 
-def batched_cost(count: int, costs: dict[int, float]) -> float:
-    """Milliseconds to run ``count`` rows in bucket-sized calls, given the measured ms per call of each bucket."""
-    if count <= 0:
-        return 0.0
-    buckets = tuple(costs)
-    return sum(costs[bucket_for(size, buckets)] for size in chunk_sizes(count, buckets))
-
-
 def hop_cost(sessions: int, overlap: int, window_ms: dict[int, float], render_ms: dict[int, float], seq_frames: int = 80) -> float:
     """GPU milliseconds per 200 ms hop for ``sessions`` live sessions at ``overlap`` (windows every 80 − overlap frames)."""
     windows_per_hop = HOP_FRAMES / (seq_frames - overlap)
-    return windows_per_hop * batched_cost(sessions, window_ms) + batched_cost(sessions * HOP_FRAMES, render_ms)
+    return windows_per_hop * call_cost(sessions, window_ms) + call_cost(sessions * HOP_FRAMES, render_ms)
 
 
 def capacity(overlap: int, window_ms: dict[int, float], render_ms: dict[int, float], utilization: float) -> int:

@@ -1,9 +1,12 @@
 """Fixed batch buckets: every batch the GPU sees is one of a few sizes, compiled and captured at warm-up.
 
-Pure functions: which bucket a batch pads to, and how a larger batch splits into bucket-sized chunks.
+Pure functions: which bucket a batch pads to, and how a larger batch splits into bucket-sized
+calls, either with the least padding or, given each bucket's measured cost, at the least cost.
 """
 
 from __future__ import annotations
+
+from functools import lru_cache
 
 WINDOW_BUCKETS = (1, 2, 4, 8, 16)
 """LMDM windows per sampler call (one window per session per tick)."""
@@ -21,13 +24,33 @@ def bucket_for(count: int, buckets: tuple[int, ...]) -> int:
     raise ValueError(f"{count} rows exceed the largest bucket {max(buckets)}; split with chunk_sizes first")
 
 
-def chunk_sizes(count: int, buckets: tuple[int, ...]) -> list[int]:
-    """Split ``count`` rows into chunks of at most the largest bucket, the largest chunks first."""
-    largest = max(buckets)
-    full, rest = divmod(count, largest)
-    return [largest] * full + ([rest] if rest else [])
+def chunk_sizes(count: int, buckets: tuple[int, ...], costs: dict[int, float] | None = None) -> list[int]:
+    """Split ``count`` rows into calls of at most the largest bucket each.
+
+    With ``costs`` (ms per call of each bucket) the split is the cheapest; without, the one with
+    the least padding (fewest calls among those).
+    """
+    if count <= 0:
+        return []
+    table = costs if costs else {b: b + 1e-3 for b in buckets}
+    return list(_cheapest(count, tuple(sorted(table.items()))))
 
 
-def padding_waste(count: int, buckets: tuple[int, ...]) -> int:
-    """Rows of padding the GPU computes for ``count`` real rows."""
-    return sum(bucket_for(size, buckets) - size for size in chunk_sizes(count, buckets))
+@lru_cache(maxsize=4096)
+def _cheapest(count: int, table: tuple[tuple[int, float], ...]) -> tuple[int, ...]:
+    """Sizes of the calls that cover ``count`` rows at the least total cost (dynamic programming over the row count)."""
+    best: list[tuple[float, tuple[int, ...]]] = [(0.0, ())]
+    for n in range(1, count + 1):
+        options = []
+        for bucket, cost in table:
+            size = min(bucket, n)
+            if bucket >= n or bucket == size:
+                total, calls = best[n - size]
+                options.append((total + cost, (size, *calls)))
+        best.append(min(options, key=lambda item: (item[0], len(item[1]))))
+    return best[count][1]
+
+
+def call_cost(count: int, costs: dict[int, float]) -> float:
+    """Milliseconds to run ``count`` rows split at the least cost."""
+    return sum(costs[bucket_for(size, tuple(costs))] for size in chunk_sizes(count, tuple(costs), costs))

@@ -207,6 +207,8 @@ class Runtime:
         """Run ``work`` on the loop thread (the only one that touches the GPU) and wait for its result."""
         if threading.current_thread() is self._thread:
             return work()
+        if self._stopping:
+            raise SessionClosed("the runtime is closed")
         future: Future = Future()
         self._inbox.append((work, future))
         self._wake.set()
@@ -266,19 +268,27 @@ class Runtime:
     # -- the loop ---------------------------------------------------------------------------
 
     def _run(self) -> None:
-        if self.device.type == "cuda":
-            torch.cuda.set_device(self.device)
-        with torch.inference_mode():
-            while not self._stopping:
-                try:
-                    worked = self._tick()
-                except Exception:
-                    self.counters["loop_errors"] += 1
-                    log.exception("runtime tick failed; the loop goes on")
-                    worked = False
-                if not worked:
-                    self._wake.wait(IDLE_WAIT)
-                    self._wake.clear()
+        try:
+            if self.device.type == "cuda":
+                torch.cuda.set_device(self.device.index if self.device.index is not None else torch.cuda.current_device())
+            with torch.inference_mode():
+                while not self._stopping:
+                    try:
+                        worked = self._tick()
+                    except Exception:
+                        self.counters["loop_errors"] += 1
+                        log.exception("runtime tick failed; the loop goes on")
+                        worked = False
+                    if not worked:
+                        self._wake.wait(IDLE_WAIT)
+                        self._wake.clear()
+        except BaseException as exc:
+            log.exception("the runtime loop stopped")
+            self._stopping = True
+            for pipeline in list(self._pipelines.values()):
+                self._fail(pipeline, exc)
+            while self._inbox:
+                self._inbox.popleft()[1].set_exception(SessionClosed(f"the runtime loop stopped: {exc}"))
 
     def _tick(self) -> bool:
         """One round of work across all sessions; True if anything was done."""
@@ -351,9 +361,11 @@ class Runtime:
         if not requests:
             return False
         requests.sort(key=lambda item: item[0].next_deadline())
-        size = max(self.config.window_buckets) if self.batch_windows else 1
-        for lo in range(0, len(requests), size):
+        sizes = chunk_sizes(len(requests), self.config.window_buckets, self.window_ms) if self.batch_windows else [1] * len(requests)
+        lo = 0
+        for size in sizes:
             group = requests[lo : lo + size]
+            lo += size
             try:
                 windows = self.sampler(
                     torch.stack([r.noise for _, r in group]),
@@ -396,7 +408,7 @@ class Runtime:
         images: dict[int, list[torch.Tensor]] = {id(p): [] for p, *_ in jobs}
         lo = 0
         try:
-            for size in chunk_sizes(start, self.config.render_buckets):
+            for size in chunk_sizes(start, self.config.render_buckets, self.render_ms):
                 hi = lo + size
                 rgb = self.engine.backend.render(features[lo:hi], x_s[lo:hi], x_d[lo:hi])
                 for pipeline, _, rows, first, last in bounds:
