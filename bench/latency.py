@@ -1,4 +1,4 @@
-"""Latency and throughput of the engine on one GPU: LMDM windows, render batches, live hops, memory.
+"""GPU compute of the engine's parts on one GPU: LMDM windows, render batches, avatar loads (sessions: bench.runtime).
 
 ``python -m bench.latency [--backend torch|tensorrt] [--avatar NAME_OR_DIR] [--out FILE.json]``
 prints a table last and writes every number (with the hardware) to JSON. Random weights
@@ -18,7 +18,9 @@ from pathlib import Path
 
 import torch
 
-from engine.engine import LIVE_OVERLAP, Engine
+from engine.diffusion.ddim import DDIMSampler
+from engine.diffusion.graphed import BucketedSampler
+from engine.engine import Engine
 
 RENDER_BATCHES = (1, 5, 8, 16)
 
@@ -57,15 +59,29 @@ def ceilings(device: torch.device) -> dict[str, float]:
     return {"fp16_matmul_tflops": 2 * 8192**3 / mm / 1e9, "copy_gbps": 2 * src.numel() * 4 / cp / 1e6}
 
 
+def window_sampler(denoiser, cond_width: int, device: torch.device, steps: int = 25, batches: tuple[int, ...] = (1, 4)):
+    """``sample(cond_frame, cond, x=None)``: graph-captured windows with seed-0 noise, for timing a denoiser."""
+    ddim = DDIMSampler(steps, seed=0, device=device)
+    sampler = BucketedSampler(ddim.schedule, denoiser, cond_width, ddim.shape)
+    sampler.capture(batches)
+
+    def sample(cond_frame: torch.Tensor, cond: torch.Tensor, x: torch.Tensor | None = None) -> torch.Tensor:
+        batch = cond.shape[0]
+        x = ddim.initial_noise(batch) if x is None else x
+        return sampler(x, cond_frame, cond, ddim.step_noise.expand(-1, batch, -1, -1))
+
+    return sample
+
+
 def bench_lmdm(engine: Engine, repeat: int) -> dict[str, dict[str, float]]:
-    """One 80-frame window (B=1) at the engine's step count: eager loop vs one CUDA graph."""
+    """One 80-frame window (B=1) at the engine's step count: eager loop vs one CUDA graph, and a batch of 4."""
     device, width = engine.device, engine.cond_width
     cond = torch.randn(1, 80, width, device=device)
     cond_frame = torch.randn(1, 265, device=device)
-    graphed = engine.sampler_for_seed(0)
+    graphed = window_sampler(engine.backend.lmdm, width, device, engine.steps)
     out = {"graphed": summary(gpu_time(lambda: graphed(cond_frame, cond), repeat))}
-    sampler = graphed.sampler
-    out["eager"] = summary(gpu_time(lambda: sampler(engine.backend.lmdm, cond_frame, cond), max(3, repeat // 5)))
+    ddim = DDIMSampler(engine.steps, seed=0, device=device)
+    out["eager"] = summary(gpu_time(lambda: ddim(engine.backend.lmdm, cond_frame, cond), max(3, repeat // 5)))
     for batch in (4,):
         conds = cond.expand(batch, -1, -1).contiguous()
         frames = cond_frame.expand(batch, -1).contiguous()
@@ -95,44 +111,6 @@ def bench_render(engine: Engine, repeat: int) -> dict[str, dict[str, float]]:
     return out
 
 
-def bench_stream(engine: Engine, avatar, hops: int, overlap: int) -> dict[str, object]:
-    """A live session at ``overlap``: per 200 ms hop, compute time from push to its frames being ready."""
-    from engine.assets import demo_audio
-
-    audio, rate = demo_audio()
-    hop = rate // 5
-    session = engine.session(avatar, overlap=overlap)
-    latencies, frames = [], 0
-    torch.cuda.synchronize()
-    for i in range(hops + 10):
-        lo = (i * hop) % (len(audio) - hop)
-        started = time.perf_counter()
-        session.push_audio(audio[lo : lo + hop], rate)
-        ready = session.take_all()
-        torch.cuda.synchronize()
-        elapsed = (time.perf_counter() - started) * 1000
-        if i >= 10:
-            latencies.append(elapsed)
-            frames += len(ready)
-    return {"overlap": overlap, "hop_ms": summary(latencies), "frames": frames, "hops": hops}
-
-
-def bench_memory(engine: Engine, avatar, overlap: int) -> dict[str, float]:
-    """GPU memory taken by one more live session after a few hops."""
-    from engine.assets import demo_audio
-
-    audio, rate = demo_audio()
-    torch.cuda.synchronize()
-    before = torch.cuda.memory_allocated()
-    session = engine.session(avatar, overlap=overlap, seed=1)
-    for i in range(6):
-        session.push_audio(audio[i * 3200 : (i + 1) * 3200], rate)
-        session.take_all()
-    torch.cuda.synchronize()
-    after = torch.cuda.memory_allocated()
-    return {"per_extra_session_mb": (after - before) / 2**20, "peak_reserved_gb": torch.cuda.max_memory_reserved() / 2**30}
-
-
 def bench_avatar_load(folder: str, device: torch.device, runs: int = 20) -> dict[str, float]:
     """Loading a cached avatar onto the GPU, synchronised, after one warm-up (with and without the CRC check)."""
     from avatars.cache import load_avatar
@@ -151,24 +129,6 @@ def bench_avatar_load(folder: str, device: torch.device, runs: int = 20) -> dict
     return out
 
 
-def load_bench_avatar(name: str | None, device: torch.device):
-    """A cached avatar, or scikit-image's astronaut registered now (random weights)."""
-    from avatars.cache import load_avatar
-
-    if name:
-        return load_avatar(name, device)
-    import tempfile
-
-    from avatars.register import register
-    from engine.assets import write_demo_portrait
-    from engine.engine import random_checkpoints
-
-    folder = Path(tempfile.mkdtemp())
-    portrait = write_demo_portrait(folder)
-    cache = register(portrait, "bench", random_checkpoints(), device=device, cache_dir=folder, random_weights=True)
-    return load_avatar(cache, device)
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.latency", description=__doc__.splitlines()[0])
     parser.add_argument("--backend", default="torch", choices=("torch", "tensorrt"))
@@ -177,7 +137,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--avatar", help="cached avatar name or folder (default: register the astronaut)")
     parser.add_argument("--steps", type=int, default=25)
     parser.add_argument("--repeat", type=int, default=30)
-    parser.add_argument("--hops", type=int, default=100)
     parser.add_argument("--out", type=Path, help="write the results as JSON here")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
@@ -185,7 +144,6 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     device = torch.device("cuda")
     engine = Engine.from_checkpoints(args.checkpoints, device=device, backend=args.backend, steps=args.steps, plans=args.plans)
-    avatar = load_bench_avatar(args.avatar, device)
     results: dict[str, object] = {
         "hardware": {"gpu": torch.cuda.get_device_name(), "capability": torch.cuda.get_device_capability(), "host": platform.node()},
         "software": {"torch": torch.__version__, "cuda": torch.version.cuda, "backend": args.backend},
@@ -198,8 +156,6 @@ def main(argv: list[str] | None = None) -> int:
         results["avatar_load_ms"] = bench_avatar_load(args.avatar, device)
     results["lmdm_window"] = bench_lmdm(engine, args.repeat)
     results["render"] = bench_render(engine, args.repeat)
-    results["stream"] = bench_stream(engine, avatar, args.hops, LIVE_OVERLAP)
-    results["memory"] = bench_memory(engine, avatar, LIVE_OVERLAP)
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(results, indent=2))
@@ -209,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def print_table(r: dict) -> None:
     """The short table: what each target asks for, and what was measured."""
-    lm, rd, st, mem = r["lmdm_window"], r["render"], r["stream"], r["memory"]
+    lm, rd = r["lmdm_window"], r["render"]
     best = min((v for k, v in rd.items() if k.startswith("b")), key=lambda v: v["ms_per_frame"])
     rows = [
         ("GPU", r["hardware"]["gpu"], ""),
@@ -218,8 +174,6 @@ def print_table(r: dict) -> None:
         ("LMDM window eager (ms)", f"{lm['eager']['median']:.2f}", ""),
         ("render best (ms/frame, frames/s)", f"{best['ms_per_frame']:.2f}, {best['frames_per_s']:.0f}", "<= 2.5, >= 400"),
         ("render b5 hop (ms)", f"{rd['b5']['median']:.2f}", "<= 20 (+paste)"),
-        (f"live hop, O={st['overlap']} (ms, median/p99)", f"{st['hop_ms']['median']:.2f} / {st['hop_ms']['p99']:.2f}", "p99 <= 50"),
-        ("memory per extra session (MB)", f"{mem['per_extra_session_mb']:.0f}", "<= 1536"),
     ]
     if "avatar_load_ms" in r:
         load = r["avatar_load_ms"]

@@ -40,14 +40,13 @@ def main() -> int:
 
 def lmdm_variants_tf32(backend: TorchBackend, compiled) -> dict[str, float]:
     """The 25-step window graph with TF32 matmuls, eager modules vs torch.compile."""
-    from engine.diffusion.ddim import DDIMSampler
-    from engine.diffusion.graphed import GraphedSampler
+    from bench.latency import window_sampler
 
     out = {}
     cond = torch.randn(1, 80, backend.cond_width, device="cuda")
     cond_frame = torch.randn(1, 265, device="cuda") * 0.3
     for name, fn in (("tf32 eager graph ms", backend.network("lmdm")), ("tf32 compiled graph ms", compiled)):
-        sampler = GraphedSampler(DDIMSampler(25, 0, "cuda"), fn, backend.cond_width)
+        sampler = window_sampler(fn, backend.cond_width, torch.device("cuda"), 25, (1, 4, 8))
         out[name] = statistics.median(gpu_time(lambda: sampler(cond_frame, cond), 20))
         for b in (4, 8):
             cb, fb = cond.expand(b, -1, -1).contiguous(), cond_frame.expand(b, -1).contiguous()

@@ -23,7 +23,7 @@ import torch
 
 from engine.assets import demo_audio
 from engine.runtime import Runtime, RuntimeConfig
-from engine.session import FPS, Session
+from engine.session import Session
 
 HOP = 0.2
 

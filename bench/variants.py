@@ -15,10 +15,8 @@ from pathlib import Path
 
 import torch
 
-from bench.latency import gpu_time
+from bench.latency import gpu_time, window_sampler
 from engine.backends.torch_backend import TorchBackend
-from engine.diffusion.ddim import DDIMSampler
-from engine.diffusion.graphed import GraphedSampler
 from engine.engine import random_checkpoints
 
 
@@ -70,7 +68,7 @@ def lmdm_variants(backend: TorchBackend, use_compile: bool) -> dict[str, float]:
     out: dict[str, float] = {}
 
     def measure(name: str, denoiser) -> torch.Tensor:
-        sampler = GraphedSampler(DDIMSampler(25, seed=0, device=device), denoiser, backend.cond_width)
+        sampler = window_sampler(denoiser, backend.cond_width, device)
         result = sampler(cond_frame, cond, x)
         out[f"{name} graph ms"] = statistics.median(gpu_time(lambda: sampler(cond_frame, cond, x), 20))
         return result
