@@ -122,6 +122,16 @@ def test_interrupt_drops_audio_no_window_has_used(engine: Engine) -> None:
     assert stream.samples_in == used * 640
 
 
+def test_an_end_on_a_window_boundary_still_samples_the_window_that_fades_the_tail(engine: Engine) -> None:
+    stream = make_stream(engine, 75)
+    stream.push(speech(1.0))
+    stream.interrupt()  # nothing new arrives at the end: the features stop exactly where the last window did
+    windows = stream.windows.windows_done
+    assert stream.features_available == windows * stream.windows.valid
+    stream.end()
+    assert stream.windows.windows_done == windows + 1 and stream.windows.finished
+
+
 def test_pushing_after_the_end_is_an_error(engine: Engine) -> None:
     stream = make_stream(engine, 75)
     stream.end()

@@ -5,7 +5,9 @@ Stream frame r is the r-th real audio frame; the stream is preceded by ``overlap
 [k·V − O, (k+1)·V) with V = 80 − O. After window k, frames before (k+1)·V − F are final (the next
 window only cross-fades the last F = min(O, V)) and are emitted, so every real frame is emitted
 exactly once from frame 0, at any overlap; at the end of the stream the last window emits
-everything up to the stream's length (its tail is padded by the caller, never emitted).
+everything up to the stream's length (its tail is padded by the caller, never emitted). A
+stream that ends exactly on a window boundary still gets that last window, all padding after
+its overlap, so its last F frames are cross-faded like every other frame.
 """
 
 from __future__ import annotations
@@ -93,8 +95,8 @@ class MotionWindows:
         k, valid = self.windows_done, self.valid
         stop = (k + 1) * valid
         if ended:
-            if available <= k * valid:
-                return None
+            if available <= self.emitted:
+                return None  # a stream ending on a window boundary still fades its last F frames in one more window
             last = available <= stop
         elif available >= stop:
             last = False

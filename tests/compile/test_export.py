@@ -1,9 +1,11 @@
-"""Every exported graph equals its PyTorch module under onnxruntime (fp32, relative error < 1e-4),
-has the spec's I/O names, dtypes and batch axis, and is free of what TensorRT should not see."""
+"""Every exported graph computes its PyTorch module under onnxruntime as closely as float32 PyTorch
+does (both judged against a float64 evaluation), has the spec's I/O names, dtypes and batch axis,
+and is free of what TensorRT should not see."""
 
 from __future__ import annotations
 
 import collections
+import functools
 from pathlib import Path
 
 import numpy as np
@@ -24,10 +26,17 @@ from compile.export import (
 )
 from compile.profiles import LMDM_BATCH, RENDER_BATCH, SPECS, profile_shapes
 from compile.trilinear import GRID_SAMPLE_SCOPE
+from tests.compile.precision import Evaluation, evaluate, relative_error
 
 pytestmark = pytest.mark.slow  # the shared export of all six graphs takes about a minute
 
-MAX_RELATIVE_ERROR = 1e-4
+# ORT's float32 error against float64 may be this many times PyTorch's own float32 error on the
+# same inputs (different summation orders; measured ratios 0.9-1.7), plus a few float32 ulps for
+# outputs PyTorch happens to round exactly. A wrong op is off by 1e-2 or more.
+ORT_OVER_TORCH_FACTOR = 4.0
+ULP_FLOOR = 1e-6
+# PyTorch's float32 against its own float64 run: beyond this the two runs are not the same computation.
+TORCH_FLOAT32_SANITY = 1e-3
 NETWORKS = ("appearance_extractor", "motion_extractor", "warp_network", "decoder", "stitch_network", "lmdm")
 
 
@@ -39,19 +48,32 @@ def run_onnx(path: Path, inputs: dict[str, np.ndarray]) -> list[np.ndarray]:
     return ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, inputs)
 
 
-def assert_matches_pytorch(path: Path, checkpoints: Path, name: str, batch: int) -> None:
-    """Run the graph in onnxruntime and the float32 modules in PyTorch on the same inputs."""
+def graph_inputs(checkpoints: Path, name: str, batch: int) -> dict[str, torch.Tensor]:
     spec = SPECS[name]
-    networks = load_graph_networks(spec, checkpoints)
-    inputs = example_inputs(spec, symbol_sizes(networks), batch, seed=1)
-    got = run_onnx(path, {k: v.numpy() for k, v in inputs.items()})
-    with torch.no_grad():
-        expected = GraphModule(spec, networks).eval()(*inputs.values())
-    expected = expected if isinstance(expected, tuple) else (expected,)
-    for output, value, reference in zip(spec.output_names, got, expected):
-        assert value.shape == tuple(reference.shape), output
-        error = np.abs(value - reference.numpy()).max() / np.abs(reference.numpy()).max()
-        assert error < MAX_RELATIVE_ERROR, f"{name}.{output}: relative error {error:.2e} at batch {batch}"
+    return example_inputs(spec, symbol_sizes(load_graph_networks(spec, checkpoints)), batch, seed=1)
+
+
+@functools.cache
+def pytorch_evaluation(checkpoints: Path, name: str, batch: int) -> Evaluation:
+    """The graph's modules in float32 and float64 on the test inputs (cached: float64 warp takes a minute)."""
+    module = GraphModule(SPECS[name], load_graph_networks(SPECS[name], checkpoints)).eval()
+    return evaluate(module, graph_inputs(checkpoints, name, batch))
+
+
+def assert_matches_pytorch(path: Path, checkpoints: Path, name: str, batch: int) -> None:
+    """ORT's float32 error against the float64 module is within a small factor of PyTorch's float32 error."""
+    spec = SPECS[name]
+    got = run_onnx(path, {k: v.numpy() for k, v in graph_inputs(checkpoints, name, batch).items()})
+    evaluation = pytorch_evaluation(checkpoints, name, batch)
+    for output, value, float32, exact in zip(spec.output_names, got, evaluation.float32, evaluation.float64):
+        assert value.shape == exact.shape, output
+        torch_error, ort_error = relative_error(float32, exact), relative_error(value, exact)
+        assert torch_error < TORCH_FLOAT32_SANITY, f"{name}.{output}: float32 PyTorch is {torch_error:.2e} off float64"
+        bound = ORT_OVER_TORCH_FACTOR * torch_error + ULP_FLOOR
+        assert ort_error <= bound, (
+            f"{name}.{output} at batch {batch}: ORT is {ort_error:.2e} off float64, "
+            f"float32 PyTorch {torch_error:.2e} (bound {bound:.2e})"
+        )
 
 
 @pytest.mark.parametrize(
@@ -120,7 +142,7 @@ def test_warp_exports_with_opset20_gridsample_too(onnx_build, tmp_path: Path) ->
     samples = [n for n in model.graph.node if n.op_type == "GridSample"]
     assert len(samples) == 2 and [o.version for o in model.opset_import if o.domain in ("", "ai.onnx")] == [20]
     assert all({a.name: a for a in n.attribute}["align_corners"].i == 0 for n in samples)
-    assert_matches_pytorch(path, onnx_build.checkpoints, "warp_network", 1)
+    assert_matches_pytorch(path, onnx_build.checkpoints, "warp_network", 2)  # the gather graph's inputs
 
 
 def test_warp_and_decoder_compose_into_one_graph(onnx_build, tmp_path: Path) -> None:

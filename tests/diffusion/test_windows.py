@@ -165,6 +165,25 @@ def test_end_of_stream_pads_only_the_last_window() -> None:
     assert windows.plan(7, ended=True) is None and windows.finish(7).shape == (0, D)
 
 
+@pytest.mark.parametrize("overlap", [10, 40, 70, 75])
+def test_a_stream_that_ends_on_a_window_boundary_still_cross_fades_its_last_frames(overlap: int) -> None:
+    valid = L - overlap
+    total = 3 * valid  # the last full window leaves its last F frames waiting for the next one's fade
+    generator = torch.Generator().manual_seed(overlap)
+    windows = MotionWindows(torch.zeros(D), overlap)
+    predictions: list[torch.Tensor] = []
+
+    def predict(plan):
+        predictions.append(torch.randn(L, D, generator=generator))
+        return predictions[-1]
+
+    chunks, plans = run_stream(windows, total, hop=5, predict=predict)
+    last = plans[-1]
+    assert last.last and (last.start, last.emit_stop) == (total - overlap, total), "one padded window fades the tail"
+    res, _ = reference_sequence([p.numpy() for p in predictions], overlap)
+    np.testing.assert_allclose(torch.cat(chunks).numpy(), res[overlap : overlap + total], atol=1e-6)
+
+
 def test_misuse_is_a_clear_error() -> None:
     with pytest.raises(ValueError, match="overlap"):
         MotionWindows(torch.zeros(D), overlap=80)
