@@ -1,5 +1,5 @@
-"""Audio in, encoded video and audio out: encoders and sinks (MP4 file; RTMP and WebRTC later)."""
+"""Live output: encoders (x264, NVENC, Opus/AAC), sinks (RTMP, WebRTC, MP4), audio sources and the server.
 
-from streaming.mp4 import Mp4Writer
-
-__all__ = ["Mp4Writer"]
+Kept free of imports so that a light module (a source, the push protocol) can be loaded
+without pulling in torch or aiortc; import from the submodules.
+"""

@@ -18,6 +18,7 @@ import torch
 from tqdm import tqdm
 
 from engine.audio.files import read_audio
+from engine.audio.hubert import SAMPLE_RATE
 from engine.engine import OFFLINE_OVERLAP, RANDOM_WEIGHTS_NOTICE, Engine, models_dir, random_checkpoints
 from engine.session import FPS
 
@@ -94,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
 
     args.out.parent.mkdir(parents=True, exist_ok=True)
     hop = rate // 5
-    with Mp4Writer(args.out, width, height, fps=FPS) as writer, tqdm(total=total, unit="frame", desc="rendering") as bar:
+    with Mp4Writer(args.out, width, height, fps=FPS, audio_rate=SAMPLE_RATE) as writer, tqdm(total=total, unit="frame", desc="rendering") as bar:
         def drain(frames) -> None:
             if frames:
                 writer.write_frames(torch.stack([f.image for f in frames]))
