@@ -213,7 +213,11 @@ class SessionOutput:
                 if late > 1 / FPS:
                     self.stats.late_releases += 1
                 for sink in self._sinks:
-                    sink.send(item)
+                    try:
+                        sink.send(item)
+                    except Exception:
+                        log.exception("output %s: sink %s failed; it is detached", self.name, sink.name)
+                        self.remove_sink(sink)
                 self.stats.frames_released += 1
         finally:
             for sink in self._sinks:
