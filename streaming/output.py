@@ -78,6 +78,22 @@ class OutputStats:
     encode_seconds: deque[float] = field(default_factory=lambda: deque(maxlen=10 * 60 * FPS))
 
 
+def confine_torch_threads() -> None:
+    """One intra-op torch thread for the calling thread only (the encode thread's small per-frame ops).
+
+    On a CPU-only machine torch's OpenMP threads for a per-frame colour conversion contend with
+    the runtime and the encoder itself: measured p99 300 ms per frame with 2 threads against
+    50 ms with 1 on a loaded 2-core machine. ``torch.set_num_threads`` sets the calling thread's
+    count and also the default for threads initialised later; a short-lived thread puts the
+    default back, so no other thread is affected.
+    """
+    default = torch.get_num_threads()
+    torch.set_num_threads(1)
+    restore = threading.Thread(target=torch.set_num_threads, args=(default,))
+    restore.start()
+    restore.join()
+
+
 class SessionOutput:
     """Drive one session's frames through one encoder to any number of sinks, added or removed at any time."""
 
@@ -147,6 +163,7 @@ class SessionOutput:
     # -- encode thread --------------------------------------------------------------------
 
     def _encode_loop(self) -> None:
+        confine_torch_threads()
         pending: deque[tuple[FrameLike, tuple[tuple[int, bytes], ...]]] = deque()
         try:
             while not self._stop.is_set():

@@ -2,8 +2,9 @@
 
 A track whose ``recv()`` returns an ``av.Packet`` makes aiortc packetise it without encoding
 (Annex-B H.264, Opus). With pre-encoded packets aiortc's own keyframe handling never reaches
-our encoder, so this module does it: a new viewer starts at the next IDR and asks the shared
-encoder for one, and the browser's PLI/FIR (which aiortc routes to ``RTCRtpSender
+our encoder, so this module does it: a viewer is fed from the moment its connection is up
+(ICE + DTLS done), starting at the next IDR, which it asks the shared encoder for; the
+browser's PLI/FIR (which aiortc routes to ``RTCRtpSender
 ._send_keyframe``, overridden per sender here) asks for one too.
 
 Each viewer has bounded queues (drop-oldest): a viewer that stalls loses its own frames
@@ -91,13 +92,16 @@ class Viewer:
         self.pc = pc
         self.video = PacketTrack("video", queue_frames)
         self.audio = PacketTrack("audio", 2 * queue_frames)
+        self.connected = False
         self.waiting_for_keyframe = True
         self.frames_dropped = 0
         self.keyframe_requests = 0
         self._request_keyframe = request_keyframe
 
     def offer(self, frame: EncodedFrame) -> None:
-        """Queue one released frame: its Opus packets always, its picture from the first IDR on."""
+        """Queue one released frame once connected: its Opus packets always, its picture from the first IDR on."""
+        if not self.connected:
+            return
         for pts, data in frame.opus:
             self.audio.put(_packet(data, pts, AUDIO_TIME_BASE))
         if self.waiting_for_keyframe and not frame.keyframe:
@@ -128,7 +132,10 @@ def _packet(data: bytes, pts: int, time_base: Fraction) -> av.Packet:
 
 
 class WebRtcPreview:
-    """The preview sink of one session output: answers offers and feeds every connected viewer."""
+    """The preview sink of one session output: answers offers and feeds every connected viewer.
+
+    ``loopback_only`` (the server is bound to 127.0.0.1) keeps ICE on 127.0.0.1 for the whole process.
+    """
 
     name = "webrtc"
 
@@ -145,6 +152,8 @@ class WebRtcPreview:
         self.max_viewers = max_viewers
         self._queue_frames = max(2, round(queue_seconds * FPS))
         self._loopback_only = loopback_only
+        if loopback_only:
+            restrict_ice_to_loopback()
         self._viewers: set[Viewer] = set()
         self._closed = False
         self.viewers_total = 0
@@ -165,7 +174,7 @@ class WebRtcPreview:
             viewer.offer(frame)
 
     async def answer(self, sdp: str, kind: str = "offer") -> RTCSessionDescription:
-        """Accept a browser's offer and return the answer; the viewer gets video from the next IDR."""
+        """Accept a browser's offer and return the answer; once connected the viewer gets video from the next IDR."""
         if self._closed:
             raise TooManyViewers("the stream has ended")
         if len(self._viewers) >= self.max_viewers:
@@ -190,7 +199,10 @@ class WebRtcPreview:
 
         @pc.on("connectionstatechange")
         async def on_state() -> None:
-            if pc.connectionState in ("failed", "closed"):
+            if pc.connectionState == "connected" and not viewer.connected:
+                viewer.connected = True
+                viewer.keyframe_wanted()
+            elif pc.connectionState in ("failed", "closed"):
                 await self._drop(viewer)
 
         try:
@@ -201,7 +213,6 @@ class WebRtcPreview:
             raise
         self._viewers.add(viewer)
         self.viewers_total += 1
-        viewer.keyframe_wanted()
         log.info("webrtc: viewer %d joined (%d watching)", self.viewers_total, len(self._viewers))
         return pc.localDescription
 

@@ -96,3 +96,25 @@ def test_short_sessions_finish_cleanly(frames: int) -> None:
     run(frames, [sink])
     assert len(sink.frames) == frames and sink.closed
     assert sum(f.audio.size for f in sink.frames) == frames * SAMPLES_PER_FRAME
+
+
+def test_the_encode_thread_confines_only_itself_to_one_torch_thread() -> None:
+    import threading
+
+    import torch
+
+    from streaming.output import confine_torch_threads
+
+    default, seen = torch.get_num_threads(), {}
+
+    def encode_thread() -> None:
+        confine_torch_threads()
+        seen["encode"] = torch.get_num_threads()
+
+    thread = threading.Thread(target=encode_thread)
+    thread.start()
+    thread.join()
+    later = threading.Thread(target=lambda: seen.setdefault("later", torch.get_num_threads()))
+    later.start()
+    later.join()
+    assert seen == {"encode": 1, "later": default} and torch.get_num_threads() == default
