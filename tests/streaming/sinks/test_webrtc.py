@@ -1,4 +1,4 @@
-"""WebRTC preview: a real headless Chromium decodes the shared H.264 and Opus; viewers get an IDR of their own."""
+"""WebRTC preview: a real headless Chromium decodes the shared H.264 and Opus; viewers get an IDR of their own and leave cleanly."""
 
 from __future__ import annotations
 
@@ -140,6 +140,15 @@ def test_chromium_decodes_the_preview_and_a_late_viewer_gets_a_picture_within_a_
                     after = (await poll(first, "true", 1))["framesDecoded"]
                     assert after - before >= 15, "the first viewer kept playing while the second joined"
                     assert preview.stats()["viewers"] == 2
+                    await second.close()
+                    for _ in range(40):
+                        if preview.viewers == 1:
+                            break
+                        await asyncio.sleep(0.05)
+                    assert preview.viewers == 1, "a viewer that leaves is let go at once"
+                    before = (await poll(first, "true", 1))["framesDecoded"]
+                    await asyncio.sleep(0.5)
+                    assert (await poll(first, "true", 1))["framesDecoded"] - before >= 8
                 finally:
                     await browser.close()
         finally:
