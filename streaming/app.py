@@ -19,7 +19,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 
 from streaming.metrics import metrics_registry, render
 from streaming.output import SessionOutput
-from streaming.sinks.webrtc import TooManyViewers, WebRtcPreview
+from streaming.sinks.webrtc import ViewerRefused, WebRtcPreview
 from streaming.sources.push import push_handler
 
 log = logging.getLogger(__name__)
@@ -68,7 +68,7 @@ def create_app(streams: list[Stream], token: str | None = None, notice: str = ""
             raise web.HTTPBadRequest(text=f'POST {{"sdp": ..., "type": "offer"}} as JSON ({exc})') from exc
         try:
             answer = await stream.preview.answer(sdp, kind)
-        except TooManyViewers as exc:
+        except ViewerRefused as exc:
             raise web.HTTPServiceUnavailable(text=str(exc)) from exc
         except ValueError as exc:
             raise web.HTTPBadRequest(text=str(exc)) from exc

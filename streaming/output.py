@@ -74,7 +74,6 @@ class OutputStats:
     frames_in: int = 0
     frames_released: int = 0
     late_releases: int = 0
-    dropped: int = 0
     encode_seconds: deque[float] = field(default_factory=lambda: deque(maxlen=10 * 60 * FPS))
 
 
@@ -207,13 +206,13 @@ class SessionOutput:
             self._put(EncodedFrame(frame.index, width, height, packet.data, packet.keyframe, frame.audio, opus, frame.speech))
 
     def _put(self, item: EncodedFrame | None) -> None:
+        """Queue for release; once stopping, frames that do not fit are let go (the end marker always goes)."""
         while True:
             try:
                 self._released.put(item, timeout=0.2)
                 return
             except queue.Full:
                 if self._stop.is_set() and item is not None:
-                    self.stats.dropped += 1
                     return
 
     # -- release thread -------------------------------------------------------------------

@@ -38,8 +38,8 @@ AUDIO_TIME_BASE = Fraction(1, AUDIO_RATE)
 H264_PROFILE = "42e01f"  # Constrained Baseline, level 3.1, packetization-mode 1: what the encoder makes
 
 
-class TooManyViewers(RuntimeError):
-    """The preview already serves its maximum number of viewers."""
+class ViewerRefused(RuntimeError):
+    """The preview takes no new viewer (it is full, or the stream has ended)."""
 
 
 def restrict_ice_to_loopback() -> None:
@@ -157,7 +157,7 @@ class WebRtcPreview:
         self._viewers: set[Viewer] = set()
         self._closed = False
         self.viewers_total = 0
-        self.frames_dropped_gone = 0
+        self._gone = {"frames_sent": 0, "frames_dropped": 0, "keyframe_requests": 0}
 
     @property
     def viewers(self) -> int:
@@ -176,9 +176,9 @@ class WebRtcPreview:
     async def answer(self, sdp: str, kind: str = "offer") -> RTCSessionDescription:
         """Accept a browser's offer and return the answer; once connected the viewer gets video from the next IDR."""
         if self._closed:
-            raise TooManyViewers("the stream has ended")
+            raise ViewerRefused("the stream has ended")
         if len(self._viewers) >= self.max_viewers:
-            raise TooManyViewers(f"the preview serves at most {self.max_viewers} viewers")
+            raise ViewerRefused(f"the preview serves at most {self.max_viewers} viewers")
         if kind != "offer":
             raise ValueError(f"expected an SDP offer, got {kind!r}")
         if self._loopback_only:
@@ -219,7 +219,8 @@ class WebRtcPreview:
     async def _drop(self, viewer: Viewer) -> None:
         if viewer in self._viewers:
             self._viewers.discard(viewer)
-            self.frames_dropped_gone += viewer.frames_dropped
+            for key, value in _viewer_stats(viewer).items():
+                self._gone[key] += value
             log.info("webrtc: a viewer left (%d watching)", len(self._viewers))
         viewer.end()
         await viewer.pc.close()
@@ -236,12 +237,13 @@ class WebRtcPreview:
             await self._drop(viewer)
 
     def stats(self) -> dict[str, int | float]:
-        """Viewers now and in all, frames sent (video) and dropped across viewers."""
-        viewers = tuple(self._viewers)
-        return {
-            "viewers": len(viewers),
-            "viewers_total": self.viewers_total,
-            "frames_sent": sum(v.video.sent for v in viewers),
-            "frames_dropped": self.frames_dropped_gone + sum(v.frames_dropped for v in viewers),
-            "keyframe_requests": sum(v.keyframe_requests for v in viewers),
-        }
+        """Viewers now and in all; video frames sent, frames dropped and IDRs asked for, over all viewers ever."""
+        totals = dict(self._gone)
+        for viewer in tuple(self._viewers):
+            for key, value in _viewer_stats(viewer).items():
+                totals[key] += value
+        return {"viewers": len(self._viewers), "viewers_total": self.viewers_total, **totals}
+
+
+def _viewer_stats(viewer: Viewer) -> dict[str, int]:
+    return {"frames_sent": viewer.video.sent, "frames_dropped": viewer.frames_dropped, "keyframe_requests": viewer.keyframe_requests}
