@@ -118,8 +118,15 @@ def run(kind: str, frames: list[torch.Tensor], count: int, sessions: int) -> dic
     encode = [t for r in results for t in r["encode"][warm:]]
     mux = [t for r in results for t in r["mux"][warm:]]
     total = [e + m for r in results for e, m in zip(r["encode"][warm:], r["mux"][warm:])]
-    return {"encoder": kind, "note": results[0]["note"], "sessions": sessions, "frames_per_session": count,
-            "encode_ms": summary(encode), "mux_ms": summary(mux), "total_ms": summary(total)}
+    return {
+        "encoder": kind,
+        "note": results[0]["note"],
+        "sessions": sessions,
+        "frames_per_session": count,
+        "encode_ms": summary(encode),
+        "mux_ms": summary(mux),
+        "total_ms": summary(total),
+    }
 
 
 def main() -> None:
@@ -156,13 +163,17 @@ def main() -> None:
     print(f"\n{report['device']}, {width}x{height}, torch {report['torch']}, av {report['av']}")
     c = report["convert_ms"]
     print(f"colour conversion + host copy alone: p50 {c['p50']:.2f} ms, p99 {c['p99']:.2f} ms")
-    print(f"{'encoder':8} {'sessions':>8} {'encode p50':>11} {'encode p99':>11} {'mux p99':>8} {'total p50':>10} {'total p99':>10} {'max':>8}")
+    print(
+        f"{'encoder':8} {'sessions':>8} {'encode p50':>11} {'encode p99':>11} {'mux p99':>8} {'total p50':>10} {'total p99':>10} {'max':>8}"
+    )
     for r in report["runs"]:
         if "unavailable" in r:
             print(f"{r['encoder']:8} {r['sessions']:>8}  unavailable: {r['unavailable'][:90]}")
             continue
         e, m, t = r["encode_ms"], r["mux_ms"], r["total_ms"]
-        print(f"{r['encoder']:8} {r['sessions']:>8} {e['p50']:>11.2f} {e['p99']:>11.2f} {m['p99']:>8.2f} {t['p50']:>10.2f} {t['p99']:>10.2f} {t['max']:>8.2f}")
+        print(
+            f"{r['encoder']:8} {r['sessions']:>8} {e['p50']:>11.2f} {e['p99']:>11.2f} {m['p99']:>8.2f} {t['p50']:>10.2f} {t['p99']:>10.2f} {t['max']:>8.2f}"
+        )
 
 
 if __name__ == "__main__":

@@ -42,9 +42,7 @@ class FrameSource(Protocol):
 class AudioSink(Protocol):
     """A live session seen from the audio side (what sources push into)."""
 
-    def push_audio(
-        self, pcm: np.ndarray, sample_rate: int, channels: int | None = None, block: bool = False
-    ) -> None: ...
+    def push_audio(self, pcm: np.ndarray, sample_rate: int, channels: int | None = None, block: bool = False) -> None: ...
 
     def interrupt(self) -> None: ...
 

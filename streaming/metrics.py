@@ -37,13 +37,21 @@ class StreamCollector(Collector):
         sessions = GaugeMetricFamily("ditto_sessions", "Sessions being served")
         sessions.add_metric([], sum(not s.output.finished.is_set() for s in streams))
         yield sessions
-        encoded = CounterMetricFamily("ditto_frames_encoded", "Frames taken from the session and encoded", labels=["session", "encoder"])
-        released = CounterMetricFamily("ditto_frames_released", "Encoded frames released to the sinks at their pts", labels=["session"])
+        encoded = CounterMetricFamily(
+            "ditto_frames_encoded", "Frames taken from the session and encoded", labels=["session", "encoder"]
+        )
+        released = CounterMetricFamily(
+            "ditto_frames_released", "Encoded frames released to the sinks at their pts", labels=["session"]
+        )
         late = CounterMetricFamily("ditto_deadline_misses_output", "Frames released more than one frame late", labels=["session"])
-        encode_ms = GaugeMetricFamily("ditto_encode_milliseconds", "Per-frame encode time (video + Opus), recent", labels=["session", "quantile"])
+        encode_ms = GaugeMetricFamily(
+            "ditto_encode_milliseconds", "Per-frame encode time (video + Opus), recent", labels=["session", "quantile"]
+        )
         sent = CounterMetricFamily("ditto_frames_sent", "Frames sent, per sink", labels=["session", "sink"])
         dropped = CounterMetricFamily("ditto_frames_dropped", "Frames dropped, per sink", labels=["session", "sink"])
-        reconnects = CounterMetricFamily("ditto_rtmp_reconnects", "RTMP reconnections after a lost connection", labels=["session"])
+        reconnects = CounterMetricFamily(
+            "ditto_rtmp_reconnects", "RTMP reconnections after a lost connection", labels=["session"]
+        )
         connected = GaugeMetricFamily("ditto_rtmp_connected", "1 while the RTMP connection is up", labels=["session"])
         viewers = GaugeMetricFamily("ditto_webrtc_viewers", "WebRTC preview viewers connected", labels=["session"])
         session_stats: dict[str, GaugeMetricFamily] = {}

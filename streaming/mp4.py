@@ -103,9 +103,7 @@ class Mp4Writer:
     def __enter__(self) -> Mp4Writer:
         return self
 
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         self.close()
 
     def _check_open(self) -> None:

@@ -45,16 +45,34 @@ def host_port(text: str) -> tuple[str, int]:
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m streaming.serve", description=__doc__.splitlines()[0])
     parser.add_argument("--avatar", help="a registered avatar's name or cache folder, or a portrait image to register now")
-    parser.add_argument("--rtmp", metavar="URL", help="publish to this rtmp:// URL (sessions after the first get -1, -2, ... appended)")
-    parser.add_argument("--webrtc", metavar="HOST:PORT", type=host_port, help="serve the browser preview (and everything HTTP) here")
-    parser.add_argument("--http", metavar="HOST:PORT", type=host_port, default=host_port(DEFAULT_HTTP), help=f"HTTP address without a preview (default {DEFAULT_HTTP})")
+    parser.add_argument(
+        "--rtmp", metavar="URL", help="publish to this rtmp:// URL (sessions after the first get -1, -2, ... appended)"
+    )
+    parser.add_argument(
+        "--webrtc", metavar="HOST:PORT", type=host_port, help="serve the browser preview (and everything HTTP) here"
+    )
+    parser.add_argument(
+        "--http",
+        metavar="HOST:PORT",
+        type=host_port,
+        default=host_port(DEFAULT_HTTP),
+        help=f"HTTP address without a preview (default {DEFAULT_HTTP})",
+    )
     parser.add_argument("--mp4", metavar="FILE", type=Path, help="also record each session to an MP4 file")
     audio = parser.add_mutually_exclusive_group()
     audio.add_argument("--audio", metavar="FILE", type=Path, help="speak this file once, in real time, then end")
-    audio.add_argument("--mic", nargs="?", const="", metavar="DEVICE", help="speak what the microphone hears (default input, or a device name/index)")
+    audio.add_argument(
+        "--mic",
+        nargs="?",
+        const="",
+        metavar="DEVICE",
+        help="speak what the microphone hears (default input, or a device name/index)",
+    )
     audio.add_argument("--listen", action="store_true", help="take audio pushed over WebSocket at /push (TTS engines)")
     parser.add_argument("--sessions", type=int, default=1, help="live sessions served by the one runtime")
-    parser.add_argument("--encoder", choices=ENCODERS, default="auto", help="H.264 encoder (auto: NVENC when this GPU has one, else x264)")
+    parser.add_argument(
+        "--encoder", choices=ENCODERS, default="auto", help="H.264 encoder (auto: NVENC when this GPU has one, else x264)"
+    )
     parser.add_argument("--token", help="required from viewers and pushers; generated when binding beyond loopback without one")
     parser.add_argument("--checkpoints", type=Path, help="official checkpoints folder (default: random stand-in weights)")
     parser.add_argument("--device", help="cuda or cpu (default: cuda when available)")

@@ -95,7 +95,8 @@ def main(argv: list[str] | None = None) -> int:
 
     args.out.parent.mkdir(parents=True, exist_ok=True)
     hop = rate // 5
-    with Mp4Writer(args.out, width, height, fps=FPS, audio_rate=SAMPLE_RATE) as writer, tqdm(total=total, unit="frame", desc="rendering") as bar:
+    writer = Mp4Writer(args.out, width, height, fps=FPS, audio_rate=SAMPLE_RATE)
+    with writer, tqdm(total=total, unit="frame", desc="rendering") as bar:
         def drain(frames) -> None:
             if frames:
                 writer.write_frames(torch.stack([f.image for f in frames]))

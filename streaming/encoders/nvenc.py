@@ -37,8 +37,7 @@ def load_pynvvideocodec() -> ModuleType:
     except RuntimeError as exc:
         first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise NvencUnavailable(
-            f"PyNvVideoCodec cannot load the NVIDIA encoder library: {first_line} "
-            "(no NVIDIA driver with video capability here)"
+            f"PyNvVideoCodec cannot load the NVIDIA encoder library: {first_line} (no NVIDIA driver with video capability here)"
         ) from exc
     return PyNvVideoCodec
 

@@ -182,9 +182,12 @@ class WebRtcPreview:
         if kind != "offer":
             raise ValueError(f"expected an SDP offer, got {kind!r}")
         if self._loopback_only:
-            sdp = "\r\n".join(
-                line for line in sdp.splitlines() if not (line.startswith("a=candidate") and " 127.0.0.1 " not in line)
-            ) + "\r\n"
+            sdp = (
+                "\r\n".join(
+                    line for line in sdp.splitlines() if not (line.startswith("a=candidate") and " 127.0.0.1 " not in line)
+                )
+                + "\r\n"
+            )
         pc = RTCPeerConnection(RTCConfiguration(iceServers=[]))
         viewer = Viewer(pc, self._request_keyframe, self._queue_frames)
         video = pc.addTransceiver(viewer.video, direction="sendonly")
@@ -246,4 +249,8 @@ class WebRtcPreview:
 
 
 def _viewer_stats(viewer: Viewer) -> dict[str, int]:
-    return {"frames_sent": viewer.video.sent, "frames_dropped": viewer.frames_dropped, "keyframe_requests": viewer.keyframe_requests}
+    return {
+        "frames_sent": viewer.video.sent,
+        "frames_dropped": viewer.frames_dropped,
+        "keyframe_requests": viewer.keyframe_requests,
+    }

@@ -48,7 +48,12 @@ def test_a_stream_arrives_whole_at_25_fps_with_audio_in_sync(nginx_rtmp) -> None
     errors = got.sync_errors()
     assert len(errors) == 3 and max(errors) <= ONE_FRAME
     assert sink.stats() | {"connected": 0} == {
-        "frames_sent": frames, "frames_dropped": 0, "connections": 1, "reconnects": 0, "failed_attempts": 0, "connected": 0,
+        "frames_sent": frames,
+        "frames_dropped": 0,
+        "connections": 1,
+        "reconnects": 0,
+        "failed_attempts": 0,
+        "connected": 0,
     }
 
 

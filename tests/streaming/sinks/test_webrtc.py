@@ -38,7 +38,9 @@ FLAGS = [
 
 
 def frame(index: int, keyframe: bool) -> EncodedFrame:
-    return EncodedFrame(index, 64, 64, b"\x00\x00\x00\x01\x65", keyframe, np.zeros(1920, np.float32), ((index * 1920, b"op"),), False)
+    return EncodedFrame(
+        index, 64, 64, b"\x00\x00\x00\x01\x65", keyframe, np.zeros(1920, np.float32), ((index * 1920, b"op"),), False
+    )
 
 
 class Requests:
@@ -107,7 +109,13 @@ def test_chromium_decodes_the_preview_and_a_late_viewer_gets_a_picture_within_a_
 
     home = tmp_path / "home"
     home.mkdir()
-    env = {**os.environ, "HOME": str(home), "TMPDIR": str(tmp_path), "XDG_CONFIG_HOME": str(home / ".config"), "XDG_CACHE_HOME": str(home / ".cache")}
+    env = {
+        **os.environ,
+        "HOME": str(home),
+        "TMPDIR": str(tmp_path),
+        "XDG_CONFIG_HOME": str(home / ".config"),
+        "XDG_CACHE_HOME": str(home / ".cache"),
+    }
 
     async def scenario() -> None:
         session = SyntheticSession(256, 256)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import ctypes.util
 import json
 import os
@@ -9,6 +10,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -33,6 +35,9 @@ class Session:
 
 session = Session()
 mic = MicrophoneSource(session).start()
+deadline = time.monotonic() + 10
+while not session.blocks and time.monotonic() < deadline:
+    time.sleep(0.01)
 time.sleep(2.0)
 mic.stop()
 steady = [b for b in session.blocks if b[3] >= session.blocks[0][3] + 0.5]
@@ -63,12 +68,22 @@ def pulse(tmp_path: Path) -> Iterator[dict[str, str]]:
     }
     daemon = subprocess.Popen(
         [
-            PULSEAUDIO, "-n", "--daemonize=no", "--exit-idle-time=-1", "--disable-shm=yes", "--use-pid-file=no",
+            PULSEAUDIO,
+            "-n",
+            "--daemonize=no",
+            "--exit-idle-time=-1",
+            "--disable-shm=yes",
+            "--use-pid-file=no",
             f"--log-target=file:{tmp_path}/pulse.log",
-            "-L", f"module-native-protocol-unix socket={runtime}/native auth-anonymous=1",
-            "-L", "module-null-sink sink_name=nullsink rate=48000",
+            "-L",
+            f"module-native-protocol-unix socket={runtime}/native auth-anonymous=1",
+            "-L",
+            "module-null-sink sink_name=nullsink rate=48000",
         ],
-        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
     )
     try:
         for _ in range(100):
@@ -86,21 +101,39 @@ def pulse(tmp_path: Path) -> Iterator[dict[str, str]]:
 
 @pytest.mark.slow
 def test_the_microphone_hears_the_tone_in_real_time(pulse: dict[str, str]) -> None:
-    tone = (0.5 * np.sin(2 * np.pi * 440 * np.arange(4 * 48_000) / 48_000)).astype("<f4")
+    second = (0.5 * np.sin(2 * np.pi * 440 * np.arange(48_000) / 48_000)).astype("<f4").tobytes()
     player = subprocess.Popen(
         [PACAT, "--playback", "--raw", "--device=nullsink", "--format=float32le", "--rate=48000", "--channels=1"],
-        stdin=subprocess.PIPE, env=pulse, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        stdin=subprocess.PIPE,
+        env=pulse,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
+    playing = threading.Event()
+    playing.set()
+
+    def play() -> None:  # the tone, for as long as the capture runs (pacat takes it at its real-time pace)
+        with contextlib.suppress(BrokenPipeError, ValueError):  # the player was stopped
+            while playing.is_set():
+                player.stdin.write(second)
+                player.stdin.flush()
+
+    feeder = threading.Thread(target=play, daemon=True)
+    feeder.start()
     try:
-        player.stdin.write(tone.tobytes())
-        player.stdin.flush()
         capture = subprocess.run(
-            [sys.executable, "-c", CAPTURE], env={**pulse, "PYTHONPATH": str(ROOT)}, cwd=ROOT,
-            capture_output=True, text=True, timeout=60,
+            [sys.executable, "-c", CAPTURE],
+            env={**pulse, "PYTHONPATH": str(ROOT)},
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=60,
         )
     finally:
+        playing.clear()
         player.kill()
         player.wait(10)
+        feeder.join(5)
     assert capture.returncode == 0, capture.stderr
     got = json.loads(capture.stdout.strip().splitlines()[-1])
     assert got["rate"] == 48_000 and got["channels"] == 1 and got["dropped"] == 0
