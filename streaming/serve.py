@@ -121,8 +121,7 @@ async def serve(args: argparse.Namespace) -> int:
     """Run until every session has ended, or Ctrl-C."""
     import torch
 
-    from engine.engine import RANDOM_WEIGHTS_NOTICE, models_dir, random_checkpoints
-    from engine.render.__main__ import load_or_register
+    from engine.engine import RANDOM_WEIGHTS_NOTICE
     from engine.runtime import Runtime
 
     random_weights = args.checkpoints is None or args.demo
@@ -130,15 +129,12 @@ async def serve(args: argparse.Namespace) -> int:
     if random_weights:
         print(RANDOM_WEIGHTS_NOTICE, file=sys.stderr)
     audio = None
-    avatar_source = args.avatar
     if args.demo:
-        from engine.assets import demo_audio, write_demo_portrait
+        from engine.assets import demo_audio
 
         audio = demo_audio()
-        avatar_source = str(write_demo_portrait(tempfile.mkdtemp(prefix="ditto-demo-")))
     runtime = Runtime.from_checkpoints(None if random_weights else args.checkpoints, device=device)
-    checkpoints = random_checkpoints() if random_weights else models_dir(args.checkpoints)
-    avatar = load_or_register(avatar_source, checkpoints, device, random_weights)
+    avatar = load_avatar(args, device, random_weights)
 
     host, port = args.webrtc or args.http
     token, generated = resolve_token(host, args.token)
@@ -185,6 +181,20 @@ async def serve(args: argparse.Namespace) -> int:
     await runner.cleanup()
     runtime.close()
     return 0
+
+
+def load_avatar(args: argparse.Namespace, device, random_weights: bool):
+    """The avatar to serve: a cached one by name, an image registered now, or the demo portrait."""
+    from engine.engine import models_dir, random_checkpoints
+    from engine.render.__main__ import load_or_register
+
+    source = args.avatar
+    if args.demo:
+        from engine.assets import write_demo_portrait
+
+        source = str(write_demo_portrait(tempfile.mkdtemp(prefix="ditto-demo-")))
+    checkpoints = random_checkpoints() if random_weights else models_dir(args.checkpoints)
+    return load_or_register(source, checkpoints, device, random_weights)
 
 
 def _audio_source(args: argparse.Namespace, session, demo_audio):
