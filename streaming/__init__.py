@@ -1,5 +1,5 @@
 """Live output: encoders (x264, NVENC, Opus/AAC), sinks (RTMP, WebRTC, MP4), audio sources and the server.
 
-Kept free of imports so that a light module (a source, the push protocol) can be loaded
-without pulling in torch or aiortc; import from the submodules.
+Nothing is imported here: import from the submodules, each of which pulls in only what it needs
+(the server needs aiohttp and aiortc, an MP4 file needs neither).
 """

@@ -13,10 +13,10 @@ from typing import Protocol
 import numpy as np
 import torch
 
-FPS = 25
+from engine.session import FPS
+
 AUDIO_RATE = 48_000
 SAMPLES_PER_FRAME = AUDIO_RATE // FPS
-FRAME_TIME = Fraction(1, FPS)
 
 
 class FrameLike(Protocol):

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from aiohttp import web
 
+from engine.engine import LIVE_OVERLAP
 from streaming.app import Stream, create_app
 from streaming.encoders.select import ENCODERS
 from streaming.output import SessionOutput
@@ -31,7 +32,6 @@ from streaming.sinks.webrtc import WebRtcPreview
 
 log = logging.getLogger("streaming.serve")
 DEFAULT_HTTP = "127.0.0.1:8080"
-LIVE_OVERLAP = 75
 
 
 def host_port(text: str) -> tuple[str, int]:
