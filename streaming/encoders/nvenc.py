@@ -1,8 +1,9 @@
 """Hardware H.264 with NVENC through PyNvVideoCodec (>= 2.2), straight from device memory.
 
 RGB -> NV12 runs on the GPU (torch) and the NV12 tensor is handed to the encoder as it is
-(``__cuda_array_interface__``, no host copy), on the current torch CUDA stream so the
-encoder reads it after the conversion kernels. Low-latency tuning, CBR, no B-frames, an IDR
+(``__cuda_array_interface__``, no host copy). The conversion runs on a CUDA stream of the
+encoder's own, which is also the stream NVENC is given, so the encoder reads the NV12 planes
+after the kernels that wrote them and no other work has to wait. Low-latency tuning, CBR, no B-frames, an IDR
 every ``keyframe_seconds`` and on demand (FORCEIDR + OUTPUT_SPSPPS), SPS/PPS repeated.
 
 Two ways this is unavailable, both reported as ``NvencUnavailable`` with what to do:
@@ -56,6 +57,7 @@ class NvencEncoder:
         self.keyframes = KeyframeRequests()
         self.device = device
         self._nvc = load_pynvvideocodec()
+        self._stream = torch.cuda.Stream(device)
         bitrate = self.settings.bitrate_for(width, height)
         try:
             self._encoder = self._nvc.CreateEncoder(
@@ -76,7 +78,7 @@ class NvencEncoder:
                 vbvbufsize=bitrate,
                 repeatspspps=1,
                 gpu_id=device.index or 0,
-                cudastream=torch.cuda.current_stream(device).cuda_stream,
+                cudastream=self._stream.cuda_stream,
             )
         except Exception as exc:
             name = torch.cuda.get_device_name(device)
@@ -88,7 +90,8 @@ class NvencEncoder:
         """Encode frame ``index``; NVENC may hand back earlier frames' packets (its output delay)."""
         if tuple(image.shape[:2]) != (self.height, self.width):
             raise ValueError(f"this encoder takes {self.width}x{self.height} frames, got {tuple(image.shape)}")
-        with torch.cuda.device(self.device):
+        self._stream.wait_stream(torch.cuda.current_stream(self.device))
+        with torch.cuda.stream(self._stream):
             nv12 = rgb_to_nv12(image.to(self.device))
             params = self._nvc.NV_ENC_PIC_PARAMS()
             params.inputTimeStamp = index
