@@ -223,7 +223,8 @@ def _announce(args: argparse.Namespace, host: str, port: int, token: str | None,
         if stream.push:
             print(f"push:    ws://{shown}:{port}/push?session={stream.name}{suffix}", file=sys.stderr)
     if args.rtmp:
-        print(f"rtmp:    {args.rtmp}" + (f" (and -1 .. -{args.sessions - 1})" if args.sessions > 1 else ""), file=sys.stderr)
+        others = f" (sessions 1 to {args.sessions - 1}: the same URL ending -1, -2, ...)" if args.sessions > 1 else ""
+        print(f"rtmp:    {args.rtmp}{others}", file=sys.stderr)
     print(f"metrics: http://{shown}:{port}/metrics", file=sys.stderr)
 
 

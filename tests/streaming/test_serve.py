@@ -88,18 +88,26 @@ def test_serve_wires_sessions_to_rtmp_push_and_metrics_and_ends_with_them(nginx_
         ["--avatar", "anna", "--sessions", "2", "--listen", "--encoder", "x264", "--device", "cpu"]
         + ["--rtmp", nginx_rtmp.url("show"), "--http", f"127.0.0.1:{port}"]
     )
-    reader = LiveReader(nginx_rtmp.url("show-1"), read_timeout=2.0)
+    readers = []
 
     async def drive() -> dict:
         server = asyncio.ensure_future(serve_module.serve(args))
         async with aiohttp.ClientSession() as http:
-            for _ in range(100):
+
+            async def metrics() -> str:
                 with contextlib.suppress(aiohttp.ClientError):
-                    if (await http.get(f"http://127.0.0.1:{port}/info")).status == 200:
-                        break
-                await asyncio.sleep(0.1)
-            await asyncio.sleep(2.0)
-            metrics = await (await http.get(f"http://127.0.0.1:{port}/metrics")).text()
+                    response = await http.get(f"http://127.0.0.1:{port}/metrics")
+                    if response.status == 200:
+                        return await response.text()
+                return ""
+
+            for _ in range(200):
+                if 'ditto_rtmp_connected{session="1"} 1.0' in await metrics():
+                    break
+                await asyncio.sleep(0.05)
+            readers.append(LiveReader(nginx_rtmp.url("show-1"), read_timeout=2.0))
+            await asyncio.sleep(3.0)  # more than one 2 s GOP: the reader starts at the next IDR
+            text = await metrics()
             for name in ("0", "1"):
                 async with http.ws_connect(f"ws://127.0.0.1:{port}/push?session={name}") as ws:
                     await ws.send_json({"type": "format", "sample_rate": 16000, "channels": 1, "encoding": "s16le"})
@@ -108,12 +116,13 @@ def test_serve_wires_sessions_to_rtmp_push_and_metrics_and_ends_with_them(nginx_
                     await ws.send_json({"type": "end"})
                     assert await ws.receive_json(timeout=5) == {"type": "ended"}
         assert await asyncio.wait_for(server, 30) == 0
-        return {"metrics": metrics}
+        return {"metrics": text}
 
     result = asyncio.run(drive())
     assert 'ditto_sessions 2.0' in result["metrics"]
     assert 'ditto_frames_sent_total{session="1",sink="rtmp"}' in result["metrics"]
     assert [len(s.pushed) for s in SyntheticRuntime.opened] == [1, 1]
     assert all(s.ended for s in SyntheticRuntime.opened) and SyntheticRuntime.closed
-    got = reader.join()
-    assert len(got.indices) >= 40 and got.indices == list(range(got.indices[0], got.indices[0] + len(got.indices)))
+    got = readers[0].join()
+    assert got.size == (128, 128) and len(got.indices) >= 20, got.error
+    assert got.indices == list(range(got.indices[0], got.indices[0] + len(got.indices)))
