@@ -1,5 +1,5 @@
-"""Audio in, encoded video and audio out: encoders and sinks (MP4 file; RTMP and WebRTC later)."""
+"""Live output: encoders (x264, NVENC, Opus/AAC), sinks (RTMP, WebRTC, MP4), audio sources and the server.
 
-from streaming.mp4 import Mp4Writer
-
-__all__ = ["Mp4Writer"]
+Nothing is imported here: import from the submodules, each of which pulls in only what it needs
+(the server needs aiohttp and aiortc, an MP4 file needs neither).
+"""

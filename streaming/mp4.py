@@ -1,10 +1,11 @@
-"""Offline MP4 writer: RGB frames at 25 fps + 16 kHz mono audio -> H.264 (libx264) + AAC through PyAV.
+"""Offline MP4 writer: RGB frames at 25 fps + mono audio -> H.264 (libx264) + AAC through PyAV.
 
-This is the software-encoder path: each frame is copied to the host (once) and converted to
-yuv420p by libswscale. Frame i is shown at i / fps exactly; audio times come from the sample
-count. Audio is encoded only up to the video written so far, so ``close()`` can make both
-streams end together (the audio is trimmed or padded with silence to the video's duration).
-AAC is encoded at 16 kHz, one of its standard rates, so no resampling is needed.
+The offline render's path. Video goes through the same x264 encoder as live output (RGB ->
+I420 in torch on the frame's device, one pinned copy per frame), here in CRF mode for files.
+Frame i is shown at i / fps exactly; audio times come from the sample count. Audio is encoded
+only up to the video written so far, so ``close()`` can make both streams end together (the
+audio is trimmed or padded with silence to the video's duration). AAC is encoded at the
+audio's own rate (48 kHz, the frames' rate, by default), so no resampling is needed.
 """
 
 from __future__ import annotations
@@ -18,8 +19,11 @@ import av
 import numpy as np
 import torch
 
-AUDIO_RATE = 16_000
-AAC_BITRATE = 64_000
+from streaming.encoders.audio import AAC_BITRATE
+from streaming.encoders.h264 import H264Settings
+from streaming.encoders.x264 import X264Encoder
+from streaming.frames import AUDIO_RATE, check_size
+
 AAC_FRAME = 1024
 
 
@@ -34,20 +38,22 @@ class Mp4Writer:
         fps: int = 25,
         crf: int = 20,
         preset: str = "fast",
+        audio_rate: int = AUDIO_RATE,
     ) -> None:
-        if width <= 0 or height <= 0 or width % 2 or height % 2:
-            raise ValueError(f"H.264 yuv420p needs a positive, even width and height, got {width}x{height}")
-        if AUDIO_RATE % fps:
-            raise ValueError(f"fps must divide {AUDIO_RATE} so each frame spans whole audio samples, got {fps}")
+        check_size(width, height)
+        if fps != 25:
+            raise ValueError(f"the writer's video runs at the engine's 25 fps, got {fps}")
+        if audio_rate % fps:
+            raise ValueError(f"audio_rate must be a multiple of {fps} so each frame spans whole samples, got {audio_rate}")
         self.path = Path(path)
-        self.width, self.height, self.fps = width, height, fps
+        self.width, self.height, self.fps, self.audio_rate = width, height, fps, audio_rate
         self.frames_written = 0
-        self._samples_per_frame = AUDIO_RATE // fps
+        self._samples_per_frame = audio_rate // fps
+        self._encoder = X264Encoder(width, height, H264Settings(crf=crf, preset=preset), live=False)
         self._container = av.open(str(self.path), mode="w")
-        self._video = self._container.add_stream("libx264", rate=fps)
-        self._video.width, self._video.height, self._video.pix_fmt = width, height, "yuv420p"
-        self._video.options = {"crf": str(crf), "preset": preset}
-        self._audio = self._container.add_stream("aac", rate=AUDIO_RATE, layout="mono")
+        self._video = self._container.add_mux_stream("h264", rate=fps, width=width, height=height)
+        self._video.time_base = Fraction(1, fps)
+        self._audio = self._container.add_stream("aac", rate=audio_rate, layout="mono")
         self._audio.bit_rate = AAC_BITRATE
         self._pending: deque[np.ndarray] = deque()
         self._pending_samples = 0
@@ -62,23 +68,21 @@ class Mp4Writer:
     def write_frame(self, frame: np.ndarray | torch.Tensor) -> None:
         """Append one uint8 RGB frame (H, W, 3), numpy or torch on any device."""
         self._check_open()
-        self._encode_video(self._to_host(frame, batched=False))
+        self._encode_video(self._frames(frame, batched=False))
         self._drain_audio(final=False)
 
     def write_frames(self, frames: np.ndarray | torch.Tensor) -> None:
-        """Append a batch of uint8 RGB frames (B, H, W, 3); a device tensor is copied to the host once."""
+        """Append a batch of uint8 RGB frames (B, H, W, 3); each is converted on its device, copied to the host once."""
         self._check_open()
-        for frame in self._to_host(frames, batched=True):
+        for frame in self._frames(frames, batched=True):
             self._encode_video(frame)
         self._drain_audio(final=False)
 
     def write_audio(self, samples: np.ndarray) -> None:
-        """Append 16 kHz mono float32 samples (1-D, full scale 1.0)."""
+        """Append mono float32 samples at ``audio_rate`` (1-D, full scale 1.0)."""
         self._check_open()
         if not isinstance(samples, np.ndarray) or samples.dtype != np.float32 or samples.ndim != 1:
-            raise TypeError(
-                "write_audio() takes 1-D float32 numpy samples at 16 kHz; convert with engine.audio.pcm.to_mono_16k"
-            )
+            raise TypeError(f"write_audio() takes 1-D float32 numpy samples at {self.audio_rate} Hz")
         self._pending.append(samples.copy())
         self._pending_samples += samples.size
         self._drain_audio(final=False)
@@ -90,8 +94,7 @@ class Mp4Writer:
         self._closed = True
         try:
             self._drain_audio(final=True)
-            for packet in self._video.encode(None):
-                self._container.mux(packet)
+            self._mux_video(self._encoder.flush())
             for packet in self._audio.encode(None):
                 self._container.mux(packet)
         finally:
@@ -100,34 +103,38 @@ class Mp4Writer:
     def __enter__(self) -> Mp4Writer:
         return self
 
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         self.close()
 
     def _check_open(self) -> None:
         if self._closed:
             raise RuntimeError(f"{self.path}: the writer is closed")
 
-    def _to_host(self, frames: np.ndarray | torch.Tensor, batched: bool) -> np.ndarray:
-        if isinstance(frames, torch.Tensor):
-            frames = frames.detach().cpu().numpy()
-        if not isinstance(frames, np.ndarray):
+    def _frames(self, frames: np.ndarray | torch.Tensor, batched: bool) -> torch.Tensor:
+        """Frames as a uint8 tensor on their own device (numpy arrays become CPU tensors)."""
+        if isinstance(frames, np.ndarray):
+            frames = torch.from_numpy(frames)
+        if not isinstance(frames, torch.Tensor):
             raise TypeError(f"frames must be a numpy array or torch tensor, got {type(frames).__name__}")
         expected = (self.height, self.width, 3)
-        shape_ok = frames.shape[1:] == expected if batched else frames.shape == expected
-        if frames.dtype != np.uint8 or frames.ndim != len(expected) + batched or not shape_ok:
+        shape_ok = tuple(frames.shape[1:]) == expected if batched else tuple(frames.shape) == expected
+        if frames.dtype != torch.uint8 or frames.ndim != len(expected) + batched or not shape_ok:
             want = f"({'B, ' if batched else ''}{self.height}, {self.width}, 3) uint8 RGB"
-            raise ValueError(f"frames must be {want}, got {frames.shape} {frames.dtype}")
-        return frames
+            raise ValueError(f"frames must be {want}, got {tuple(frames.shape)} {frames.dtype}")
+        return frames.detach()
 
-    def _encode_video(self, rgb: np.ndarray) -> None:
-        frame = av.VideoFrame.from_ndarray(np.ascontiguousarray(rgb), format="rgb24")
-        frame.pts = self.frames_written
-        frame.time_base = Fraction(1, self.fps)
-        for packet in self._video.encode(frame):
-            self._container.mux(packet)
+    def _encode_video(self, rgb: torch.Tensor) -> None:
+        self._mux_video(self._encoder.encode(rgb, self.frames_written))
         self.frames_written += 1
+
+    def _mux_video(self, packets: list) -> None:
+        for encoded in packets:
+            packet = av.Packet(encoded.data)
+            packet.pts = packet.dts = encoded.index
+            packet.time_base = Fraction(1, self.fps)
+            packet.is_keyframe = encoded.keyframe
+            packet.stream = self._video
+            self._container.mux(packet)
 
     def _drain_audio(self, final: bool) -> None:
         """Encode pending audio up to the video written so far; at the end, trim or pad to exactly that."""
@@ -157,9 +164,9 @@ class Mp4Writer:
         for start in range(0, samples.size, AAC_FRAME):
             block = samples[start : start + AAC_FRAME]
             frame = av.AudioFrame.from_ndarray(block[None], format="fltp", layout="mono")
-            frame.sample_rate = AUDIO_RATE
+            frame.sample_rate = self.audio_rate
             frame.pts = self._audio_encoded
-            frame.time_base = Fraction(1, AUDIO_RATE)
+            frame.time_base = Fraction(1, self.audio_rate)
             for packet in self._audio.encode(frame):
                 self._container.mux(packet)
             self._audio_encoded += block.size

@@ -98,9 +98,9 @@ def main(argv: list[str] | None = None) -> int:
         audio = audio[: int(args.max_seconds * rate)]
 
     started = time.perf_counter()
-    from streaming.mp4 import AUDIO_RATE, Mp4Writer
+    from streaming.mp4 import Mp4Writer
 
-    config = RuntimeConfig(audio_rate=AUDIO_RATE, window_buckets=(1,), render_buckets=(10, 20, 40), admission=False)
+    config = RuntimeConfig(window_buckets=(1,), render_buckets=(10, 20, 40), max_queued_frames=80, admission=False)
     runtime = Runtime.from_checkpoints(
         None if random_weights else args.checkpoints, device=device, steps=args.steps, config=config, compile_networks=args.compile
     )
@@ -112,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     feeder = threading.Thread(target=feed, args=(session, audio, rate, errors), daemon=True)
     feeder.start()
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    with runtime, Mp4Writer(args.out, width, height, fps=FPS) as writer, tqdm(total=total, unit="frame", desc="rendering") as bar:
+    with runtime, Mp4Writer(args.out, width, height, fps=FPS, audio_rate=session.audio_rate) as writer, tqdm(total=total, unit="frame", desc="rendering") as bar:
         while (frame := session.next_frame()) is not None:
             writer.write_frames(frame.image[None])
             writer.write_audio(frame.audio)

@@ -1,4 +1,4 @@
-"""MP4 writer: H.264 + AAC at 25 fps, exact frame times, audio and video ending together."""
+"""MP4 writer: H.264 + AAC (48 kHz) at 25 fps, exact frame times, audio and video ending together."""
 
 from __future__ import annotations
 
@@ -94,5 +94,5 @@ def test_bad_inputs_are_rejected(tmp_path: Path) -> None:
             writer.write_frame(np.zeros((3, H, W), np.uint8))
         with pytest.raises(ValueError, match=r"\(B, 48, 64, 3\)"):
             writer.write_frames(np.zeros((H, W, 3), np.uint8))
-        with pytest.raises(TypeError, match="16 kHz"):
+        with pytest.raises(TypeError, match="48000 Hz"):
             writer.write_audio(np.zeros(100, np.int16))

@@ -1,0 +1,180 @@
+"""Encode + mux time per frame of the live output path: colour conversion on the device, H.264, FLV mux with AAC.
+
+``python -m bench.encode [--device cuda|cpu] [--size 1280x720] [--frames 150] [--sessions 1 8] [--out FILE.json]``
+runs each available encoder (x264 always; NVENC where this GPU has one) as the live output does
+(one thread per session, frames due every 40 ms), muxing to FLV into /dev/null, and reports
+p50/p99/max per frame of: the colour conversion + host copy alone, the encoder call (which
+includes it), the mux (FLV + AAC of the frame's 1920 samples) and their sum. Prints a table
+last and writes everything, with the hardware, to JSON. Target: p99 <= 5 ms at 1280x720 on
+the GPU machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import threading
+import time
+from pathlib import Path
+
+import av
+import numpy as np
+import torch
+
+from streaming.encoders.colour import rgb_to_i420
+from streaming.encoders.nvenc import NvencUnavailable
+from streaming.encoders.select import open_video_encoder
+from streaming.frames import FPS, SAMPLES_PER_FRAME
+from streaming.output import EncodedFrame, confine_torch_threads
+from streaming.sinks.mux import Muxer
+
+DISTINCT_FRAMES = 50
+
+
+def camera_like(count: int, width: int, height: int, device: torch.device) -> list[torch.Tensor]:
+    """Moving gradients, a moving box and light noise: harder than a flat test card, like a camera."""
+    y = torch.arange(height, device=device).view(-1, 1)
+    x = torch.arange(width, device=device).view(1, -1)
+    generator = torch.Generator(device=device).manual_seed(0)
+    frames = []
+    for i in range(count):
+        rgb = torch.stack([(x + 4 * i) % 256 + 0 * y, (y + 2 * i) % 256 + 0 * x, ((x + y) // 2 + i) % 256], dim=-1)
+        left = i * 7 % (width - width // 4)
+        rgb[height // 3 : height // 3 + height // 4, left : left + width // 4] = 255
+        noise = torch.randint(-3, 4, rgb.shape, device=device, generator=generator)
+        frames.append((rgb + noise).clamp(0, 255).to(torch.uint8))
+    return frames
+
+
+def summary(ms: list[float]) -> dict[str, float]:
+    ordered = sorted(ms)
+    return {
+        "p50": statistics.median(ordered),
+        "p99": ordered[min(len(ordered) - 1, round(0.99 * (len(ordered) - 1)))],
+        "max": ordered[-1],
+        "n": len(ordered),
+    }
+
+
+def convert_times(frames: list[torch.Tensor], count: int) -> list[float]:
+    """Milliseconds of RGB -> I420 plus the copy to the host, alone."""
+    pinned = frames[0].device.type == "cuda"
+    host = torch.empty(frames[0].shape[0] * 3 // 2, frames[0].shape[1], dtype=torch.uint8, pin_memory=pinned)
+    times = []
+    for i in range(count):
+        started = time.perf_counter()
+        host.copy_(rgb_to_i420(frames[i % len(frames)]), non_blocking=pinned)
+        if pinned:
+            torch.cuda.current_stream().synchronize()
+        times.append((time.perf_counter() - started) * 1000)
+    return times
+
+
+def one_session(kind: str, frames: list[torch.Tensor], count: int, out: dict) -> None:
+    """Encode and mux ``count`` frames as a live output would (one due every 40 ms); timings or the error into ``out``."""
+    try:
+        session(kind, frames, count, out)
+    except Exception as exc:
+        out["error"] = exc
+
+
+def session(kind: str, frames: list[torch.Tensor], count: int, out: dict) -> None:
+    confine_torch_threads()
+    height, width = frames[0].shape[:2]
+    encoder, note = open_video_encoder(kind, width, height, frames[0].device)
+    muxer = Muxer(os.devnull, "flv", width, height)
+    audio = (0.1 * np.sin(2 * np.pi * 440 * np.arange(SAMPLES_PER_FRAME) / 48_000)).astype(np.float32)
+    encode_ms, mux_ms = [], []
+    start = time.monotonic()
+    for i in range(count):
+        time.sleep(max(0.0, start + i / FPS - time.monotonic()))
+        started = time.perf_counter()
+        units = encoder.encode(frames[i % len(frames)], i)
+        encoded = time.perf_counter()
+        for unit in units:
+            muxer.write(EncodedFrame(unit.index, width, height, unit.data, unit.keyframe, audio, (), False))
+        done = time.perf_counter()
+        encode_ms.append((encoded - started) * 1000)
+        mux_ms.append((done - encoded) * 1000)
+    muxer.close()
+    out.update(note=note, encode=encode_ms, mux=mux_ms)
+
+
+def run(kind: str, frames: list[torch.Tensor], count: int, sessions: int) -> dict:
+    """All sessions at once, each in its own thread; per-frame numbers pooled over sessions (warm-up dropped)."""
+    results = [{} for _ in range(sessions)]
+    threads = [threading.Thread(target=one_session, args=(kind, frames, count, r)) for r in results]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    for result in results:
+        if "error" in result:
+            raise result["error"]
+    warm = FPS
+    encode = [t for r in results for t in r["encode"][warm:]]
+    mux = [t for r in results for t in r["mux"][warm:]]
+    total = [e + m for r in results for e, m in zip(r["encode"][warm:], r["mux"][warm:])]
+    return {
+        "encoder": kind,
+        "note": results[0]["note"],
+        "sessions": sessions,
+        "frames_per_session": count,
+        "encode_ms": summary(encode),
+        "mux_ms": summary(mux),
+        "total_ms": summary(total),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--size", default="1280x720", help="WIDTHxHEIGHT")
+    parser.add_argument("--frames", type=int, default=150, help="frames per session (the first second is warm-up)")
+    parser.add_argument("--sessions", type=int, nargs="+", default=[1], help="concurrent sessions to measure, e.g. 1 8")
+    parser.add_argument("--out", type=Path, help="write the results as JSON here")
+    args = parser.parse_args()
+    confine_torch_threads()  # measure the conversion as the encode thread runs it
+    width, height = (int(v) for v in args.size.lower().split("x"))
+    device = torch.device(args.device)
+    frames = camera_like(DISTINCT_FRAMES, width, height, device)
+    report = {
+        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or platform.machine(),
+        "cpus": os.cpu_count(),
+        "torch": torch.__version__,
+        "av": av.__version__,
+        "size": [width, height],
+        "convert_ms": summary(convert_times(frames, args.frames)),
+        "runs": [],
+    }
+    for kind in ("x264", "nvenc"):
+        for sessions in args.sessions:
+            try:
+                report["runs"].append(run(kind, frames, args.frames, sessions))
+            except NvencUnavailable as exc:
+                report["runs"].append({"encoder": kind, "sessions": sessions, "unavailable": str(exc)})
+                break
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(report, indent=2))
+    print(f"\n{report['device']}, {width}x{height}, torch {report['torch']}, av {report['av']}")
+    c = report["convert_ms"]
+    print(f"colour conversion + host copy alone: p50 {c['p50']:.2f} ms, p99 {c['p99']:.2f} ms")
+    print(
+        f"{'encoder':8} {'sessions':>8} {'encode p50':>11} {'encode p99':>11} {'mux p99':>8} {'total p50':>10} {'total p99':>10} {'max':>8}"
+    )
+    for r in report["runs"]:
+        if "unavailable" in r:
+            print(f"{r['encoder']:8} {r['sessions']:>8}  unavailable: {r['unavailable'][:90]}")
+            continue
+        e, m, t = r["encode_ms"], r["mux_ms"], r["total_ms"]
+        print(
+            f"{r['encoder']:8} {r['sessions']:>8} {e['p50']:>11.2f} {e['p99']:>11.2f} {m['p99']:>8.2f} {t['p50']:>10.2f} {t['p99']:>10.2f} {t['max']:>8.2f}"
+        )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,107 @@
+"""The HTTP side of the server (aiohttp): preview page, WebRTC signalling, audio push, /metrics, token check.
+
+Routes: ``GET /`` the preview page (``?session=NAME``), ``GET /info`` the stream names and the
+notice shown on the page, ``POST /offer?session=NAME`` an SDP offer in, the answer out,
+``GET /push?session=NAME`` the WebSocket audio push (see sources/push.py), ``GET /metrics``.
+When the server has a token every route wants it, as ``Authorization: Bearer TOKEN`` or
+``?token=TOKEN`` (how the page's URL carries it to viewers).
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+from dataclasses import dataclass
+from importlib.resources import files
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST
+
+from streaming.metrics import metrics_registry, render
+from streaming.output import SessionOutput
+from streaming.sinks.webrtc import ViewerRefused, WebRtcPreview
+from streaming.sources.push import push_handler
+
+log = logging.getLogger(__name__)
+PAGE = files("streaming").joinpath("web", "preview.html")
+
+
+@dataclass
+class Stream:
+    """One served session: its runtime session, its output and what the HTTP side offers for it."""
+
+    name: str
+    session: object
+    output: SessionOutput
+    preview: WebRtcPreview | None = None
+    push: bool = False
+
+
+def create_app(streams: list[Stream], token: str | None = None, notice: str = "") -> web.Application:
+    """The aiohttp application serving ``streams``."""
+    app = web.Application(middlewares=[_token_middleware(token)] if token else [])
+    by_name = {s.name: s for s in streams}
+    registry = metrics_registry(lambda: streams)
+
+    def stream_for(request: web.Request) -> Stream:
+        name = request.query.get("session", streams[0].name if streams else "")
+        if name not in by_name:
+            raise web.HTTPNotFound(text=f"no session {name!r}; sessions: {', '.join(by_name)}")
+        return by_name[name]
+
+    async def page(request: web.Request) -> web.Response:
+        if not any(s.preview for s in streams):
+            raise web.HTTPNotFound(text="no WebRTC preview is enabled (start with --webrtc HOST:PORT)")
+        return web.Response(text=PAGE.read_text(), content_type="text/html")
+
+    async def info(request: web.Request) -> web.Response:
+        return web.json_response({"sessions": list(by_name), "notice": notice})
+
+    async def offer(request: web.Request) -> web.Response:
+        stream = stream_for(request)
+        if stream.preview is None:
+            raise web.HTTPNotFound(text=f"session {stream.name!r} has no WebRTC preview")
+        try:
+            body = await request.json()
+            sdp, kind = body["sdp"], body.get("type", "offer")
+        except (ValueError, KeyError, TypeError) as exc:
+            raise web.HTTPBadRequest(text=f'POST {{"sdp": ..., "type": "offer"}} as JSON ({exc})') from exc
+        try:
+            answer = await stream.preview.answer(sdp, kind)
+        except ViewerRefused as exc:
+            raise web.HTTPServiceUnavailable(text=str(exc)) from exc
+        except ValueError as exc:
+            raise web.HTTPBadRequest(text=str(exc)) from exc
+        return web.json_response({"sdp": answer.sdp, "type": answer.type})
+
+    async def push(request: web.Request) -> web.StreamResponse:
+        stream = stream_for(request)
+        if not stream.push:
+            raise web.HTTPNotFound(text=f"session {stream.name!r} takes no pushed audio (start with --listen)")
+        return await push_handler(request, stream.session)
+
+    async def metrics(request: web.Request) -> web.Response:
+        return web.Response(body=render(registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    app.router.add_get("/", page)
+    app.router.add_get("/info", info)
+    app.router.add_post("/offer", offer)
+    app.router.add_get("/push", push)
+    app.router.add_get("/metrics", metrics)
+    return app
+
+
+def _token_middleware(token: str):
+    expected = token.encode()
+
+    @web.middleware
+    async def check(request: web.Request, handler):
+        given = request.query.get("token", "")
+        header = request.headers.get("Authorization", "")
+        if header.startswith("Bearer "):
+            given = header[len("Bearer ") :]
+        if not hmac.compare_digest(given.encode(), expected):
+            raise web.HTTPUnauthorized(text="a token is required: ?token=TOKEN or Authorization: Bearer TOKEN")
+        return await handler(request)
+
+    return check

@@ -1,0 +1,1 @@
+"""H.264 encoders (libx264 via PyAV, NVENC via PyNvVideoCodec), colour conversion and audio codecs."""

@@ -1,0 +1,66 @@
+"""What streaming consumes: the session's frames (index, RGB image on the device, 48 kHz audio) and clock.
+
+These are the serving runtime's contract (``engine.session``), restated as protocols so that
+streaming depends only on the shape of a frame, never on how it was made: tests drive every
+sink with a synthetic source, the server drives them with the runtime.
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+from typing import Protocol
+
+import numpy as np
+import torch
+
+from engine.runtime.config import RuntimeConfig
+from engine.session import FPS
+
+AUDIO_RATE = RuntimeConfig.audio_rate
+SAMPLES_PER_FRAME = AUDIO_RATE // FPS
+
+
+class FrameLike(Protocol):
+    """One output frame: ``image`` (H, W, 3) uint8 RGB on any device, ``audio`` the 1920 samples it speaks."""
+
+    index: int
+    image: torch.Tensor
+    audio: np.ndarray
+    speech: bool
+
+    @property
+    def pts(self) -> Fraction: ...
+
+
+class FrameSource(Protocol):
+    """A live session seen from the output side: frames in order, ``None`` once it has ended and drained."""
+
+    def next_frame(self, timeout: float | None = None) -> FrameLike | None: ...
+
+    def stats(self) -> dict[str, int | float]: ...
+
+
+class AudioSink(Protocol):
+    """A live session seen from the audio side (what sources push into)."""
+
+    def push_audio(self, pcm: np.ndarray, sample_rate: int, channels: int | None = None, block: bool = False) -> None: ...
+
+    def interrupt(self) -> None: ...
+
+    def end(self) -> None: ...
+
+
+def check_size(width: int, height: int) -> None:
+    """ValueError unless both sides are positive and even (4:2:0 chroma halves them)."""
+    if width <= 0 or height <= 0 or width % 2 or height % 2:
+        raise ValueError(f"4:2:0 video needs a positive, even width and height, got {width}x{height}")
+
+
+def check_image(image: torch.Tensor) -> tuple[int, int]:
+    """(height, width) of an (H, W, 3) uint8 RGB tensor with even sides, else ValueError."""
+    if not isinstance(image, torch.Tensor) or image.dtype != torch.uint8 or image.ndim != 3 or image.shape[2] != 3:
+        got = f"{tuple(image.shape)} {image.dtype}" if isinstance(image, torch.Tensor) else type(image).__name__
+        raise ValueError(f"frames must be (H, W, 3) uint8 RGB torch tensors, got {got}")
+    height, width = image.shape[:2]
+    check_size(width, height)
+    return height, width

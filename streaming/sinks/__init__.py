@@ -1,0 +1,1 @@
+"""Where encoded frames go: RTMP, the WebRTC preview, MP4 files."""

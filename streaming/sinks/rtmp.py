@@ -1,0 +1,196 @@
+"""RTMP sink: FLV (H.264 + AAC 48 kHz, constant 25 fps) to an rtmp:// server, surviving server drops and restarts.
+
+The sink has its own thread and a bounded queue, so a slow or dead server never holds up
+the output. When a write fails (the server dropped or restarted) the connection is closed
+and re-opened with exponential backoff and jitter, as broadcast encoders do (first retry
+after about 2 s, then 4, 8, ... up to a cap, a bounded number of attempts). Frames keep
+flowing meanwhile and are dropped (counted). Every connection starts on an IDR, requested
+from the shared encoder, with its own timeline from 0 (see mux.py), so video and audio
+stay in order and in sync after a reconnect.
+
+Limit: PyAV opens the output without an I/O timeout, so a server that vanishes without
+closing the TCP connection blocks this thread until TCP gives up; frames queued for RTMP
+are dropped meanwhile, the other sinks are unaffected.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import random
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+from streaming.frames import FPS
+from streaming.output import EncodedFrame
+from streaming.sinks.mux import Muxer
+
+log = logging.getLogger(__name__)
+_CLOSE = object()
+
+
+@dataclass(frozen=True)
+class Backoff:
+    """Reconnect delays: ``first`` seconds, times ``factor`` each attempt up to ``cap``, +-``jitter`` relative."""
+
+    first: float = 2.0
+    factor: float = 2.0
+    cap: float = 30.0
+    jitter: float = 0.2
+    attempts: int = 20
+
+    def delays(self, rng: random.Random) -> Iterator[float]:
+        """The wait before each attempt, ``attempts`` of them."""
+        delay = self.first
+        for _ in range(self.attempts):
+            yield delay * (1 + rng.uniform(-self.jitter, self.jitter))
+            delay = min(delay * self.factor, self.cap)
+
+
+class RtmpSink:
+    """Publish the released frames to ``url``; reconnects on its own, gives up after the backoff's attempts."""
+
+    name = "rtmp"
+
+    def __init__(
+        self,
+        url: str,
+        request_keyframe: Callable[[], None],
+        backoff: Backoff | None = None,
+        queue_seconds: float = 2.0,
+        seed: int | None = None,
+    ) -> None:
+        if not url.startswith(("rtmp://", "rtmps://")):
+            raise ValueError(f"an RTMP URL starts with rtmp:// or rtmps://, got {url!r}")
+        self.url = url
+        self.backoff = backoff or Backoff()
+        self._request_keyframe = request_keyframe
+        self._rng = random.Random(seed)
+        self._queue: queue.Queue = queue.Queue(max(1, round(queue_seconds * FPS)))
+        self._muxer: Muxer | None = None
+        self._delays: Iterator[float] | None = None
+        self._retry_at = 0.0
+        self.connected = threading.Event()
+        self.gave_up = False
+        self.connections = 0
+        self.reconnects = 0
+        self.failed_attempts = 0
+        self.frames_sent = 0
+        self.frames_dropped = 0
+        self.overflow_dropped = 0
+        self._thread = threading.Thread(target=self._run, name="rtmp", daemon=True)
+        self._thread.start()
+
+    def send(self, frame: EncodedFrame) -> None:
+        """Queue a frame; when the queue is full the oldest is dropped and the stream resumes at an IDR."""
+        try:
+            self._queue.put_nowait(frame)
+        except queue.Full:
+            self.overflow_dropped += self._drain()
+            self._queue.put_nowait(frame)
+
+    def close(self, timeout: float = 10.0) -> None:
+        """Send what is queued, close the connection and stop the thread."""
+        while True:
+            try:
+                self._queue.put(_CLOSE, timeout=0.1)
+                break
+            except queue.Full:
+                self.overflow_dropped += self._drain()
+        self._thread.join(timeout)
+
+    def stats(self) -> dict[str, int | float]:
+        """Frames sent and dropped, connections made, reconnects and failed attempts."""
+        return {
+            "frames_sent": self.frames_sent,
+            "frames_dropped": self.frames_dropped + self.overflow_dropped,
+            "connections": self.connections,
+            "reconnects": self.reconnects,
+            "failed_attempts": self.failed_attempts,
+            "connected": int(self.connected.is_set()),
+        }
+
+    def _drain(self) -> int:
+        """Empty the queue (keeping a pending close) and ask for an IDR: the muxer resumes on it after the gap."""
+        dropped = 0
+        while True:
+            try:
+                item = self._queue.get_nowait()
+            except queue.Empty:
+                break
+            if item is _CLOSE:
+                self._queue.put_nowait(item)
+                break
+            dropped += 1
+        self._request_keyframe()
+        return dropped
+
+    def _run(self) -> None:
+        while True:
+            item = self._queue.get()
+            if item is _CLOSE:
+                break
+            self._handle(item)
+        self._disconnect()
+
+    def _handle(self, frame: EncodedFrame) -> None:
+        if self._muxer is None and not self._connect(frame):
+            self.frames_dropped += 1
+            return
+        try:
+            written = self._muxer.write(frame)
+        except Exception as exc:
+            self.frames_dropped += 1
+            self._lost(exc)
+            return
+        if not written:
+            self.frames_dropped += 1
+            return
+        self.frames_sent += 1
+        if not self.connected.is_set():
+            self.connected.set()
+            self.connections += 1
+            if self.connections > 1:
+                self.reconnects += 1
+            self._delays = None
+            log.info("rtmp: %s %s", "reconnected to" if self.connections > 1 else "publishing to", self.url)
+
+    def _connect(self, frame: EncodedFrame) -> bool:
+        """Open a connection when one is due; it goes out with the next keyframe."""
+        if self.gave_up or time.monotonic() < self._retry_at:
+            return False
+        try:
+            self._muxer = Muxer(self.url, "flv", frame.width, frame.height)
+        except Exception as exc:
+            self._lost(exc)
+            return False
+        if not frame.keyframe:
+            self._request_keyframe()
+        return True
+
+    def _lost(self, exc: Exception) -> None:
+        """Close the broken connection and schedule the next attempt (or give up)."""
+        was_connected = self.connected.is_set()
+        self.connected.clear()
+        self._disconnect()
+        if not was_connected:
+            self.failed_attempts += 1
+        if self._delays is None:
+            self._delays = self.backoff.delays(self._rng)
+        delay = next(self._delays, None)
+        if delay is None:
+            self.gave_up = True
+            log.error("rtmp: giving up on %s after %d attempts: %s", self.url, self.backoff.attempts, exc)
+            return
+        self._retry_at = time.monotonic() + delay
+        log.warning("rtmp: %s %s (%s); retrying in %.1f s", "lost" if was_connected else "cannot reach", self.url, exc, delay)
+
+    def _disconnect(self) -> None:
+        if self._muxer is not None:
+            muxer, self._muxer = self._muxer, None
+            try:
+                muxer.close()
+            except Exception as exc:
+                log.debug("rtmp: closing %s: %s", self.url, exc)

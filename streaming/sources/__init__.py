@@ -1,0 +1,1 @@
+"""Where a session's audio comes from: a file in real time, a microphone, a WebSocket push."""

@@ -1,0 +1,132 @@
+"""WebSocket push for TTS engines: declare a PCM format in JSON, send audio as binary messages, interrupt or end.
+
+Protocol (one WebSocket per session, ``/push?session=NAME``):
+
+client -> server, text (JSON):
+  {"type": "format", "sample_rate": 24000, "channels": 1, "encoding": "s16le" | "f32le"}
+      declares the format of the binary messages that follow; may be sent again to change it.
+      The server answers {"type": "ready", "sample_rate": ..., "channels": ..., "encoding": ...}.
+  {"type": "interrupt"}   drop speech not yet spoken (barge-in); answered {"type": "interrupted"}.
+  {"type": "end"}         end of input: the session speaks what it has, then ends (the stream
+                          stops); answered {"type": "ended"} and the socket is closed.
+client -> server, binary: interleaved little-endian PCM in the declared format, any length
+  that is a whole number of sample frames.
+server -> client on a bad message: {"type": "error", "message": "..."}; the stream goes on.
+
+To pause speaking, just stop sending: the avatar idles on silence until audio comes again.
+Audio is pushed with backpressure: the server reads the next message only once the session
+has taken the previous one, so a client that sends faster than real time is slowed by TCP.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from dataclasses import dataclass
+from functools import partial
+
+import numpy as np
+from aiohttp import WSMsgType, web
+
+from engine.audio.pcm import MAX_CHANNELS, PcmError, check_rate, to_float_mono
+from streaming.frames import AudioSink
+
+log = logging.getLogger(__name__)
+ENCODINGS = {"s16le": np.dtype("<i2"), "f32le": np.dtype("<f4")}
+MAX_PUSH_RATE = 192_000
+MIN_PUSH_RATE = 8_000
+
+
+class ProtocolError(ValueError):
+    """A message that breaks the push protocol; reported to the client, the stream goes on."""
+
+
+@dataclass(frozen=True)
+class PushFormat:
+    """What the binary messages hold."""
+
+    sample_rate: int
+    channels: int
+    encoding: str
+
+    def as_message(self) -> dict:
+        return {"sample_rate": self.sample_rate, "channels": self.channels, "encoding": self.encoding}
+
+
+def parse_format(message: dict) -> PushFormat:
+    """Validate a ``format`` message."""
+    try:
+        rate = check_rate(message.get("sample_rate"))
+    except PcmError as exc:
+        raise ProtocolError(str(exc)) from exc
+    if not MIN_PUSH_RATE <= rate <= MAX_PUSH_RATE:
+        raise ProtocolError(f"sample_rate {rate} Hz is outside {MIN_PUSH_RATE}..{MAX_PUSH_RATE} Hz")
+    channels = message.get("channels", 1)
+    if isinstance(channels, bool) or not isinstance(channels, int) or not 1 <= channels <= MAX_CHANNELS:
+        raise ProtocolError(f"channels must be an integer from 1 to {MAX_CHANNELS}, got {channels!r}")
+    encoding = message.get("encoding", "s16le")
+    if encoding not in ENCODINGS:
+        raise ProtocolError(f"encoding must be one of {', '.join(ENCODINGS)}, got {encoding!r}")
+    return PushFormat(rate, channels, encoding)
+
+
+def decode_chunk(data: bytes, fmt: PushFormat) -> np.ndarray:
+    """A binary message as mono float32 samples (channels averaged), or ProtocolError."""
+    dtype = ENCODINGS[fmt.encoding]
+    frame_bytes = dtype.itemsize * fmt.channels
+    if not data or len(data) % frame_bytes:
+        raise ProtocolError(
+            f"a binary message must hold whole sample frames of {frame_bytes} bytes "
+            f"({fmt.encoding}, {fmt.channels} channel(s)); got {len(data)} bytes"
+        )
+    pcm = np.frombuffer(data, dtype=dtype).reshape(-1, fmt.channels)
+    try:
+        return to_float_mono(pcm if fmt.channels > 1 else pcm[:, 0], fmt.channels)
+    except PcmError as exc:
+        raise ProtocolError(str(exc)) from exc
+
+
+async def push_handler(request: web.Request, session: AudioSink) -> web.WebSocketResponse:
+    """Serve one pushing client until it ends the session or disconnects."""
+    ws = web.WebSocketResponse(max_msg_size=16 * 1024 * 1024)
+    await ws.prepare(request)
+    loop = asyncio.get_running_loop()
+    fmt: PushFormat | None = None
+    async for message in ws:
+        try:
+            if message.type == WSMsgType.BINARY:
+                if fmt is None:
+                    raise ProtocolError('send {"type": "format", ...} before any audio')
+                samples = decode_chunk(message.data, fmt)
+                await loop.run_in_executor(None, partial(session.push_audio, samples, fmt.sample_rate, None, True))
+            elif message.type == WSMsgType.TEXT:
+                control = _control(message.data)
+                kind = control.get("type")
+                if kind == "format":
+                    fmt = parse_format(control)
+                    await ws.send_json({"type": "ready", **fmt.as_message()})
+                elif kind == "interrupt":
+                    session.interrupt()
+                    await ws.send_json({"type": "interrupted"})
+                elif kind == "end":
+                    await loop.run_in_executor(None, session.end)
+                    await ws.send_json({"type": "ended"})
+                    await ws.close()
+                else:
+                    raise ProtocolError(f"unknown message type {kind!r}; expected format, interrupt or end")
+            elif message.type == WSMsgType.ERROR:
+                log.warning("push: connection error: %s", ws.exception())
+        except (ValueError, RuntimeError) as exc:
+            await ws.send_json({"type": "error", "message": str(exc)})
+    return ws
+
+
+def _control(text: str) -> dict:
+    try:
+        control = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ProtocolError(f"text messages must be JSON: {exc}") from exc
+    if not isinstance(control, dict):
+        raise ProtocolError("a control message must be a JSON object with a 'type'")
+    return control

@@ -1,0 +1,88 @@
+"""RTMP to a real nginx-rtmp on loopback: the stream arrives whole and in sync, and survives a server restart."""
+
+from __future__ import annotations
+
+import random
+import time
+
+import pytest
+
+from streaming.frames import FPS
+from streaming.output import SessionOutput
+from streaming.sinks.rtmp import Backoff, RtmpSink
+from tests.streaming.media import ONE_FRAME, LiveReader
+from tests.streaming.synthetic import SyntheticSession
+
+
+def test_backoff_doubles_from_about_two_seconds_with_jitter_and_is_bounded() -> None:
+    delays = list(Backoff().delays(random.Random(0)))
+    assert len(delays) == 20
+    assert 1.6 <= delays[0] <= 2.4 and 3.2 <= delays[1] <= 4.8
+    assert max(delays) <= 30 * 1.2
+    assert len(set(delays)) == len(delays), "jittered: reconnecting encoders do not stampede in step"
+
+
+def test_urls_must_be_rtmp() -> None:
+    with pytest.raises(ValueError, match="rtmp://"):
+        RtmpSink("http://example.invalid/live", lambda: None)
+
+
+@pytest.mark.slow
+def test_a_stream_arrives_whole_at_25_fps_with_audio_in_sync(nginx_rtmp) -> None:
+    frames = 3 * FPS
+    reader = LiveReader(nginx_rtmp.url(), last_index=frames - 1)
+    time.sleep(0.3)
+    output = SessionOutput(SyntheticSession(256, 256, frames=frames), encoder="x264")
+    sink = RtmpSink(nginx_rtmp.url(), output.request_keyframe)
+    output.add_sink(sink)
+    output.start()
+    assert output.finished.wait(30)
+    output.stop()
+    got = reader.join()
+    assert got.indices == list(range(frames)), got.error
+    assert got.size == (256, 256)
+    times = [pts for pts, _, _ in got.video]
+    assert all(abs(b - a - 1 / FPS) < 1e-3 for a, b in zip(times, times[1:])), "constant 25 fps"
+    assert got.audio_codec == "aac" and got.audio_rate == 48_000
+    assert got.audio_seconds() >= frames / FPS - 0.1
+    errors = got.sync_errors()
+    assert len(errors) == 3 and max(errors) <= ONE_FRAME
+    assert sink.stats() | {"connected": 0} == {
+        "frames_sent": frames,
+        "frames_dropped": 0,
+        "connections": 1,
+        "reconnects": 0,
+        "failed_attempts": 0,
+        "connected": 0,
+    }
+
+
+@pytest.mark.slow
+def test_a_server_restart_is_survived_in_order_and_in_sync(nginx_rtmp) -> None:
+    frames = 8 * FPS
+    first_reader = LiveReader(nginx_rtmp.url(), read_timeout=1.0)
+    time.sleep(0.3)
+    output = SessionOutput(SyntheticSession(256, 256, frames=frames), encoder="x264")
+    sink = RtmpSink(nginx_rtmp.url(), output.request_keyframe, backoff=Backoff(first=0.5, attempts=6), seed=0)
+    output.add_sink(sink)
+    output.start()
+    time.sleep(2.0)
+    nginx_rtmp.stop()
+    before = first_reader.join()
+    nginx_rtmp.start()
+    second_reader = LiveReader(nginx_rtmp.url(), last_index=frames - 1)
+    assert output.finished.wait(30)
+    output.stop()
+    after = second_reader.join()
+
+    assert before.indices[:3] == [0, 1, 2] and len(before.indices) >= FPS
+    assert after.indices, after.error
+    assert after.indices[0] > before.indices[-1], "the stream came back later in the session, not replayed"
+    assert after.indices == list(range(after.indices[0], frames)), "in order, no gaps once reconnected"
+    assert after.indices[-1] == frames - 1
+    assert after.video[0][0] < 0.1, "the new connection's timeline starts at its first keyframe"
+    errors = after.sync_errors()
+    assert errors and max(errors) <= ONE_FRAME
+    stats = sink.stats()
+    assert stats["reconnects"] == 1 and stats["connections"] == 2
+    assert stats["frames_dropped"] > 0 and stats["frames_sent"] + stats["frames_dropped"] == frames

@@ -1,0 +1,180 @@
+"""WebRTC preview: a real headless Chromium decodes the shared H.264 and Opus; viewers get an IDR of their own and leave cleanly."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from aiohttp import web
+from aiortc.rtp import RTCP_PSFB_PLI, RtcpPsfbPacket
+
+from streaming.app import Stream, create_app
+from streaming.encoders.h264 import H264Settings
+from streaming.output import EncodedFrame, SessionOutput
+from streaming.sinks.webrtc import Viewer, WebRtcPreview
+from tests.streaming.conftest import INSTALL_HINT, free_port
+from tests.streaming.synthetic import SyntheticSession
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+FLAGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-default-apps",
+    "--disable-extensions",
+    "--autoplay-policy=no-user-gesture-required",
+    "--allow-loopback-in-peer-connection",  # gather 127.0.0.1 candidates
+    "--disable-features=WebRtcHideLocalIpsWithMdns",  # raw addresses instead of .local names
+]
+
+
+def frame(index: int, keyframe: bool) -> EncodedFrame:
+    return EncodedFrame(
+        index, 64, 64, b"\x00\x00\x00\x01\x65", keyframe, np.zeros(1920, np.float32), ((index * 1920, b"op"),), False
+    )
+
+
+class Requests:
+    def __init__(self) -> None:
+        self.count = 0
+
+    def __call__(self) -> None:
+        self.count += 1
+
+
+def test_a_viewer_starts_at_a_keyframe_and_a_stalled_one_drops_only_its_own_frames() -> None:
+    async def scenario() -> None:
+        requests = Requests()
+        stalled, watching = Viewer(None, requests, queue_frames=5), Viewer(None, requests, queue_frames=5)
+        stalled.offer(frame(0, keyframe=True))
+        assert stalled.video._queue.empty(), "nothing is queued before the connection is up"
+        stalled.connected = watching.connected = True
+        received = []
+        for i in range(40):
+            for viewer in (stalled, watching):
+                viewer.offer(frame(i, keyframe=i in (3, 30)))
+            while not watching.video._queue.empty():
+                received.append((await watching.video.recv()).pts)
+        assert received == list(range(3, 40)), "video from the first keyframe on, nothing lost"
+        assert watching.frames_dropped == 3
+        assert stalled.video._queue.qsize() <= 5, "bounded: a stalled viewer holds at most its queue"
+        assert stalled.frames_dropped > 20 and requests.count >= 1, "it fell behind, dropped, and asked for an IDR"
+        assert stalled.audio._queue.qsize() == 10
+
+    asyncio.run(scenario())
+
+
+def test_browser_pli_reaches_the_shared_encoder() -> None:
+    """aiortc routes PLI/FIR to RTCRtpSender._send_keyframe; the preview turns that into an encoder request."""
+
+    async def scenario() -> None:
+        from aiortc import RTCPeerConnection
+
+        requests = Requests()
+        preview = WebRtcPreview(asyncio.get_running_loop(), requests)
+        client = RTCPeerConnection()
+        client.addTransceiver("video", direction="recvonly")
+        client.addTransceiver("audio", direction="recvonly")
+        await client.setLocalDescription(await client.createOffer())
+        await client.setRemoteDescription(await preview.answer(client.localDescription.sdp))
+        viewer = next(iter(preview._viewers))
+        for _ in range(100):
+            if viewer.connected:
+                break
+            await asyncio.sleep(0.05)
+        assert requests.count == 1, "a viewer asks for an IDR once its connection is up"
+        sender = next(t.sender for t in viewer.pc.getTransceivers() if t.kind == "video")
+        await sender._handle_rtcp_packet(RtcpPsfbPacket(fmt=RTCP_PSFB_PLI, ssrc=1, media_ssrc=sender._ssrc))
+        assert requests.count == 2
+        await preview.aclose()
+        await client.close()
+
+    asyncio.run(scenario())
+
+
+@pytest.mark.slow
+def test_chromium_decodes_the_preview_and_a_late_viewer_gets_a_picture_within_a_second(tmp_path: Path) -> None:
+    if not Path(CHROMIUM).exists():
+        pytest.skip(f"chromium is not installed ({INSTALL_HINT})")
+    from playwright.async_api import async_playwright
+
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {
+        **os.environ,
+        "HOME": str(home),
+        "TMPDIR": str(tmp_path),
+        "XDG_CONFIG_HOME": str(home / ".config"),
+        "XDG_CACHE_HOME": str(home / ".cache"),
+    }
+
+    async def scenario() -> None:
+        session = SyntheticSession(256, 256)
+        # A 10 s GOP: only the IDR the preview asks for can give a late viewer its first picture within a second.
+        output = SessionOutput(session, encoder="x264", settings=H264Settings(keyframe_seconds=10))
+        preview = WebRtcPreview(asyncio.get_running_loop(), output.request_keyframe)
+        output.add_sink(preview)
+        port = free_port()
+        runner = web.AppRunner(create_app([Stream("0", session, output, preview)], notice="synthetic test pattern"))
+        await runner.setup()
+        await web.TCPSite(runner, "127.0.0.1", port).start()
+        output.start()
+        try:
+            async with async_playwright() as playwright:
+                browser = await playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=FLAGS, env=env)
+                try:
+                    first = await browser.new_page()
+                    await first.goto(f"http://127.0.0.1:{port}/?session=0")
+                    stats = await poll(first, "s.framesDecoded >= 25 && s.audioSamples > 0", 20)
+                    assert (stats["frameWidth"], stats["frameHeight"]) == (256, 256)
+                    assert "video/H264" in stats["codecs"] and "audio/opus" in stats["codecs"]
+                    await asyncio.sleep(1.5)
+                    second = await browser.new_page()
+                    await second.goto(f"http://127.0.0.1:{port}/?session=0")
+                    late = await poll(second, "s.firstFrameMs !== null && s.framesDecoded > 0", 10)
+                    assert late["firstFrameMs"] < 1000, late
+                    assert (late["frameWidth"], late["frameHeight"]) == (256, 256)
+                    before = (await poll(first, "true", 1))["framesDecoded"]
+                    await asyncio.sleep(1.0)
+                    after = (await poll(first, "true", 1))["framesDecoded"]
+                    assert after - before >= 15, "the first viewer kept playing while the second joined"
+                    assert preview.stats()["viewers"] == 2
+                    await second.close()
+                    for _ in range(40):
+                        if preview.viewers == 1:
+                            break
+                        await asyncio.sleep(0.05)
+                    assert preview.viewers == 1, "a viewer that leaves is let go at once"
+                    before = (await poll(first, "true", 1))["framesDecoded"]
+                    await asyncio.sleep(0.5)
+                    assert (await poll(first, "true", 1))["framesDecoded"] - before >= 8
+                finally:
+                    await browser.close()
+        finally:
+            session.end()
+            await asyncio.to_thread(output.stop)
+            await preview.aclose()
+            await runner.cleanup()
+
+    asyncio.run(scenario())
+
+
+async def poll(page, condition: str, seconds: float) -> dict:
+    """preview.stats() from the page once ``condition`` (on ``s``) holds."""
+    deadline = time.monotonic() + seconds
+    while True:
+        stats = await page.evaluate(f"preview.stats().then((s) => ({condition}) ? s : null)")
+        if stats is not None:
+            return stats
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {seconds} s: {condition}; last: {await page.evaluate('preview.stats()')}")
+        await asyncio.sleep(0.1)

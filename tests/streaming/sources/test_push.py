@@ -1,0 +1,103 @@
+"""WebSocket push for TTS engines: declared formats, bad messages answered with an error while the stream goes on."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import numpy as np
+from aiohttp.test_utils import TestClient, TestServer
+
+from streaming.app import Stream, create_app
+from streaming.output import SessionOutput
+from tests.streaming.synthetic import SyntheticSession
+from tests.streaming.test_output import Recorder
+
+
+async def until(condition, seconds: float = 5.0) -> None:
+    for _ in range(int(seconds / 0.02)):
+        if condition():
+            return
+        await asyncio.sleep(0.02)
+    raise AssertionError("condition not met in time")
+
+
+def test_the_push_protocol_end_to_end() -> None:
+    async def scenario() -> None:
+        session = SyntheticSession(64, 64)
+        output = SessionOutput(session, encoder="x264")
+        recorder = Recorder()
+        output.add_sink(recorder)
+        output.start()
+        client = TestClient(TestServer(create_app([Stream("0", session, output, push=True)])))
+        await client.start_server()
+        try:
+            ws = await client.ws_connect("/push?session=0")
+
+            async def error_for(message) -> str:
+                await (ws.send_bytes(message) if isinstance(message, bytes) else ws.send_str(message))
+                reply = await ws.receive_json(timeout=5)
+                assert reply["type"] == "error", reply
+                return reply["message"]
+
+            await until(lambda: len(recorder.frames) > 0)
+            frames_before = len(recorder.frames)
+            assert "format" in await error_for(b"\x00\x00" * 100)
+            assert "JSON" in await error_for("not json")
+            assert "unknown message type" in await error_for(json.dumps({"type": "dance"}))
+            assert "outside" in await error_for(json.dumps({"type": "format", "sample_rate": 5}))
+            assert "8000..192000" in await error_for(json.dumps({"type": "format", "sample_rate": 4000}))
+            assert "number of Hz" in await error_for(json.dumps({"type": "format", "sample_rate": "24k"}))
+            assert "channels" in await error_for(json.dumps({"type": "format", "sample_rate": 16000, "channels": 0}))
+            assert "encoding" in await error_for(json.dumps({"type": "format", "sample_rate": 16000, "encoding": "mp3"}))
+
+            await ws.send_str(json.dumps({"type": "format", "sample_rate": 24000, "channels": 1, "encoding": "s16le"}))
+            assert await ws.receive_json(timeout=5) == {"type": "ready", "sample_rate": 24000, "channels": 1, "encoding": "s16le"}
+            assert "whole sample frames" in await error_for(b"\x01\x02\x03")
+            await ws.send_bytes(np.full(2400, 16384, "<i2").tobytes())
+            await until(lambda: len(session.pushed) == 1)
+            pcm, rate, channels = session.pushed[0]
+            assert rate == 24000 and channels is None and pcm.shape == (2400,) and np.allclose(pcm, 0.5)
+
+            await ws.send_str(json.dumps({"type": "format", "sample_rate": 16000, "channels": 2, "encoding": "f32le"}))
+            assert (await ws.receive_json(timeout=5))["type"] == "ready"
+            stereo = np.stack([np.full(800, 0.2, "<f4"), np.full(800, 0.4, "<f4")], axis=1)
+            stereo[10, 1] = np.nan
+            assert "NaN" in await error_for(stereo.tobytes())
+            stereo[10, 1] = 0.4
+            await ws.send_bytes(stereo.tobytes())
+            await until(lambda: len(session.pushed) == 2)
+            assert np.allclose(session.pushed[1][0], 0.3) and session.pushed[1][1] == 16000
+
+            await ws.send_str(json.dumps({"type": "interrupt"}))
+            assert await ws.receive_json(timeout=5) == {"type": "interrupted"}
+            assert session.interrupts == 1
+            await until(lambda: len(recorder.frames) > frames_before + 5)  # frames kept flowing through all of this
+
+            await ws.send_str(json.dumps({"type": "end"}))
+            assert await ws.receive_json(timeout=5) == {"type": "ended"}
+            await ws.receive(timeout=5)
+            assert ws.closed and session.ended
+            assert await asyncio.to_thread(output.finished.wait, 10), "ending the input ends the stream"
+        finally:
+            await client.close()
+            session.end()
+            await asyncio.to_thread(output.stop)
+
+    asyncio.run(scenario())
+
+
+def test_sessions_without_push_refuse_it() -> None:
+    async def scenario() -> None:
+        session = SyntheticSession(64, 64, frames=1)
+        client = TestClient(TestServer(create_app([Stream("0", session, SessionOutput(session))])))
+        await client.start_server()
+        try:
+            response = await client.get("/push?session=0")
+            assert response.status == 404 and "--listen" in await response.text()
+            response = await client.get("/push?session=7")
+            assert response.status == 404 and "no session '7'" in await response.text()
+        finally:
+            await client.close()
+
+    asyncio.run(scenario())

@@ -1,0 +1,120 @@
+"""A session output: every frame encoded once, released at its pts, to every sink, in order, with its own audio."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from streaming.frames import FPS, SAMPLES_PER_FRAME
+from streaming.output import EncodedFrame, SessionOutput
+from tests.streaming.synthetic import SyntheticSession, sound
+
+
+class Recorder:
+    """A sink that keeps what it is sent and when."""
+
+    name = "recorder"
+
+    def __init__(self) -> None:
+        self.frames: list[EncodedFrame] = []
+        self.times: list[float] = []
+        self.closed = False
+
+    def send(self, frame: EncodedFrame) -> None:
+        self.frames.append(frame)
+        self.times.append(time.monotonic())
+
+    def close(self) -> None:
+        self.closed = True
+
+    def stats(self) -> dict[str, int]:
+        return {"frames_sent": len(self.frames)}
+
+
+class Broken(Recorder):
+    name = "broken"
+
+    def send(self, frame: EncodedFrame) -> None:
+        raise OSError("this sink is broken")
+
+
+def run(frames: int, sinks: list, **kwargs) -> SessionOutput:
+    output = SessionOutput(SyntheticSession(64, 64, frames=frames), encoder="x264", **kwargs)
+    for sink in sinks:
+        output.add_sink(sink)
+    output.start()
+    assert output.finished.wait(20), "the output did not finish after the session ended"
+    output.stop()
+    return output
+
+
+def test_every_frame_goes_to_every_sink_once_in_order_with_its_audio() -> None:
+    first, second = Recorder(), Recorder()
+    output = run(30, [first, second, Broken()])
+    for sink in (first, second):
+        assert [f.index for f in sink.frames] == list(range(30))
+        assert sink.closed
+    frames = first.frames
+    assert frames[0].keyframe and frames[0].video.startswith((b"\x00\x00\x00\x01", b"\x00\x00\x01"))
+    assert all((f.width, f.height) == (64, 64) for f in frames)
+    assert all((f.audio == sound(f.index)).all() for f in frames)
+    assert [len(f.opus) for f in frames] == [2] * 30
+    opus_pts = [pts for f in frames for pts, _ in f.opus]
+    assert all(b - a == 960 for a, b in zip(opus_pts, opus_pts[1:])), "Opus times come from the sample count"
+    assert output.stats.frames_in == output.stats.frames_released == 30
+    assert output.encoder.name == "x264" and output.encode_ms(0.5) > 0
+    assert output.sinks == (first, second), "the failing sink was detached, the others carried on"
+
+
+def test_frames_are_released_at_their_pts_without_drift() -> None:
+    sink = Recorder()
+    run(40, [sink], playout_delay=0.1)
+    offsets = [t - sink.times[0] - f.index / FPS for t, f in zip(sink.times, sink.frames)]
+    assert max(abs(o) for o in offsets) < 0.03
+
+
+def test_a_keyframe_request_is_honoured_within_the_lead() -> None:
+    sink = Recorder()
+    session = SyntheticSession(64, 64, frames=60, lead=0.2)
+    output = SessionOutput(session, encoder="x264")
+    output.add_sink(sink)
+    output.start()
+    while len(sink.frames) < 20:
+        time.sleep(0.01)
+    asked_at = sink.frames[-1].index
+    output.request_keyframe()
+    assert output.finished.wait(20)
+    keyframes = [f.index for f in sink.frames if f.keyframe]
+    assert keyframes[0] == 0 and len(keyframes) == 2
+    assert 0 < keyframes[1] - asked_at <= (0.2 + 0.1) * FPS + 2
+
+
+@pytest.mark.parametrize("frames", [1, 7])
+def test_short_sessions_finish_cleanly(frames: int) -> None:
+    sink = Recorder()
+    run(frames, [sink])
+    assert len(sink.frames) == frames and sink.closed
+    assert sum(f.audio.size for f in sink.frames) == frames * SAMPLES_PER_FRAME
+
+
+def test_the_encode_thread_confines_only_itself_to_one_torch_thread() -> None:
+    import threading
+
+    import torch
+
+    from streaming.output import confine_torch_threads
+
+    default, seen = torch.get_num_threads(), {}
+
+    def encode_thread() -> None:
+        confine_torch_threads()
+        seen["encode"] = torch.get_num_threads()
+
+    thread = threading.Thread(target=encode_thread)
+    thread.start()
+    thread.join()
+    later = threading.Thread(target=lambda: seen.setdefault("later", torch.get_num_threads()))
+    later.start()
+    later.join()
+    assert seen == {"encode": 1, "later": default} and torch.get_num_threads() == default
