@@ -65,6 +65,7 @@ class Intake:
     interrupt: bool
     end: bool
     close: bool
+    generation: int
 
 
 class Session:
@@ -98,6 +99,7 @@ class Session:
         self._to_model: StreamingResampler | None = None
         self._to_sink: StreamingResampler | None = None
         self._interrupt = False
+        self._generation = 0
         self._end = False
         self._close = False
         self._queue: deque[Frame] = deque()
@@ -114,6 +116,7 @@ class Session:
             "windows": 0,
             "idle_hops": 0,
             "interrupts": 0,
+            "resyncs": 0,
         }
 
     # -- audio in (any thread) -------------------------------------------------------------
@@ -177,6 +180,7 @@ class Session:
             self._format = None
             self._queue.clear()
             self._interrupt = True
+            self._generation += 1
             self.counters["interrupts"] += 1
             self._changed.notify_all()
         self._wake()
@@ -263,6 +267,7 @@ class Session:
                 self._interrupt,
                 self._end,
                 self._close,
+                self._generation,
             )
             self._model_parts, self._sink_parts, self._pending_model = [], [], 0
             self._interrupt = self._end = False
@@ -273,10 +278,10 @@ class Session:
     def _speech_waiting(self) -> bool:
         return self._pending_model > 0
 
-    def _deliver(self, frames: list[Frame], drop_oldest: bool) -> None:
-        """Queue rendered frames; a live session drops its oldest untaken frames beyond the bound."""
+    def _deliver(self, frames: list[Frame], drop_oldest: bool, generation: int) -> None:
+        """Queue rendered frames (unless an interrupt came since the loop collected); a live session drops its oldest beyond the bound."""
         with self._changed:
-            if self._close:
+            if self._close or generation != self._generation:
                 return
             self._queue.extend(frames)
             self.counters["frames_generated"] += len(frames)

@@ -32,6 +32,7 @@ from streaming.sinks.webrtc import WebRtcPreview
 
 log = logging.getLogger("streaming.serve")
 DEFAULT_HTTP = "127.0.0.1:8080"
+CPU_DEMO_SECONDS = 20.0
 
 
 def host_port(text: str) -> tuple[str, int]:
@@ -78,6 +79,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--device", help="cuda or cpu (default: cuda when available)")
     parser.add_argument("--overlap", type=int, default=LIVE_OVERLAP, help="frames shared by consecutive 80-frame windows")
     parser.add_argument("--emotion", default="neutral")
+    parser.add_argument("--steps", type=int, default=25, help="DDIM steps per window")
+    parser.add_argument("--duration", type=float, help="stop after this many seconds (default: when every session has ended)")
     parser.add_argument("--seed", type=int, default=0, help="seed of session 0's diffusion noise (session i uses seed + i)")
     parser.add_argument("--demo", action="store_true", help="the demo portrait speaking the bundled clip on loop, random weights")
     args = parser.parse_args(argv)
@@ -133,7 +136,16 @@ async def serve(args: argparse.Namespace) -> int:
         from engine.assets import demo_audio
 
         audio = demo_audio()
-    runtime = Runtime.from_checkpoints(None if random_weights else args.checkpoints, device=device)
+    if device.type == "cpu":
+        print(
+            "CPU: the networks render about one frame per second here, far from the 25 fps a live stream needs; "
+            "the stream will stall and skip. Use a GPU for real-time output.",
+            file=sys.stderr,
+        )
+        if args.demo and args.duration is None:
+            args.duration = CPU_DEMO_SECONDS
+            print(f"CPU demo: a short run of {CPU_DEMO_SECONDS:.0f} s", file=sys.stderr)
+    runtime = Runtime.from_checkpoints(None if random_weights else args.checkpoints, device=device, steps=args.steps)
     avatar = load_avatar(args, device, random_weights)
 
     host, port = args.webrtc or args.http
@@ -168,7 +180,10 @@ async def serve(args: argparse.Namespace) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     ended = asyncio.gather(*(asyncio.to_thread(s.output.finished.wait) for s in streams))
-    await asyncio.wait([asyncio.ensure_future(stop.wait()), ended], return_when=asyncio.FIRST_COMPLETED)
+    waits = [asyncio.ensure_future(stop.wait()), ended]
+    if args.duration is not None:
+        waits.append(asyncio.ensure_future(asyncio.sleep(args.duration)))
+    await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
     print("stopping...", file=sys.stderr)
     for source in sources:
         if source is not None:

@@ -15,8 +15,9 @@ class RuntimeConfig:
     render_buckets: tuple[int, ...] = RENDER_BUCKETS
     pad_batches: bool | None = None
     """Pad every batch to its bucket (CUDA default: captured graphs need fixed shapes; CPU: run as is)."""
-    batch_windows: bool | None = None
-    """Sample several sessions' windows in one call (CUDA default; on the CPU each runs alone, bit for bit)."""
+    batch_sessions: bool | None = None
+    """Run several sessions' HuBERT chunks, windows and frames in one call (CUDA default); on the CPU each
+    session's work runs in calls of its own, so its results are bit-identical whoever shares the runtime."""
     max_lead_seconds: float = 5.0
     """Audio a session may hold ahead of the frames taken from it; more is refused (or waited for)."""
     max_queued_frames: int = 25

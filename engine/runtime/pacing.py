@@ -15,6 +15,8 @@ def frame_deadline(anchor: float, index: int, fps: int = FPS) -> float:
     return anchor + index / fps
 
 
+RESYNC_FRAMES = 25
+"""A live clock more than this many frames behind (an overloaded GPU, a CPU) restarts from the next frame instead of bursting."""
 SPEECH_HOLD_FRAMES = 2
 """After speech, silence waits until the frames are this close to their deadline: a late push is not cut off."""
 

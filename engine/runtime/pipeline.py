@@ -22,11 +22,13 @@ from engine.motion.vector import MOTION_DIM
 from engine.motion_stream import MotionStream, WindowRequest
 from engine.runtime.avatars import LoadedAvatar
 from engine.runtime.config import RuntimeConfig
-from engine.runtime.pacing import FPS, frame_deadline, frames_due, needs_idle
+from engine.runtime.pacing import FPS, RESYNC_FRAMES, frame_deadline, frames_due, needs_idle
 from engine.session import HOP_FRAMES, MODEL_RATE, Frame, Session
 
 BLEND_FRAMES = 5
 """Frames over which the picture cross-fades from the last frame shown to the stream after an interrupt."""
+MAX_IDLE_HOPS = 4
+"""Silence hops one tick may commit for a session (enough to restart a stream after an interrupt in one tick)."""
 
 
 class SessionPipeline:
@@ -71,12 +73,14 @@ class SessionPipeline:
         self.in_flight: deque[tuple[torch.cuda.Event | None, int, int]] = deque()
         self.ending = False
         self.closed = False
+        self.generation = 0
 
     # -- audio ----------------------------------------------------------------------------
 
     def intake(self, now: float) -> bool:
         """Commit what the session queued, handle its commands, and add idle silence if live and short; True if anything changed."""
         intake = self.session._collect()
+        self.generation = intake.generation
         changed = False
         if intake.close:
             self.closed = True
@@ -102,9 +106,15 @@ class SessionPipeline:
         return changed
 
     def _idle_hops(self, now: float) -> int:
-        """Hops of silence a live session needs now to keep ``min_lead_frames`` ready ahead of its clock (0 if none)."""
-        due = frames_due(now, self.anchor)
+        """Hops of silence a live session needs now to keep ``min_lead_frames`` ready ahead of its clock (0 if none;
+        none either while a hop of final motion still waits for the renderer: more silence would not help)."""
+        if self.backlog.shape[0] >= HOP_FRAMES:
+            return 0
         produced = self.out_next + self.backlog.shape[0]
+        if self.anchor is not None and frames_due(now, self.anchor) - produced > RESYNC_FRAMES:
+            self.anchor = now - produced / FPS
+            self.session.counters["resyncs"] += 1
+        due = frames_due(now, self.anchor)
         if not needs_idle(produced, due, self.config.min_lead_frames, self.tail_is_speech):
             return 0
         windows = self.motion.windows
@@ -112,7 +122,7 @@ class SessionPipeline:
         unproduced = committed_frames - self.motion.frames_out
         depth = windows.fuse + windows.valid + 3
         deficit = math.ceil(due + self.config.min_lead_frames - produced)
-        return max(1, math.ceil((deficit + depth - unproduced) / HOP_FRAMES))
+        return min(max(1, math.ceil((deficit + depth - unproduced) / HOP_FRAMES)), MAX_IDLE_HOPS)
 
     def _commit(self, model: np.ndarray, sink: np.ndarray | None, speech: bool) -> None:
         start = self.motion.samples_in
@@ -190,10 +200,14 @@ class SessionPipeline:
 
     # -- render ---------------------------------------------------------------------------
 
-    def render_count(self) -> int:
-        """Frames this session may render now: its backlog, bounded by its queue (live sessions drop old frames instead)."""
+    def render_count(self, chunk: int) -> int:
+        """Frames this session may render now: its backlog (live sessions drop old frames when their queue is full);
+        an offline session waits for room for ``chunk`` frames (or its whole backlog), so its batches stay full."""
         count = self.backlog.shape[0]
-        return count if self.session.live else min(count, self.session._room())
+        if self.session.live:
+            return count
+        room = self.session._room()
+        return min(count, room) if room >= min(count, chunk) else 0
 
     def next_deadline(self) -> float:
         """When this session's next frame is due (offline sessions: never, they take what is left)."""
@@ -233,7 +247,7 @@ class SessionPipeline:
         self.backlog_start += count
         self.out_next += count
         self._trim_audio()
-        self.session._deliver(frames, drop_oldest=self.session.live)
+        self.session._deliver(frames, drop_oldest=self.session.live, generation=self.generation)
 
     def _frame_audio(self, motion_index: int) -> np.ndarray:
         lo = motion_index * self.sink_per_frame - self.audio_start

@@ -54,7 +54,7 @@ class Runtime:
         self.config = config or RuntimeConfig()
         self.device = engine.device
         cuda = self.device.type == "cuda"
-        self.batch_windows = cuda if self.config.batch_windows is None else self.config.batch_windows
+        self.batch_sessions = cuda if self.config.batch_sessions is None else self.config.batch_sessions
         self.enforce_admission = cuda if self.config.admission is None else self.config.admission
         self.sampler = engine.sampler()
         self.avatars = AvatarStore(self.device, engine.backend.dtype)
@@ -334,7 +334,7 @@ class Runtime:
         return worked
 
     def _encode_features(self, pipelines: list[SessionPipeline]) -> bool:
-        """Every session's complete HuBERT chunks in one batched encoder call."""
+        """Every session's complete HuBERT chunks, in one batched encoder call (or one per session, see ``batch_sessions``)."""
         jobs, parts = [], []
         for pipeline in pipelines:
             chunks, keep = pipeline.motion.take_chunks(self.config.hubert_chunks_per_tick)
@@ -343,16 +343,19 @@ class Runtime:
                 parts.append(chunks)
         if not jobs:
             return False
-        try:
-            features = encode_chunks(self.engine.hubert, np.concatenate(parts))
-        except Exception as exc:
-            for pipeline, _, _ in jobs:
-                self._fail(pipeline, exc)
-            return True
-        offset = 0
-        for pipeline, count, keep in jobs:
-            pipeline.motion.add_features(features[offset : offset + count * CURRENT_FRAMES][:keep])
-            offset += count * CURRENT_FRAMES
+        groups = [list(range(len(jobs)))] if self.batch_sessions else [[i] for i in range(len(jobs))]
+        for group in groups:
+            try:
+                features = encode_chunks(self.engine.hubert, np.concatenate([parts[i] for i in group]))
+            except Exception as exc:
+                for i in group:
+                    self._fail(jobs[i][0], exc)
+                continue
+            offset = 0
+            for i in group:
+                pipeline, count, keep = jobs[i]
+                pipeline.motion.add_features(features[offset : offset + count * CURRENT_FRAMES][:keep])
+                offset += count * CURRENT_FRAMES
         return True
 
     def _sample_windows(self, pipelines: list[SessionPipeline]) -> bool:
@@ -361,7 +364,7 @@ class Runtime:
         if not requests:
             return False
         requests.sort(key=lambda item: item[0].next_deadline())
-        sizes = chunk_sizes(len(requests), self.config.window_buckets, self.window_ms) if self.batch_windows else [1] * len(requests)
+        sizes = chunk_sizes(len(requests), self.config.window_buckets, self.window_ms) if self.batch_sessions else [1] * len(requests)
         lo = 0
         for size in sizes:
             group = requests[lo : lo + size]
@@ -383,9 +386,10 @@ class Runtime:
     def _render(self, pipelines: list[SessionPipeline]) -> bool:
         """Due frames across sessions, earliest deadline first, in bucket-sized warp+decode calls, pasted back per avatar."""
         budget = self.config.render_frames_per_tick
+        chunk = min(self.config.max_queued_frames // 2, max(self.config.render_buckets))
         jobs = []
         for pipeline in sorted(pipelines, key=SessionPipeline.next_deadline):
-            count = min(pipeline.render_count(), budget)
+            count = min(pipeline.render_count(chunk), budget)
             if count <= 0:
                 continue
             try:
@@ -398,6 +402,13 @@ class Runtime:
                 break
         if not jobs:
             return False
+        groups = [jobs] if self.batch_sessions else [[job] for job in jobs]
+        for group in groups:
+            self._render_group(group)
+        return True
+
+    def _render_group(self, jobs: list[tuple]) -> None:
+        """Warp+decode the stitched frames of ``jobs`` in bucket-sized calls, paste each back, deliver."""
         features = torch.cat([p.avatar.f_s[rows] for p, _, rows, _, _ in jobs])
         x_s = torch.cat([xs for *_, xs, _ in jobs])
         x_d = torch.cat([xd for *_, xd in jobs])
@@ -418,14 +429,13 @@ class Runtime:
                 lo = hi
         except torch.OutOfMemoryError:
             self._out_of_memory("render", [p for p, *_ in jobs])
-            return True
+            return
         ready = None
         if self.device.type == "cuda":
             ready = torch.cuda.Event()
             ready.record()
         for pipeline, motion, *_ in bounds:
             pipeline.deliver(motion, torch.cat(images[id(pipeline)]), ready)
-        return True
 
     # -- failure and bookkeeping ------------------------------------------------------------
 

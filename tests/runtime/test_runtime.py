@@ -6,6 +6,7 @@ Rendering a 512x512 frame takes about a second on two cores, so each test render
 from __future__ import annotations
 
 import math
+import time
 from fractions import Fraction
 
 import numpy as np
@@ -60,6 +61,7 @@ def render_offline(runtime: Runtime, avatar, seeds: list[int], audio: np.ndarray
     while any(not s.finished for s in sessions):
         for i, session in enumerate(sessions):
             frames[i].extend(session.take_ready())
+        time.sleep(0.05)
     return frames
 
 

@@ -65,7 +65,7 @@ class SyntheticRuntime:
     closed = False
 
     @classmethod
-    def from_checkpoints(cls, checkpoints=None, device=None) -> SyntheticRuntime:
+    def from_checkpoints(cls, checkpoints=None, device=None, steps=25) -> SyntheticRuntime:
         cls.opened, cls.closed = [], False
         return cls()
 

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# One call on the lent GPU for the live path: the newsroom render, encode + mux per frame, utterance latency.
+# Usage there: bash bench/gpu_live.sh AVATAR_DIR   (results and logs under $OUT)
+set -uo pipefail
+avatar=${1:?cached avatar folder}
+out=${OUT:-/tmp/out}
+mkdir -p "$out"
+if compgen -G ".whl/*.whl" >/dev/null; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
+    export PYTHONPATH=/tmp/site:$PWD
+fi
+export DITTO_CACHE_DIR=/tmp/ditto-cache PYTHONUNBUFFERED=1
+since() { python3 -c "print(round($EPOCHREALTIME - $1, 2))"; }
+python3 - <<'PY'
+import numpy as np, wave
+from engine.assets import demo_audio
+audio, rate = demo_audio()
+clip = np.concatenate([audio] * 3)[: int(7.84 * rate)]
+with wave.open("/tmp/newsroom.wav", "wb") as w:
+    w.setnchannels(1); w.setsampwidth(2); w.setframerate(rate)
+    w.writeframes((np.clip(clip, -1, 1) * 32767).astype(np.int16).tobytes())
+PY
+for run in 1 2; do
+    start=$EPOCHREALTIME
+    timeout 120 python3 -m engine.render --avatar "$avatar" --audio /tmp/newsroom.wav --out /tmp/newsroom.mp4 2>&1 | tail -2 | tee -a "$out/newsroom.log"
+    echo "newsroom run $run: $(since "$start") s process start to MP4 (7.84 s clip, uncompiled, graphs captured)" | tee -a "$out/newsroom.log"
+done
+timeout 150 python3 -m bench.encode --device cuda --sessions 1 8 --out "$out/encode.json" 2>&1 | tail -12 | tee "$out/encode.log"
+timeout 330 python3 -m bench.runtime --avatar "$avatar" --out "$out/latency.json" --latency-only 2>&1 | grep -v "^warming" | tail -4 | tee "$out/latency.log"
