@@ -3,14 +3,7 @@
 # Usage there: bash bench/gpu_live.sh AVATAR_DIR   (results and logs under $OUT)
 set -uo pipefail
 avatar=${1:?cached avatar folder}
-out=${OUT:-/tmp/out}
-mkdir -p "$out"
-if compgen -G ".whl/*.whl" >/dev/null; then
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
-    export PYTHONPATH=/tmp/site:$PWD
-fi
-export DITTO_CACHE_DIR=/tmp/ditto-cache PYTHONUNBUFFERED=1
-since() { python3 -c "print(round($EPOCHREALTIME - $1, 2))"; }
+source bench/gpu_env.sh
 python3 - <<'PY'
 import numpy as np, wave
 from engine.assets import demo_audio

@@ -3,13 +3,7 @@
 # Usage there: bash bench/gpu_run.sh AVATAR_DIR   (results and logs under $OUT)
 set -uo pipefail
 avatar=${1:?cached avatar folder}
-out=${OUT:-/tmp/out}
-mkdir -p "$out"
-if compgen -G ".whl/*.whl" >/dev/null; then
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
-    export PYTHONPATH=/tmp/site:$PWD
-fi
-export DITTO_CACHE_DIR=/tmp/ditto-cache PYTHONUNBUFFERED=1
+source bench/gpu_env.sh
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$out/gpu.txt"
 python3 -m pytest -q -p no:cacheprovider tests/networks -k "fp16 or cuda" 2>&1 | tail -15 | tee "$out/gpu_tests.log"
 python3 -m bench.latency --avatar "$avatar" --out "$out/latency.json" "${@:2}" 2>&1 | tee "$out/latency.log" | tail -40

@@ -3,13 +3,7 @@
 # Usage there: bash bench/gpu_runtime.sh AVATAR_DIR   (results and logs under $OUT)
 set -uo pipefail
 avatar=${1:?cached avatar folder}
-out=${OUT:-/tmp/out}
-mkdir -p "$out"
-if compgen -G ".whl/*.whl" >/dev/null; then
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
-    export PYTHONPATH=/tmp/site:$PWD
-fi
-export DITTO_CACHE_DIR=/tmp/ditto-cache PYTHONUNBUFFERED=1
+source bench/gpu_env.sh
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$out/gpu.txt"
 python3 - <<'PY'
 import numpy as np, wave
@@ -21,7 +15,6 @@ with wave.open("/tmp/newsroom.wav", "wb") as w:
     w.setnchannels(1); w.setsampwidth(2); w.setframerate(rate)
     w.writeframes((np.clip(clip, -1, 1) * 32767).astype(np.int16).tobytes())
 PY
-since() { python3 -c "print(round($EPOCHREALTIME - $1, 2))"; }
 for run in cold; do
     start=$EPOCHREALTIME
     python3 -m bench.runtime --avatar "$avatar" --out "$out/start_$run.json" --start-only 2>&1 | grep -v "^warming" | tail -3 | tee -a "$out/starts.log"
