@@ -1,28 +1,36 @@
-"""``python -m compile.build_plans``: turn Ditto checkpoints into ONNX graphs and TensorRT plans for this GPU.
+"""``python -m compile.build_plans``: turn Ditto checkpoints into ONNX graphs and TensorRT plans.
 
-ONNX graphs go to ``<out>/onnx/`` and plans to ``<out>/<sm_XY>-trt<version>/``, each directory
-with a JSON manifest; a second run redoes only what changed (checkpoint, ONNX or setting
-hashes). ``--onnx-only`` needs neither TensorRT nor a GPU.
+ONNX graphs go to ``<out>/onnx/`` with their manifest; FP16 plans are built from an FP16 graph
+derived there and proven against PyTorch in onnxruntime first. Plans go to
+``<out>/rtx<version>/`` (TensorRT-RTX, the default: built on any machine, no GPU needed, for
+``--arch`` compute capabilities) or ``<out>/<sm_XY>-trt<version>/`` (full TensorRT, built on the
+GPU that runs them), each directory with a JSON manifest. A second run redoes only what changed.
+``--onnx-only`` needs no TensorRT; ``--check PLANS`` says for each plan whether it runs here.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from compile import fp16, profiles
 from compile.export import (
     GRID_SAMPLE_OPSETS,
     ExportError,
+    export_fp16,
     export_network,
     export_settings,
     graph_io,
     merge_warp_decoder,
 )
 from compile.manifest import (
+    FULL,
     ONNX_DIR,
+    RTX,
     GraphEntry,
     Manifest,
     ManifestError,
@@ -33,24 +41,30 @@ from compile.manifest import (
     read_manifest,
     write_manifest,
 )
+from compile.onnx_parity import FP16_TOLERANCE, onnx_vs_pytorch
+from compile.plan_check import check_report
 from compile.profiles import DEFAULT_GRAPHS, SPECS, GraphSpec, ProfileError, profile_shapes
+from compile.targets import GpuInfo, installed_builders, present_gpu
 from compile.trt_build import (
+    BUILDER_CHOICES,
     BuildOptions,
     BuildTargetError,
     PlanBuildError,
     TensorRTUnavailable,
     build_plan,
     check_target,
-    import_tensorrt,
-    present_gpu,
+    choose_builder,
+    import_builder,
+    rtx_targets,
 )
-from engine.backends.base import BackendError
 from engine.audio.hubert import OFFICIAL_FILE as HUBERT_FILE
 from engine.audio.hubert import find_official_hubert
+from engine.backends.base import BackendError
 from engine.engine import models_dir
 from engine.networks import OFFICIAL_FILENAMES, CheckpointError, write_random_checkpoints
 
 TIMING_CACHE = "timing.cache"
+FP16_SUFFIX = ".fp16"
 
 
 def _arch(value: str) -> str:
@@ -64,22 +78,29 @@ def _arch(value: str) -> str:
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m compile.build_plans",
-        description="Export Ditto's networks to ONNX and build TensorRT plans for the GPU of this machine.",
+        description="Export Ditto's networks to ONNX and build TensorRT plans (TensorRT-RTX: on any machine).",
     )
     add = parser.add_argument
-    add("--checkpoints", required=True, type=Path,
+    add("--checkpoints", type=Path,
         help="the official download (its ditto_pytorch/models) or a folder of the six .pth files")
+    add("--check", type=Path, metavar="PLANS",
+        help="say for each plan under PLANS whether it can run on this machine, and why not; builds nothing")
     add("--networks", nargs="+", choices=sorted(SPECS),
         help="graphs to build (default: all but warp_decoder, the merged warp+decode graph)")
     add("--out", type=Path, default=Path("plans"), help="output root (default: plans/)")
     add("--onnx-only", action="store_true", help="export the ONNX graphs only (no TensorRT, no GPU needed)")
-    add("--hardware-compat", choices=["ampere+"], help="plans that run on any Ampere-or-newer GPU")
-    add("--arch", type=_arch, help="target GPU, e.g. sm_89; must be this machine's GPU unless --hardware-compat")
+    add("--builder", choices=[*BUILDER_CHOICES, "auto"], default="rtx",
+        help="rtx: TensorRT-RTX, any machine (default); tensorrt: full TensorRT, on the GPU that runs the plans; "
+        "auto: TensorRT-RTX unless this GPU is one it cannot run on and full TensorRT is installed")
+    add("--arch", nargs="+", type=_arch,
+        help="TensorRT-RTX: the compute capabilities to build for (default: sm_80 sm_86 sm_89 sm_120 sm_121); "
+        "full TensorRT: must be this machine's GPU unless --hardware-compat")
+    add("--hardware-compat", choices=["ampere+"], help="full TensorRT: plans that run on any Ampere-or-newer GPU")
     add("--grid-sample", choices=sorted(GRID_SAMPLE_OPSETS), default="gather",
         help="5-D grid sample as standard gathers (default) or as opset 20's GridSample node")
     add("--random-weights", action="store_true",
         help="first write deterministic random checkpoints where files are missing (the pictures are not faces)")
-    add("--opt-level", type=int, choices=range(6), default=5, help="TensorRT builder optimisation level")
+    add("--opt-level", type=int, choices=range(6), help="builder optimisation level (default: the builder's)")
     return parser
 
 
@@ -172,61 +193,147 @@ def export_all(
     return manifest
 
 
-def build_all(specs: Sequence[GraphSpec], onnx: Manifest, out: Path, options: BuildOptions, grid_sample: str) -> Path:
-    """Build a plan per graph into ``out/<sm_XY>-trt<version>``, skipping those whose recipe is unchanged."""
-    trt = import_tensorrt()
-    gpu = present_gpu()
-    plan_dir = out / plan_dir_name(gpu.arch, trt.__version__, options.hardware_compat)
+def converter_sha256() -> str:
+    """sha256 of the code that derives FP16 graphs (the converter and the specs' FP32 scopes)."""
+    digest = hashlib.sha256()
+    for module in (fp16, profiles):
+        digest.update(Path(module.__file__).read_bytes())
+    return digest.hexdigest()
+
+
+def derive_fp16(specs: Sequence[GraphSpec], onnx: Manifest, out: Path, checkpoints: Path) -> Manifest:
+    """Write the FP16 graph of every FP16 spec into ``out/onnx`` and prove it against PyTorch in onnxruntime."""
+    onnx_dir = out / ONNX_DIR
+    wanted_specs = [s for s in specs if s.precision == "fp16" and s.exported]
+    for i, spec in enumerate(wanted_specs, 1):
+        start = time.perf_counter()
+        prefix = f"[fp16 {i}/{len(wanted_specs)}] {spec.name}:"
+        source = onnx.graphs[spec.name]
+        settings = {
+            "derived_from": source.sha256, "converter_sha256": converter_sha256(),
+            "fp32_scopes": list(spec.fp32_scopes), "fp16_scopes": list(spec.fp16_scopes),
+            "half_io": list(spec.half_io), "tolerance": FP16_TOLERANCE,
+        }
+        wanted = GraphEntry(f"{spec.name}{FP16_SUFFIX}.onnx", "", source.checkpoints, "fp16", {}, settings)
+        key = spec.name + FP16_SUFFIX
+        if _up_to_date(onnx.graphs.get(key), wanted, onnx_dir):
+            _log(f"{prefix} unchanged, skipped")
+            continue
+        islands = ", ".join(spec.fp32_scopes) or "normalizations"
+        _log(f"{prefix} deriving from {source.file} (FP32 kept for {islands}) ...")
+        path = export_fp16(spec, onnx_dir / source.file, onnx_dir / wanted.file)
+        _log(f"{prefix} proving it against PyTorch (float32) in onnxruntime, batch 1 ...")
+        errors = onnx_vs_pytorch(spec, path, checkpoints)
+        worst = max(errors.values())
+        summary = ", ".join(f"{name} {error:.1e}" for name, error in errors.items())
+        if worst > FP16_TOLERANCE:
+            path.unlink()
+            raise ExportError(
+                f"{spec.name}: the FP16 graph differs from PyTorch by {summary} (relative), over the tolerance "
+                f"{FP16_TOLERANCE:.0e}; no plan is built from it"
+            )
+        wanted.sha256 = file_sha256(path)
+        wanted.profiles = _profiles_json(spec, path)
+        wanted.built_at, wanted.seconds = now_iso(), round(time.perf_counter() - start, 2)
+        onnx.graphs[key] = wanted
+        write_manifest(onnx_dir, onnx)
+        _log(f"{prefix} wrote {path} ({path.stat().st_size / 1e6:.1f} MB), relative error {summary} "
+             f"(tolerance {FP16_TOLERANCE:.0e}), {wanted.seconds:.1f} s")
+    return onnx
+
+
+def plan_source(spec: GraphSpec, onnx: Manifest) -> GraphEntry:
+    """The ONNX entry a plan is built from: the FP16 graph for FP16 plans, else the export (or HuBERT as published)."""
+    return onnx.graphs[spec.name + FP16_SUFFIX if spec.precision == "fp16" else spec.name]
+
+
+def build_all(
+    specs: Sequence[GraphSpec], onnx: Manifest, out: Path, options: BuildOptions, grid_sample: str,
+    gpu: GpuInfo | None,
+) -> Path:
+    """Build a plan per graph into its plan directory under ``out``, skipping those whose recipe is unchanged."""
+    trt = import_builder(options.builder)
+    version = str(trt.__version__)
+    plan_dir = out / plan_dir_name(options.builder, version, options.targets, options.hardware_compat)
     plan_dir.mkdir(parents=True, exist_ok=True)
     previous = _previous(plan_dir, "plans")
     manifest = Manifest(
-        kind="plans", checkpoints_dir=onnx.checkpoints_dir, tensorrt_version=trt.__version__,
-        compute_capability=gpu.arch, gpu_name=gpu.name, hardware_compat=options.hardware_compat,
-        build_flags={**options.flags(), "grid_sample": grid_sample}, graphs=dict(previous), created=now_iso(),
+        kind="plans", checkpoints_dir=onnx.checkpoints_dir, builder=options.builder, builder_version=version,
+        compute_capabilities=list(options.targets), gpu_name=gpu.name if options.builder == FULL and gpu else None,
+        hardware_compat=options.hardware_compat, build_flags={**options.flags(), "grid_sample": grid_sample},
+        graphs=dict(previous), created=now_iso(),
     )
     onnx_dir = out / ONNX_DIR
+    timing_cache = plan_dir / TIMING_CACHE if options.builder == FULL else None
     for i, spec in enumerate(specs, 1):
         start = time.perf_counter()
         prefix = f"[plan {i}/{len(specs)}] {spec.name}:"
-        source = onnx.graphs[spec.name]
+        source = plan_source(spec, onnx)
         onnx_path = onnx_dir / source.file
-        profiles = _profiles_json(spec, onnx_path)
-        settings = {
-            **options.flags(), "tensorrt": trt.__version__, "gpu": gpu.arch, "profiles": profiles,
-            "fp32_scopes": list(spec.fp32_scopes), "fp16_scopes": list(spec.fp16_scopes),
-            "half_io": list(spec.half_io),
-        }
+        profiles_ = _profiles_json(spec, onnx_path)
+        settings = {**options.flags(), "builder_version": version, "profiles": profiles_}
         wanted = GraphEntry(
-            f"{spec.name}.plan", "", source.checkpoints, spec.precision, profiles, settings, source.sha256
+            f"{spec.name}.plan", "", source.checkpoints, spec.precision, profiles_, settings, source.sha256
         )
         if _up_to_date(previous.get(spec.name), wanted, plan_dir):
             _log(f"{prefix} unchanged, skipped")
             continue
-        _log(f"{prefix} building from {onnx_path} ...")
-        shapes = {name: tuple(tuple(s) for s in triple) for name, triple in profiles.items()}
-        build_plan(onnx_path, plan_dir / wanted.file, spec, shapes, options, plan_dir / TIMING_CACHE, log=_log)
+        _log(f"{prefix} building a {spec.precision} plan from {onnx_path.name} for {', '.join(options.targets)} ...")
+        shapes = {name: tuple(tuple(s) for s in triple) for name, triple in profiles_.items()}
+        wanted.io = build_plan(onnx_path, plan_dir / wanted.file, spec, shapes, options, timing_cache, log=_log)
         wanted.sha256 = file_sha256(plan_dir / wanted.file)
         wanted.built_at, wanted.seconds = now_iso(), round(time.perf_counter() - start, 2)
         manifest.graphs[spec.name] = wanted
         write_manifest(plan_dir, manifest)
-        _log(f"{prefix} wrote {plan_dir / wanted.file} ({wanted.seconds:.0f} s)")
+        size = (plan_dir / wanted.file).stat().st_size / 1e6
+        _log(f"{prefix} wrote {plan_dir / wanted.file} ({size:.1f} MB, {wanted.seconds:.1f} s)")
     write_manifest(plan_dir, manifest)
     return plan_dir
 
 
+def build_options(args: argparse.Namespace) -> tuple[BuildOptions, GpuInfo | None]:
+    """The builder, its targets and settings for this run; refuses what this machine cannot build."""
+    gpu = present_gpu()
+    builder = choose_builder(args.builder, installed_builders(), gpu)
+    try:
+        import_builder(builder)
+    except TensorRTUnavailable as exc:
+        raise TensorRTUnavailable(
+            f"{exc}. Without it, --onnx-only still exports every ONNX graph, and the engine runs with --backend torch"
+        ) from exc
+    hardware_compat = args.hardware_compat or "none"
+    if builder == RTX:
+        if args.hardware_compat:
+            raise BuildTargetError(
+                "--hardware-compat is for full TensorRT; TensorRT-RTX plans run on every --arch they are built for"
+            )
+        targets = rtx_targets(args.arch)
+    else:
+        if gpu is None:
+            raise TensorRTUnavailable(
+                "no CUDA GPU here: full TensorRT builds plans on the GPU that runs them. "
+                "TensorRT-RTX builds without one: --builder rtx"
+            )
+        check_target(args.arch, gpu, hardware_compat)
+        targets = (gpu.arch,)
+    return BuildOptions(builder, targets, args.opt_level, hardware_compat), gpu
+
+
+def check(plans: Path) -> int:
+    """Print whether each plan under ``plans`` can run here; 0 when all can, 1 when not."""
+    lines, all_ok = check_report(plans, present_gpu(), installed_builders())
+    for line in lines:
+        _log(line)
+    return 0 if all_ok else 1
+
+
 def run(args: argparse.Namespace) -> int:
     """The command's work, raising the project's errors; ``main`` turns them into messages."""
-    hardware_compat = args.hardware_compat or "none"
-    if not args.onnx_only:
-        try:
-            import_tensorrt()
-            gpu = present_gpu()
-        except TensorRTUnavailable as exc:
-            raise TensorRTUnavailable(
-                f"{exc}. Without it, --onnx-only still exports every ONNX graph, "
-                "and the engine runs with --backend torch"
-            ) from exc
-        check_target(args.arch, gpu, hardware_compat)
+    if args.check is not None:
+        return check(args.check)
+    if args.checkpoints is None:
+        raise CheckpointError("--checkpoints DIR is required to build (or --check PLANS to check built plans)")
+    options, gpu = (None, None) if args.onnx_only else build_options(args)
     checkpoints = models_dir(args.checkpoints.resolve())
     if args.random_weights:
         missing = tuple(n for n, f in OFFICIAL_FILENAMES.items() if not (checkpoints / f).is_file())
@@ -249,13 +356,12 @@ def run(args: argparse.Namespace) -> int:
     specs = [SPECS[n] for n in names]
     hashes = _checkpoint_hashes(specs, checkpoints)
     onnx = export_all(specs, checkpoints, hashes, args.out, args.grid_sample, hubert)
-    if args.onnx_only:
+    if options is None:
         _log(f"done: ONNX graphs and manifest in {args.out / ONNX_DIR}")
         return 0
-    options = BuildOptions(optimization_level=args.opt_level, hardware_compat=hardware_compat)
-    plan_dir = build_all(specs, onnx, args.out, options, args.grid_sample)
-    _log(f"done: plans and manifest in {plan_dir}; check them with: python -m compile.parity --plans {plan_dir} "
-         f"--checkpoints {checkpoints}")
+    onnx = derive_fp16(specs, onnx, args.out, checkpoints)
+    plan_dir = build_all(specs, onnx, args.out, options, args.grid_sample, gpu)
+    _log(f"done: plans and manifest in {plan_dir}; check them with: python -m compile.build_plans --check {plan_dir}")
     return 0
 
 

@@ -4,7 +4,9 @@ Each graph is traced (TorchScript exporter) from our own modules loaded from the
 with BatchNorm and spectral norm folded. The warp network's two 5-D grid samples export either
 as the trilinear gather subgraph of ``compile.trilinear`` (``gather``, opset 17, default) or as
 opset 20's ``GridSample`` node (``opset20``). ``warp_decoder``, warp and decode in one graph, is
-composed from the two exported graphs rather than traced again.
+composed from the two exported graphs rather than traced again. Graphs whose plans are FP16 also
+get an FP16 graph derived from the FP32 export (``compile.fp16``): tracing the modules in half
+precision would run them in half precision on the CPU, which takes minutes per graph.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from torch import nn
 
 import engine.networks as networks_package
 from compile import profiles, trilinear
+from compile.fp16 import spec_to_fp16
 from compile.profiles import BATCH, SPECS, GraphSpec
 from compile.trilinear import TrilinearGridSample
 from engine.networks import OFFICIAL_FILENAMES, load_network
@@ -153,26 +156,27 @@ def graph_io(path: str | Path) -> tuple[TensorInfo, TensorInfo]:
     return describe([v for v in model.graph.input if v.name not in initializers]), describe(list(model.graph.output))
 
 
-def check_graph_io(spec: GraphSpec, path: str | Path) -> None:
-    """Raise ExportError unless the file's I/O names, ranks and dtypes are the spec's."""
+def check_graph_io(spec: GraphSpec, path: str | Path, fp16: bool = False) -> None:
+    """Raise ExportError unless the file's I/O names, ranks and dtypes are the spec's (those of
+    its FP16 graph when ``fp16``)."""
     inputs, outputs = graph_io(path)
     for kind, found, expected in (("inputs", inputs, spec.inputs), ("outputs", outputs, spec.outputs)):
         if tuple(found) != tuple(t.name for t in expected):
             raise ExportError(f"{spec.name}: {path} has {kind} {list(found)}, expected {[t.name for t in expected]}")
         for tensor in expected:
             dims, dtype = found[tensor.name]
-            if len(dims) != len(tensor.shape) or dtype != tensor.dtype:
+            wanted = spec.plan_dtype(tensor) if fp16 else tensor.dtype
+            if len(dims) != len(tensor.shape) or dtype != wanted:
                 raise ExportError(
-                    f"{spec.name}: {path} {tensor.name} is {dtype}{list(dims)}, "
-                    f"expected {tensor.dtype}{list(tensor.shape)}"
+                    f"{spec.name}: {path} {tensor.name} is {dtype}{list(dims)}, expected {wanted}{list(tensor.shape)}"
                 )
 
 
-def _check_and_move(spec: GraphSpec, tmp: Path, path: Path) -> Path:
+def _check_and_move(spec: GraphSpec, tmp: Path, path: Path, fp16: bool = False) -> Path:
     """Validate the freshly written ``tmp`` and move it to ``path``; a bad graph is deleted, never left in place."""
     try:
         onnx.checker.check_model(str(tmp))
-        check_graph_io(spec, tmp)
+        check_graph_io(spec, tmp, fp16)
     except Exception:
         tmp.unlink(missing_ok=True)
         raise
@@ -251,3 +255,13 @@ def merge_warp_decoder(warp_path: str | Path, decoder_path: str | Path, path: st
     tmp = path.with_suffix(".onnx.tmp")
     onnx.save(merged, str(tmp))
     return _check_and_move(spec, tmp, path)
+
+
+def export_fp16(spec: GraphSpec, fp32_path: str | Path, path: str | Path) -> Path:
+    """Write the FP16 graph of the exported FP32 graph ``fp32_path`` to ``path`` (atomically)."""
+    if spec.precision != "fp16":
+        raise ExportError(f"{spec.name} is an fp32 graph; its plan is built from {fp32_path} as it is")
+    path = Path(path)
+    tmp = path.with_suffix(".onnx.tmp")
+    onnx.save(spec_to_fp16(onnx.load(str(fp32_path)), spec), str(tmp))
+    return _check_and_move(spec, tmp, path, fp16=True)

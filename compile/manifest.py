@@ -1,9 +1,10 @@
 """The JSON manifest beside every ONNX or plan directory, and the checks a loader runs against it.
 
-A manifest records what built each file (checkpoint and ONNX sha256s, precision, profiles,
-export and build settings, TensorRT version, GPU) so that a rebuild redoes only what changed
-and a loader refuses a plan for another GPU or TensorRT, naming the plans to rebuild.
-Plain JSON only: reading one runs no code from the file.
+A manifest records what built each file (checkpoint and ONNX sha256s, precision, profiles, I/O
+names, shapes and dtypes, export and build settings, the builder and its version, the target
+compute capabilities) so that a rebuild redoes only what changed and a loader refuses a plan
+that cannot run here, naming the plans to rebuild. Plain JSON only: reading one runs no code
+from the file.
 """
 
 from __future__ import annotations
@@ -19,11 +20,15 @@ from typing import Any
 
 from engine.backends.base import BackendError
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 MANIFEST_FILE = "manifest.json"
 ONNX_DIR = "onnx"
 HARDWARE_COMPAT_LEVELS = ("none", "ampere+")
 KINDS = ("onnx", "plans")
+# The libraries that build plans, as manifests name them, and the --builder choice for each.
+RTX, FULL = "tensorrt-rtx", "tensorrt"
+BUILDER_OPTIONS = {RTX: "rtx", FULL: "tensorrt"}
+BUILDER_TITLES = {RTX: "TensorRT-RTX", FULL: "TensorRT"}
 
 
 class ManifestError(ValueError):
@@ -47,6 +52,8 @@ class GraphEntry:
     onnx_sha256: str | None = None
     built_at: str = ""
     seconds: float = 0.0
+    io: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    """Plans only: {"inputs": [...], "outputs": [...]}, each {"name", "shape" (-1 dynamic), "dtype"}."""
 
     def same_recipe(self, other: GraphEntry) -> bool:
         """True when both were made from the same inputs the same way (file, hash and time aside)."""
@@ -56,12 +63,17 @@ class GraphEntry:
 
 @dataclass
 class Manifest:
-    """A directory of ONNX graphs (``kind="onnx"``) or of TensorRT plans for one GPU and TensorRT version."""
+    """A directory of ONNX graphs (``kind="onnx"``) or of plans from one builder for a set of GPUs.
+
+    ``compute_capabilities`` are the targets (``sm_XY``) the plans were built for; ``gpu_name``
+    is the GPU that built them, when the builder needed one (full TensorRT).
+    """
 
     kind: str
     checkpoints_dir: str
-    tensorrt_version: str | None = None
-    compute_capability: str | None = None
+    builder: str | None = None
+    builder_version: str | None = None
+    compute_capabilities: list[str] = field(default_factory=list)
     gpu_name: str | None = None
     hardware_compat: str = "none"
     build_flags: dict[str, Any] = field(default_factory=dict)
@@ -97,10 +109,16 @@ def parse_compute_capability(name: str) -> tuple[int, int]:
     return int(digits[:-1]), int(digits[-1])
 
 
-def plan_dir_name(compute_capability: str, tensorrt_version: str, hardware_compat: str = "none") -> str:
-    """``sm_89-trt10.8.0``, or ``ampere_plus-trt10.8.0`` for hardware-compatible plans."""
-    target = "ampere_plus" if hardware_compat == "ampere+" else compute_capability
-    return f"{target}-trt{tensorrt_version}"
+def plan_dir_name(
+    builder: str, version: str, compute_capabilities: Iterable[str], hardware_compat: str = "none"
+) -> str:
+    """``rtx1.7.1.116`` for TensorRT-RTX (one plan set serves all its targets, listed in the manifest);
+    ``sm_89-trt10.8.0``, or ``ampere_plus-trt10.8.0`` for hardware-compatible plans, for full TensorRT."""
+    targets = list(compute_capabilities)
+    if builder == RTX:
+        return f"rtx{version}"
+    target = "ampere_plus" if hardware_compat == "ampere+" else targets[0]
+    return f"{target}-trt{version}"
 
 
 def write_manifest(directory: str | Path, manifest: Manifest) -> Path:
@@ -116,8 +134,9 @@ _TOP_TYPES: dict[str, type | tuple[type, ...]] = {
     "format": int,
     "kind": str,
     "checkpoints_dir": str,
-    "tensorrt_version": (str, type(None)),
-    "compute_capability": (str, type(None)),
+    "builder": (str, type(None)),
+    "builder_version": (str, type(None)),
+    "compute_capabilities": list,
     "gpu_name": (str, type(None)),
     "hardware_compat": str,
     "build_flags": dict,
@@ -134,6 +153,7 @@ _ENTRY_TYPES: dict[str, type | tuple[type, ...]] = {
     "onnx_sha256": (str, type(None)),
     "built_at": str,
     "seconds": (int, float),
+    "io": dict,
 }
 
 
@@ -155,6 +175,13 @@ def read_manifest(directory: str | Path) -> Manifest:
         raise ManifestError(
             f"{path}: hardware_compat {raw['hardware_compat']!r} is not one of {HARDWARE_COMPAT_LEVELS}"
         )
+    if raw["builder"] not in (None, *BUILDER_OPTIONS):
+        raise ManifestError(f"{path}: builder {raw['builder']!r} is not one of {sorted(BUILDER_OPTIONS)}")
+    for name in raw["compute_capabilities"]:
+        try:
+            parse_compute_capability(name)
+        except (TypeError, ValueError) as exc:
+            raise ManifestError(f"{path}: compute capability {name!r} is not sm_XY") from exc
     graphs = {}
     for name, entry in raw["graphs"].items():
         _check_fields(path, f"graph {name!r}", entry, _ENTRY_TYPES)
@@ -181,6 +208,10 @@ def rebuild_command(manifest: Manifest, graphs: Iterable[str] | None = None, out
         parts.append("--networks " + " ".join(sorted(graphs)))
     if out is not None:
         parts.append(f"--out {out}")
+    if manifest.builder is not None:
+        parts.append(f"--builder {BUILDER_OPTIONS[manifest.builder]}")
+    if manifest.builder == RTX and manifest.compute_capabilities:
+        parts.append("--arch " + " ".join(manifest.compute_capabilities))
     if manifest.hardware_compat != "none":
         parts.append(f"--hardware-compat {manifest.hardware_compat}")
     grid_sample = manifest.build_flags.get("grid_sample")
@@ -193,40 +224,17 @@ def check_plans(
     directory: str | Path,
     manifest: Manifest,
     *,
-    tensorrt_version: str,
-    compute_capability: tuple[int, int],
-    gpu_name: str,
     graphs: Iterable[str],
     checkpoint_sha256: Mapping[str, str] | None = None,
     verify_files: bool = True,
 ) -> None:
-    """Raise PlanMismatch unless every plan in ``graphs`` loads here: same TensorRT, a fitting GPU,
-    the same checkpoints (when their hashes are given), and plan files as built."""
+    """Raise PlanMismatch unless every plan in ``graphs`` is there as built, from the same checkpoints
+    (when their hashes are given). Whether the plans suit this GPU is ``compile.targets``' question."""
     directory = Path(directory)
     out = directory.parent
-    here = compute_capability_name(*compute_capability)
     if manifest.kind != "plans":
         raise PlanMismatch(
             f"{directory} holds ONNX graphs, not TensorRT plans: build plans with {rebuild_command(manifest, out=out)}"
-        )
-    if manifest.tensorrt_version != tensorrt_version:
-        raise PlanMismatch(
-            f"the plans in {directory} were built with TensorRT {manifest.tensorrt_version}, this machine has "
-            f"TensorRT {tensorrt_version}; a plan only loads in the TensorRT version that built it. "
-            f"Rebuild all plans: {rebuild_command(manifest, out=out)}"
-        )
-    if manifest.hardware_compat == "ampere+":
-        if compute_capability[0] < 8:
-            raise PlanMismatch(
-                f"the plans in {directory} are hardware-compatible for Ampere and newer GPUs (sm_80+); "
-                f"this GPU ({gpu_name}) is {here}. Build plans on this GPU without --hardware-compat."
-            )
-    elif manifest.compute_capability != here:
-        raise PlanMismatch(
-            f"the plans in {directory} were built for {manifest.compute_capability} ({manifest.gpu_name}); this GPU "
-            f"({gpu_name}) is {here}. TensorRT plans run on the GPU architecture that built them: rebuild all plans "
-            f"on this machine ({rebuild_command(manifest, out=out)}), or build once with --hardware-compat ampere+ "
-            f"for plans that run on any Ampere-or-newer GPU"
         )
     problems: dict[str, str] = {}
     for name in graphs:
@@ -253,16 +261,11 @@ def check_plans(
         )
 
 
-def find_plan_dir(root: str | Path, compute_capability: str, tensorrt_version: str) -> Path | None:
-    """The plan directory to load: ``root`` itself when it holds a manifest, else the one for this GPU
-    and TensorRT under ``root``, else a hardware-compatible one for this TensorRT (Ampere and newer)."""
+def plan_dirs(root: str | Path) -> list[Path]:
+    """The plan directories under ``root`` (or ``root`` itself when it holds a plan manifest), by name."""
     root = Path(root)
     if (root / MANIFEST_FILE).is_file():
-        return root
-    candidates = [plan_dir_name(compute_capability, tensorrt_version)]
-    if parse_compute_capability(compute_capability)[0] >= 8:
-        candidates.append(plan_dir_name(compute_capability, tensorrt_version, "ampere+"))
-    for name in candidates:
-        if (root / name / MANIFEST_FILE).is_file():
-            return root / name
-    return None
+        return [root]
+    if not root.is_dir():
+        return []
+    return sorted(d for d in root.iterdir() if d.name != ONNX_DIR and (d / MANIFEST_FILE).is_file())

@@ -16,11 +16,18 @@ from engine.networks.checkpoints import NETWORK_NAMES
 
 BATCH = "batch"
 
-# Frames rendered per call: the engine renders 8 by default (a 200 ms audio hop is 5 frames at
-# 25 fps); bench.latency measures up to 32.
-RENDER_BATCH: tuple[int, int, int] = (1, 8, 32)
-# LMDM windows per denoiser call: one per live session, batched across sessions.
-LMDM_BATCH: tuple[int, int, int] = (1, 1, 4)
+# Batch sizes the serving runtime pads each stage to. Render: frames per warp+decode call (a
+# 200 ms audio hop is 5 frames at 25 fps, so one session fills the smallest bucket). LMDM:
+# windows per denoiser call, one per session; the guided call runs 2B rows inside the graph.
+RENDER_BUCKETS: tuple[int, ...] = (5, 10, 20, 40)
+LMDM_BUCKETS: tuple[int, ...] = (1, 2, 4, 8, 16)
+# One dynamic profile per graph covers every bucket: (min, opt, max). The minimum is 1 so a
+# partial batch needs no padding; opt is the middle bucket, where full TensorRT tunes its
+# tactics (TensorRT-RTX specializes kernels per shape at run time). A profile per bucket
+# measured +9.8 MB (decoder) and +10.9 MB (warp) per plan and 2.5-3x the build time, for nothing
+# TensorRT-RTX needs (docs/tensorrt.md).
+RENDER_BATCH: tuple[int, int, int] = (1, RENDER_BUCKETS[1], RENDER_BUCKETS[-1])
+LMDM_BATCH: tuple[int, int, int] = (1, LMDM_BUCKETS[2], LMDM_BUCKETS[-1])
 SINGLE: tuple[int, int, int] = (1, 1, 1)
 # HuBERT streaming chunk: 6480 samples (ten 40 ms frames + 80 samples), half and double allowed.
 HUBERT_SAMPLES: tuple[int, int, int] = (3240, 6480, 12960)
@@ -39,9 +46,9 @@ class TensorSpec:
 class GraphSpec:
     """A compiled graph: the checkpoints it is made from, its I/O, its dynamic ranges and precision policy.
 
-    ``precision`` is the plan's build precision; ``fp32_scopes`` name ONNX node scopes whose
-    arithmetic stays float32 inside an fp16 plan, except inside ``fp16_scopes``; ``half_io`` are
-    the tensors an fp16 plan binds as float16.
+    ``precision`` is the plan's precision; ``fp32_scopes`` name ONNX node scopes whose
+    arithmetic stays float32 inside an fp16 graph, except inside ``fp16_scopes``; ``half_io`` are
+    the tensors an fp16 graph (and its plan) binds as float16.
     """
 
     name: str
@@ -67,10 +74,14 @@ class GraphSpec:
     def dynamic_batch(self) -> bool:
         return self.ranges.get(BATCH, SINGLE) != SINGLE
 
+    def plan_dtype(self, tensor: TensorSpec) -> str:
+        """The numpy dtype name a plan binds ``tensor`` as: float16 for the fp16 graph's half I/O."""
+        return "float16" if self.precision == "fp16" and tensor.name in self.half_io else tensor.dtype
+
 
 # The warp's geometry stays float32 in fp16 plans, as in the PyTorch path: both 5-D grid samples
 # (ours or opset 20's node) and the dense-motion arithmetic (grid, heatmaps, softmax blend), but
-# not the hourglass; convolutions are never pinned (see compile.trt_build.keeps_fp32).
+# not the hourglass; convolutions always run in fp16 (see compile.fp16.keeps_fp32).
 WARP_FP32_SCOPES: tuple[str, ...] = (GRID_SAMPLE_SCOPE, "gridsample", "dense_motion_network/")
 WARP_FP16_SCOPES: tuple[str, ...] = ("hourglass/",)
 

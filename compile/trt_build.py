@@ -1,38 +1,40 @@
-"""Build one TensorRT plan from one ONNX graph with TensorRT's Python API.
+"""Build one plan from one ONNX graph, with TensorRT-RTX (on any machine) or full TensorRT (on the GPU).
 
-FP16 plans keep chosen layers (the warp's geometry: grid samples, dense-motion arithmetic) in
-FP32 through precision constraints; FP32 plans (motion extractor, stitching, LMDM, HuBERT) get
-no FP16 flag at all, and no TF32. Each plan gets one optimization profile from ``compile.profiles``, a shared timing cache, a
-builder optimisation level and, on request, Ampere+ hardware compatibility. TensorRT is
-imported only when a plan is built or loaded, so everything else runs without it.
+Both builders get strongly typed networks: each layer runs in the type its tensors have in the
+graph, so an FP16 plan is built from the FP16 graph of ``compile.fp16`` and no precision flag is
+set; TF32 is off, so FP32 layers (the LMDM, the warp's geometry) stay true FP32. TensorRT-RTX
+compiles ahead of time for the given compute capabilities without a GPU; full TensorRT builds
+for the GPU it runs on (or any Ampere-or-newer GPU with hardware compatibility). Each plan gets
+the one optimization profile of ``compile.profiles``. The weights are inside the plan (see
+docs/tensorrt.md for why not refitted at load). The libraries are imported only to build or load.
 """
 
 from __future__ import annotations
 
 import importlib
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from compile.manifest import compute_capability_name, parse_compute_capability
+import numpy as np
+from tqdm import tqdm
+
+from compile.manifest import FULL, RTX, parse_compute_capability
 from compile.profiles import GraphSpec
+from compile.targets import INSTALL, MODULES, RTX_DEFAULT_TARGETS, RTX_TARGETS, GpuInfo
 from engine.backends.base import BackendError
 
-INSTALL_HINT = (
-    "install it on a machine with an NVIDIA GPU and driver: pip install 'tensorrt>=10.8,<11' "
-    "(10.8 is the first with RTX 50-series, sm_120, kernels)"
-)
-# Never pinned to FP32: data movement (its precision is whatever flows through it) and the heavy
-# compute an FP16 plan is built for.
-_NEVER_PINNED = frozenset(
-    {"CONSTANT", "SHAPE", "SHUFFLE", "CONCATENATION", "GATHER", "SLICE", "IDENTITY", "ASSERTION", "FILL", "CONDITION"}
-    | {"CONVOLUTION", "DECONVOLUTION", "MATRIX_MULTIPLY", "POOLING", "RESIZE"}
-)
+BUILDER_CHOICES = {"rtx": RTX, "tensorrt": FULL}
+_WHERE = {
+    RTX: "any machine, no GPU needed; its plans run on RTX 20-50 and Ampere GPUs",
+    FULL: "a machine with the NVIDIA GPU and driver that will run the plans; 10.8 is the first with sm_120 kernels",
+}
 
 Shapes = Mapping[str, tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]]
+TensorIO = dict[str, list[dict[str, Any]]]
 
 
 class TensorRTUnavailable(BackendError):
@@ -48,118 +50,140 @@ class BuildTargetError(ValueError):
 
 
 @dataclass(frozen=True)
-class GpuInfo:
-    """The GPU plans are built for or loaded on."""
-
-    index: int
-    name: str
-    major: int
-    minor: int
-
-    @property
-    def arch(self) -> str:
-        return compute_capability_name(self.major, self.minor)
-
-
-@dataclass(frozen=True)
 class BuildOptions:
-    """Builder settings shared by every plan of one build; they go into the manifest's build flags."""
+    """Builder settings shared by every plan of one build; they go into the manifest's build flags.
 
-    optimization_level: int = 5
+    ``targets``: the compute capabilities TensorRT-RTX compiles for, or the one GPU full TensorRT
+    builds on. ``optimization_level`` None keeps the builder's default.
+    """
+
+    builder: str = RTX
+    targets: tuple[str, ...] = RTX_DEFAULT_TARGETS
+    optimization_level: int | None = None
     hardware_compat: str = "none"
 
     def flags(self) -> dict[str, Any]:
-        return {"builder_optimization_level": self.optimization_level, "hardware_compat": self.hardware_compat}
+        return {
+            "builder": self.builder,
+            "targets": list(self.targets),
+            "builder_optimization_level": self.optimization_level,
+            "hardware_compat": self.hardware_compat,
+            "tf32": False,
+            "strongly_typed": True,
+        }
 
 
-def import_tensorrt() -> ModuleType:
-    """``import tensorrt``, or a TensorRTUnavailable that says how to get it."""
+def import_builder(builder: str) -> ModuleType:
+    """The library that builds and loads ``builder`` plans, or a TensorRTUnavailable that says how to get it."""
+    title = "TensorRT-RTX" if builder == RTX else "TensorRT"
     try:
-        trt = importlib.import_module("tensorrt")
+        trt = importlib.import_module(MODULES[builder])
     except Exception as exc:  # a broken install raises OSError or RuntimeError from its loader, not only ImportError
         raise TensorRTUnavailable(
-            f"TensorRT is not installed here ({type(exc).__name__}: {exc}); {INSTALL_HINT}"
+            f"{title} is not installed here ({type(exc).__name__}: {exc}); install it on {_WHERE[builder]}: "
+            f"{INSTALL[builder]}"
         ) from exc
-    major = int(str(trt.__version__).split(".")[0])
-    if major < 10:
-        raise TensorRTUnavailable(f"TensorRT {trt.__version__} is too old: the plans need TensorRT 10; {INSTALL_HINT}")
+    if builder == FULL and int(str(trt.__version__).split(".")[0]) < 10:
+        raise TensorRTUnavailable(f"TensorRT {trt.__version__} is too old: the plans need TensorRT 10; {INSTALL[FULL]}")
     return trt
 
 
-def present_gpu(index: int = 0) -> GpuInfo:
-    """The CUDA GPU at ``index``, or TensorRTUnavailable when this machine has none."""
-    import torch
+def choose_builder(requested: str, installed: Mapping[str, str], gpu: GpuInfo | None) -> str:
+    """The builder for ``--builder``: ``rtx`` and ``tensorrt`` as asked; ``auto`` takes TensorRT-RTX unless
+    this machine's GPU is one it cannot run on and full TensorRT is installed."""
+    if requested != "auto":
+        return BUILDER_CHOICES[requested]
+    rtx_runs_here = gpu is None or gpu.arch in RTX_TARGETS
+    if FULL in installed and gpu is not None and (RTX not in installed or not rtx_runs_here):
+        return FULL
+    if RTX in installed:
+        return RTX
+    raise TensorRTUnavailable(
+        "neither TensorRT-RTX nor TensorRT is installed here: "
+        f"{INSTALL[RTX]} (builds on any machine) or {INSTALL[FULL]} (builds on the GPU that runs the plans)"
+    )
 
-    if not torch.cuda.is_available() or torch.cuda.device_count() <= index:
-        raise TensorRTUnavailable(
-            f"no CUDA GPU {index} here (torch {torch.__version__}, CUDA available: {torch.cuda.is_available()}): "
-            "TensorRT plans are built and run on the GPU that uses them"
+
+def rtx_targets(requested: Iterable[str] | None) -> tuple[str, ...]:
+    """The compute capabilities to compile TensorRT-RTX plans for (default: Ampere and newer)."""
+    targets = tuple(dict.fromkeys(requested or RTX_DEFAULT_TARGETS))
+    unknown = [t for t in targets if t not in RTX_TARGETS]
+    if unknown:
+        raise BuildTargetError(
+            f"TensorRT-RTX cannot build for {', '.join(unknown)}: its targets are {', '.join(RTX_TARGETS)} "
+            "(Hopper sm_90 and datacenter Blackwell sm_100 need full TensorRT: --builder tensorrt)"
         )
-    major, minor = torch.cuda.get_device_capability(index)
-    return GpuInfo(index, torch.cuda.get_device_name(index), major, minor)
+    return targets
 
 
-def check_target(target: str | None, gpu: GpuInfo, hardware_compat: str) -> None:
-    """Refuse a target this machine cannot build: another architecture without hardware compatibility,
-    or hardware compatibility on a GPU older than Ampere."""
+def check_target(targets: Iterable[str] | None, gpu: GpuInfo, hardware_compat: str) -> None:
+    """Refuse a full-TensorRT target this machine cannot build: another architecture without hardware
+    compatibility, or hardware compatibility on a GPU older than Ampere."""
     if hardware_compat == "ampere+" and gpu.major < 8:
         raise BuildTargetError(
             f"--hardware-compat ampere+ builds on Ampere or newer GPUs (sm_80+); this GPU ({gpu.name}) is {gpu.arch}"
         )
-    if target is None or target == gpu.arch:
-        return
-    wanted = parse_compute_capability(target)
-    if hardware_compat == "ampere+":
-        if wanted[0] < 8:
-            raise BuildTargetError(f"hardware-compatible (ampere+) plans run on sm_80 and newer, not on {target}")
-        return
-    raise BuildTargetError(
-        f"--arch {target} asks for plans for {target}, but this machine's GPU is {gpu.name} ({gpu.arch}). "
-        f"TensorRT builds plans for the GPU it runs on: build on a {target} machine, or add "
-        "--hardware-compat ampere+ for plans that run on any Ampere-or-newer GPU (often somewhat slower)"
-    )
-
-
-def keeps_fp32(layer_name: str, layer_type: str, spec: GraphSpec) -> bool:
-    """Whether an FP16 plan pins this layer to FP32: light arithmetic inside one of the spec's FP32
-    scopes and outside its FP16 scopes (TensorRT names layers after their ONNX nodes)."""
-    lowered = layer_name.lower()
-    return (
-        layer_type not in _NEVER_PINNED
-        and any(scope in lowered for scope in spec.fp32_scopes)
-        and not any(scope in lowered for scope in spec.fp16_scopes)
-    )
-
-
-def pin_fp32_layers(trt: ModuleType, network: Any, spec: GraphSpec) -> list[str]:
-    """Set FP32 precision and output types on the network's float layers that ``keeps_fp32`` selects."""
-    float_types = {trt.float32, trt.float16}
-    pinned = []
-    for i in range(network.num_layers):
-        layer = network.get_layer(i)
-        layer_type = str(layer.type).rsplit(".", 1)[-1]
-        outputs = [layer.get_output(j) for j in range(layer.num_outputs)]
-        if not keeps_fp32(layer.name, layer_type, spec) or not outputs:
+    for target in targets or ():
+        if target == gpu.arch:
             continue
-        if any(t.dtype not in float_types for t in outputs):
+        if hardware_compat == "ampere+":
+            if parse_compute_capability(target)[0] < 8:
+                raise BuildTargetError(f"hardware-compatible (ampere+) plans run on sm_80 and newer, not on {target}")
             continue
-        layer.precision = trt.float32
-        for j in range(layer.num_outputs):
-            layer.set_output_type(j, trt.float32)
-        pinned.append(layer.name)
-    return pinned
+        raise BuildTargetError(
+            f"--arch {target} asks for plans for {target}, but this machine's GPU is {gpu.name} ({gpu.arch}). "
+            f"Full TensorRT builds plans for the GPU it runs on: build on a {target} machine, add "
+            "--hardware-compat ampere+ for plans that run on any Ampere-or-newer GPU (often somewhat slower), "
+            "or build TensorRT-RTX plans for it on any machine (--builder rtx)"
+        )
 
 
-def _set_half_io(trt: ModuleType, network: Any, names: tuple[str, ...]) -> None:
-    tensors = [network.get_input(i) for i in range(network.num_inputs)]
-    tensors += [network.get_output(i) for i in range(network.num_outputs)]
-    by_name = {t.name: t for t in tensors}
-    for name in names:
-        if name not in by_name:
-            raise PlanBuildError(
-                f"the graph has no input or output {name!r} to bind as float16 (has {sorted(by_name)})"
-            )
-        by_name[name].dtype = trt.float16
+def _numpy_dtype(trt: ModuleType, dtype: Any) -> str:
+    return np.dtype(trt.nptype(dtype)).name
+
+
+def network_io(trt: ModuleType, network: Any) -> TensorIO:
+    """Inputs and outputs of a parsed network: name, shape (-1 where dynamic) and numpy dtype name."""
+
+    def describe(tensor: Any) -> dict[str, Any]:
+        return {"name": tensor.name, "shape": list(tensor.shape), "dtype": _numpy_dtype(trt, tensor.dtype)}
+
+    return {
+        "inputs": [describe(network.get_input(i)) for i in range(network.num_inputs)],
+        "outputs": [describe(network.get_output(i)) for i in range(network.num_outputs)],
+    }
+
+
+def _progress_monitor(trt: ModuleType, label: str) -> Any:
+    """A TensorRT progress monitor that shows the build's top phase as a bar and its current sub-phase."""
+
+    class Progress(trt.IProgressMonitor):
+        def __init__(self) -> None:
+            trt.IProgressMonitor.__init__(self)
+            self.bar: tqdm | None = None
+            self.top: str | None = None
+
+        def phase_start(self, phase_name: str, parent_phase: str | None, num_steps: int) -> None:
+            if parent_phase is None and self.bar is None:
+                self.top = phase_name
+                # On a terminal only: in a log the "[plan i/n]" lines before and after say it all.
+                self.bar = tqdm(total=num_steps, desc=f"  {label}", unit="step", disable=None)
+            elif self.bar is not None:
+                self.bar.set_postfix_str(phase_name.lower(), refresh=False)
+
+        def step_complete(self, phase_name: str, step: int) -> bool:
+            if phase_name == self.top and self.bar is not None:
+                self.bar.update(1)
+            return True
+
+        def phase_finish(self, phase_name: str) -> None:
+            if phase_name == self.top and self.bar is not None:
+                self.bar.update(self.bar.total - self.bar.n)
+                self.bar.set_postfix_str("done")
+                self.bar.close()
+                self.bar = None
+
+    return Progress()
 
 
 def build_plan(
@@ -168,57 +192,56 @@ def build_plan(
     spec: GraphSpec,
     profiles: Shapes,
     options: BuildOptions,
-    timing_cache: Path,
+    timing_cache: Path | None = None,
     log: Callable[[str], None] = print,
-) -> list[str]:
-    """Parse ``onnx_path``, build the plan to ``plan_path`` (atomically); returns the layers pinned to FP32."""
-    trt = import_tensorrt()
-    if int(trt.__version__.split(".")[0]) >= 11:
-        raise PlanBuildError(
-            f"TensorRT {trt.__version__} builds only strongly typed networks; this builder sets FP16 with "
-            f"TensorRT 10's builder flag and per-layer FP32 constraints: {INSTALL_HINT}"
-        )
+) -> TensorIO:
+    """Parse ``onnx_path`` and build its plan to ``plan_path`` (atomically); returns the network's I/O.
+
+    ``timing_cache`` is full TensorRT's (TensorRT-RTX would need a GPU to use one).
+    """
+    trt = import_builder(options.builder)
     logger = trt.Logger(trt.Logger.WARNING)
     builder = trt.Builder(logger)
-    network = builder.create_network(0)
+    network = builder.create_network(1 << int(trt.NetworkDefinitionCreationFlag.STRONGLY_TYPED))
     parser = trt.OnnxParser(network, logger)
     if not parser.parse_from_file(str(onnx_path)):
         errors = "\n  ".join(str(parser.get_error(i)) for i in range(parser.num_errors))
         raise PlanBuildError(
-            f"{spec.name}: TensorRT {trt.__version__} cannot parse {onnx_path}:\n  {errors}\n"
-            "(a graph exported with --grid-sample opset20 needs 5-D GridSample support in TensorRT; "
+            f"{spec.name}: {trt.__name__} {trt.__version__} cannot parse {onnx_path}:\n  {errors}\n"
+            "(a graph exported with --grid-sample opset20 needs 5-D GridSample support; "
             "the default --grid-sample gather needs none)"
         )
+    io = network_io(trt, network)
     config = builder.create_builder_config()
-    config.builder_optimization_level = options.optimization_level
-    config.clear_flag(trt.BuilderFlag.TF32)  # FP32 layers stay true FP32 (TensorRT enables TF32 by default)
-    if options.hardware_compat == "ampere+":
+    if options.optimization_level is not None:
+        config.builder_optimization_level = options.optimization_level
+    config.clear_flag(trt.BuilderFlag.TF32)
+    if options.builder == RTX:
+        config.num_compute_capabilities = len(options.targets)
+        for index, target in enumerate(options.targets):
+            config.set_compute_capability(getattr(trt.ComputeCapability, target.replace("sm_", "SM")), index)
+    elif options.hardware_compat == "ampere+":
         config.hardware_compatibility_level = trt.HardwareCompatibilityLevel.AMPERE_PLUS
-    pinned: list[str] = []
-    if spec.precision == "fp16":
-        config.set_flag(trt.BuilderFlag.FP16)
-        pinned = pin_fp32_layers(trt, network, spec)
-        if pinned:
-            config.set_flag(trt.BuilderFlag.OBEY_PRECISION_CONSTRAINTS)
-        _set_half_io(trt, network, spec.half_io)
     profile = builder.create_optimization_profile()
     for name, (lo, opt, hi) in profiles.items():
         profile.set_shape(name, lo, opt, hi)
     config.add_optimization_profile(profile)
-    cache = config.create_timing_cache(timing_cache.read_bytes() if timing_cache.is_file() else b"")
-    if not config.set_timing_cache(cache, False):
-        config.set_timing_cache(config.create_timing_cache(b""), False)
-        log(f"  {timing_cache} was written by another TensorRT or GPU; starting a new timing cache")
-    log(
-        f"  building {spec.precision} plan (optimisation level {options.optimization_level}, "
-        f"{len(pinned)} layers pinned to fp32)"
-    )
+    if timing_cache is not None and options.builder == FULL:
+        cache = config.create_timing_cache(timing_cache.read_bytes() if timing_cache.is_file() else b"")
+        if not config.set_timing_cache(cache, False):
+            config.set_timing_cache(config.create_timing_cache(b""), False)
+            log(f"  {timing_cache} was written by another TensorRT or GPU; starting a new timing cache")
+    monitor = _progress_monitor(trt, spec.name)
+    config.progress_monitor = monitor
     serialized = builder.build_serialized_network(network, config)
     if serialized is None:
-        raise PlanBuildError(f"{spec.name}: TensorRT could not build a plan from {onnx_path}; its log above says why")
+        raise PlanBuildError(
+            f"{spec.name}: {trt.__name__} could not build a plan from {onnx_path}; its log above says why"
+        )
     tmp = plan_path.with_suffix(".plan.tmp")
     with open(tmp, "wb") as f:
         f.write(memoryview(serialized))
     os.replace(tmp, plan_path)
-    timing_cache.write_bytes(memoryview(config.get_timing_cache().serialize()))
-    return pinned
+    if timing_cache is not None and options.builder == FULL:
+        timing_cache.write_bytes(memoryview(config.get_timing_cache().serialize()))
+    return io

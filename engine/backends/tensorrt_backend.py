@@ -1,15 +1,24 @@
 """The TensorRT backend: runs the plans of ``compile.build_plans`` on the engine's own device tensors.
 
-Loading checks the plan directory's manifest against this GPU, this TensorRT and (when given)
-the checkpoints, and names the plans to rebuild on a mismatch. Each plan gets one execution
-context per CUDA stream; a call binds the caller's tensors by address and enqueues on the
-caller's current stream (``execute_async_v3``), so nothing is copied to the host.
+It picks, among the plan directories it is given, the one that can run on this GPU with the
+TensorRT libraries installed here, deciding from the manifests alone, so an unsupported GPU
+(TensorRT-RTX plans on an H200) or a machine without one is told why, and what to use instead,
+before anything is loaded. It then checks the plan files and checkpoints against the manifest
+and each plan's bindings against the I/O contract below. TensorRT-RTX compiles kernels on the
+GPU at first use; their cache is read from and written back next to the plans, so the second
+start is quick. Each plan gets one execution context per CUDA stream; a call binds the caller's
+tensors by address and enqueues on the caller's current stream (``execute_async_v3``), so
+nothing is copied to the host.
 """
 
 from __future__ import annotations
 
+import functools
+import os
 import threading
-from collections.abc import Mapping
+import weakref
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -17,16 +26,21 @@ from typing import Any
 import torch
 
 from compile.manifest import (
+    FULL,
+    RTX,
+    GraphEntry,
+    Manifest,
     ManifestError,
     PlanMismatch,
     check_plans,
     file_sha256,
-    find_plan_dir,
+    plan_dirs,
     read_manifest,
     rebuild_command,
 )
-from compile.profiles import SPECS, GraphSpec
-from compile.trt_build import import_tensorrt, present_gpu
+from compile.profiles import BATCH, SPECS, GraphSpec
+from compile.targets import GpuInfo, installed_builders, present_gpu, why_not_here
+from compile.trt_build import import_builder
 from engine.backends.base import Backend, BackendError
 from engine.networks import NETWORK_NAMES
 
@@ -51,24 +65,126 @@ def torch_dtype(trt_dtype: Any) -> torch.dtype:
     return _TORCH_DTYPES[name]
 
 
+@dataclass(frozen=True)
+class PlanIO:
+    """A plan's bindings: input and output names in order, their dtypes and the inputs' (min, opt, max) shapes."""
+
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    dtypes: dict[str, torch.dtype]
+    ranges: dict[str, tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]]
+
+    @classmethod
+    def from_engine(cls, trt: ModuleType, engine: Any) -> PlanIO:
+        """What a deserialized engine binds (profile 0)."""
+        names = [engine.get_tensor_name(i) for i in range(engine.num_io_tensors)]
+        is_input = {n: engine.get_tensor_mode(n) == trt.TensorIOMode.INPUT for n in names}
+        inputs = tuple(n for n in names if is_input[n])
+        return cls(
+            inputs,
+            tuple(n for n in names if not is_input[n]),
+            {n: torch_dtype(engine.get_tensor_dtype(n)) for n in names},
+            {n: tuple(tuple(s) for s in engine.get_tensor_profile_shape(n, 0)) for n in inputs},  # type: ignore[misc]
+        )
+
+    @classmethod
+    def from_manifest(cls, entry: GraphEntry) -> PlanIO:
+        """What the manifest says the plan binds (read from the network the builder compiled)."""
+        tensors = [*entry.io.get("inputs", []), *entry.io.get("outputs", [])]
+        return cls(
+            tuple(t["name"] for t in entry.io.get("inputs", [])),
+            tuple(t["name"] for t in entry.io.get("outputs", [])),
+            {t["name"]: getattr(torch, t["dtype"]) for t in tensors},
+            {name: tuple(tuple(s) for s in triple) for name, triple in entry.profiles.items()},  # type: ignore[misc]
+        )
+
+
+def check_contract(spec: GraphSpec, io: PlanIO, where: str | Path) -> None:
+    """Raise PlanMismatch unless a plan binds what this backend passes: the spec's input names in order,
+    its outputs, the dtypes of the spec's precision policy, its ranks and its whole batch range."""
+    problems = []
+    if io.inputs != spec.input_names or not set(spec.output_names) <= set(io.outputs):
+        problems.append(
+            f"binds inputs {list(io.inputs)} and outputs {list(io.outputs)}, "
+            f"expected {list(spec.input_names)} and {list(spec.output_names)}"
+        )
+    for tensor in (*spec.inputs, *spec.outputs):
+        wanted = getattr(torch, spec.plan_dtype(tensor))
+        if tensor.name in io.dtypes and io.dtypes[tensor.name] != wanted:
+            problems.append(f"binds {tensor.name} as {io.dtypes[tensor.name]}, expected {wanted}")
+    for tensor in spec.inputs:
+        low, _, high = io.ranges.get(tensor.name, ((), (), ()))
+        if len(low) != len(tensor.shape):
+            problems.append(f"has no rank-{len(tensor.shape)} profile for {tensor.name}")
+        elif tensor.shape[0] == BATCH and (low[0], high[0]) != (spec.ranges[BATCH][0], spec.ranges[BATCH][2]):
+            problems.append(f"accepts batch {low[0]}..{high[0]} for {tensor.name}, expected "
+                            f"{spec.ranges[BATCH][0]}..{spec.ranges[BATCH][2]} (compile/profiles.py)")
+    if problems:
+        raise PlanMismatch(f"{where}: " + "; ".join(problems) + ": rebuild the plan")
+
+
+def select_plans(plans: str | Path, gpu: GpuInfo | None, installed: Mapping[str, str]) -> tuple[Path, Manifest]:
+    """The plan directory at or under ``plans`` that can run on ``gpu`` with the ``installed`` builders, or a
+    BackendError saying for each directory why not (decided from the manifests: nothing is loaded)."""
+    directories = plan_dirs(plans)
+    if not directories:
+        raise BackendError(
+            f"no plans in {plans}; build them once (any machine, no GPU needed, with TensorRT-RTX): "
+            f"python -m compile.build_plans --checkpoints <ditto_pytorch/models> --out {plans}"
+        )
+    reasons = []
+    for directory in directories:
+        try:
+            manifest = read_manifest(directory)
+        except ManifestError as exc:
+            reasons.append(str(exc))
+            continue
+        reason = why_not_here(manifest, gpu, installed)
+        if reason is None:
+            return directory, manifest
+        reasons.append(f"{directory}: {reason}")
+    raise BackendError("no plans here can run on this machine:\n  " + "\n  ".join(reasons))
+
+
+class _RuntimeCache:
+    """TensorRT-RTX's cache of the kernels it compiles on this GPU, kept in a file next to the plans."""
+
+    def __init__(self, engine: Any, path: Path) -> None:
+        self.path = path
+        self.cache = engine.create_runtime_config().create_runtime_cache()
+        if path.is_file() and not self.cache.deserialize(path.read_bytes()):
+            self.cache.reset()  # written by another version or GPU: start over, the file is replaced on save
+
+    def runtime_config(self, engine: Any) -> Any:
+        """A runtime config for ``engine`` that compiles into, and reuses, this cache."""
+        config = engine.create_runtime_config()
+        config.set_runtime_cache(self.cache)
+        return config
+
+    def save(self) -> None:
+        """Write the cache atomically; a read-only plan directory only costs the next start its compile time."""
+        tmp = self.path.with_suffix(".tmp")
+        try:
+            tmp.write_bytes(memoryview(self.cache.serialize()))
+            os.replace(tmp, self.path)
+        except OSError:
+            tmp.unlink(missing_ok=True)
+
+
 class _Plan:
     """One deserialized engine: its bindings and one execution context per CUDA stream."""
 
-    def __init__(self, trt: ModuleType, spec: GraphSpec, engine: Any, path: Path) -> None:
+    def __init__(
+        self, trt: ModuleType, spec: GraphSpec, engine: Any, path: Path, context_config: Callable[[], Any] | None
+    ) -> None:
         self.spec = spec
         self.path = path
         self.engine = engine
-        names = [engine.get_tensor_name(i) for i in range(engine.num_io_tensors)]
-        is_input = {n: engine.get_tensor_mode(n) == trt.TensorIOMode.INPUT for n in names}
-        self.inputs = [n for n in names if is_input[n]]
-        self.outputs = [n for n in names if not is_input[n]]
-        if self.inputs != list(spec.input_names) or not set(spec.output_names) <= set(self.outputs):
-            raise PlanMismatch(
-                f"{path} binds inputs {self.inputs} and outputs {self.outputs}; this code expects "
-                f"{list(spec.input_names)} and {list(spec.output_names)}: rebuild the plan"
-            )
-        self.dtypes = {n: torch_dtype(engine.get_tensor_dtype(n)) for n in names}
-        self.ranges = {n: tuple(tuple(s) for s in engine.get_tensor_profile_shape(n, 0)) for n in self.inputs}
+        self.io = PlanIO.from_engine(trt, engine)
+        check_contract(spec, self.io, path)
+        self.inputs, self.outputs = list(self.io.inputs), list(self.io.outputs)
+        self.dtypes, self.ranges = self.io.dtypes, self.io.ranges
+        self._context_config = context_config
         self._contexts: dict[int, Any] = {}
         self._lock = threading.Lock()
 
@@ -79,7 +195,10 @@ class _Plan:
 
     def _context(self, stream: int) -> Any:
         if stream not in self._contexts:
-            context = self.engine.create_execution_context()
+            if self._context_config is None:
+                context = self.engine.create_execution_context()
+            else:
+                context = self.engine.create_execution_context(runtime_config=self._context_config())
             if context is None:
                 raise BackendError(
                     f"{self.spec.name}: TensorRT could not create an execution context (out of GPU memory?)"
@@ -139,45 +258,32 @@ class TensorRTBackend(Backend):
     def __init__(
         self, plans: str | Path = "plans", checkpoints: str | Path | None = None, device: str | torch.device = "cuda"
     ) -> None:
-        """Load the plans for this GPU from ``plans`` (a plan directory, or the root holding them).
+        """Load the plans that can run here from ``plans`` (a plan directory, or the root holding them).
 
         With ``checkpoints`` (the directory of the official .pth files) every plan is checked
         against the checkpoint it was built from; without it, the plans are trusted as built.
         """
-        trt = import_tensorrt()
         requested = torch.device(device)
         if requested.type != "cuda":
             raise BackendError(f"the TensorRT backend runs on a CUDA device, not {requested}")
-        gpu = present_gpu(requested.index if requested.index is not None else 0)
+        installed = installed_builders()
+        if not installed:
+            import_builder(RTX)  # raises TensorRTUnavailable, which says how to install it
+        gpu = present_gpu(requested.index or 0)
+        plan_dir, manifest = select_plans(plans, gpu, installed)
+        assert gpu is not None  # select_plans accepts no plan without a GPU
         self.device = torch.device("cuda", gpu.index)
         self.dtype = torch.float16
-        plan_dir = find_plan_dir(plans, gpu.arch, trt.__version__)
-        if plan_dir is None:
-            raise BackendError(
-                f"no TensorRT plans for {gpu.arch} ({gpu.name}) and TensorRT {trt.__version__} in {plans}; "
-                "build them once on this machine: "
-                f"python -m compile.build_plans --checkpoints <ditto_pytorch/models> --out {plans}"
-            )
-        try:
-            manifest = read_manifest(plan_dir)
-        except ManifestError as exc:
-            raise BackendError(str(exc)) from exc
         missing = [n for n in REQUIRED_PLANS if n not in manifest.graphs]
         if missing:
             command = rebuild_command(manifest, missing, plan_dir.parent)
             raise PlanMismatch(f"{plan_dir} has no plan for {', '.join(missing)}; build them: {command}")
         hashes = None if checkpoints is None else _checkpoint_hashes(Path(checkpoints), manifest.graphs.values())
-        check_plans(
-            plan_dir,
-            manifest,
-            tensorrt_version=trt.__version__,
-            compute_capability=(gpu.major, gpu.minor),
-            gpu_name=gpu.name,
-            graphs=manifest.graphs,
-            checkpoint_sha256=hashes,
-        )
+        check_plans(plan_dir, manifest, graphs=manifest.graphs, checkpoint_sha256=hashes)
         self.plan_dir = plan_dir
+        trt = import_builder(manifest.builder or FULL)
         runtime = trt.Runtime(trt.Logger(trt.Logger.WARNING))
+        self._cache: _RuntimeCache | None = None
         self._plans: dict[str, _Plan] = {}
         with torch.cuda.device(self.device):
             for name, entry in manifest.graphs.items():
@@ -186,10 +292,21 @@ class TensorRTBackend(Backend):
                 if engine is None:
                     command = rebuild_command(manifest, [name], plan_dir.parent)
                     raise PlanMismatch(f"TensorRT cannot load {path}; rebuild it: {command}")
-                self._plans[name] = _Plan(trt, SPECS[name], engine, path)
+                config = None
+                if manifest.builder == RTX:
+                    if self._cache is None:
+                        self._cache = _RuntimeCache(engine, plan_dir / f"runtime-cache-{gpu.arch}.bin")
+                        weakref.finalize(self, self._cache.save)
+                    config = functools.partial(self._cache.runtime_config, engine)
+                self._plans[name] = _Plan(trt, SPECS[name], engine, path, config)
         low, high = self._plans["warp_network"].batch_range()
         self.render_batch_sizes = tuple(range(low, high + 1))
         self.cond_width = int(self._plans["lmdm"].ranges["cond"][0][2])
+
+    def save_runtime_cache(self) -> None:
+        """Write TensorRT-RTX's kernel cache next to the plans now (it is also written when the backend goes)."""
+        if self._cache is not None:
+            self._cache.save()
 
     @property
     def graphs(self) -> tuple[str, ...]:

@@ -1,5 +1,5 @@
 """``python -m compile.build_plans``: --onnx-only exports every graph with a manifest, redoes only
-what changed, takes HuBERT as published, and says clearly what is missing."""
+what changed, takes HuBERT as published, and says clearly what is missing or cannot be built."""
 
 from __future__ import annotations
 
@@ -129,11 +129,31 @@ def test_download_root_is_accepted_and_hubert_onnx_taken_as_published(tmp_path: 
 
 
 @no_tensorrt
-def test_plain_build_without_tensorrt_says_so_before_exporting(tmp_path: Path, capsys) -> None:
-    assert main(["--checkpoints", str(tmp_path), "--out", str(tmp_path / "plans")]) == 2
+def test_full_tensorrt_build_without_tensorrt_says_so_before_exporting(tmp_path: Path, capsys) -> None:
+    assert main(["--checkpoints", str(tmp_path), "--out", str(tmp_path / "plans"), "--builder", "tensorrt"]) == 2
     error = capsys.readouterr().err
     assert "TensorRT is not installed" in error and "pip install 'tensorrt" in error and "--onnx-only" in error
     assert not (tmp_path / "plans").exists()
+
+
+def test_tensorrt_rtx_build_refuses_what_it_cannot_target(tmp_path: Path, capsys) -> None:
+    pytest.importorskip("tensorrt_rtx", reason="TensorRT-RTX is not installed")
+    args = ["--checkpoints", str(tmp_path), "--out", str(tmp_path / "plans")]
+    assert main([*args, "--arch", "sm_90"]) == 2
+    assert "TensorRT-RTX cannot build for sm_90" in capsys.readouterr().err
+    assert main([*args, "--hardware-compat", "ampere+"]) == 2
+    assert "--hardware-compat is for full TensorRT" in capsys.readouterr().err
+    assert not (tmp_path / "plans").exists()
+
+
+def test_check_or_checkpoints_is_required(capsys) -> None:
+    assert main([]) == 2
+    assert "--checkpoints DIR is required" in capsys.readouterr().err
+
+
+def test_check_of_a_directory_without_plans_says_so(tmp_path: Path, capsys) -> None:
+    assert main(["--check", str(tmp_path)]) == 1
+    assert "no plan directory" in capsys.readouterr().out
 
 
 def test_missing_checkpoint_is_named_with_where_to_get_it(tmp_path: Path, capsys) -> None:

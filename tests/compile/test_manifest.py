@@ -1,4 +1,4 @@
-"""Manifests round-trip as plain JSON, reject malformed files, and name the plans a machine must rebuild."""
+"""Manifests round-trip as plain JSON, reject malformed files, and name the plans to rebuild."""
 
 from __future__ import annotations
 
@@ -10,7 +10,9 @@ from pathlib import Path
 import pytest
 
 from compile.manifest import (
+    FULL,
     MANIFEST_FILE,
+    RTX,
     GraphEntry,
     Manifest,
     ManifestError,
@@ -18,9 +20,9 @@ from compile.manifest import (
     check_plans,
     compute_capability_name,
     file_sha256,
-    find_plan_dir,
     parse_compute_capability,
     plan_dir_name,
+    plan_dirs,
     read_manifest,
     rebuild_command,
     write_manifest,
@@ -46,11 +48,12 @@ def make_plans(directory: Path, **overrides) -> Manifest:
             onnx_sha256="0" * 64,
             built_at="2026-01-01T00:00:00+00:00",
             seconds=12.5,
+            io={"inputs": [{"name": "feature", "shape": [-1, 256, 64, 64], "dtype": "float16"}], "outputs": []},
         )
     manifest = Manifest(
-        kind="plans", checkpoints_dir="/ckpt", tensorrt_version="10.8.0", compute_capability="sm_89",
-        gpu_name="NVIDIA GeForce RTX 4090", build_flags={"builder_optimization_level": 5}, graphs=graphs,
-        created="2026-01-01T00:00:00+00:00",
+        kind="plans", checkpoints_dir="/ckpt", builder=FULL, builder_version="10.8.0",
+        compute_capabilities=["sm_89"], gpu_name="NVIDIA GeForce RTX 4090",
+        build_flags={"builder_optimization_level": 5}, graphs=graphs, created="2026-01-01T00:00:00+00:00",
     )
     manifest = replace(manifest, **overrides)
     write_manifest(directory, manifest)
@@ -59,7 +62,6 @@ def make_plans(directory: Path, **overrides) -> Manifest:
 
 def check(directory: Path, manifest: Manifest, **overrides) -> None:
     kwargs = dict(
-        tensorrt_version="10.8.0", compute_capability=(8, 9), gpu_name="NVIDIA GeForce RTX 4090",
         graphs=["decoder", "stitch_network"],
         checkpoint_sha256={"decoder.pth": CHECKPOINT_SHA, "stitch_network.pth": CHECKPOINT_SHA},
     )
@@ -71,7 +73,10 @@ def test_round_trip_is_plain_json(tmp_path) -> None:
     assert read_manifest(tmp_path) == written
     raw = json.loads((tmp_path / MANIFEST_FILE).read_text())
     assert raw["graphs"]["decoder"]["checkpoints"] == {"decoder.pth": CHECKPOINT_SHA}
-    assert raw["tensorrt_version"] == "10.8.0" and raw["compute_capability"] == "sm_89"
+    assert raw["builder"] == "tensorrt" and raw["builder_version"] == "10.8.0"
+    assert raw["compute_capabilities"] == ["sm_89"]
+    feature = {"name": "feature", "shape": [-1, 256, 64, 64], "dtype": "float16"}
+    assert raw["graphs"]["decoder"]["io"]["inputs"][0] == feature
 
 
 @pytest.mark.parametrize(
@@ -82,7 +87,10 @@ def test_round_trip_is_plain_json(tmp_path) -> None:
         (lambda raw: json.dumps({**raw, "format": 99}), "format 99"),
         (lambda raw: json.dumps({**raw, "kind": "pickles"}), "kind 'pickles'"),
         (lambda raw: json.dumps({k: v for k, v in raw.items() if k != "gpu_name"}), "lacks ['gpu_name']"),
-        (lambda raw: json.dumps({**raw, "tensorrt_version": 10}), "'tensorrt_version' is 10"),
+        (lambda raw: json.dumps({**raw, "builder_version": 10}), "'builder_version' is 10"),
+        (lambda raw: json.dumps({**raw, "builder": "onnxruntime"}), "builder 'onnxruntime'"),
+        (lambda raw: json.dumps({**raw, "compute_capabilities": ["ada"]}), "compute capability 'ada'"),
+        (lambda raw: json.dumps({**raw, "format": 1}), "format 1"),  # the format before builders and targets
         (lambda raw: json.dumps({**raw, "graphs": {"decoder": {**raw["graphs"]["decoder"], "seconds": "x"}}}), "'seconds'"),
     ],
 )
@@ -104,30 +112,6 @@ def test_matching_machine_passes(tmp_path) -> None:
     check(tmp_path, make_plans(tmp_path))
 
 
-def test_other_tensorrt_version_asks_to_rebuild_all(tmp_path) -> None:
-    manifest = make_plans(tmp_path)
-    with pytest.raises(PlanMismatch, match=r"built with TensorRT 10\.8\.0, this machine has TensorRT 10\.9\.0.*Rebuild all"):
-        check(tmp_path, manifest, tensorrt_version="10.9.0")
-
-
-def test_other_gpu_names_both_architectures_and_offers_hardware_compat(tmp_path) -> None:
-    manifest = make_plans(tmp_path)
-    with pytest.raises(PlanMismatch) as caught:
-        check(tmp_path, manifest, compute_capability=(12, 0), gpu_name="NVIDIA GeForce RTX 5090")
-    message = str(caught.value)
-    assert "sm_89 (NVIDIA GeForce RTX 4090)" in message and "(NVIDIA GeForce RTX 5090) is sm_120" in message
-    assert "--hardware-compat ampere+" in message
-    assert isinstance(caught.value, BackendError)  # the engine treats it as 'this backend cannot run here'
-
-
-def test_hardware_compatible_plans_load_on_any_ampere_or_newer_gpu(tmp_path) -> None:
-    manifest = make_plans(tmp_path, hardware_compat="ampere+")
-    for capability in ((8, 0), (8, 9), (9, 0), (12, 0)):
-        check(tmp_path, manifest, compute_capability=capability)
-    with pytest.raises(PlanMismatch, match="sm_75"):
-        check(tmp_path, manifest, compute_capability=(7, 5))
-
-
 def test_changed_checkpoint_names_the_plan_and_the_command(tmp_path) -> None:
     manifest = make_plans(tmp_path)
     with pytest.raises(PlanMismatch) as caught:
@@ -147,6 +131,7 @@ def test_missing_or_altered_plan_file_is_named(tmp_path) -> None:
     message = str(caught.value)
     assert "decoder.plan is missing" in message and "stitch_network.plan differs" in message
     assert "--networks decoder stitch_network" in message
+    assert isinstance(caught.value, BackendError)  # the engine treats it as 'this backend cannot run here'
 
 
 def test_graph_absent_from_the_manifest_is_named(tmp_path) -> None:
@@ -175,16 +160,16 @@ def test_compute_capability_names() -> None:
         parse_compute_capability("ada")
 
 
-def test_plan_directories_are_found_per_gpu_and_tensorrt(tmp_path) -> None:
-    assert plan_dir_name("sm_89", "10.8.0") == "sm_89-trt10.8.0"
-    assert plan_dir_name("sm_89", "10.8.0", "ampere+") == "ampere_plus-trt10.8.0"
-    assert find_plan_dir(tmp_path, "sm_89", "10.8.0") is None
-    make_plans(tmp_path / "ampere_plus-trt10.8.0", hardware_compat="ampere+")
-    assert find_plan_dir(tmp_path, "sm_89", "10.8.0") == tmp_path / "ampere_plus-trt10.8.0"
-    assert find_plan_dir(tmp_path, "sm_75", "10.8.0") is None
+def test_plan_directories_are_named_per_builder_and_found_under_a_root(tmp_path) -> None:
+    assert plan_dir_name(RTX, "1.7.1.116", ["sm_89", "sm_120"]) == "rtx1.7.1.116"
+    assert plan_dir_name(FULL, "10.8.0", ["sm_89"]) == "sm_89-trt10.8.0"
+    assert plan_dir_name(FULL, "10.8.0", ["sm_89"], "ampere+") == "ampere_plus-trt10.8.0"
+    assert plan_dirs(tmp_path) == [] and plan_dirs(tmp_path / "absent") == []
     make_plans(tmp_path / "sm_89-trt10.8.0")
-    assert find_plan_dir(tmp_path, "sm_89", "10.8.0") == tmp_path / "sm_89-trt10.8.0"
-    assert find_plan_dir(tmp_path / "sm_89-trt10.8.0", "sm_120", "11.0") == tmp_path / "sm_89-trt10.8.0"
+    make_plans(tmp_path / "onnx", kind="onnx")  # the ONNX directory is not a plan directory
+    make_plans(tmp_path / "rtx1.7.1.116", builder=RTX, builder_version="1.7.1.116")
+    assert plan_dirs(tmp_path) == [tmp_path / "rtx1.7.1.116", tmp_path / "sm_89-trt10.8.0"]
+    assert plan_dirs(tmp_path / "sm_89-trt10.8.0") == [tmp_path / "sm_89-trt10.8.0"]
 
 
 def test_rebuild_command_keeps_the_target_options() -> None:
@@ -194,4 +179,14 @@ def test_rebuild_command_keeps_the_target_options() -> None:
     assert rebuild_command(manifest, ["lmdm"], "plans") == (
         "python -m compile.build_plans --checkpoints /m --networks lmdm --out plans "
         "--hardware-compat ampere+ --grid-sample opset20"
+    )
+
+
+def test_rebuild_command_of_tensorrt_rtx_plans_names_builder_and_targets() -> None:
+    manifest = Manifest(
+        kind="plans", checkpoints_dir="/m", builder=RTX, builder_version="1.7.1.116",
+        compute_capabilities=["sm_89", "sm_120"],
+    )
+    assert rebuild_command(manifest, ["decoder"]) == (
+        "python -m compile.build_plans --checkpoints /m --networks decoder --builder rtx --arch sm_89 sm_120"
     )

@@ -1,4 +1,4 @@
-"""The plan builder up to TensorRT's boundary: clear refusals, target checks, which layers stay FP32."""
+"""The plan builder up to TensorRT's boundary: clear refusals, the builder choice, the targets."""
 
 from __future__ import annotations
 
@@ -6,86 +6,75 @@ import importlib.util
 from pathlib import Path
 
 import pytest
-import torch
 
+from compile.manifest import FULL, RTX
 from compile.profiles import SPECS
+from compile.targets import RTX_DEFAULT_TARGETS, GpuInfo
 from compile.trt_build import (
     BuildOptions,
     BuildTargetError,
-    GpuInfo,
     TensorRTUnavailable,
     build_plan,
     check_target,
-    import_tensorrt,
-    keeps_fp32,
-    present_gpu,
+    choose_builder,
+    import_builder,
+    rtx_targets,
 )
 from engine.backends.base import BackendError
 
 no_tensorrt = pytest.mark.skipif(importlib.util.find_spec("tensorrt") is not None, reason="TensorRT is installed")
 RTX_4090 = GpuInfo(0, "NVIDIA GeForce RTX 4090", 8, 9)
+H200 = GpuInfo(0, "NVIDIA H200", 9, 0)
 T4 = GpuInfo(0, "Tesla T4", 7, 5)
+BOTH = {RTX: "1.7.1.116", FULL: "10.8.0"}
 
 
 @no_tensorrt
 def test_missing_tensorrt_is_a_backend_error_that_says_how_to_install() -> None:
-    with pytest.raises(TensorRTUnavailable, match=r"TensorRT is not installed.*pip install 'tensorrt>=10\.8,<11'") as caught:
-        import_tensorrt()
-    assert isinstance(caught.value, BackendError)
+    with pytest.raises(TensorRTUnavailable, match=r"TensorRT is not installed.*pip install 'tensorrt>=10\.8,<11'") as e:
+        import_builder(FULL)
+    assert isinstance(e.value, BackendError)
 
 
 @no_tensorrt
 def test_building_without_tensorrt_stops_at_the_import(tmp_path: Path) -> None:
+    options = BuildOptions(builder=FULL, targets=("sm_89",))
     with pytest.raises(TensorRTUnavailable):
-        build_plan(tmp_path / "x.onnx", tmp_path / "x.plan", SPECS["decoder"], {}, BuildOptions(), tmp_path / "t.cache")
+        build_plan(tmp_path / "x.onnx", tmp_path / "x.plan", SPECS["decoder"], {}, options, tmp_path / "t.cache")
     assert not (tmp_path / "x.plan").exists()
 
 
-@pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA GPU is present")
-def test_no_gpu_is_reported_as_such() -> None:
-    with pytest.raises(TensorRTUnavailable, match="no CUDA GPU 0 here"):
-        present_gpu()
+def test_tensorrt_rtx_is_the_default_and_auto_avoids_it_only_where_it_cannot_run() -> None:
+    assert choose_builder("rtx", {}, None) == RTX and choose_builder("tensorrt", {}, None) == FULL
+    assert choose_builder("auto", BOTH, None) == RTX  # no GPU: only TensorRT-RTX builds
+    assert choose_builder("auto", BOTH, RTX_4090) == RTX
+    assert choose_builder("auto", BOTH, H200) == FULL  # TensorRT-RTX plans would not run on this GPU
+    assert choose_builder("auto", {RTX: "1.7.1.116"}, H200) == RTX
+    assert choose_builder("auto", {FULL: "10.8.0"}, RTX_4090) == FULL
+    with pytest.raises(TensorRTUnavailable, match=r"neither TensorRT-RTX nor TensorRT.*tensorrt-rtx-cu13==1\.7\.1"):
+        choose_builder("auto", {}, RTX_4090)
 
 
-def test_target_is_the_present_gpu_unless_hardware_compatible() -> None:
+def test_tensorrt_rtx_targets_default_to_ampere_and_newer_and_refuse_hopper() -> None:
+    assert rtx_targets(None) == RTX_DEFAULT_TARGETS == ("sm_80", "sm_86", "sm_89", "sm_120", "sm_121")
+    assert rtx_targets(["sm_89", "sm_120", "sm_89"]) == ("sm_89", "sm_120")
+    with pytest.raises(BuildTargetError, match=r"cannot build for sm_90.*--builder tensorrt"):
+        rtx_targets(["sm_89", "sm_90"])
+
+
+def test_full_tensorrt_target_is_the_present_gpu_unless_hardware_compatible() -> None:
     check_target(None, RTX_4090, "none")
-    check_target("sm_89", RTX_4090, "none")
+    check_target(["sm_89"], RTX_4090, "none")
     with pytest.raises(BuildTargetError) as caught:
-        check_target("sm_120", RTX_4090, "none")
+        check_target(["sm_120"], RTX_4090, "none")
     message = str(caught.value)
     assert "asks for plans for sm_120" in message and "NVIDIA GeForce RTX 4090 (sm_89)" in message
-    assert "--hardware-compat ampere+" in message
-    check_target("sm_120", RTX_4090, "ampere+")
+    assert "--hardware-compat ampere+" in message and "--builder rtx" in message
+    check_target(["sm_120"], RTX_4090, "ampere+")
 
 
 def test_hardware_compatibility_needs_ampere_on_both_sides() -> None:
     with pytest.raises(BuildTargetError, match="Ampere or newer GPUs.*Tesla T4"):
         check_target(None, T4, "ampere+")
     with pytest.raises(BuildTargetError, match="not on sm_75"):
-        check_target("sm_75", RTX_4090, "ampere+")
-
-
-@pytest.mark.parametrize(
-    ("name", "layer_type", "pinned"),
-    [
-        ("/networks.warp_network/dense_motion_network/grid_sample/Mul_3", "ELEMENTWISE", True),
-        ("/networks.warp_network/grid_sample/Floor", "UNARY", True),
-        ("/networks.warp_network/dense_motion_network/GridSample", "GRID_SAMPLE", True),  # opset 20 node
-        ("/networks.warp_network/dense_motion_network/Exp", "UNARY", True),  # keypoint heatmaps
-        ("/networks.warp_network/dense_motion_network/Softmax", "SOFTMAX", True),  # the motion blend
-        ("/networks.warp_network/grid_sample/Gather_12", "GATHER", False),  # moves data only
-        ("/networks.warp_network/grid_sample/Constant_4", "CONSTANT", False),
-        ("/networks.warp_network/dense_motion_network/mask/Conv", "CONVOLUTION", False),  # 140 GFLOP: fp16
-        ("/networks.warp_network/dense_motion_network/hourglass/encoder/down_blocks.0/Relu", "ACTIVATION", False),
-        ("/networks.warp_network/third/conv/Conv", "CONVOLUTION", False),
-        ("/networks.warp_network/Mul", "ELEMENTWISE", False),  # the occlusion product, outside the geometry
-    ],
-)
-def test_fp32_pinning_selects_the_warp_geometry(name: str, layer_type: str, pinned: bool) -> None:
-    assert keeps_fp32(name, layer_type, SPECS["warp_network"]) is pinned
-
-
-def test_no_layer_of_other_graphs_is_pinned() -> None:
-    for spec in SPECS.values():
-        if spec.name not in ("warp_network", "warp_decoder"):
-            assert not keeps_fp32("/networks.decoder/G_middle_0/grid_sample/Mul", "ELEMENTWISE", spec)
+        check_target(["sm_75"], RTX_4090, "ampere+")

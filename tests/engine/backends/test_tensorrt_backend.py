@@ -11,10 +11,23 @@ from engine.backends.base import Backend, BackendError
 from engine.backends.tensorrt_backend import TensorRTBackend, torch_dtype
 
 
-@pytest.mark.skipif(importlib.util.find_spec("tensorrt") is not None, reason="TensorRT is installed")
+@pytest.mark.skipif(
+    any(importlib.util.find_spec(m) for m in ("tensorrt", "tensorrt_rtx")), reason="a TensorRT library is installed"
+)
 def test_without_tensorrt_loading_raises_a_clear_backend_error(tmp_path) -> None:
-    with pytest.raises(BackendError, match=r"TensorRT is not installed.*pip install"):
+    with pytest.raises(BackendError, match=r"TensorRT-RTX is not installed.*pip install tensorrt-rtx-cu13"):
         TensorRTBackend(tmp_path)
+
+
+@pytest.mark.skipif(not any(importlib.util.find_spec(m) for m in ("tensorrt", "tensorrt_rtx")), reason="no TensorRT")
+def test_a_directory_without_plans_says_how_to_build_them(tmp_path) -> None:
+    with pytest.raises(BackendError, match=r"no plans in .*python -m compile.build_plans --checkpoints"):
+        TensorRTBackend(tmp_path)
+
+
+def test_the_backend_runs_on_cuda_only(tmp_path) -> None:
+    with pytest.raises(BackendError, match="runs on a CUDA device, not cpu"):
+        TensorRTBackend(tmp_path, device="cpu")
 
 
 def test_is_a_backend() -> None:
