@@ -1,4 +1,8 @@
-"""End to end on the CPU: the server over the real runtime and networks (random weights) speaks a file to RTMP and MP4."""
+"""End to end on the CPU: the server over the real runtime and networks (random weights) speaks a file into RTMP and MP4.
+
+The RTMP sink's own stream is checked frame by frame in tests/streaming/sinks; here the recorded MP4 shows what the
+runtime made of the file, and the run shows the RTMP sink did not get in the way of ending.
+"""
 
 from __future__ import annotations
 
@@ -15,7 +19,6 @@ import streaming.serve as serve_module
 from avatars.register import register
 from streaming.serve import parse_args
 from tests.streaming.conftest import free_port
-from tests.streaming.media import LiveReader
 
 pytestmark = pytest.mark.slow
 
@@ -42,7 +45,6 @@ def test_a_spoken_file_reaches_rtmp_and_mp4_with_its_audio(tmp_path, checkpoint_
         ["--avatar", str(avatar), "--audio", str(tmp_path / "speech.wav"), "--mp4", str(out), "--rtmp", nginx_rtmp.url("e2e")]
         + ["--encoder", "x264", "--device", "cpu", "--steps", "2", "--http", f"127.0.0.1:{free_port()}"]
     )
-    reader = LiveReader(nginx_rtmp.url("e2e"), read_timeout=20.0)
     assert asyncio.run(asyncio.wait_for(serve_module.serve(args), 900)) == 0
     with av.open(str(out)) as container:
         video = container.streams.video[0]
@@ -50,5 +52,3 @@ def test_a_spoken_file_reaches_rtmp_and_mp4_with_its_audio(tmp_path, checkpoint_
         assert (video.width, video.height) == (320, 320) and audio.rate == 48_000
         frames = sum(1 for _ in container.decode(video=0))
     assert frames >= math.ceil(samples / 24_000 * 25)
-    live = reader.join()
-    assert live.size == (320, 320) and live.video and live.audio_rate == 48_000, live.error
