@@ -191,7 +191,12 @@ def main(argv: list[str] | None = None) -> int:
         "reference_commit": reference_checkout_version(root),
         "steps": args.steps,
         "batch": batch,
-        "ours_config": {"backend": "torch", "dtype": str(engine.backend.dtype), "cuda_graphs": engine.use_graphs},
+        "ours_config": {
+            "backend": "torch",
+            "dtype": str(engine.backend.dtype),
+            "cuda_graphs": engine.use_graphs,
+            "torch_compile": device.type == "cuda",  # Engine.from_checkpoints compiles on CUDA, as bench.latency runs it
+        },
         "date": time.strftime("%Y-%m-%d %H:%M:%S"),
     }
     result["ours"] = bench_ours(engine, batch, args.runs, args.warmup)
