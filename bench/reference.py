@@ -15,6 +15,9 @@ other. What is timed (wall milliseconds, synchronized, median after warm-up):
   reference's ``core.models.lmdm.LMDM`` (fp32, its own DDIM loop), ours the engine's sampler
   (CUDA graph on a GPU).
 
+The reference runs under PyTorch's default math flags (no TF32 matmuls, no cuDNN autotuning),
+as in its own process; ours as the engine sets them up (torch.compile, TF32 LMDM matmuls).
+
 Without DITTO_REFERENCE_DIR it prints why and exits 0 (nothing measured); a folder that is not
 a checkout is an error (exit 2).
 """
@@ -22,6 +25,7 @@ a checkout is an error (exit 2).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -29,7 +33,7 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -77,6 +81,17 @@ def reference_checkout_version(root: Path) -> str:
         ).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return "unknown (not a git checkout)"
+
+
+@contextlib.contextmanager
+def torch_defaults() -> Iterator[None]:
+    """PyTorch's default math flags, as the reference runs in its own process (our backend turns TF32 matmuls on)."""
+    saved = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32, torch.backends.cudnn.benchmark)
+    torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32, torch.backends.cudnn.benchmark = False, True, False
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32, torch.backends.cudnn.benchmark = saved
 
 
 def bench_reference(folder: Path, device: torch.device, cond_width: int, steps: int, runs: int, warmup: int) -> dict:
@@ -200,7 +215,8 @@ def main(argv: list[str] | None = None) -> int:
         "date": time.strftime("%Y-%m-%d %H:%M:%S"),
     }
     result["ours"] = bench_ours(engine, batch, args.runs, args.warmup)
-    result["reference"] = bench_reference(folder, device, engine.cond_width, args.steps, args.runs, args.warmup)
+    with torch_defaults():
+        result["reference"] = bench_reference(folder, device, engine.cond_width, args.steps, args.runs, args.warmup)
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(result, indent=2))
