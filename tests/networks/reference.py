@@ -6,24 +6,22 @@ reference code is never part of this repository. Without it the parity tests ski
 
 from __future__ import annotations
 
-import importlib
-import os
-import sys
 from types import ModuleType
 
 import pytest
 import torch
 
+from bench.reference_code import ReferenceUnavailable, import_reference, reference_root
+
 
 def reference_modules() -> ModuleType:
     """The reference's ``core.models.modules`` package, or skip the calling test."""
-    root = os.environ.get("DITTO_REFERENCE_DIR")
-    if not root or not os.path.isdir(os.path.join(root, "core", "models", "modules")):
-        pytest.skip("DITTO_REFERENCE_DIR does not point at a reference checkout")
+    try:
+        reference_root()
+    except ReferenceUnavailable as unavailable:
+        pytest.skip(str(unavailable))
     pytest.importorskip("einops")
-    if root not in sys.path:
-        sys.path.insert(0, root)
-    return importlib.import_module("core.models.modules")
+    return import_reference("core.models.modules")
 
 
 def max_rel_err(ours: torch.Tensor, ref: torch.Tensor) -> float:
