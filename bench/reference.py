@@ -40,6 +40,7 @@ import numpy as np
 import torch
 
 from bench.reference_code import ENV, ReferenceUnavailable, import_reference, reference_root
+from bench.latency import window_sampler
 from engine.engine import Engine, models_dir, random_checkpoints
 from engine.networks import OFFICIAL_FILENAMES
 
@@ -140,7 +141,7 @@ def bench_ours(engine: Engine, batch: int, runs: int, warmup: int) -> dict:
     generator = torch.Generator().manual_seed(1)
     cond_frame = (torch.randn(1, MOTION_DIM, generator=generator) * 0.5).to(device)
     cond = torch.randn(1, SEQ_FRAMES, engine.cond_width, generator=generator).to(device)
-    sampler = engine.sampler_for_seed(0)
+    sampler = window_sampler(engine.backend.lmdm, engine.cond_width, device, engine.steps, (1,))
     out["lmdm_window_ms"] = wall_ms(lambda: sampler(cond_frame, cond), device, max(1, runs // 2), min(warmup, 1))
     return out
 
@@ -209,7 +210,7 @@ def main(argv: list[str] | None = None) -> int:
         "ours_config": {
             "backend": "torch",
             "dtype": str(engine.backend.dtype),
-            "cuda_graphs": engine.use_graphs,
+            "cuda_graphs": device.type == "cuda",
             "torch_compile": device.type == "cuda",  # Engine.from_checkpoints compiles on CUDA, as bench.latency runs it
         },
         "date": time.strftime("%Y-%m-%d %H:%M:%S"),

@@ -15,6 +15,7 @@ import argparse
 import json
 import platform
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -22,9 +23,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from bench.latency import load_bench_avatar
 from engine.assets import demo_audio
 from engine.engine import OFFLINE_OVERLAP, Engine
+from engine.runtime import Runtime, RuntimeConfig
 
 RANDOM_NOTE = (
     "RANDOM WEIGHTS: these numbers check the plumbing only (same audio, avatar and seed rendered end to end at "
@@ -51,6 +52,21 @@ def keypoint_correlation(a: np.ndarray, b: np.ndarray) -> float:
     return float(((x * y).sum(0)[moving] / spread[moving]).mean())
 
 
+def load_bench_avatar(name: str | None, device: torch.device):
+    """A cached avatar, or scikit-image's astronaut registered now (random weights)."""
+    from avatars.cache import load_avatar
+
+    if name:
+        return load_avatar(name, device)
+    from avatars.register import register
+    from engine.assets import write_demo_portrait
+    from engine.engine import random_checkpoints
+
+    folder = Path(tempfile.mkdtemp())
+    cache = register(write_demo_portrait(folder), "bench", random_checkpoints(), device=device, cache_dir=folder, random_weights=True)
+    return load_avatar(cache, device)
+
+
 def render(engine: Engine, avatar, audio: np.ndarray, rate: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
     """Frames (N, H, W, 3) uint8 and the driving keypoints (N, 21, 3) the renderer was given, for one session."""
     backend = engine.backend
@@ -63,14 +79,13 @@ def render(engine: Engine, avatar, audio: np.ndarray, rate: int, seed: int) -> t
 
     backend.render = recording
     try:
-        session = engine.session(avatar, overlap=OFFLINE_OVERLAP, seed=seed)
-        hop = rate // 5
-        frames = []
-        for lo in range(0, len(audio), hop):
-            session.push_audio(audio[lo : lo + hop], rate)
-            frames += session.take_ready()
-        session.end()
-        frames += session.take_all()
+        with Runtime(engine, RuntimeConfig(progress=False, admission=False, max_lead_seconds=len(audio) / rate + 1)) as runtime:
+            session = runtime.open_session(avatar, live=False, overlap=OFFLINE_OVERLAP, seed=seed)
+            session.push_audio(audio, rate, block=True)
+            session.end()
+            frames = []
+            while (frame := session.next_frame()) is not None:
+                frames.append(frame)
     finally:
         del backend.render
     images = np.stack([f.image.cpu().numpy() for f in frames])

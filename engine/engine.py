@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 
 import torch
 
 from engine.audio.hubert import CHUNK_SAMPLES, OnnxHubertRunner, TorchHubertRunner, find_official_hubert, valid_features
+from engine.audio.hubert_torch import HubertWeightsError, load_official_hubert
 from engine.audio.standin_hubert import build_standin
 from engine.backends.base import Backend, BackendError
 from engine.backends.torch_backend import TorchBackend, default_device
@@ -17,6 +19,7 @@ from engine.diffusion.schedule import ddim_schedule
 from engine.motion.vector import MOTION_DIM
 from engine.networks import OFFICIAL_FILENAMES, write_random_checkpoints
 
+log = logging.getLogger("ditto.engine")
 LIVE_OVERLAP = 75
 OFFLINE_OVERLAP = 10
 RANDOM_WEIGHTS_NOTICE = (
@@ -106,8 +109,14 @@ class Engine:
 
 
 def hubert_runner(checkpoints: str | Path | None, device: torch.device):
-    """The official streaming HuBERT ONNX when the checkpoints have it, else our stand-in on ``device``."""
+    """The official streaming HuBERT: on a GPU as our batched PyTorch module loaded from the ONNX's weights
+    (onnxruntime when its layout is not the one we map), on the CPU in onnxruntime; our stand-in without it."""
     path = find_official_hubert(models_dir(checkpoints)) if checkpoints is not None else None
-    if path is not None:
-        return OnnxHubertRunner(path)
-    return TorchHubertRunner(build_standin(), device=device)
+    if path is None:
+        return TorchHubertRunner(build_standin(), device=device)
+    if device.type == "cuda":
+        try:
+            return load_official_hubert(path, device)
+        except HubertWeightsError as exc:
+            log.warning("HuBERT stays in onnxruntime: %s", exc)
+    return OnnxHubertRunner(path)
