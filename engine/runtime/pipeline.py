@@ -120,7 +120,7 @@ class SessionPipeline:
         windows = self.motion.windows
         committed_frames = self.motion.samples_in // FRAME_SAMPLES
         unproduced = committed_frames - self.motion.frames_out
-        depth = windows.fuse + windows.valid + 3
+        depth = windows.fuse + windows.valid + 2
         deficit = math.ceil(due + self.config.min_lead_frames - produced)
         return min(max(1, math.ceil((deficit + depth - unproduced) / HOP_FRAMES)), MAX_IDLE_HOPS)
 

@@ -384,7 +384,11 @@ class Runtime:
         return True
 
     def _render(self, pipelines: list[SessionPipeline]) -> bool:
-        """Due frames across sessions, earliest deadline first, in bucket-sized warp+decode calls, pasted back per avatar."""
+        """Due frames across sessions, earliest deadline first, in bucket-sized warp+decode calls, pasted back per avatar.
+
+        The per-tick frame budget is shared by all sessions when they are batched; otherwise each session
+        has it to itself, so how its frames are grouped never depends on the other sessions.
+        """
         budget = self.config.render_frames_per_tick
         chunk = min(self.config.max_queued_frames // 2, max(self.config.render_buckets))
         jobs = []
@@ -397,9 +401,10 @@ class Runtime:
             except Exception as exc:
                 self._fail(pipeline, exc)
                 continue
-            budget -= count
-            if budget <= 0:
-                break
+            if self.batch_sessions:
+                budget -= count
+                if budget <= 0:
+                    break
         if not jobs:
             return False
         groups = [jobs] if self.batch_sessions else [[job] for job in jobs]

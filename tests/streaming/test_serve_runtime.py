@@ -39,7 +39,7 @@ def test_a_spoken_file_reaches_rtmp_and_mp4_with_its_audio(tmp_path, checkpoint_
 
     Image.fromarray(data.astronaut()[:320, 64:384]).save(tmp_path / "face.png")
     avatar = register(tmp_path / "face.png", "face", checkpoint_dir(), cache_dir=tmp_path, progress=False)
-    samples = write_wav(tmp_path / "speech.wav", 0.3)
+    samples = write_wav(tmp_path / "speech.wav", 0.12)
     out = tmp_path / "live.mp4"
     args = parse_args(
         ["--avatar", str(avatar), "--audio", str(tmp_path / "speech.wav"), "--mp4", str(out), "--rtmp", nginx_rtmp.url("e2e")]
