@@ -27,6 +27,7 @@ import numpy as np
 import onnxruntime as ort
 import torch
 
+from bench.reference import wall_times
 from engine.audio.hubert import CHUNK_SAMPLES, HOP_SAMPLES, INPUT_NAME, OUTPUT_NAME, SAMPLE_RATE
 from engine.audio.hubert_torch import HUBERT_LARGE, HubertConfig, HubertEncoder, export_official_contract, random_hubert
 
@@ -34,21 +35,6 @@ CONFIGS = {"large": HUBERT_LARGE, "small": HubertConfig(layers=2, ffn=512, conv_
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16}
 HOP_MS = 1000 * HOP_SAMPLES / SAMPLE_RATE
 CPU = torch.device("cpu")
-
-
-def wall_ms(fn: Callable[[], object], device: torch.device, runs: int, warmup: int = 3) -> list[float]:
-    """Milliseconds per call of ``fn`` (synchronized on ``device``), after ``warmup`` calls."""
-    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
-    for _ in range(warmup):
-        fn()
-    sync()
-    times = []
-    for _ in range(runs):
-        start = time.perf_counter()
-        fn()
-        sync()
-        times.append((time.perf_counter() - start) * 1e3)
-    return times
 
 
 def encoder_call(
@@ -117,7 +103,7 @@ def bench_torch(
                 chunks = speechless_chunks(batch)
                 call = encoder_call(typed, chunks, device, graphed)
                 label = f"torch {dtype_name} {'cuda graph' if graphed else 'eager'}"
-                entry = row(label, batch, wall_ms(call, device, runs))
+                entry = row(label, batch, wall_times(call, device, runs))
                 out = call().float()
                 if dtype_name == "fp32":
                     reference[batch] = out.clone()
@@ -139,7 +125,7 @@ def bench_onnxruntime(module: HubertEncoder, batches: list[int], runs: int) -> l
             session = ort.InferenceSession(str(path), providers=[provider])
             for batch in batches:
                 feeds = [c[None].numpy() for c in speechless_chunks(batch)]
-                times = wall_ms(lambda: [session.run([OUTPUT_NAME], {INPUT_NAME: f}) for f in feeds], CPU, runs, warmup=1)
+                times = wall_times(lambda: [session.run([OUTPUT_NAME], {INPUT_NAME: f}) for f in feeds], CPU, runs, warmup=1)
                 entry = row(f"onnxruntime {provider.removesuffix('ExecutionProvider')} fp32, chunk by chunk", batch, times)
                 results.append(entry)
                 print(entry, flush=True)

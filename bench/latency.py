@@ -13,7 +13,6 @@ import platform
 import statistics
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -21,24 +20,9 @@ import torch
 from engine.diffusion.ddim import DDIMSampler
 from engine.diffusion.graphed import BucketedSampler
 from engine.engine import Engine
+from engine.timing import gpu_time
 
 RENDER_BATCHES = (1, 5, 8, 16)
-
-
-def gpu_time(fn: Callable[[], object], repeat: int, warmup: int = 3) -> list[float]:
-    """Milliseconds per call of ``fn`` timed with CUDA events, after ``warmup`` calls."""
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(repeat):
-        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        stop.record()
-        stop.synchronize()
-        times.append(start.elapsed_time(stop))
-    return times
 
 
 def summary(times: list[float]) -> dict[str, float]:

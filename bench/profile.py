@@ -11,7 +11,7 @@ import sys
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from bench.latency import gpu_time
+from engine.timing import gpu_time
 from engine.backends.torch_backend import TorchBackend
 from engine.engine import random_checkpoints
 

@@ -50,8 +50,8 @@ MOTION_DIM = 265
 SEQ_FRAMES = 80
 
 
-def wall_ms(fn: Callable[[], object], device: torch.device, runs: int, warmup: int) -> float:
-    """Median wall milliseconds per call of ``fn``, synchronized on ``device``, after ``warmup`` calls."""
+def wall_times(fn: Callable[[], object], device: torch.device, runs: int, warmup: int = 3) -> list[float]:
+    """Wall milliseconds per call of ``fn``, synchronized on ``device`` (works on the CPU too), after ``warmup`` calls."""
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     for _ in range(warmup):
         fn()
@@ -62,7 +62,12 @@ def wall_ms(fn: Callable[[], object], device: torch.device, runs: int, warmup: i
         fn()
         sync()
         times.append((time.perf_counter() - start) * 1e3)
-    return statistics.median(times)
+    return times
+
+
+def wall_ms(fn: Callable[[], object], device: torch.device, runs: int, warmup: int) -> float:
+    """Median of ``wall_times``."""
+    return statistics.median(wall_times(fn, device, runs, warmup))
 
 
 def render_inputs(batch: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

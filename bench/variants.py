@@ -15,7 +15,8 @@ from pathlib import Path
 
 import torch
 
-from bench.latency import gpu_time, window_sampler
+from bench.latency import window_sampler
+from engine.timing import gpu_time
 from engine.backends.torch_backend import TorchBackend
 from engine.engine import random_checkpoints
 

@@ -21,7 +21,7 @@ from fractions import Fraction
 import numpy as np
 import torch
 
-from engine.audio.pcm import PcmError, StreamingResampler
+from engine.audio.pcm import PcmError, StreamingResampler, channel_axis
 from engine.runtime.config import RuntimeConfig
 from engine.runtime.errors import AudioError, Backpressure, SessionClosed
 
@@ -274,10 +274,6 @@ class Session:
             self.committed_samples += intake.model.size
         return intake
 
-    @property
-    def _speech_waiting(self) -> bool:
-        return self._pending_model > 0
-
     def _deliver(self, frames: list[Frame], drop_oldest: bool, generation: int) -> None:
         """Queue rendered frames (unless an interrupt came since the loop collected); a live session drops its oldest beyond the bound."""
         with self._changed:
@@ -359,6 +355,6 @@ def _frames_in(pcm: np.ndarray, channels: int | None) -> int:
     """Sample frames in a PCM block (its length along the time axis)."""
     if not isinstance(pcm, np.ndarray):
         raise PcmError(f"PCM must be a numpy array, got {type(pcm).__name__}")
-    if pcm.ndim == 1 or channels in (None, 1) and pcm.ndim != 2:
+    if pcm.ndim != 2:
         return pcm.shape[0] if pcm.ndim else 0
-    return max(pcm.shape) if channels is None else pcm.shape[0] if pcm.shape[-1] == channels else pcm.shape[-1]
+    return pcm.shape[1 - channel_axis(pcm.shape, channels)]

@@ -38,11 +38,6 @@ class LoadedAvatar:
     def num_frames(self) -> int:
         return int(self.f_s.shape[0])
 
-    @property
-    def frame_size(self) -> tuple[int, int]:
-        """(height, width) of the full output frames."""
-        return tuple(self.paste.frames.shape[1:3])
-
 
 def avatar_key(avatar: Avatar) -> tuple:
     """Identity of an avatar's content: its name and the checksum of its cached tensors (object identity otherwise)."""

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-FPS = 25
+from engine.session import FPS
 
 
 def frames_due(now: float, anchor: float | None, fps: int = FPS) -> float:

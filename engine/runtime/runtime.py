@@ -28,6 +28,7 @@ from tqdm import tqdm
 
 from engine.audio.hubert import CHUNK_SAMPLES, CURRENT_FRAMES, encode_chunks
 from engine.diffusion.windows import SEQ_FRAMES
+from engine.diffusion.ddim import DEFAULT_STEPS
 from engine.engine import LIVE_OVERLAP, Engine
 from engine.motion.conditions import Emotion
 from engine.runtime import admission
@@ -37,6 +38,7 @@ from engine.runtime.config import RuntimeConfig
 from engine.runtime.errors import AdmissionError, SessionClosed
 from engine.runtime.pipeline import SessionPipeline
 from engine.session import Session
+from engine.timing import gpu_time
 
 if TYPE_CHECKING:
     from avatars.cache import Avatar
@@ -83,7 +85,7 @@ class Runtime:
         checkpoints: str | Path | None = None,
         device: str | torch.device | None = None,
         backend: str = "torch",
-        steps: int = 25,
+        steps: int = DEFAULT_STEPS,
         plans: str | Path | None = None,
         config: RuntimeConfig | None = None,
         compile_networks: bool = True,
@@ -125,16 +127,8 @@ class Runtime:
         return admission.capacity(overlap, self.window_ms, self.render_ms, self.config.utilization)
 
     def _time(self, run: Callable[[], None]) -> float:
-        """Median milliseconds of ``run`` on the GPU."""
-        times = []
-        for _ in range(TIMING_REPEATS):
-            start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            run()
-            stop.record()
-            stop.synchronize()
-            times.append(start.elapsed_time(stop))
-        return statistics.median(times)
+        """Median milliseconds of ``run`` on the GPU (its warm-up ran while capturing)."""
+        return statistics.median(gpu_time(run, TIMING_REPEATS, warmup=0))
 
     def _sample_dummy(self, batch: int) -> None:
         frames, dim = self.sampler.shape

@@ -11,31 +11,16 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass
-from fractions import Fraction
 
 import numpy as np
 import torch
 
+from engine.session import Frame
 from streaming.frames import AUDIO_RATE, FPS, SAMPLES_PER_FRAME
 
 BITS = 16
 FLASH_EVERY = FPS
 TONE, BURST = 0.1, 0.8
-
-
-@dataclass
-class Frame:
-    """The runtime's Frame, restated for tests."""
-
-    index: int
-    image: torch.Tensor
-    audio: np.ndarray
-    speech: bool
-
-    @property
-    def pts(self) -> Fraction:
-        return Fraction(self.index, FPS)
 
 
 def picture(index: int, width: int, height: int) -> torch.Tensor:
