@@ -1,7 +1,8 @@
 """The PyTorch backend: our network modules in fp16 and channels-last on a GPU, fp32 on the CPU.
 
 It is the numerical reference for the TensorRT backend and the backend measured on GPUs
-without TensorRT. Render batches of fixed bucket sizes are captured into CUDA graphs
+without TensorRT. On CUDA the warp network's 3-D convolutions run over depth planes
+(``engine.networks.depth_planes``: the same function, cuDNN's faster 2-D kernels). Render batches of fixed bucket sizes are captured into CUDA graphs
 (``capture_render``) so that a 5-frame hop costs one graph launch instead of hundreds of
 kernel launches; a smaller batch runs in the next bucket's graph, padded. torch.compile keeps
 its compiled kernels in an on-disk cache (``$DITTO_CACHE_DIR/torch-compile``) so a second
@@ -55,6 +56,8 @@ class TorchBackend(Backend):
             net = load_network(
                 name, checkpoints / OFFICIAL_FILENAMES[name], self.device, dtype_for, fold_batchnorm=True
             )
+            if name == "warp_network" and self.device.type == "cuda":
+                net.dense_motion_network.use_depth_planes()
             if name in _CONV_NETWORKS and self.device.type == "cuda":
                 _to_channels_last(net)
             net.requires_grad_(False)
@@ -88,9 +91,9 @@ class TorchBackend(Backend):
         return self._run["lmdm"](x, cond_frame, cond, time_cond)
 
     @torch.inference_mode()
-    def lmdm_prepare(self, cond: torch.Tensor) -> WindowCondition:
-        """Encode a window's condition once for all its denoiser calls (see ``LMDM.prepare_window``)."""
-        return self._nets["lmdm"].prepare_window(cond)
+    def lmdm_prepare(self, cond: torch.Tensor, times: torch.Tensor) -> WindowCondition:
+        """Encode a window's condition once for all its denoiser calls at ``times`` (see ``LMDM.prepare_window``)."""
+        return self._nets["lmdm"].prepare_window(cond, times)
 
     @torch.inference_mode()
     def lmdm_prepared(self, x, cond_frame, prepared: WindowCondition, time_cond):

@@ -14,6 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from engine.networks.depth_planes import PlanesConv3d, PlanesHeads
 from engine.networks.folding import fold_batchnorm_into_conv
 
 PUBLISHED_NUM_KP = 21
@@ -199,6 +200,7 @@ class DenseMotionNetwork(nn.Module):
         self.compress = nn.Conv3d(feature_channels, compressed, kernel_size=1)
         self.norm: nn.Module = nn.BatchNorm3d(compressed)
         self.occlusion = nn.Conv2d(self.hourglass.out_channels * depth, 1, kernel_size=7, padding=3)
+        self.planes_heads: PlanesHeads | None = None
 
     def forward(
         self,
@@ -211,9 +213,21 @@ class DenseMotionNetwork(nn.Module):
         compressed = F.relu(self.norm(self.compress(feature)))
         inputs, motions = motion_features(compressed, kp_source.to(geometry), kp_driving.to(geometry), sample)
         prediction = self.hourglass(inputs.to(feature.dtype))
-        mask, deformation = blend_motions(self.mask(prediction).to(geometry), motions)
-        occlusion = torch.sigmoid(self.occlusion(prediction.flatten(1, 2)))
-        return DenseMotion(mask, deformation, occlusion)
+        mask_logits, occlusion_logits = self.heads(prediction)
+        mask, deformation = blend_motions(mask_logits.to(geometry), motions)
+        return DenseMotion(mask, deformation, torch.sigmoid(occlusion_logits))
+
+    def heads(self, prediction: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The hourglass output (B,C,D,H,W) -> mask logits (B,1+K,D,H,W) and occlusion logits (B,1,H,W)."""
+        if self.planes_heads is not None:
+            return self.planes_heads(prediction)
+        return self.mask(prediction), self.occlusion(prediction.flatten(1, 2))
+
+    def use_depth_planes(self) -> None:
+        """Compute every 3-D convolution over depth planes (faster cuDNN kernels on CUDA; see depth_planes)."""
+        for block in [*self.hourglass.encoder.down_blocks, *self.hourglass.decoder.up_blocks, self.hourglass.decoder]:
+            block.conv = PlanesConv3d(block.conv)
+        self.planes_heads = PlanesHeads(self.mask, self.occlusion, self.occlusion.in_channels // self.mask.in_channels)
 
     def fold(self) -> None:
         """Fold compress->norm and every hourglass conv->BatchNorm pair."""

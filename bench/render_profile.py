@@ -1,0 +1,319 @@
+"""Where the render's and the LMDM's GPU time goes, per kernel and per layer, and what other formulations cost.
+
+``python -m bench.render_profile --out DIR`` (CUDA, random weights) writes ``kernels_render.txt``
+(top kernels of the compiled, graphed warp+decode bucket), ``layers.json`` (every convolution of
+the eager warp network and decoder: ms/frame and TFLOP/s), ``conv_variants.json`` (the warp's big
+3-D convolutions as cuDNN 3-D convolutions vs 2-D convolutions over depth planes) and
+``lmdm.json`` (kernels per DDIM step and the share of a window spent between kernels) and
+``speed.json`` (the render and LMDM speeds with their error against fp32 modules).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.profiler import ProfilerActivity, profile
+
+from engine.backends.torch_backend import TorchBackend
+from engine.engine import Engine, random_checkpoints
+from engine.timing import gpu_time
+
+BATCH = 16
+
+
+def median_ms(fn, repeat: int = 20) -> float:
+    """Median CUDA-event milliseconds of ``fn``."""
+    return statistics.median(gpu_time(fn, repeat))
+
+
+def kernel_rows(prof, frames: int, top: int = 25) -> tuple[list[dict], float]:
+    """The top CUDA kernels by total device time: name, calls, ms per frame, share."""
+    events = [e for e in prof.key_averages() if e.self_device_time_total > 0]
+    total = sum(e.self_device_time_total for e in events)
+    rows = []
+    for e in sorted(events, key=lambda e: -e.self_device_time_total)[:top]:
+        rows.append(
+            {
+                "kernel": e.key[:110],
+                "calls": e.count,
+                "ms_per_frame": e.self_device_time_total / 1e3 / frames,
+                "share": e.self_device_time_total / total,
+            }
+        )
+    return rows, total / 1e3
+
+
+def profile_graphed_render(backend: TorchBackend, out: Path) -> dict:
+    """Top kernels of the captured warp+decode graph at BATCH frames."""
+    backend.capture_render((BATCH,))
+    feature = torch.randn(BATCH, 32, 16, 64, 64, device="cuda", dtype=backend.dtype)
+    kp_s = (torch.rand(BATCH, 21, 3, device="cuda") - 0.5) * 0.6
+    kp_d = kp_s + 0.02 * torch.randn_like(kp_s)
+    run = lambda: backend.render(feature, kp_s, kp_d)  # noqa: E731
+    per_frame = median_ms(run) / BATCH
+    replays = 3
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(replays):
+            run()
+        torch.cuda.synchronize()
+    rows, total_ms = kernel_rows(prof, BATCH * replays)
+    lines = [f"graphed warp+decode, batch {BATCH}: {per_frame:.3f} ms/frame (events); kernels sum {total_ms / BATCH / replays:.3f} ms/frame"]
+    lines += [f"{r['share'] * 100:6.2f}%  {r['ms_per_frame']:.4f} ms/frame  x{r['calls'] // replays:<4} {r['kernel']}" for r in rows]
+    (out / "kernels_render.txt").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines[:16]), flush=True)
+    return {"graphed_ms_per_frame": per_frame, "kernels_ms_per_frame": total_ms / BATCH / replays}
+
+
+def conv_flops(module: nn.Module, output: torch.Tensor) -> float:
+    """2 x MACs of a convolution from its weight and output shapes."""
+    weight = module.weight
+    return 2.0 * output.numel() * weight[0].numel()
+
+
+def layer_times(backend: TorchBackend, out: Path) -> dict:
+    """Per-convolution device time of the eager warp network and decoder at BATCH frames."""
+    warp, decoder = backend.network("warp_network"), backend.network("decoder")
+    records: dict[str, list] = {}
+    hooks = []
+    for prefix, net in (("warp", warp), ("decoder", decoder)):
+        for name, module in net.named_modules():
+            if not isinstance(module, (nn.Conv2d, nn.Conv3d)):
+                continue
+
+            def pre(mod, args, key=f"{prefix}.{name}"):
+                start = torch.cuda.Event(enable_timing=True)
+                start.record()
+                records.setdefault(key, [None, None, 0.0, ""])[0] = start
+
+            def post(mod, args, output, key=f"{prefix}.{name}"):
+                stop = torch.cuda.Event(enable_timing=True)
+                stop.record()
+                entry = records[key]
+                entry[1] = stop
+                entry[2] = conv_flops(mod, output)
+                entry[3] = f"{tuple(args[0].shape[1:])}->{tuple(output.shape[1:])} k{tuple(mod.kernel_size)}"
+
+            hooks += [module.register_forward_pre_hook(pre), module.register_forward_hook(post)]
+    feature = torch.randn(BATCH, 32, 16, 64, 64, device="cuda", dtype=backend.dtype)
+    kp = (torch.rand(BATCH, 21, 3, device="cuda", dtype=backend.dtype) - 0.5) * 0.6
+    totals: dict[str, list[float]] = {}
+    with torch.inference_mode():
+        for rep in range(6):
+            torch.cuda.synchronize()
+            backend.decode(backend.warp(feature, kp, kp + 0.01))
+            torch.cuda.synchronize()
+            if rep < 2:
+                continue
+            for key, (start, stop, _, _) in records.items():
+                totals.setdefault(key, []).append(start.elapsed_time(stop))
+        eager_warp = median_ms(lambda: backend.network("warp_network")(feature, kp, kp + 0.01), 5)
+        eager_decoder = median_ms(lambda: decoder(torch.randn(BATCH, 256, 64, 64, device="cuda", dtype=backend.dtype)), 5)
+    for h in hooks:
+        h.remove()
+    layers = []
+    for key, times in totals.items():
+        ms = statistics.median(times)
+        flops = records[key][2]
+        layers.append({"layer": key, "shape": records[key][3], "ms_per_frame": ms / BATCH, "gflop_per_frame": flops / BATCH / 1e9, "tflops": flops / ms / 1e9})
+    layers.sort(key=lambda r: -r["ms_per_frame"])
+    result = {"batch": BATCH, "eager_warp_ms_per_frame": eager_warp / BATCH, "eager_decoder_ms_per_frame": eager_decoder / BATCH, "convs": layers}
+    (out / "layers.json").write_text(json.dumps(result, indent=1))
+    print(f"eager warp {eager_warp / BATCH:.3f} ms/frame, decoder {eager_decoder / BATCH:.3f} ms/frame; top convs:")
+    for r in layers[:14]:
+        print(f"  {r['layer']:<52} {r['shape']:<44} {r['ms_per_frame']:.4f} ms/frame {r['tflops']:6.1f} TFLOP/s", flush=True)
+    return result
+
+
+def planes_conv(x: torch.Tensor, weight2d: torch.Tensor, bias: torch.Tensor, k: int, out_ch: int) -> torch.Tensor:
+    """A 3-D convolution (k x k x k, depth padding k//2) as one 2-D convolution over depth planes plus a shifted sum.
+
+    The 2-D convolution produces, for every input plane, its contribution to k output planes
+    (weights of depth offset dz stacked along the output channels); output plane d sums the
+    contributions of input planes d+dz-k//2.
+    """
+    batch, channels, depth, height, width = x.shape
+    planes = x.permute(0, 2, 1, 3, 4).reshape(batch * depth, channels, height, width)
+    y = F.conv2d(planes, weight2d, padding=k // 2)
+    padded_out = weight2d.shape[0] // k
+    y = y.permute(0, 2, 3, 1).reshape(batch, depth, height, width, k, padded_out)
+    p = k // 2
+    y = F.pad(y, (0, 0, 0, 0, 0, 0, 0, 0, p, p))
+    acc = y[:, 0:depth, :, :, 0, :out_ch]
+    for dz in range(1, k):
+        acc = acc + y[:, dz : dz + depth, :, :, dz, :out_ch]
+    return (acc + bias).permute(0, 4, 1, 2, 3)
+
+
+def planes_weight(weight: torch.Tensor, padded_out: int, padded_in: int) -> torch.Tensor:
+    """(O,C,k,k,k) -> (k*padded_out, padded_in, k, k) channels-last, zero rows/columns as padding."""
+    o, c, k = weight.shape[:3]
+    w = weight.permute(2, 0, 1, 3, 4)
+    w = F.pad(w, (0, 0, 0, 0, 0, padded_in - c, 0, padded_out - o))
+    return w.reshape(k * padded_out, padded_in, k, k).contiguous(memory_format=torch.channels_last)
+
+
+def conv_variants(backend: TorchBackend, out: Path) -> list[dict]:
+    """The warp's heaviest 3-D convolutions in other formulations: ms/frame, TFLOP/s and error against fp32."""
+    dense = backend.network("warp_network").dense_motion_network
+    cases = [
+        ("mask 142->22 k7", dense.mask, 16, 64),
+        ("hourglass final 142->142 k3", dense.hourglass.decoder.conv, 16, 64),
+        ("encoder0 110->64 k3", dense.hourglass.encoder.down_blocks[0].conv, 16, 64),
+        ("up4 128->32 k3", dense.hourglass.decoder.up_blocks[4].conv, 16, 64),
+        ("up3 256->64 k3", dense.hourglass.decoder.up_blocks[3].conv, 16, 32),
+    ]
+    results = []
+    for label, conv, depth, size in cases:
+        weight, bias = conv.weight, conv.bias
+        o, c, k = weight.shape[:3]
+        x = torch.randn(BATCH, c, depth, size, size, device="cuda", dtype=backend.dtype).contiguous(memory_format=torch.channels_last_3d)
+        flops = 2.0 * BATCH * o * depth * size * size * c * k**3
+        with torch.inference_mode():
+            reference = F.conv3d(x[:2].float(), weight.float(), bias.float(), padding=k // 2)
+
+            def error(y: torch.Tensor) -> float | None:
+                if y.shape[1:] != reference.shape[1:]:
+                    return None
+                return float((y[:2].float() - reference).norm() / reference.norm())
+
+            def record(name: str, fn) -> None:
+                torch.backends.cudnn.benchmark = name.endswith("benchmark")
+                y = fn()
+                ms = median_ms(fn)
+                results.append({"conv": label, "variant": name, "ms_per_frame": ms / BATCH, "tflops": flops / ms / 1e9, "rel_err": error(y)})
+                print(f"  {label:<30} {name:<40} {ms / BATCH:.4f} ms/frame {flops / ms / 1e9:6.1f} TFLOP/s err {results[-1]['rel_err'] or float('nan'):.1e}", flush=True)
+
+            record("conv3d", lambda: F.conv3d(x, weight, bias, padding=k // 2))
+            record("conv3d benchmark", lambda: F.conv3d(x, weight, bias, padding=k // 2))
+            for pad_o, pad_c in ((o, c), (math.ceil(o / 8) * 8, math.ceil(c / 16) * 16)):
+                w2 = planes_weight(weight, pad_o, pad_c)
+                xin = x if pad_c == c else F.pad(x, (0, 0, 0, 0, 0, 0, 0, pad_c - c)).contiguous(memory_format=torch.channels_last_3d)
+                planes = xin.permute(0, 2, 1, 3, 4).reshape(BATCH * depth, pad_c, size, size)
+                tag = f"out{pad_o * k} in{pad_c}"
+                record(f"2d planes conv only {tag}", lambda: F.conv2d(planes, w2, padding=k // 2))
+                record(f"2d planes conv only {tag} benchmark", lambda: F.conv2d(planes, w2, padding=k // 2))
+                fused = torch.compile(planes_conv)
+                record(f"2d planes + shift-sum {tag} benchmark", lambda: fused(xin, w2, bias, k, o))
+    torch.backends.cudnn.benchmark = False
+    (out / "conv_variants.json").write_text(json.dumps(results, indent=1))
+    return results
+
+
+def lmdm_profile(out: Path) -> dict:
+    """Kernels per DDIM step and the idle share of a graphed window, at 1 and 16 windows."""
+    engine = Engine.from_checkpoints(None, device="cuda", steps=25)
+    sampler = engine.sampler()
+    sampler.capture((1, 16))
+    result = {}
+    for batch in (1, 16):
+        x = torch.randn(batch, 80, 265, device="cuda")
+        cond_frame = torch.randn(batch, 265, device="cuda") * 0.3
+        cond = torch.randn(batch, 80, engine.cond_width, device="cuda")
+        noise = torch.randn(24, batch, 80, 265, device="cuda")
+        run = lambda: sampler(x, cond_frame, cond, noise)  # noqa: E731
+        window_ms = median_ms(run)
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            run()
+            torch.cuda.synchronize()
+        kernels = [e for e in prof.events() if e.device_type.name == "CUDA" and e.device_time > 0]
+        busy = sum(e.device_time for e in kernels) / 1e3
+        rows, _ = kernel_rows(prof, 1, top=12)
+        result[f"batch{batch}"] = {"window_ms": window_ms, "kernels_per_step": len(kernels) / 25, "kernel_busy_ms": busy, "idle_share": 1 - busy / window_ms, "top": rows}
+        print(f"lmdm batch {batch}: window {window_ms:.2f} ms, {len(kernels) / 25:.0f} kernels/step, kernels busy {busy:.2f} ms", flush=True)
+    (out / "lmdm.json").write_text(json.dumps(result, indent=1))
+    return result
+
+
+def psnr(a: torch.Tensor, b: torch.Tensor) -> float:
+    """PSNR in dB of images in [0,1]."""
+    mse = float(((a.float() - b.float()) ** 2).mean())
+    return 10 * math.log10(1.0 / max(mse, 1e-20))
+
+
+def speed_table(out: Path) -> dict:
+    """The issue's table: graphed warp+decode ms/frame at 5/16/32, LMDM window ms at 1/4/16, with fidelity against fp32."""
+    from engine.networks import OFFICIAL_FILENAMES, load_network
+
+    result: dict = {}
+    backend = TorchBackend(random_checkpoints(), device="cuda", networks=("warp_network", "decoder"))
+    backend.capture_render((5, 16, 32))
+    g = torch.Generator(device="cuda").manual_seed(0)
+    feature = torch.randn(32, 32, 16, 64, 64, device="cuda", generator=g) * 0.5
+    kp_s = (torch.rand(32, 21, 3, device="cuda", generator=g) - 0.5) * 0.6
+    kp_d = kp_s + 0.02 * torch.randn(32, 21, 3, device="cuda", generator=g)
+    for batch in (5, 16, 32):
+        ms = median_ms(lambda: backend.render(feature[:batch], kp_s[:batch], kp_d[:batch]))
+        result[f"render_ms_per_frame_b{batch}"] = ms / batch
+        print(f"render batch {batch}: {ms / batch:.3f} ms/frame", flush=True)
+    fast = backend.render(feature[:5], kp_s[:5], kp_d[:5]).float().clone()
+    folder = random_checkpoints()
+    torch.backends.cudnn.allow_tf32 = False
+    with torch.inference_mode():
+        warp = load_network("warp_network", folder / OFFICIAL_FILENAMES["warp_network"], "cuda", torch.float32, fold_batchnorm=True)
+        decoder = load_network("decoder", folder / OFFICIAL_FILENAMES["decoder"], "cuda", torch.float32, fold_batchnorm=True)
+        reference = decoder(warp(feature[:5], kp_s[:5], kp_d[:5]))
+    torch.backends.cudnn.allow_tf32 = True
+    result["render_psnr_vs_fp32_db"] = psnr(fast, reference)
+    print(f"render fp16 (graphed, depth planes) vs fp32 plain modules: PSNR {result['render_psnr_vs_fp32_db']:.1f} dB", flush=True)
+    del backend, warp, decoder
+
+    engine = Engine.from_checkpoints(None, device="cuda", steps=25)
+    sampler = engine.sampler()
+    sampler.capture((1, 4, 16))
+    x = torch.randn(16, 80, 265, device="cuda", generator=g)
+    cond_frame = torch.randn(16, 265, device="cuda", generator=g) * 0.3
+    cond = torch.randn(16, 80, engine.cond_width, device="cuda", generator=g)
+    noise = torch.randn(24, 16, 80, 265, device="cuda", generator=g)
+    for batch in (1, 4, 16):
+        ms = median_ms(lambda: sampler(x[:batch], cond_frame[:batch], cond[:batch], noise[:, :batch]))
+        result[f"lmdm_window_ms_b{batch}"] = ms
+        print(f"lmdm batch {batch}: {ms:.2f} ms per call", flush=True)
+    window = sampler(x[:2], cond_frame[:2], cond[:2], noise[:, :2]).cpu()
+    from engine.diffusion.ddim import ddim_loop
+
+    cpu_lmdm = load_network("lmdm", folder / OFFICIAL_FILENAMES["lmdm"], "cpu", torch.float32)
+    schedule = engine.schedule.to("cpu")
+    with torch.inference_mode():
+        expected = ddim_loop(cpu_lmdm, x[:2].cpu(), cond_frame[:2].cpu(), cond[:2].cpu(), schedule, noise[:, :2].cpu())
+    result["lmdm_window_rel_err_vs_fp32_cpu"] = float((window - expected).norm() / expected.norm())
+    print(f"lmdm window (graphed, TF32, fp16 attention) vs fp32 CPU: relative error {result['lmdm_window_rel_err_vs_fp32_cpu']:.2e}", flush=True)
+    for dtype in (torch.float32, torch.float16):
+        q = torch.randn(32, 8, 80, 64, device="cuda", dtype=dtype)
+        kv = torch.randn(32, 8, 82, 64, device="cuda", dtype=dtype)
+        result[f"sdpa_b16_cross_ms_{str(dtype)[6:]}"] = median_ms(lambda: F.scaled_dot_product_attention(q, kv, kv))
+    (out / "speed.json").write_text(json.dumps(result, indent=1))
+    return result
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, required=True)
+    parts = ["speed", "lmdm", "variants", "layers", "graph"]
+    parser.add_argument("--parts", nargs="*", default=parts, choices=parts)
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    if "speed" in args.parts:
+        speed_table(args.out)
+    if "lmdm" in args.parts:
+        lmdm_profile(args.out)
+    if "variants" in args.parts or "layers" in args.parts:
+        eager = TorchBackend(random_checkpoints(), device="cuda", networks=("warp_network", "decoder"), compile_networks=False)
+        if "variants" in args.parts:
+            conv_variants(eager, args.out)
+        if "layers" in args.parts:
+            layer_times(eager, args.out)
+    if "graph" in args.parts:
+        compiled = TorchBackend(random_checkpoints(), device="cuda", networks=("warp_network", "decoder"))
+        profile_graphed_render(compiled, args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
