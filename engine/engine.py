@@ -103,9 +103,16 @@ class Engine:
 
     def sampler(self) -> BucketedSampler:
         """A batched DDIM sampler over this engine's LMDM (the runtime captures its buckets)."""
-        prepare = getattr(self.backend, "lmdm_prepare", None)
-        denoiser = self.backend.lmdm_prepared if prepare is not None else self.backend.lmdm
-        return BucketedSampler(self.schedule, denoiser, self.cond_width, (SEQ_FRAMES, MOTION_DIM), prepare)
+        if hasattr(self.backend, "lmdm_prepare"):
+            times = self.schedule.times
+            return BucketedSampler(
+                self.schedule,
+                self.backend.lmdm_prepared,
+                self.cond_width,
+                (SEQ_FRAMES, MOTION_DIM),
+                lambda cond: self.backend.lmdm_prepare(cond, times),
+            )
+        return BucketedSampler(self.schedule, self.backend.lmdm, self.cond_width, (SEQ_FRAMES, MOTION_DIM))
 
 
 def hubert_runner(checkpoints: str | Path | None, device: torch.device):

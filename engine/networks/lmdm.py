@@ -47,10 +47,17 @@ _SCHEDULE_BUFFERS = ("sqrt_recip_one_minus_alphas_cumprod", "sqrt_recip_alphas_c
 
 
 class WindowCondition(NamedTuple):
-    """A window's condition encoded once for all its denoiser calls (both guidance halves, 2B rows)."""
+    """A window's condition encoded once for all its denoiser calls (both guidance halves, 2B rows).
 
-    hidden: torch.Tensor
+    Everything that depends on the step but not on x is tabulated per step of the schedule:
+    ``modulation`` (S,2B,layers,3,1024) the FiLM parameters, ``time_kv`` per layer the keys and
+    values of the two time tokens (S,2,512); ``step_of_time`` (1000,) maps t to its row.
+    """
+
     memory_kv: list[tuple[torch.Tensor, torch.Tensor]]
+    modulation: torch.Tensor
+    time_kv: list[tuple[torch.Tensor, torch.Tensor]]
+    step_of_time: torch.Tensor
 
 
 def _cosine_alphas_cumprod() -> torch.Tensor:
@@ -144,7 +151,7 @@ class MotionDecoder(nn.Module):
         t = self.to_time_cond(t_hidden) + hidden
         memory = self.norm_cond(torch.cat((tokens, self.to_time_tokens(t_hidden)), dim=-2))
         memory_kv = self.seqTransDecoder.project_memory(self.rotary(memory), memory)
-        return self.final_layer(self.seqTransDecoder(h, memory_kv, t))
+        return self.final_layer(self.seqTransDecoder(h, memory_kv, self.seqTransDecoder.modulation(t)))
 
 
 class LMDM(MotionDecoder):
@@ -169,11 +176,12 @@ class LMDM(MotionDecoder):
         x_start = self.guided_denoise(x.to(dtype), cond_frame.to(dtype), cond.to(dtype), time_cond, GUIDANCE_WEIGHT)
         return self._with_noise(x, x_start, time_cond)
 
-    def prepare_window(self, cond: torch.Tensor) -> WindowCondition:
-        """What every denoiser call of one window shares: the encoded condition, both guidance halves.
+    def prepare_window(self, cond: torch.Tensor, times: torch.Tensor) -> WindowCondition:
+        """What every denoiser call of one window shares, for the S diffusion steps ``times`` (S,) int64.
 
         The condition encoder, the memory's layer norm (row-wise) and each layer's cross-attention
-        keys/values of the 80 condition rows do not depend on x or t, so a DDIM loop computes
+        keys/values of the 80 condition rows depend on neither x nor t; the time tokens' keys and
+        values and the FiLM parameters depend on t and the window, not on x. A DDIM loop computes
         them once per window instead of once per step; ``forward_prepared`` then equals ``forward``.
         """
         batch = cond.shape[0]
@@ -182,23 +190,31 @@ class LMDM(MotionDecoder):
         tokens = torch.cat((tokens, self.null_cond_embed.expand(batch, -1, -1)))
         hidden = torch.cat((hidden, self.null_cond_hidden.expand(batch, -1)))
         memory = self.norm_cond(tokens)
-        return WindowCondition(hidden, self.seqTransDecoder.project_memory(self.rotary(memory), memory))
+        t_hidden = self.time_mlp(times)
+        t = self.to_time_cond(t_hidden).unsqueeze(1) + hidden
+        time_rows = self.norm_cond(self.to_time_tokens(t_hidden))
+        step_of_time = torch.zeros(DIFFUSION_STEPS, dtype=torch.int64, device=times.device)
+        step_of_time[times] = torch.arange(times.shape[0], device=times.device)
+        return WindowCondition(
+            self.seqTransDecoder.project_memory(self.rotary(memory), memory),
+            self.seqTransDecoder.modulation(t),
+            self.seqTransDecoder.project_memory(self.rotary(time_rows, offset=SEQ_FRAMES), time_rows),
+            step_of_time,
+        )
 
     def forward_prepared(
         self, x: torch.Tensor, cond_frame: torch.Tensor, prepared: WindowCondition, time_cond: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """``forward`` for a window whose condition went through ``prepare_window``."""
+        """``forward`` for a window whose condition went through ``prepare_window`` (every row at the same step)."""
         dtype = self.final_layer.weight.dtype
+        step = prepared.step_of_time[time_cond[:1]]
         h = self._project_input(x.to(dtype), cond_frame.to(dtype)).repeat(2, 1, 1)
-        t_hidden = self.time_mlp(time_cond).repeat(2, 1)
-        t = self.to_time_cond(t_hidden) + prepared.hidden
-        time_rows = self.norm_cond(self.to_time_tokens(t_hidden))
-        time_kv = self.seqTransDecoder.project_memory(self.rotary(time_rows, offset=SEQ_FRAMES), time_rows)
+        rows = h.shape[0]
         memory_kv = [
-            (torch.cat((k, tk), dim=-2), torch.cat((v, tv), dim=-2))
-            for (k, v), (tk, tv) in zip(prepared.memory_kv, time_kv)
+            (torch.cat((k, tk[step].expand(rows, -1, -1)), dim=-2), torch.cat((v, tv[step].expand(rows, -1, -1)), dim=-2))
+            for (k, v), (tk, tv) in zip(prepared.memory_kv, prepared.time_kv)
         ]
-        out = self.final_layer(self.seqTransDecoder(h, memory_kv, t))
+        out = self.final_layer(self.seqTransDecoder(h, memory_kv, prepared.modulation[step].squeeze(0)))
         return self._with_noise(x, self._guide(out, GUIDANCE_WEIGHT), time_cond)
 
     def _with_noise(

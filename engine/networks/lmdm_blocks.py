@@ -116,20 +116,21 @@ class RotaryAttention(nn.Module):
 
     def _attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         heads = [t.unflatten(-1, (self.heads, -1)).transpose(1, 2) for t in (q, k, v)]
-        out = F.scaled_dot_product_attention(*heads)
+        if q.is_cuda and q.dtype == torch.float32:
+            # Flash attention in fp16 (fp32 accumulation): the 10-bit mantissa of the TF32 matmuls
+            # around it, 3-6x faster than fp32 attention on the H200 (bench/results, LMDM profile).
+            out = F.scaled_dot_product_attention(*(h.half() for h in heads)).float()
+        else:
+            out = F.scaled_dot_product_attention(*heads)
         return self.out_proj(out.transpose(1, 2).flatten(-2))
 
 
 class DenseFiLM(nn.Module):
-    """FiLM generator: Mish then Linear(d -> 2d), split into per-sample (scale, shift) of shape (B,1,d)."""
+    """FiLM generator: Mish then Linear(d -> 2d) of t, the (scale, shift) halves; called as ``block`` (checkpoint keys)."""
 
     def __init__(self, dim: int) -> None:
         super().__init__()
         self.block = nn.Sequential(nn.Mish(), nn.Linear(dim, 2 * dim))
-
-    def forward(self, t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        scale, shift = self.block(t).unsqueeze(1).chunk(2, dim=-1)
-        return scale, shift
 
 
 class EncoderLayer(nn.Module):
@@ -167,14 +168,20 @@ class FiLMDecoderLayer(nn.Module):
         self.film3 = DenseFiLM(dim)
         self.rotary = rotary
 
-    def forward(self, x: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
-        """``keys``/``values``: the memory projected by this layer's cross-attention (``project_memory``)."""
+    def modulation(self, t: torch.Tensor) -> torch.Tensor:
+        """The three FiLM generators' outputs for time vectors t (...,d): (...,3,2d) of (scale, shift) pairs."""
+        return torch.stack([generator.block(t) for generator in (self.film1, self.film2, self.film3)], dim=-2)
+
+    def forward(self, x: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, modulation: torch.Tensor) -> torch.Tensor:
+        """``keys``/``values``: the memory projected by this layer's cross-attention (``project_memory``);
+        ``modulation`` (B,3,2d): this layer's ``modulation(t)``, computable before the step."""
+        film1, film2, film3 = (m.unsqueeze(1).chunk(2, dim=-1) for m in modulation.unbind(-2))
         h = self.norm1(x)
-        x = x + film(self.self_attn.attend_self(self.rotary(h), h), self.film1(t))
+        x = x + film(self.self_attn.attend_self(self.rotary(h), h), film1)
         h = self.norm2(x)
-        x = x + film(self.multihead_attn.attend_cross(self.rotary(h), keys, values), self.film2(t))
+        x = x + film(self.multihead_attn.attend_cross(self.rotary(h), keys, values), film2)
         h = self.linear2(F.gelu(self.linear1(self.norm3(x))))
-        return x + film(h, self.film3(t))
+        return x + film(h, film3)
 
 
 class DecoderStack(nn.Module):
@@ -188,7 +195,14 @@ class DecoderStack(nn.Module):
         """Every layer's cross-attention keys and values of the memory rows."""
         return [layer.multihead_attn.project_memory(rotated_memory, memory) for layer in self.stack]
 
-    def forward(self, x: torch.Tensor, memory_kv: list[tuple[torch.Tensor, torch.Tensor]], t: torch.Tensor) -> torch.Tensor:
-        for layer, (keys, values) in zip(self.stack, memory_kv):
-            x = layer(x, keys, values, t)
+    def modulation(self, t: torch.Tensor) -> torch.Tensor:
+        """Every layer's FiLM parameters for time vectors t (...,d): (...,layers,3,2d)."""
+        return torch.stack([layer.modulation(t) for layer in self.stack], dim=-3)
+
+    def forward(
+        self, x: torch.Tensor, memory_kv: list[tuple[torch.Tensor, torch.Tensor]], modulation: torch.Tensor
+    ) -> torch.Tensor:
+        """``modulation`` (B,layers,3,2d) from ``modulation(t)``."""
+        for i, (layer, (keys, values)) in enumerate(zip(self.stack, memory_kv)):
+            x = layer(x, keys, values, modulation[:, i])
         return x

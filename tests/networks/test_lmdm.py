@@ -263,10 +263,11 @@ def test_a_prepared_window_gives_the_same_denoiser_calls(checkpoint_dir) -> None
     x, cond_frame = torch.randn(2, 80, 265, generator=g), torch.randn(2, 265, generator=g) * 0.3
     cond = torch.randn(2, 80, 1103, generator=g)
     with torch.no_grad():
-        prepared = net.prepare_window(cond)
+        prepared = net.prepare_window(cond, torch.tensor([999, 519, 39]))
         for step in (999, 39):
             times = torch.full((2,), step, dtype=torch.int64)
             expected = net(x, cond_frame, cond, times)
             got = net.forward_prepared(x, cond_frame, prepared, times)
             for a, b in zip(got, expected):
-                torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+                # Same arithmetic, summed in another order (per-step tables are batched over the steps).
+                assert ((a - b).abs().max() / b.abs().max()).item() < 1e-5
