@@ -162,7 +162,7 @@ class ReferenceLMDM:
 
 def reference_offline(samples: np.ndarray, source: dict, emotion, overlap: int, hubert, predict):
     """The reference's offline audio-to-motion on ``samples``: (motion (N,265), avatar frame per output frame, LMDM calls)."""
-    pipeline = reference_module("stream_pipeline_offline", "librosa", "filetype", "pyximport", "cv2", "imageio", "scipy")
+    pipeline = reference_module("stream_pipeline_offline", "librosa", "filetype", "pyximport", "cv2", "imageio", "scipy", "skimage")
     wav2feat = reference_module("core.atomic_components.wav2feat", "librosa")
     audio2motion = reference_module("core.atomic_components.audio2motion")
     conditions = reference_module("core.atomic_components.condition_handler", "scipy")
