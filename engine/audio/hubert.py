@@ -6,6 +6,10 @@ Chunking 3-5-2 (past, current, future video frames of 640 samples): the stream s
 1920 zero samples; chunk j is samples [3200 j, 3200 j + 6480) of that padded stream; its rows
 [-14:-4] (10 rows), averaged in pairs, are the features of real video frames 5j..5j+4. So a
 hop's 5 features need 2 frames (+80 samples) of audio after it: the look-ahead.
+
+The reference's offline features (``Wav2FeatHubert.wav2feat``, used for file renders) cut the
+same chunks from a clip with 2000 leading zeros instead of 1920, so each chunk starts 80
+samples earlier; ``offline_features`` reproduces them, frame count included.
 """
 
 from __future__ import annotations
@@ -26,6 +30,8 @@ ROWS_PER_FRAME = 2
 CHUNK_SAMPLES = (PAST_FRAMES + CURRENT_FRAMES + FUTURE_FRAMES) * FRAME_SAMPLES + 80
 HOP_SAMPLES = CURRENT_FRAMES * FRAME_SAMPLES
 LEAD_ZEROS = PAST_FRAMES * FRAME_SAMPLES
+OFFLINE_LEAD_ZEROS = CHUNK_SAMPLES - (CURRENT_FRAMES + FUTURE_FRAMES) * FRAME_SAMPLES
+"""2000: the reference's offline clips start with this many zeros (80 more than a stream's 1920)."""
 FEATURE_DIM = 1024
 OFFICIAL_FILE = "hubert_streaming_fix_kv.onnx"
 INPUT_NAME = "input_values"
@@ -242,3 +248,30 @@ def extract_features(runner: HubertRunner, samples: np.ndarray) -> torch.Tensor:
     """Offline: the streaming features of a whole 16 kHz clip, (ceil(N / 640), 1024)."""
     stream = HubertFeatureStream(runner)
     return torch.cat([stream.push(samples), stream.flush()])
+
+
+def offline_frame_count(num_samples: int) -> int:
+    """Frames of a clip as the reference's offline mode counts them: ceil(N / 16000 · 25) in floating point.
+
+    This equals ceil(N / 640) except at some exact multiples of 640 samples (4480 is the first),
+    where the float product lands just above an integer and the clip gets one more frame.
+    """
+    return math.ceil(num_samples / SAMPLE_RATE * 25)
+
+
+def offline_chunks(samples: np.ndarray) -> np.ndarray:
+    """The reference's offline HuBERT chunks (k, 6480) of a whole 16 kHz clip: 2000 zeros before it, 6480 after,
+    a chunk every 5 frames. Chunk starts are computed as the reference does, int(i · 0.04 · 16000), which falls
+    one sample short at some frames (1615 is the first)."""
+    if not isinstance(samples, np.ndarray) or samples.ndim != 1 or samples.size == 0:
+        raise ValueError(f"samples must be a non-empty 1-D array of 16 kHz audio, got {getattr(samples, 'shape', type(samples))}")
+    count = offline_frame_count(samples.size)
+    zeros = np.zeros(OFFLINE_LEAD_ZEROS, np.float32)
+    padded = np.concatenate([zeros, samples.astype(np.float32, copy=False), np.zeros(CHUNK_SAMPLES, np.float32)])
+    starts = [int(i * 0.04 * SAMPLE_RATE) for i in range(0, count, CURRENT_FRAMES)]
+    return np.stack([padded[s : s + CHUNK_SAMPLES] for s in starts])
+
+
+def offline_features(runner: HubertRunner, samples: np.ndarray) -> torch.Tensor:
+    """The reference's offline features of a whole 16 kHz clip, (offline_frame_count(N), 1024) on ``runner.device``."""
+    return encode_chunks(runner, offline_chunks(samples))[: offline_frame_count(samples.size)]

@@ -1,8 +1,11 @@
-"""Offline render: ``python -m engine.render --avatar NAME_OR_IMAGE --audio FILE --out FILE.mp4``.
+"""Render a file: ``python -m engine.render --avatar NAME_OR_IMAGE --audio FILE --out FILE.mp4``.
 
-Runs the same serving runtime the live stream uses, flat out (no pacing), at the offline
-overlap, and writes H.264 + AAC with PyAV. ``--demo`` speaks a bundled clip with
-scikit-image's astronaut on random weights.
+``--mode offline`` (the default) computes the motion as the reference's offline mode does:
+the whole clip's audio features and every window first (overlap 10 by default), then renders
+it. ``--mode online`` previews what a live stream makes of the same audio (overlap 75 by
+default, as ``serve``). Both render through the serving runtime, flat out (no pacing), and
+write H.264 + AAC with PyAV. ``--demo`` speaks a bundled clip with scikit-image's astronaut on
+random weights.
 """
 
 from __future__ import annotations
@@ -20,11 +23,14 @@ import torch
 from tqdm import tqdm
 
 from engine.audio.files import read_audio
-from engine.engine import OFFLINE_OVERLAP, RANDOM_WEIGHTS_NOTICE, models_dir, random_checkpoints
+from engine.audio.pcm import to_mono_16k
+from engine.diffusion.windows import SEQ_FRAMES
+from engine.engine import LIVE_OVERLAP, OFFLINE_OVERLAP, RANDOM_WEIGHTS_NOTICE, models_dir, random_checkpoints
 from engine.runtime import Runtime, RuntimeConfig
 from engine.session import FPS, Session
 
 CPU_DEMO_SECONDS = 0.4
+MODES = ("offline", "online")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -33,7 +39,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--audio", type=Path, help="speech to render (any format PyAV reads)")
     parser.add_argument("--out", type=Path, default=Path("ditto_render.mp4"), help="output MP4 (H.264 + AAC)")
     parser.add_argument("--steps", type=int, default=25, help="DDIM steps per window (reference default 50)")
-    parser.add_argument("--overlap", type=int, default=OFFLINE_OVERLAP, help="frames shared by consecutive 80-frame windows")
+    parser.add_argument(
+        "--mode",
+        choices=MODES,
+        default="offline",
+        help="offline: the reference's file algorithm (whole clip first); online: the live stream's, to preview it",
+    )
+    parser.add_argument(
+        "--overlap",
+        type=int,
+        help=f"frames shared by consecutive 80-frame windows (default {OFFLINE_OVERLAP} offline, {LIVE_OVERLAP} online)",
+    )
     parser.add_argument("--checkpoints", type=Path, help="official checkpoints folder (default: random stand-in weights)")
     parser.add_argument("--device", help="cuda or cpu (default: cuda when available)")
     parser.add_argument("--emotion", default="neutral", help="angry, disgust, fear, happy, neutral, sad, surprise, contempt")
@@ -46,6 +62,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if not args.demo and (args.avatar is None or args.audio is None):
         parser.error("--avatar and --audio are required (or use --demo)")
+    if args.overlap is None:
+        args.overlap = OFFLINE_OVERLAP if args.mode == "offline" else LIVE_OVERLAP
+    if not 0 <= args.overlap < SEQ_FRAMES:
+        parser.error(f"--overlap must be in [0, {SEQ_FRAMES}), got {args.overlap}")
     return args
 
 
@@ -73,6 +93,20 @@ def feed(session: Session, audio: np.ndarray, rate: int, errors: list[BaseExcept
     except BaseException as exc:
         errors.append(exc)
         session.close()
+
+
+def open_render(runtime: Runtime, avatar, audio: np.ndarray, rate: int, args: argparse.Namespace) -> tuple[Session, int]:
+    """The session that renders the clip in ``args.mode`` and the number of frames it will make.
+
+    Offline, the motion of the whole clip is computed first and the session renders it;
+    online, the session samples its windows from the audio as it arrives, as a live one does.
+    """
+    options = dict(live=False, overlap=args.overlap, emotion=args.emotion, seed=args.seed)
+    if args.mode == "online":
+        return runtime.open_session(avatar, **options), math.ceil(len(audio) / rate * FPS)
+    samples = to_mono_16k(audio, rate, channels=audio.shape[1] if audio.ndim == 2 else None)
+    motion = runtime.offline_motion(avatar, samples, args.overlap, args.seed, args.emotion)
+    return runtime.open_session(avatar, motion=motion, **options), motion.shape[0]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -104,24 +138,28 @@ def main(argv: list[str] | None = None) -> int:
     runtime = Runtime.from_checkpoints(
         None if random_weights else args.checkpoints, device=device, steps=args.steps, config=config, compile_networks=args.compile
     )
-    avatar = load_or_register(avatar_source, checkpoints, device, random_weights)
-    session = runtime.open_session(avatar, live=False, overlap=args.overlap, emotion=args.emotion, seed=args.seed)
-    total = math.ceil(len(audio) / rate * FPS)
-    height, width = avatar.frames.shape[1:3]
-    errors: list[BaseException] = []
-    feeder = threading.Thread(target=feed, args=(session, audio, rate, errors), daemon=True)
-    feeder.start()
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    with runtime, Mp4Writer(args.out, width, height, fps=FPS, audio_rate=session.audio_rate) as writer, tqdm(total=total, unit="frame", desc="rendering") as bar:
-        while (frame := session.next_frame()) is not None:
-            writer.write_frames(frame.image[None])
-            writer.write_audio(frame.audio)
-            bar.update(1)
-    feeder.join()
+    with runtime:
+        avatar = load_or_register(avatar_source, checkpoints, device, random_weights)
+        session, total = open_render(runtime, avatar, audio, rate, args)
+        height, width = avatar.frames.shape[1:3]
+        errors: list[BaseException] = []
+        feeder = threading.Thread(target=feed, args=(session, audio, rate, errors), daemon=True)
+        feeder.start()
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        with Mp4Writer(args.out, width, height, fps=FPS, audio_rate=session.audio_rate) as writer, tqdm(total=total, unit="frame", desc="rendering") as bar:
+            while (frame := session.next_frame()) is not None:
+                writer.write_frames(frame.image[None])
+                writer.write_audio(frame.audio)
+                bar.update(1)
+        feeder.join()
     if errors:
         raise errors[0]
     elapsed = time.perf_counter() - started
-    print(f"wrote {args.out}: {total} frames ({total / FPS:.2f} s) at {width}x{height} in {elapsed:.1f} s on {device}", file=sys.stderr)
+    print(
+        f"wrote {args.out}: {total} frames ({total / FPS:.2f} s) at {width}x{height} in {elapsed:.1f} s on {device} "
+        f"({args.mode} mode, overlap {args.overlap})",
+        file=sys.stderr,
+    )
     if random_weights:
         print("(random weights: the picture is not a face)", file=sys.stderr)
     return 0

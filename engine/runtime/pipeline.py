@@ -20,6 +20,7 @@ from engine.motion.conditions import ConditionBuilder, Emotion, mirror_index
 from engine.motion.stitching import DRIVEN_KEYS_IMAGE, DRIVEN_KEYS_VIDEO, MotionStitcher
 from engine.motion.vector import MOTION_DIM
 from engine.motion_stream import MotionStream, WindowRequest
+from engine.offline_motion import PrecomputedMotion
 from engine.runtime.avatars import LoadedAvatar
 from engine.runtime.config import RuntimeConfig
 from engine.runtime.pacing import FPS, RESYNC_FRAMES, frame_deadline, frames_due, needs_idle
@@ -44,13 +45,15 @@ class SessionPipeline:
         cond_width: int,
         emotion: Emotion,
         config: RuntimeConfig,
+        motion: PrecomputedMotion | None = None,
     ) -> None:
+        """``motion``: frames computed beforehand (an offline render) to render instead of sampling the audio's."""
         self.session = session
         self.avatar = avatar
         self.config = config
         self.device = avatar.f_s.device
         conditions = ConditionBuilder(avatar.canonical_kp, avatar.eye_open, avatar.eye_ball, cond_width, emotion)
-        self.motion = MotionStream(conditions, avatar.source_motion, silence_feature, session.overlap, step_noise, session.seed)
+        self.motion = motion or MotionStream(conditions, avatar.source_motion, silence_feature, session.overlap, step_noise, session.seed)
         self.stitcher = MotionStitcher(
             avatar.source,
             stitch=stitch,

@@ -29,8 +29,9 @@ from tqdm import tqdm
 from engine.audio.hubert import CHUNK_SAMPLES, CURRENT_FRAMES, encode_chunks
 from engine.diffusion.windows import SEQ_FRAMES
 from engine.diffusion.ddim import DEFAULT_STEPS
-from engine.engine import LIVE_OVERLAP, Engine
-from engine.motion.conditions import Emotion
+from engine.engine import LIVE_OVERLAP, OFFLINE_OVERLAP, Engine
+from engine.motion.conditions import ConditionBuilder, Emotion
+from engine.offline_motion import PrecomputedMotion, offline_motion, window_sampler
 from engine.runtime import admission
 from engine.runtime.avatars import AvatarStore
 from engine.runtime.buckets import chunk_sizes
@@ -157,11 +158,18 @@ class Runtime:
         overlap: int = LIVE_OVERLAP,
         seed: int = 0,
         emotion: Emotion = "neutral",
+        motion: torch.Tensor | None = None,
     ) -> Session:
         """A new session speaking with ``avatar``: ``live`` paces it on a 25 fps clock and idles on silence;
-        ``overlap`` is the latency knob (75: a window per 200 ms hop; 10 for offline renders)."""
+        ``overlap`` is the latency knob (75: a window per 200 ms hop; 10 for offline renders).
+
+        ``motion`` (N,265), e.g. from ``offline_motion``: render these frames instead of sampling the
+        pushed audio's (not live); push the same clip's audio, which the frames then carry.
+        """
         if not 0 <= overlap < SEQ_FRAMES:
             raise ValueError(f"overlap must be in [0, {SEQ_FRAMES}), got {overlap}")
+        if motion is not None and live:
+            raise ValueError("a session fed precomputed motion renders a file, it cannot be live: open it with live=False")
         if self._stopping:
             raise SessionClosed("the runtime is closed")
         if live:
@@ -177,6 +185,7 @@ class Runtime:
                 pipeline = SessionPipeline(
                     session, shared, self.engine.backend.stitch, self.engine.silence_feature,
                     self.engine.step_noise(seed), self.engine.cond_width, emotion, self.config,
+                    None if motion is None else PrecomputedMotion(motion.to(shared.f_s.device, torch.float32)),
                 )
             except BaseException:
                 self.avatars.release(shared)
@@ -185,6 +194,29 @@ class Runtime:
 
         self._call(build)
         return session
+
+    def offline_motion(
+        self,
+        avatar: Avatar,
+        samples: np.ndarray,
+        overlap: int = OFFLINE_OVERLAP,
+        seed: int = 0,
+        emotion: Emotion = "neutral",
+    ) -> torch.Tensor:
+        """The motion (N,265) of a whole 16 kHz mono clip as the reference's offline mode computes it, on the
+        loop thread: HuBERT over the whole clip, then the windows one after another (each conditions the next).
+        Render it with ``open_session(avatar, live=False, motion=...)``; other sessions wait meanwhile."""
+
+        def compute() -> torch.Tensor:
+            shared = self.avatars.acquire(avatar)
+            try:
+                conditions = ConditionBuilder(shared.canonical_kp, shared.eye_open, shared.eye_ball, self.engine.cond_width, emotion)
+                sample = window_sampler(self.sampler, self.engine.step_noise(seed), seed)
+                return offline_motion(self.engine.hubert, conditions, shared.source_motion, samples, overlap, sample, self.config.progress)
+            finally:
+                self.avatars.release(shared)
+
+        return self._call(compute)
 
     def _admit(self, overlap: int) -> None:
         cap = self.capacity(overlap)

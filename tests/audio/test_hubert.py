@@ -17,7 +17,11 @@ from engine.audio.hubert import (
     HubertFeatureStream,
     OnnxHubertRunner,
     TorchHubertRunner,
+    OFFLINE_LEAD_ZEROS,
     extract_features,
+    offline_chunks,
+    offline_features,
+    offline_frame_count,
     valid_features,
 )
 from engine.audio.standin_hubert import build_standin, export_standin_onnx
@@ -88,6 +92,42 @@ def test_every_real_video_frame_gets_exactly_one_feature(n: int) -> None:
     stream = HubertFeatureStream(RowIndexRunner())
     features = torch.cat([stream.push(np.zeros(n, np.float32)), stream.flush()])
     assert features.shape == (-(-n // 640), FEATURE_DIM)
+
+
+def test_offline_features_start_80_samples_earlier_than_streamed_ones() -> None:
+    n = 16000 + 123
+    features = offline_features(SampleProbeRunner(), ramp(n))
+    frames = np.arange(len(features))
+    # 2000 leading zeros, not 1920: frame f averages the rows starting at real samples 640 f − 80 and 640 f + 240
+    expected = 640.0 * frames + 80 + 1
+    inside = (frames > 0) & (640 * frames + 240 < n)
+    assert OFFLINE_LEAD_ZEROS == 2000
+    np.testing.assert_array_equal(features[inside, 0].numpy(), expected[inside])
+    assert features[0, 0].item() == (0 + 241) / 2, "frame 0's first row starts in the leading zeros"
+
+
+@pytest.mark.parametrize(
+    ("n", "frames"),
+    [(1, 1), (639, 1), (640, 1), (641, 2), (3200, 5), (16000, 25), (44800, 70), (44801, 71), (4480, 8), (8960, 15)],
+)
+def test_offline_frame_count_is_the_reference_float_ceiling(n: int, frames: int) -> None:
+    # ceil(N / 640), except where N / 16000 * 25 lands just above an integer in floating point (4480, 8960, ...)
+    assert offline_frame_count(n) == frames
+    assert offline_features(RowIndexRunner(), np.zeros(n, np.float32)).shape == (frames, FEATURE_DIM)
+
+
+def test_offline_chunks_start_where_the_reference_float_arithmetic_puts_them() -> None:
+    chunks = offline_chunks(ramp(1620 * 640))
+    assert chunks.shape == (324, CHUNK_SAMPLES)
+    np.testing.assert_array_equal(chunks[0, :2000], 0)
+    assert chunks[0, 2000] == 1 and chunks[1, 0] == 5 * 640 - 2000 + 1
+    # int(1615 * 0.04 * 16000) = 1033599: the chunk of frame 1615 starts one sample early, as in the reference
+    assert chunks[323, 0] == 1615 * 640 - 2000
+
+
+def test_offline_features_need_a_clip() -> None:
+    with pytest.raises(ValueError, match="non-empty 1-D"):
+        offline_chunks(np.zeros(0, np.float32))
 
 
 def test_a_hop_is_released_once_its_two_frame_look_ahead_arrives() -> None:

@@ -16,12 +16,19 @@ from bench.reference_code import ReferenceUnavailable, import_reference, referen
 
 def reference_modules() -> ModuleType:
     """The reference's ``core.models.modules`` package, or skip the calling test."""
+    return reference_module("core.models.modules", "einops")
+
+
+def reference_module(name: str, *requires: str) -> ModuleType:
+    """The reference's module ``name`` (e.g. ``stream_pipeline_offline``), or skip the calling test when there is
+    no checkout or a package the module imports (``requires``, e.g. librosa) is not installed."""
     try:
         reference_root()
     except ReferenceUnavailable as unavailable:
         pytest.skip(str(unavailable))
-    pytest.importorskip("einops")
-    return import_reference("core.models.modules")
+    for package in requires:
+        pytest.importorskip(package, reason=f"the reference's {name} imports {package}")
+    return import_reference(name)
 
 
 def max_rel_err(ours: torch.Tensor, ref: torch.Tensor) -> float:

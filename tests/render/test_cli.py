@@ -1,4 +1,4 @@
-"""python -m engine.render: the demo writes an MP4 whose audio and video end together."""
+"""python -m engine.render: the demo writes an MP4 whose audio and video end together, in either mode."""
 
 from __future__ import annotations
 
@@ -12,11 +12,19 @@ from engine.render.__main__ import main
 pytestmark = pytest.mark.slow
 
 
-def test_the_demo_renders_an_mp4_with_synchronised_audio(tmp_path: Path, monkeypatch, capsys) -> None:
-    monkeypatch.setenv("DITTO_CACHE_DIR", str(tmp_path / "cache"))
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One cache of random weights for the module's renders (writing them takes seconds)."""
+    return tmp_path_factory.mktemp("cache")
+
+
+def test_the_demo_renders_an_mp4_with_synchronised_audio(tmp_path: Path, cache: Path, monkeypatch, capsys) -> None:
+    monkeypatch.setenv("DITTO_CACHE_DIR", str(cache))
     out = tmp_path / "demo.mp4"
     assert main(["--demo", "--device", "cpu", "--steps", "2", "--max-seconds", "0.12", "--out", str(out)]) == 0
-    assert "RANDOM WEIGHTS" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "RANDOM WEIGHTS" in err
+    assert "3 frames" in err and "(offline mode, overlap 10)" in err, "the reference's offline mode is the default"
     with av.open(str(out)) as container:
         video, audio = container.streams.video[0], container.streams.audio[0]
         frames = list(container.decode(video))
@@ -32,3 +40,20 @@ def test_missing_arguments_are_explained(capsys) -> None:
     with pytest.raises(SystemExit):
         main(["--audio", "x.wav"])
     assert "--avatar and --audio are required" in capsys.readouterr().err
+
+
+def test_online_mode_previews_the_live_algorithm(tmp_path: Path, cache: Path, monkeypatch, capsys) -> None:
+    monkeypatch.setenv("DITTO_CACHE_DIR", str(cache))
+    out = tmp_path / "online.mp4"
+    argv = ["--demo", "--device", "cpu", "--steps", "2", "--max-seconds", "0.04", "--mode", "online", "--out", str(out)]
+    assert main(argv) == 0
+    assert "(online mode, overlap 75)" in capsys.readouterr().err
+    with av.open(str(out)) as container:
+        assert len(list(container.decode(container.streams.video[0]))) == 1
+
+
+@pytest.mark.parametrize("overlap", ["80", "-1"])
+def test_an_overlap_outside_the_window_is_explained(overlap: str, capsys) -> None:
+    with pytest.raises(SystemExit):
+        main(["--demo", "--overlap", overlap])
+    assert "--overlap must be in [0, 80)" in capsys.readouterr().err

@@ -17,7 +17,7 @@ from PIL import Image
 
 from avatars.cache import load_avatar
 from avatars.register import register
-from engine.audio.hubert import TorchHubertRunner
+from engine.audio.hubert import TorchHubertRunner, offline_frame_count
 from engine.audio.standin_hubert import build_standin
 from engine.backends.torch_backend import TorchBackend
 from engine.engine import Engine
@@ -84,6 +84,26 @@ def test_a_session_beside_another_makes_exactly_the_frames_it_makes_alone_with_i
     assert not got[expected.size :].any()
     height, width = avatar.frames.shape[1:3]
     assert all(f.image.shape == (height, width, 3) and f.image.dtype == torch.uint8 for f in frames)
+
+
+def test_a_session_fed_offline_motion_renders_exactly_those_frames_with_their_audio(runtime: Runtime, avatar) -> None:
+    audio = tone(0.08)
+    samples = soxr.resample(audio, RATE, 16_000, quality="HQ")
+    motion = runtime.offline_motion(avatar, samples, overlap=10, seed=3)
+    assert motion.shape == (offline_frame_count(samples.size), 265) == (2, 265)
+    assert torch.equal(runtime.offline_motion(avatar, samples, overlap=10, seed=3), motion), "seeded"
+    with pytest.raises(ValueError, match="cannot be live"):
+        runtime.open_session(avatar, live=True, motion=motion)
+    session = runtime.open_session(avatar, live=False, motion=motion)
+    session.push_audio(audio, RATE)
+    session.end()
+    frames = list(iter(lambda: session.next_frame(timeout=300), None))
+    assert [f.index for f in frames] == [0, 1]
+    assert torch.equal(torch.stack([f.motion for f in frames]), motion), "the precomputed motion, frame for frame"
+    expected = soxr.resample(audio, RATE, 48_000, quality="HQ")
+    got = np.concatenate([f.audio for f in frames])
+    np.testing.assert_allclose(got[: expected.size], expected, atol=1e-6)
+    assert len(runtime.avatars) == 0
 
 
 def test_bad_audio_is_refused_with_a_clear_error_and_the_session_goes_on(runtime: Runtime, avatar) -> None:
