@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 from engine.motion.conditions import EMOTION_DIM, EMOTIONS, emotion_index, emotion_table
+from engine.motion.stitching import StitchControls
 from engine.motion.vector import MOTION_DIM, MOTION_KEYS, NUM_KEYPOINTS
 
 EXPRESSION_DIM = 3 * NUM_KEYPOINTS
@@ -29,6 +30,9 @@ MAX_POSE_DEGREES = 90.0
 MAX_POSE_SCALE = 3.0
 FADE_TARGETS = ("source", "first")
 WINDOW_CONTROLS = ("emotion", "fix_kp_cond", "fix_kp_cond_dims")
+STITCH_CONTROLS = ("pitch", "yaw", "roll", "pitch_scale", "yaw_scale", "roll_scale", "expression", "vad_alpha", "clip_range")
+BLINK_CONTROLS = ("blink", "blink_gaps", "blink_table")
+FADE_CONTROLS = ("fade_in", "fade_out", "fade_target", "fade_keys")
 
 Label = Union[int, str]
 EmotionSpec = Union[Label, tuple[Label, ...], tuple[tuple[Label, ...], ...], tuple[tuple[float, ...], ...]]
@@ -297,3 +301,16 @@ def controls_from(data: Mapping[str, Any], base: Controls | None = None) -> Cont
     if not isinstance(data, Mapping):
         raise ControlError(f"controls must be an object of fields, got {type(data).__name__}")
     return (base or Controls()).replace(**dict(data))
+
+
+def stitch_controls(controls: Controls, device: torch.device | str | None = None) -> StitchControls:
+    """The frame controls as the stitcher's device-side values."""
+    exp = None if controls.expression is None else torch.tensor(controls.expression, dtype=torch.float32, device=device)
+    clip = None if controls.clip_range is None else torch.tensor(controls.clip_range, dtype=torch.float32, device=device)
+    return StitchControls(
+        pose_offset=(controls.pitch, controls.yaw, controls.roll),
+        pose_scale=(controls.pitch_scale, controls.yaw_scale, controls.roll_scale),
+        exp_offset=exp,
+        vad_alpha=controls.vad_alpha,
+        clip=clip,
+    )

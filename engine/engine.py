@@ -13,6 +13,7 @@ from engine.audio.hubert_torch import HubertWeightsError, load_official_hubert
 from engine.audio.standin_hubert import build_standin
 from engine.backends.base import Backend, BackendError
 from engine.backends.torch_backend import TorchBackend, default_device
+from engine.controls import Controls
 from engine.diffusion.ddim import DEFAULT_STEPS, SEQ_FRAMES, DDIMSampler
 from engine.diffusion.graphed import BucketedSampler
 from engine.diffusion.schedule import ddim_schedule
@@ -52,8 +53,9 @@ class Engine:
     place GPU work is launched from.
     """
 
-    def __init__(self, backend: Backend, hubert, steps: int = DEFAULT_STEPS) -> None:
+    def __init__(self, backend: Backend, hubert, steps: int = DEFAULT_STEPS, default_controls: Controls | None = None) -> None:
         self.backend = backend
+        self.default_controls = default_controls or Controls()
         self.device = backend.device
         self.hubert = hubert
         self.steps = steps

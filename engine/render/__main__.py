@@ -20,6 +20,7 @@ import torch
 from tqdm import tqdm
 
 from engine.audio.files import read_audio
+from engine.control_flags import add_control_arguments, control_changes
 from engine.engine import OFFLINE_OVERLAP, RANDOM_WEIGHTS_NOTICE, models_dir, random_checkpoints
 from engine.runtime import Runtime, RuntimeConfig
 from engine.session import FPS, Session
@@ -36,14 +37,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--overlap", type=int, default=OFFLINE_OVERLAP, help="frames shared by consecutive 80-frame windows")
     parser.add_argument("--checkpoints", type=Path, help="official checkpoints folder (default: random stand-in weights)")
     parser.add_argument("--device", help="cuda or cpu (default: cuda when available)")
-    parser.add_argument("--emotion", default="neutral", help="angry, disgust, fear, happy, neutral, sad, surprise, contempt")
     parser.add_argument("--seed", type=int, default=0, help="seed of the diffusion noise")
     parser.add_argument("--max-seconds", type=float, help="render only the first N seconds of the audio")
     parser.add_argument(
         "--compile", action="store_true", help="torch.compile the networks (GPU): a minute more at start, faster frames for long renders"
     )
     parser.add_argument("--demo", action="store_true", help="bundled speech + astronaut portrait on random weights")
+    add_control_arguments(parser)
     args = parser.parse_args(argv)
+    args.control_changes = control_changes(args, parser)
     if not args.demo and (args.avatar is None or args.audio is None):
         parser.error("--avatar and --audio are required (or use --demo)")
     return args
@@ -105,7 +107,8 @@ def main(argv: list[str] | None = None) -> int:
         None if random_weights else args.checkpoints, device=device, steps=args.steps, config=config, compile_networks=args.compile
     )
     avatar = load_or_register(avatar_source, checkpoints, device, random_weights)
-    session = runtime.open_session(avatar, live=False, overlap=args.overlap, emotion=args.emotion, seed=args.seed)
+    controls = runtime.default_controls.replace(**args.control_changes)
+    session = runtime.open_session(avatar, live=False, overlap=args.overlap, seed=args.seed, controls=controls)
     total = math.ceil(len(audio) / rate * FPS)
     height, width = avatar.frames.shape[1:3]
     errors: list[BaseException] = []

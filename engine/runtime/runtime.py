@@ -30,7 +30,7 @@ from engine.audio.hubert import CHUNK_SAMPLES, CURRENT_FRAMES, encode_chunks
 from engine.diffusion.windows import SEQ_FRAMES
 from engine.diffusion.ddim import DEFAULT_STEPS
 from engine.engine import LIVE_OVERLAP, Engine
-from engine.motion.conditions import Emotion
+from engine.controls import Controls
 from engine.runtime import admission
 from engine.runtime.avatars import AvatarStore
 from engine.runtime.buckets import chunk_sizes
@@ -150,18 +150,27 @@ class Runtime:
 
     # -- sessions ---------------------------------------------------------------------------
 
+    @property
+    def default_controls(self) -> Controls:
+        """The controls a session gets unless given others: the reference's defaults (see ``engine.controls``)."""
+        return self.engine.default_controls
+
     def open_session(
         self,
         avatar: Avatar,
         live: bool = True,
         overlap: int = LIVE_OVERLAP,
         seed: int = 0,
-        emotion: Emotion = "neutral",
+        controls: Controls | None = None,
     ) -> Session:
         """A new session speaking with ``avatar``: ``live`` paces it on a 25 fps clock and idles on silence;
-        ``overlap`` is the latency knob (75: a window per 200 ms hop; 10 for offline renders)."""
+        ``overlap`` is the latency knob (75: a window per 200 ms hop; 10 for offline renders); ``controls``
+        (default: the engine's, see ``engine.controls``) can be changed later through the session."""
         if not 0 <= overlap < SEQ_FRAMES:
             raise ValueError(f"overlap must be in [0, {SEQ_FRAMES}), got {overlap}")
+        controls = self.default_controls if controls is None else controls
+        if not isinstance(controls, Controls):
+            raise TypeError(f"controls must be an engine.controls.Controls, got {type(controls).__name__}")
         if self._stopping:
             raise SessionClosed("the runtime is closed")
         if live:
@@ -169,14 +178,14 @@ class Runtime:
         with self._ids:
             session_id = self._next_id
             self._next_id += 1
-        session = Session(session_id, avatar.name, live, overlap, seed, self.config, self._wake.set)
+        session = Session(session_id, avatar.name, live, overlap, seed, self.config, self._wake.set, controls)
 
         def build() -> None:
             shared = self.avatars.acquire(avatar)
             try:
                 pipeline = SessionPipeline(
                     session, shared, self.engine.backend.stitch, self.engine.silence_feature,
-                    self.engine.step_noise(seed), self.engine.cond_width, emotion, self.config,
+                    self.engine.step_noise(seed), self.engine.cond_width, controls, self.config,
                 )
             except BaseException:
                 self.avatars.release(shared)
