@@ -19,6 +19,7 @@ from engine.diffusion.graphed import BucketedSampler
 from engine.diffusion.schedule import ddim_schedule
 from engine.motion.vector import MOTION_DIM
 from engine.networks import OFFICIAL_FILENAMES, write_random_checkpoints
+from engine.official_cfg import official_controls
 
 log = logging.getLogger("ditto.engine")
 LIVE_OVERLAP = 75
@@ -76,7 +77,8 @@ class Engine:
         plans: str | Path | None = None,
         compile_networks: bool = True,
     ) -> Engine:
-        """Load the networks from official checkpoints (or random stand-ins when None) onto ``device``.
+        """Load the networks from official checkpoints (or random stand-ins when None) onto ``device``; sessions
+        default to the controls of the official cfg beside them (``engine.official_cfg``) when there is one.
 
         ``compile_networks`` (torch backend, CUDA): fuse kernels with torch.compile; the runtime
         compiles at warm-up only, with an on-disk cache so the next start is quick.
@@ -95,7 +97,8 @@ class Engine:
             nets = TensorRTBackend(plans, checkpoints=folder, device=device)
         else:
             raise BackendError(f"unknown backend {backend!r}: choose torch, tensorrt or auto")
-        return cls(nets, hubert_runner(checkpoints, device), steps=steps)
+        defaults = official_controls(folder) if checkpoints is not None else Controls()
+        return cls(nets, hubert_runner(checkpoints, device), steps=steps, default_controls=defaults)
 
     def step_noise(self, seed: int) -> torch.Tensor:
         """The per-step DDIM noise (S−1,1,80,265) of ``seed``, drawn once and reused for every window (as the reference does)."""
