@@ -9,11 +9,16 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
 from engine.controls import FADE_TARGETS, ControlError, Controls
 
+NO_BLINK_TABLE = (
+    "--blink: no blink table, so the eyes follow the motion model. The reference blinks with the table in its official "
+    "cfg (ditto_cfg/*.pkl beside the checkpoints, read automatically); give one as \"blink_table\" in --controls FILE.json."
+)
 FLAGS = {
     "pitch": "degrees added to the head's pitch (positive looks down)",
     "yaw": "degrees added to the head's yaw",
@@ -66,6 +71,14 @@ def control_changes(args: argparse.Namespace, parser: argparse.ArgumentParser) -
     except ControlError as exc:
         parser.error(str(exc))
     return changes
+
+
+def session_controls(defaults: Controls, changes: dict[str, Any]) -> Controls:
+    """The engine's defaults with the command line's changes; says so when blinks are asked for but no table exists."""
+    controls = defaults.replace(**changes)
+    if changes.get("blink") and controls.blink_table is None:
+        print(NO_BLINK_TABLE, file=sys.stderr)
+    return controls
 
 
 def _read_file(path: Path) -> dict[str, Any]:

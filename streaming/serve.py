@@ -22,7 +22,7 @@ from pathlib import Path
 
 from aiohttp import web
 
-from engine.control_flags import add_control_arguments, control_changes
+from engine.control_flags import add_control_arguments, control_changes, session_controls
 from engine.engine import LIVE_OVERLAP
 from streaming.app import Stream, create_app
 from streaming.encoders.select import ENCODERS
@@ -154,8 +154,8 @@ async def serve(args: argparse.Namespace) -> int:
     token, generated = resolve_token(host, args.token)
     loop = asyncio.get_running_loop()
     streams, sources = [], []
+    controls = session_controls(runtime.default_controls, args.control_changes)
     for i in range(args.sessions):
-        controls = runtime.default_controls.replace(**args.control_changes)
         session = runtime.open_session(avatar, live=True, overlap=args.overlap, seed=args.seed + i, controls=controls)
         output = SessionOutput(session, encoder=args.encoder, name=str(i))
         if args.rtmp:

@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from engine.control_flags import session_controls
 from engine.controls import Controls
 from engine.render.__main__ import parse_args as render_args
 from streaming.serve import parse_args as serve_args
@@ -51,3 +52,11 @@ def test_bad_control_flags_are_explained(argv: list[str], message: str, capsys: 
     with pytest.raises(SystemExit):
         render_args(["--demo", *argv])
     assert message in capsys.readouterr().err
+
+
+def test_asking_for_blinks_without_a_table_says_where_one_comes_from(capsys: pytest.CaptureFixture) -> None:
+    assert session_controls(Controls(), {"blink": True, "yaw": 2.0}) == Controls(yaw=2.0)
+    assert "no blink table" in capsys.readouterr().err
+    table = ((0.0,) * 63,)
+    assert session_controls(Controls(blink_table=table), {"blink": True}).blink_table == table
+    assert capsys.readouterr().err == ""

@@ -20,7 +20,7 @@ import torch
 from tqdm import tqdm
 
 from engine.audio.files import read_audio
-from engine.control_flags import add_control_arguments, control_changes
+from engine.control_flags import add_control_arguments, control_changes, session_controls
 from engine.engine import OFFLINE_OVERLAP, RANDOM_WEIGHTS_NOTICE, models_dir, random_checkpoints
 from engine.runtime import Runtime, RuntimeConfig
 from engine.session import FPS, Session
@@ -107,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
         None if random_weights else args.checkpoints, device=device, steps=args.steps, config=config, compile_networks=args.compile
     )
     avatar = load_or_register(avatar_source, checkpoints, device, random_weights)
-    controls = runtime.default_controls.replace(**args.control_changes)
+    controls = session_controls(runtime.default_controls, args.control_changes)
     session = runtime.open_session(avatar, live=False, overlap=args.overlap, seed=args.seed, controls=controls)
     total = math.ceil(len(audio) / rate * FPS)
     height, width = avatar.frames.shape[1:3]

@@ -27,10 +27,10 @@ import torch
 from tqdm import tqdm
 
 from engine.audio.hubert import CHUNK_SAMPLES, CURRENT_FRAMES, encode_chunks
+from engine.controls import Controls
 from engine.diffusion.windows import SEQ_FRAMES
 from engine.diffusion.ddim import DEFAULT_STEPS
 from engine.engine import LIVE_OVERLAP, Engine
-from engine.controls import Controls
 from engine.runtime import admission
 from engine.runtime.avatars import AvatarStore
 from engine.runtime.buckets import chunk_sizes
