@@ -17,7 +17,7 @@ from engine.audio.standin_hubert import build_standin
 from engine.backends.torch_backend import TorchBackend
 from engine.engine import Engine
 from engine.motion.conditions import ConditionBuilder
-from engine.motion_stream import MotionStream, kp_cond_frame
+from engine.motion_stream import MotionStream
 
 SR = 16_000
 
@@ -174,12 +174,3 @@ def test_fixed_kp_conditioning_restarts_every_nth_window_from_the_avatar_from_th
         assert torch.equal(cond, expected)
     assert torch.equal(seen[3][2][202:], source[202:]) and torch.equal(seen[3][2][:202], seen[3][3][:202])
     assert torch.equal(seen[4][2], seen[4][3]), "between restarts a window continues from the last frame"
-
-
-def test_kp_cond_frame_keeps_the_chosen_dims_of_the_last_frame() -> None:
-    last, source = torch.arange(265.0), -torch.ones(265)
-    assert torch.equal(kp_cond_frame(last, source, windows_done=3, every=0), last)
-    assert torch.equal(kp_cond_frame(last, source, windows_done=3, every=2), last)
-    kept = kp_cond_frame(last, source, windows_done=4, every=2, keep=(10, 20))
-    assert torch.equal(kept[10:20], last[10:20]) and (kept[:10] == -1).all() and (kept[20:] == -1).all()
-    assert torch.equal(kp_cond_frame(last, source, windows_done=0, every=1), last), "the first window's frame is the avatar's already"
