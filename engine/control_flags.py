@@ -20,7 +20,7 @@ NO_BLINK_TABLE = (
     "cfg (ditto_cfg/*.pkl beside the checkpoints, read automatically); give one as \"blink_table\" in --controls FILE.json."
 )
 FLAGS = {
-    "pitch": "degrees added to the head's pitch (positive looks down)",
+    "pitch": "degrees added to the head's pitch",
     "yaw": "degrees added to the head's yaw",
     "roll": "degrees added to the head's roll",
     "pitch_scale": "multiplies the pitch angle after the offset (0 holds the head level)",

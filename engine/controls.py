@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Union
 
@@ -47,7 +47,7 @@ class Controls:
     """A session's controls; the defaults are the reference's and change nothing in the output."""
 
     pitch: float = 0.0
-    """Degrees added to the head's pitch (reference ``delta_pitch``; positive looks down)."""
+    """Degrees added to the head's pitch (reference ``delta_pitch``)."""
     yaw: float = 0.0
     """Degrees added to the head's yaw (``delta_yaw``)."""
     roll: float = 0.0
@@ -294,13 +294,6 @@ _CHECKS = {
     "fix_kp_cond_dims": _kp_dims,
 }
 FIELD_NAMES = tuple(field.name for field in dataclasses.fields(Controls))
-
-
-def controls_from(data: Mapping[str, Any], base: Controls | None = None) -> Controls:
-    """``base`` (default: the reference's defaults) with the fields in ``data`` (e.g. parsed JSON) applied."""
-    if not isinstance(data, Mapping):
-        raise ControlError(f"controls must be an object of fields, got {type(data).__name__}")
-    return (base or Controls()).replace(**dict(data))
 
 
 def stitch_controls(controls: Controls, device: torch.device | str | None = None) -> StitchControls:
