@@ -13,11 +13,13 @@ from engine.audio.hubert_torch import HubertWeightsError, load_official_hubert
 from engine.audio.standin_hubert import build_standin
 from engine.backends.base import Backend, BackendError
 from engine.backends.torch_backend import TorchBackend, default_device
+from engine.controls import Controls
 from engine.diffusion.ddim import DEFAULT_STEPS, SEQ_FRAMES, DDIMSampler
 from engine.diffusion.graphed import BucketedSampler
 from engine.diffusion.schedule import ddim_schedule
 from engine.motion.vector import MOTION_DIM
 from engine.networks import OFFICIAL_FILENAMES, write_random_checkpoints
+from engine.official_cfg import official_controls
 
 log = logging.getLogger("ditto.engine")
 LIVE_OVERLAP = 75
@@ -52,8 +54,9 @@ class Engine:
     place GPU work is launched from.
     """
 
-    def __init__(self, backend: Backend, hubert, steps: int = DEFAULT_STEPS) -> None:
+    def __init__(self, backend: Backend, hubert, steps: int = DEFAULT_STEPS, default_controls: Controls | None = None) -> None:
         self.backend = backend
+        self.default_controls = default_controls or Controls()
         self.device = backend.device
         self.hubert = hubert
         self.steps = steps
@@ -74,7 +77,8 @@ class Engine:
         plans: str | Path | None = None,
         compile_networks: bool = True,
     ) -> Engine:
-        """Load the networks from official checkpoints (or random stand-ins when None) onto ``device``.
+        """Load the networks from official checkpoints (or random stand-ins when None) onto ``device``; sessions
+        default to the controls of the official cfg beside them (``engine.official_cfg``) when there is one.
 
         ``compile_networks`` (torch backend, CUDA): fuse kernels with torch.compile; the runtime
         compiles at warm-up only, with an on-disk cache so the next start is quick.
@@ -93,7 +97,8 @@ class Engine:
             nets = TensorRTBackend(plans, checkpoints=folder, device=device)
         else:
             raise BackendError(f"unknown backend {backend!r}: choose torch, tensorrt or auto")
-        return cls(nets, hubert_runner(checkpoints, device), steps=steps)
+        defaults = official_controls(folder) if checkpoints is not None else Controls()
+        return cls(nets, hubert_runner(checkpoints, device), steps=steps, default_controls=defaults)
 
     def step_noise(self, seed: int) -> torch.Tensor:
         """The per-step DDIM noise (S−1,1,80,265) of ``seed``, drawn once and reused for every window (as the reference does)."""

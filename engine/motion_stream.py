@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from engine.audio.hubert import FEATURE_DIM, FRAME_SAMPLES, AudioChunker
-from engine.diffusion.windows import MotionWindows, WindowPlan
+from engine.diffusion.windows import MotionWindows, WindowPlan, kp_cond_frame
 from engine.motion.conditions import ConditionBuilder
 
 
@@ -31,7 +31,11 @@ class WindowRequest:
 
 
 class MotionStream:
-    """Audio in, motion frames out, driven by the runtime; ``frames_out`` counts the frames returned so far."""
+    """Audio in, motion frames out, driven by the runtime; ``frames_out`` counts the frames returned so far.
+
+    ``fix_kp_cond`` / ``fix_kp_cond_dims`` (see ``kp_cond_frame``) and the condition builder's emotion may be
+    changed between windows; each window request uses the values of the moment.
+    """
 
     def __init__(
         self,
@@ -48,6 +52,9 @@ class MotionStream:
         self._step_noise = step_noise
         self._conditions = conditions
         self._silence = silence_feature.to(self.device)
+        self._source = source_motion
+        self.fix_kp_cond = 0
+        self.fix_kp_cond_dims: tuple[int, int] | None = None
         self.chunker = AudioChunker()
         self.windows = MotionWindows(source_motion, overlap)
         self._features = torch.empty(0, FEATURE_DIM, device=self.device)
@@ -104,7 +111,8 @@ class MotionStream:
         features = self._window_features(plan.start)
         cond = self._conditions(features[None], plan.start)[0]
         noise = torch.randn(self.windows.seq_frames, self.windows.cond_frame.shape[0], generator=self._generator, device=self.device)
-        return WindowRequest(plan, self.windows.cond_frame, cond, noise, self._step_noise[:, 0])
+        cond_frame = kp_cond_frame(self.windows.cond_frame, self._source, self.windows.windows_done, self.fix_kp_cond, self.fix_kp_cond_dims)
+        return WindowRequest(plan, cond_frame, cond, noise, self._step_noise[:, 0])
 
     def complete(self, window: torch.Tensor) -> torch.Tensor:
         """The sampled window (80,265) of the last request -> the motion frames it made final."""

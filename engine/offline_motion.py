@@ -43,14 +43,20 @@ def offline_motion(
     overlap: int,
     sample: WindowSampler,
     progress: bool = False,
+    fix_kp_cond: int = 0,
+    fix_kp_cond_dims: tuple[int, int] | None = None,
 ) -> torch.Tensor:
-    """A whole 16 kHz mono clip -> its motion (N,265) on the conditions' device, N = offline_frame_count(len)."""
+    """A whole 16 kHz mono clip -> its motion (N,265) on the conditions' device, N = offline_frame_count(len);
+    ``fix_kp_cond`` / ``fix_kp_cond_dims`` as the reference's (see ``engine.diffusion.windows.kp_cond_frame``)."""
     check_overlap(overlap)
     features = offline_features(hubert, samples).to(conditions.device, torch.float32)
     table = conditions(features[None], 0)[0]
     windows = len(window_starts(table.shape[0], overlap))
     with tqdm(total=windows, desc="motion", unit="window", disable=not progress) as bar:
-        return sample_offline(table, source_motion.to(table.device, torch.float32), overlap, sample, on_window=bar.update)
+        return sample_offline(
+            table, source_motion.to(table.device, torch.float32), overlap, sample,
+            on_window=bar.update, fix_kp_cond=fix_kp_cond, fix_kp_cond_dims=fix_kp_cond_dims,
+        )
 
 
 class PrecomputedMotion:

@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 from engine.audio.pcm import PcmError, StreamingResampler, channel_axis
+from engine.controls import Controls
 from engine.runtime.config import RuntimeConfig
 from engine.runtime.errors import AudioError, Backpressure, SessionClosed
 
@@ -66,6 +67,8 @@ class Intake:
     end: bool
     close: bool
     generation: int
+    controls: Controls | None = None
+    """The session's controls when they changed since the loop last looked."""
 
 
 class Session:
@@ -80,6 +83,7 @@ class Session:
         seed: int,
         config: RuntimeConfig,
         wake: Callable[[], None],
+        controls: Controls | None = None,
     ) -> None:
         self.id = session_id
         self.avatar_name = avatar_name
@@ -108,6 +112,8 @@ class Session:
         self.committed_samples = 0
         self._taken_samples = 0
         self._last_taken: Frame | None = None
+        self._controls = controls if controls is not None else Controls()
+        self._controls_changed = False
         self.counters = {
             "frames_generated": 0,
             "frames_taken": 0,
@@ -184,6 +190,33 @@ class Session:
             self.counters["interrupts"] += 1
             self._changed.notify_all()
         self._wake()
+
+    # -- controls (any thread) ---------------------------------------------------------------
+
+    @property
+    def controls(self) -> Controls:
+        """The controls in force (or about to be: the loop applies a change at its next tick)."""
+        with self._lock:
+            return self._controls
+
+    def set_controls(self, controls: Controls) -> None:
+        """Replace every control; the loop applies them from its next tick (see ``engine.controls``)."""
+        if not isinstance(controls, Controls):
+            raise TypeError(f"set_controls takes an engine.controls.Controls, got {type(controls).__name__}")
+        with self._changed:
+            self._check_alive()
+            self._controls, self._controls_changed = controls, True
+        self._wake()
+
+    def update_controls(self, **changes) -> Controls:
+        """Change some controls (``ControlError`` for an unknown field or a bad value, leaving them as they were);
+        returns the controls now in force. Applied by the loop from its next tick."""
+        with self._changed:
+            self._check_alive()
+            self._controls, self._controls_changed = self._controls.replace(**changes), True
+            controls = self._controls
+        self._wake()
+        return controls
 
     def close(self) -> None:
         """Free the session: its frames, its motion state; idempotent."""
@@ -268,9 +301,10 @@ class Session:
                 self._end,
                 self._close,
                 self._generation,
+                self._controls if self._controls_changed else None,
             )
             self._model_parts, self._sink_parts, self._pending_model = [], [], 0
-            self._interrupt = self._end = False
+            self._interrupt = self._end = self._controls_changed = False
             self.committed_samples += intake.model.size
         return intake
 
@@ -324,11 +358,15 @@ class Session:
 
     # -- internals -------------------------------------------------------------------------
 
-    def _check_open(self) -> None:
+    def _check_alive(self) -> None:
+        """Controls may change until the session is closed or failed (after ``end``, for the frames still to come)."""
         if self._error is not None:
             raise SessionClosed(f"session {self.id} failed: {self._error}") from self._error
         if self._close:
             raise SessionClosed(f"session {self.id} is closed; open a new one with runtime.open_session")
+
+    def _check_open(self) -> None:
+        self._check_alive()
         if self._end:
             raise SessionClosed(f"session {self.id} has ended; open a new one with runtime.open_session")
 

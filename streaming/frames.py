@@ -13,6 +13,7 @@ from typing import Protocol
 import numpy as np
 import torch
 
+from engine.controls import Controls
 from engine.runtime.config import RuntimeConfig
 from engine.session import FPS
 
@@ -44,6 +45,8 @@ class AudioSink(Protocol):
     """A live session seen from the audio side (what sources push into)."""
 
     def push_audio(self, pcm: np.ndarray, sample_rate: int, channels: int | None = None, block: bool = False) -> None: ...
+
+    def update_controls(self, **changes) -> Controls: ...
 
     def interrupt(self) -> None: ...
 

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from aiohttp import web
 
+from engine.control_flags import add_control_arguments, control_changes, session_controls
 from engine.engine import LIVE_OVERLAP
 from streaming.app import Stream, create_app
 from streaming.encoders.select import ENCODERS
@@ -78,12 +79,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--checkpoints", type=Path, help="official checkpoints folder (default: random stand-in weights)")
     parser.add_argument("--device", help="cuda or cpu (default: cuda when available)")
     parser.add_argument("--overlap", type=int, default=LIVE_OVERLAP, help="frames shared by consecutive 80-frame windows")
-    parser.add_argument("--emotion", default="neutral")
     parser.add_argument("--steps", type=int, default=25, help="DDIM steps per window")
     parser.add_argument("--duration", type=float, help="stop after this many seconds (default: when every session has ended)")
     parser.add_argument("--seed", type=int, default=0, help="seed of session 0's diffusion noise (session i uses seed + i)")
     parser.add_argument("--demo", action="store_true", help="the demo portrait speaking the bundled clip on loop, random weights")
+    add_control_arguments(parser)
     args = parser.parse_args(argv)
+    args.control_changes = control_changes(args, parser)
     if args.sessions < 1:
         parser.error("--sessions must be at least 1")
     if not args.demo and not args.avatar:
@@ -152,8 +154,9 @@ async def serve(args: argparse.Namespace) -> int:
     token, generated = resolve_token(host, args.token)
     loop = asyncio.get_running_loop()
     streams, sources = [], []
+    controls = session_controls(runtime.default_controls, args.control_changes)
     for i in range(args.sessions):
-        session = runtime.open_session(avatar, live=True, overlap=args.overlap, seed=args.seed + i, emotion=args.emotion)
+        session = runtime.open_session(avatar, live=True, overlap=args.overlap, seed=args.seed + i, controls=controls)
         output = SessionOutput(session, encoder=args.encoder, name=str(i))
         if args.rtmp:
             output.add_sink(RtmpSink(numbered(args.rtmp, i, args.sessions), output.request_keyframe))

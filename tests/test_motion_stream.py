@@ -137,3 +137,40 @@ def test_pushing_after_the_end_is_an_error(engine: Engine) -> None:
     stream.end()
     with pytest.raises(RuntimeError, match="ended"):
         stream.stream.push(np.zeros(10, np.float32))
+
+
+def reference_kp_cond(last: torch.Tensor, source: torch.Tensor, clip_idx: int, every: int, keep) -> torch.Tensor:
+    """Audio2Motion._update_kp_cond after window ``clip_idx`` (1-based) left ``last`` before the next window."""
+    if every > 0 and clip_idx % every == 0:
+        kp_cond = source.clone()
+        if keep is not None:
+            kp_cond[keep[0] : keep[1]] = last[keep[0] : keep[1]]
+        return kp_cond
+    return last
+
+
+def test_fixed_kp_conditioning_restarts_every_nth_window_from_the_avatar_from_the_next_window_on(engine: Engine) -> None:
+    stream = make_stream(engine, 75)
+    seen = []  # (windows done, the policy of the moment, cond_frame sampled with, the windows' last frame)
+    request = stream.stream.window_request
+
+    def recording():
+        made = request()
+        if made is not None:
+            policy = (stream.fix_kp_cond, stream.fix_kp_cond_dims)
+            seen.append((stream.windows.windows_done, policy, made.cond_frame.clone(), stream.windows.cond_frame.clone()))
+        return made
+
+    stream.stream.window_request = recording
+    stream.push(speech(0.6))
+    changed_at = len(seen)
+    stream.stream.fix_kp_cond, stream.stream.fix_kp_cond_dims = 3, (0, 202)
+    stream.push(speech(0.8, seed=1))
+    source = stream.stream._source
+    assert changed_at == 2 and len(seen) >= 6
+    for k, (done, (every, keep), cond, last) in enumerate(seen):
+        assert done == k and (every, keep) == ((0, None) if k < changed_at else (3, (0, 202)))
+        expected = source if k == 0 else reference_kp_cond(last, source, k, every, keep)
+        assert torch.equal(cond, expected)
+    assert torch.equal(seen[3][2][202:], source[202:]) and torch.equal(seen[3][2][:202], seen[3][3][:202])
+    assert torch.equal(seen[4][2], seen[4][3]), "between restarts a window continues from the last frame"

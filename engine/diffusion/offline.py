@@ -17,7 +17,7 @@ from collections.abc import Callable
 
 import torch
 
-from engine.diffusion.windows import SEQ_FRAMES, SMOOTH_FRAMES, fuse_windows, smooth_frames
+from engine.diffusion.windows import SEQ_FRAMES, SMOOTH_FRAMES, fuse_windows, kp_cond_frame, smooth_frames
 from engine.motion.vector import MOTION_DIM
 
 WindowSampler = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
@@ -76,12 +76,15 @@ def sample_offline(
     sample: WindowSampler,
     smooth_k: int = SMOOTH_FRAMES,
     on_window: Callable[[], None] | None = None,
+    fix_kp_cond: int = 0,
+    fix_kp_cond_dims: tuple[int, int] | None = None,
 ) -> torch.Tensor:
     """Every window of a clip, one after another (each conditions the next) -> its motion (N,265).
 
     ``conditions`` (N,D): the clip's per-frame conditions from frame 0; ``source_motion`` (265,):
     the avatar's motion vector, the first window's cond_frame; ``sample`` samples one window;
-    ``on_window`` (optional) is called after each window, for progress.
+    ``on_window`` (optional) is called after each window, for progress; ``fix_kp_cond`` /
+    ``fix_kp_cond_dims``: restart every n-th window from ``source_motion`` (see ``kp_cond_frame``).
     """
     num_frames = conditions.shape[0]
     if conditions.ndim != 2 or num_frames == 0:
@@ -90,10 +93,10 @@ def sample_offline(
         raise ValueError(f"source_motion must be ({MOTION_DIM},), got shape {tuple(source_motion.shape)}")
     history = None
     cond_frame = source_motion
-    for start in window_starts(num_frames, overlap):
+    for done, start in enumerate(window_starts(num_frames, overlap), 1):
         prediction = sample(cond_frame, window_conditions(conditions, start))
         history = append_window(history, prediction, overlap, smooth_k)
-        cond_frame = next_cond_frame(history, overlap)
+        cond_frame = kp_cond_frame(next_cond_frame(history, overlap), source_motion, done, fix_kp_cond, fix_kp_cond_dims)
         if on_window is not None:
             on_window()
     return finish_sequence(history, num_frames, smooth_k)

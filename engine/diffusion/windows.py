@@ -147,3 +147,17 @@ class MotionWindows:
     def _empty(self) -> torch.Tensor:
         """No frames, shaped (0,265) on the session's device."""
         return self.cond_frame.new_zeros(0, MOTION_DIM)
+
+
+def kp_cond_frame(
+    last: torch.Tensor, source: torch.Tensor, windows_done: int, every: int = 0, keep: tuple[int, int] | None = None
+) -> torch.Tensor:
+    """The next window's cond_frame (the reference's ``_update_kp_cond``): the last final frame before it, except
+    that with ``every`` = n > 0 each window after a multiple of n windows restarts from the avatar's own motion
+    ``source`` (keeping dims [start, stop) of ``keep`` from the last frame)."""
+    if windows_done == 0 or every == 0 or windows_done % every:
+        return last
+    frame = source.clone()
+    if keep is not None:
+        frame[keep[0] : keep[1]] = last[keep[0] : keep[1]]
+    return frame

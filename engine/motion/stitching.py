@@ -1,19 +1,23 @@
 """Motion stitching: LMDM motion -> source and driving keypoints for the warp network, batched over frames.
 
-Per frame: relative motion against an anchor frame (in pose-logit space), the expression mask
-(lips, and eyes unless a blink table drives them, from the LMDM; the rest from the avatar), an
-optional fade towards a target, the gaze fix, the keypoint transform, and the stitching network.
+Per frame, in the reference's order: the motion clip range, relative motion against an anchor frame
+(in pose-logit space), the expression mask (lips, and eyes unless a blink table drives them, from the
+LMDM; the rest from the avatar), mouth damping, head-pose and expression offsets, an optional fade
+towards a target, the gaze fix, the keypoint transform, and the stitching network. A head-pose axis
+that a control moves is carried in degrees from there on (as the reference's ``ctrl_motion`` does);
+untouched axes stay logits, so default controls compute exactly what no controls do.
 """
 
 from __future__ import annotations
 
 import random
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import torch
 
-from engine.motion.keypoints import motion_keypoints
-from engine.motion.pose import bins_to_degrees
+from engine.motion.keypoints import motion_keypoints, transform_keypoints
+from engine.motion.pose import bins_to_degrees, rotation_matrix
 from engine.motion.vector import MOTION_DIM, MOTION_KEYS, NUM_KEYPOINTS, split_motion
 
 LIP_KEYPOINTS = (6, 12, 14, 17, 19, 20)
@@ -22,6 +26,7 @@ DRIVEN_KEYS_IMAGE = ("exp", "pitch", "yaw", "roll", "t")
 DRIVEN_KEYS_VIDEO = ("exp",)
 SOURCE_KEYS = (*MOTION_KEYS, "kp")
 FADE_TARGETS = ("first", "source")
+POSE_AXES = ("pitch", "yaw", "roll")
 
 GAZE_YAW_RATIO = 0.26
 GAZE_PITCH_RATIO = 0.28
@@ -82,10 +87,59 @@ def gaze_delta(yaw_delta: torch.Tensor, pitch_delta: torch.Tensor, weights: torc
     return dx * torch.where(dx > 0, weights[0], weights[1]) + dy * weights[2]
 
 
+def pose_angle(part: torch.Tensor) -> torch.Tensor:
+    """A pose part in degrees (B,): logits (B,66) are decoded, angles (B,) pass through (the reference's bin66_to_degree)."""
+    return part if part.ndim == 1 else bins_to_degrees(part)
+
+
 def fade(parts: Motion, target: Motion, alpha: torch.Tensor, keys: Sequence[str]) -> Motion:
-    """parts[k]·α + target[k]·(1−α) for the given keys, α (B,) per frame; other keys unchanged."""
-    weight = alpha.reshape(-1, 1)
-    return {k: v * weight + target[k] * (1 - weight) if k in keys else v for k, v in parts.items()}
+    """parts[k]·α + target[k]·(1−α) for the given keys, α (B,) per frame; other keys unchanged.
+
+    A pose part held in degrees on one side is faded in degrees (the other side decoded to match).
+    """
+    faded = dict(parts)
+    for key in keys:
+        value, goal = parts[key], target[key]
+        if key in POSE_AXES and value.ndim != goal.ndim:
+            value, goal = pose_angle(value), pose_angle(goal)
+        weight = alpha.reshape(-1, *([1] * (value.ndim - 1)))
+        faded[key] = value * weight + goal * (1 - weight)
+    return faded
+
+
+@dataclass(frozen=True)
+class StitchControls:
+    """The per-frame controls in the stitcher's terms (one session's, vectorised over its frames); defaults change nothing."""
+
+    pose_offset: tuple[float, float, float] = (0.0, 0.0, 0.0)
+    """Degrees added to pitch, yaw, roll (the reference's delta_pitch/yaw/roll)."""
+    pose_scale: tuple[float, float, float] = (1.0, 1.0, 1.0)
+    """Multipliers of the angles after the offsets (alpha_pitch/yaw/roll)."""
+    exp_offset: torch.Tensor | None = None
+    """(63,) added to the expression (delta_exp)."""
+    vad_alpha: float = 1.0
+    """Mouth damping: exp·α + source exp·(1−α) when α < 1 (vad_alpha)."""
+    clip: torch.Tensor | None = None
+    """(2,265) per-dimension min and max of the driving motion and its anchor (v_min_max_for_clip)."""
+
+
+def control_motion(parts: Motion, source: Motion, controls: StitchControls) -> Motion:
+    """Mouth damping, then head-pose offsets and scales (moved axes become degrees (B,)), then the expression offset."""
+    parts = dict(parts)
+    if controls.vad_alpha < 1:
+        parts["exp"] = parts["exp"] * controls.vad_alpha + source["exp"] * (1 - controls.vad_alpha)
+    for axis, offset, scale in zip(POSE_AXES, controls.pose_offset, controls.pose_scale):
+        if offset != 0.0 or scale != 1.0:
+            parts[axis] = (pose_angle(parts[axis]) + offset) * scale
+    if controls.exp_offset is not None:
+        parts["exp"] = parts["exp"] + controls.exp_offset
+    return parts
+
+
+def posed_keypoints(parts: Motion, kp: torch.Tensor) -> torch.Tensor:
+    """Motion parts (pose as logits or degrees) applied to canonical kp -> (B,21,3)."""
+    rotation = rotation_matrix(*(pose_angle(parts[axis]) for axis in POSE_AXES))
+    return transform_keypoints(kp, rotation, parts["exp"], parts["scale"], parts["t"])
 
 
 def fade_alphas(
@@ -153,45 +207,59 @@ class MotionStitcher:
         blink_indices: torch.Tensor | None = None,
         fade_target: str | None = None,
         fade_keys: Sequence[str] = ("exp",),
+        controls: StitchControls | None = None,
     ) -> None:
         """``source``: the avatar's motion per avatar frame (N,·) with keys pitch/yaw/roll (N,66), t (N,3),
         exp (N,63), scale (N,1), kp (N,63). ``stitch``: the stitching network (None skips it).
         ``blink_table`` (K,63) with ``blink_indices`` (n,) from ``blink_schedule`` replaces the driven eyes.
         ``fade_target``: "first" (the first stitched frame) or "source" (the avatar), used with ``fade_alpha``.
+        ``controls``: the per-frame controls (changeable between calls through the attribute).
         """
         missing = [k for k in SOURCE_KEYS if k not in source]
         if missing:
             raise ValueError(f"source motion lacks {missing}; the avatar must provide {list(SOURCE_KEYS)}")
-        unknown = [k for k in (*driven_keys, *fade_keys) if k not in MOTION_KEYS]
+        unknown = [k for k in driven_keys if k not in MOTION_KEYS]
         if unknown:
             raise ValueError(f"unknown motion keys {unknown}; choose from {list(MOTION_KEYS)}")
-        if fade_target is not None and fade_target not in FADE_TARGETS:
-            raise ValueError(f"fade_target must be one of {FADE_TARGETS} or None, got {fade_target!r}")
-        if (blink_table is None) != (blink_indices is None):
-            raise ValueError("blink_table and blink_indices go together: pass both or neither")
         self.source = {k: source[k].reshape(source[k].shape[0], -1) for k in SOURCE_KEYS}
         self.stitch = stitch
         self.driven_keys = tuple(driven_keys)
         self.drive_eye = drive_eye
         self.relative = relative
-        self.blink_table = blink_table
-        self.blink_indices = blink_indices
-        self.fade_target = fade_target
-        self.fade_keys = tuple(fade_keys)
         device = self.source["exp"].device
-        self.weights = expression_weights(drive_eye, blink_table is not None, device)
         self.gaze = gaze_weights(device)
         self.first_row = torch.zeros(1, dtype=torch.int64, device=device)
         self.source_keypoints = motion_keypoints(self.source, self.source["kp"])
         self.source_yaw = bins_to_degrees(self.source["yaw"][0])
         self.source_pitch = bins_to_degrees(self.source["pitch"][0])
-        self.anchor: Motion | None = None
+        self.controls = controls or StitchControls()
+        self.anchor: torch.Tensor | None = None
         self.first: Motion | None = None
         self.frames_done = 0
+        self.set_blinks(blink_table, blink_indices)
+        self.set_fade(fade_target, fade_keys)
+
+    def set_blinks(self, table: torch.Tensor | None, indices: torch.Tensor | None) -> None:
+        """Blink with ``table`` (K,63) rows picked by ``indices`` (n,) at frame ``frames_done % n`` (None, None: no blinks)."""
+        if (table is None) != (indices is None):
+            raise ValueError("blink_table and blink_indices go together: pass both or neither")
+        self.blink_table = table
+        self.blink_indices = indices
+        self.weights = expression_weights(self.drive_eye, table is not None, self.source["exp"].device)
+
+    def set_fade(self, target: str | None, keys: Sequence[str] = ("exp",)) -> None:
+        """Fade ``keys`` towards ``target`` ("first", "source" or None) by the ``fade_alpha`` of each call."""
+        if target is not None and target not in FADE_TARGETS:
+            raise ValueError(f"fade_target must be one of {FADE_TARGETS} or None, got {target!r}")
+        unknown = [k for k in keys if k not in MOTION_KEYS]
+        if unknown:
+            raise ValueError(f"unknown motion keys {unknown}; choose from {list(MOTION_KEYS)}")
+        self.fade_target = target
+        self.fade_keys = tuple(keys)
 
     def set_anchor(self, motion: torch.Tensor) -> None:
         """Use this 265-d motion vector as the relative-motion anchor d0 (else the first stitched frame is)."""
-        self.anchor = split_motion(motion.reshape(1, MOTION_DIM))
+        self.anchor = motion.reshape(1, MOTION_DIM)
 
     def __call__(
         self,
@@ -207,29 +275,35 @@ class MotionStitcher:
         if driving.ndim != 2 or driving.shape[1] != MOTION_DIM:
             raise ValueError(f"driving motion must be (B,{MOTION_DIM}), got shape {tuple(driving.shape)}")
         batch = driving.shape[0]
+        controls = self.controls
         rows = source_index if source_index is not None else self.first_row
         source = {k: v[rows] for k, v in self.source.items()}
-        frames = split_motion(driving)
         if self.relative and self.anchor is None:
-            self.anchor = {k: v[:1].clone() for k, v in frames.items()}
-        mixed = mix_relative(source, frames, self.anchor if self.relative else None, self.driven_keys)
+            self.anchor = driving[:1].clone()
+        anchor = self.anchor
+        if controls.clip is not None:
+            driving = driving.clamp(controls.clip[0], controls.clip[1])
+            anchor = anchor.clamp(controls.clip[0], controls.clip[1]) if anchor is not None else None
+        frames = split_motion(driving)
+        mixed = mix_relative(source, frames, split_motion(anchor) if self.relative else None, self.driven_keys)
         driven_w, source_w, blink_w = self.weights
         exp = mixed["exp"] * driven_w + source["exp"] * source_w
         if self.blink_table is not None:
             frame = torch.arange(self.frames_done, self.frames_done + batch, device=driving.device)
             exp = exp + self.blink_table[self.blink_indices[frame % self.blink_indices.shape[0]]] * blink_w
         mixed["exp"] = exp
+        mixed = control_motion(mixed, source, controls)
         if self.fade_target == "first" and self.first is None:
             self.first = {k: v[:1].clone() for k, v in mixed.items()}
         if fade_alpha is not None and self.fade_target is not None:
             target = self.first if self.fade_target == "first" else source
             mixed = fade(mixed, target, fade_alpha, self.fade_keys)
         if self.drive_eye:
-            yaw = bins_to_degrees(mixed["yaw"]) - self.source_yaw
-            pitch = bins_to_degrees(mixed["pitch"]) - self.source_pitch
+            yaw = pose_angle(mixed["yaw"]) - self.source_yaw
+            pitch = pose_angle(mixed["pitch"]) - self.source_pitch
             mixed["exp"] = mixed["exp"] + gaze_delta(yaw, pitch, self.gaze)
         x_s = self.source_keypoints[rows].expand(batch, NUM_KEYPOINTS, 3)
-        x_d = motion_keypoints(mixed, source["kp"]).expand(batch, NUM_KEYPOINTS, 3)
+        x_d = posed_keypoints(mixed, source["kp"]).expand(batch, NUM_KEYPOINTS, 3)
         if self.stitch is not None:
             x_d = self.stitch(x_s, x_d)
         self.frames_done += batch

@@ -24,6 +24,7 @@ from tqdm import tqdm
 
 from engine.audio.files import read_audio
 from engine.audio.pcm import to_mono_16k
+from engine.control_flags import add_control_arguments, control_changes, session_controls
 from engine.diffusion.windows import SEQ_FRAMES
 from engine.engine import LIVE_OVERLAP, OFFLINE_OVERLAP, RANDOM_WEIGHTS_NOTICE, models_dir, random_checkpoints
 from engine.runtime import Runtime, RuntimeConfig
@@ -52,14 +53,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--checkpoints", type=Path, help="official checkpoints folder (default: random stand-in weights)")
     parser.add_argument("--device", help="cuda or cpu (default: cuda when available)")
-    parser.add_argument("--emotion", default="neutral", help="angry, disgust, fear, happy, neutral, sad, surprise, contempt")
     parser.add_argument("--seed", type=int, default=0, help="seed of the diffusion noise")
     parser.add_argument("--max-seconds", type=float, help="render only the first N seconds of the audio")
     parser.add_argument(
         "--compile", action="store_true", help="torch.compile the networks (GPU): a minute more at start, faster frames for long renders"
     )
     parser.add_argument("--demo", action="store_true", help="bundled speech + astronaut portrait on random weights")
+    add_control_arguments(parser)
     args = parser.parse_args(argv)
+    args.control_changes = control_changes(args, parser)
     if not args.demo and (args.avatar is None or args.audio is None):
         parser.error("--avatar and --audio are required (or use --demo)")
     if args.overlap is None:
@@ -101,11 +103,12 @@ def open_render(runtime: Runtime, avatar, audio: np.ndarray, rate: int, args: ar
     Offline, the motion of the whole clip is computed first and the session renders it;
     online, the session samples its windows from the audio as it arrives, as a live one does.
     """
-    options = dict(live=False, overlap=args.overlap, emotion=args.emotion, seed=args.seed)
+    controls = session_controls(runtime.default_controls, args.control_changes)
+    options = dict(live=False, overlap=args.overlap, seed=args.seed, controls=controls)
     if args.mode == "online":
         return runtime.open_session(avatar, **options), math.ceil(len(audio) / rate * FPS)
     samples = to_mono_16k(audio, rate, channels=audio.shape[1] if audio.ndim == 2 else None)
-    motion = runtime.offline_motion(avatar, samples, args.overlap, args.seed, args.emotion)
+    motion = runtime.offline_motion(avatar, samples, args.overlap, args.seed, controls)
     return runtime.open_session(avatar, motion=motion, **options), motion.shape[0]
 
 

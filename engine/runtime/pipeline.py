@@ -9,6 +9,7 @@ they are rendered, and turns rendered images into frames carrying their own audi
 from __future__ import annotations
 
 import math
+import random
 import time
 from collections import deque
 
@@ -16,8 +17,9 @@ import numpy as np
 import torch
 
 from engine.audio.hubert import FRAME_SAMPLES, HOP_SAMPLES
-from engine.motion.conditions import ConditionBuilder, Emotion, mirror_index
-from engine.motion.stitching import DRIVEN_KEYS_IMAGE, DRIVEN_KEYS_VIDEO, MotionStitcher
+from engine.controls import BLINK_CONTROLS, FADE_CONTROLS, FIELD_NAMES, STITCH_CONTROLS, Controls, stitch_controls
+from engine.motion.conditions import ConditionBuilder, mirror_index
+from engine.motion.stitching import DRIVEN_KEYS_IMAGE, DRIVEN_KEYS_VIDEO, MotionStitcher, blink_schedule, fade_alphas
 from engine.motion.vector import MOTION_DIM
 from engine.motion_stream import MotionStream, WindowRequest
 from engine.offline_motion import PrecomputedMotion
@@ -30,6 +32,8 @@ BLEND_FRAMES = 5
 """Frames over which the picture cross-fades from the last frame shown to the stream after an interrupt."""
 MAX_IDLE_HOPS = 4
 """Silence hops one tick may commit for a session (enough to restart a stream after an interrupt in one tick)."""
+BLINK_SCHEDULE_FRAMES = 3000
+"""Frames of the blink schedule, cycled: the reference's length for streams of unknown length."""
 
 
 class SessionPipeline:
@@ -43,7 +47,7 @@ class SessionPipeline:
         silence_feature: torch.Tensor,
         step_noise: torch.Tensor,
         cond_width: int,
-        emotion: Emotion,
+        controls: Controls,
         config: RuntimeConfig,
         motion: PrecomputedMotion | None = None,
     ) -> None:
@@ -52,14 +56,16 @@ class SessionPipeline:
         self.avatar = avatar
         self.config = config
         self.device = avatar.f_s.device
-        conditions = ConditionBuilder(avatar.canonical_kp, avatar.eye_open, avatar.eye_ball, cond_width, emotion)
-        self.motion = motion or MotionStream(conditions, avatar.source_motion, silence_feature, session.overlap, step_noise, session.seed)
+        self.conditions = ConditionBuilder(avatar.canonical_kp, avatar.eye_open, avatar.eye_ball, cond_width)
+        self.motion = motion or MotionStream(self.conditions, avatar.source_motion, silence_feature, session.overlap, step_noise, session.seed)
         self.stitcher = MotionStitcher(
             avatar.source,
             stitch=stitch,
             driven_keys=DRIVEN_KEYS_IMAGE if avatar.is_image else DRIVEN_KEYS_VIDEO,
             drive_eye=avatar.is_image,
         )
+        self.controls: Controls | None = None
+        self.apply_controls(controls)
         self.request: WindowRequest | None = None
         self.backlog = torch.zeros(0, MOTION_DIM, device=self.device)
         self.backlog_start = 0
@@ -88,6 +94,9 @@ class SessionPipeline:
         if intake.close:
             self.closed = True
             return True
+        if intake.controls is not None:
+            self.apply_controls(intake.controls)
+            changed = True
         if intake.interrupt:
             self._interrupt()
             changed = True
@@ -171,6 +180,44 @@ class SessionPipeline:
         self.blend_left = BLEND_FRAMES if self.blend_from is not None else 0
         self.in_flight.clear()
 
+    # -- controls -------------------------------------------------------------------------
+
+    def apply_controls(self, controls: Controls) -> None:
+        """Take new controls: window controls for the next window requested, the others for the next frame stitched."""
+        changed = set(FIELD_NAMES if self.controls is None else controls.changed(self.controls))
+        if "emotion" in changed:
+            self.conditions.set_emotion(controls.emotion_rows(self.device))
+        if isinstance(self.motion, MotionStream):  # precomputed motion took its window controls when it was computed
+            self.motion.fix_kp_cond, self.motion.fix_kp_cond_dims = controls.fix_kp_cond, controls.fix_kp_cond_dims
+        if changed.intersection(STITCH_CONTROLS):
+            self.stitcher.controls = stitch_controls(controls, self.device)
+        if changed.intersection(BLINK_CONTROLS):
+            self._set_blinks(controls)
+        if changed.intersection(FADE_CONTROLS):
+            self.stitcher.set_fade(controls.fade_target, controls.fade_keys)
+        self.controls = controls
+
+    def _set_blinks(self, controls: Controls) -> None:
+        """A fresh schedule from the session's seed (open-ended, cycled), continuing from the frames already stitched."""
+        if not controls.blink or controls.blink_table is None or not self.stitcher.drive_eye:
+            self.stitcher.set_blinks(None, None)
+            return
+        table = torch.tensor(controls.blink_table, dtype=torch.float32, device=self.device)
+        gaps = list(controls.blink_gaps) if isinstance(controls.blink_gaps, tuple) else controls.blink_gaps
+        schedule = blink_schedule(BLINK_SCHEDULE_FRAMES, table.shape[0], gaps, random.Random(self.session.seed))
+        self.stitcher.set_blinks(table, schedule.to(self.device))
+
+    def _fade_alpha(self, count: int) -> torch.Tensor | None:
+        """Fade weights of the next ``count`` output frames (None without fades); the fade-out needs the end known."""
+        controls = self.controls
+        if not controls.fade_in and not controls.fade_out:
+            return None
+        total = None
+        if controls.fade_out and self.ending:
+            total = self.out_next - self.backlog_start + math.ceil(self.motion.samples_in / FRAME_SAMPLES)
+        index = torch.arange(self.out_next, self.out_next + count, device=self.device)
+        return fade_alphas(index, controls.fade_in, controls.fade_out if total is not None else 0, total)
+
     # -- motion ---------------------------------------------------------------------------
 
     def window_request(self) -> WindowRequest | None:
@@ -226,7 +273,7 @@ class SessionPipeline:
         if self.blend_left:
             motion = self._blend(motion)
         rows = mirror_index(torch.arange(self.out_next, self.out_next + count, device=self.device), self.avatar.num_frames)
-        x_s, x_d = self.stitcher(motion, rows)
+        x_s, x_d = self.stitcher(motion, rows, self._fade_alpha(count))
         return motion, rows, x_s, x_d
 
     def _blend(self, motion: torch.Tensor) -> torch.Tensor:

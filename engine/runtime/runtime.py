@@ -27,10 +27,11 @@ import torch
 from tqdm import tqdm
 
 from engine.audio.hubert import CHUNK_SAMPLES, CURRENT_FRAMES, encode_chunks
+from engine.controls import Controls
 from engine.diffusion.windows import SEQ_FRAMES
 from engine.diffusion.ddim import DEFAULT_STEPS
 from engine.engine import LIVE_OVERLAP, OFFLINE_OVERLAP, Engine
-from engine.motion.conditions import ConditionBuilder, Emotion
+from engine.motion.conditions import ConditionBuilder
 from engine.offline_motion import PrecomputedMotion, offline_motion, window_sampler
 from engine.runtime import admission
 from engine.runtime.avatars import AvatarStore
@@ -151,25 +152,35 @@ class Runtime:
 
     # -- sessions ---------------------------------------------------------------------------
 
+    @property
+    def default_controls(self) -> Controls:
+        """The controls a session gets unless given others: the reference's defaults (see ``engine.controls``)."""
+        return self.engine.default_controls
+
     def open_session(
         self,
         avatar: Avatar,
         live: bool = True,
         overlap: int = LIVE_OVERLAP,
         seed: int = 0,
-        emotion: Emotion = "neutral",
+        controls: Controls | None = None,
         motion: torch.Tensor | None = None,
     ) -> Session:
         """A new session speaking with ``avatar``: ``live`` paces it on a 25 fps clock and idles on silence;
-        ``overlap`` is the latency knob (75: a window per 200 ms hop; 10 for offline renders).
+        ``overlap`` is the latency knob (75: a window per 200 ms hop; 10 for offline renders); ``controls``
+        (default: the engine's, see ``engine.controls``) can be changed later through the session.
 
         ``motion`` (N,265), e.g. from ``offline_motion``: render these frames instead of sampling the
-        pushed audio's (not live); push the same clip's audio, which the frames then carry.
+        pushed audio's (not live); push the same clip's audio, which the frames then carry. Its window
+        controls (emotion, fix_kp_cond) are those it was computed with; the frame controls act as usual.
         """
         if not 0 <= overlap < SEQ_FRAMES:
             raise ValueError(f"overlap must be in [0, {SEQ_FRAMES}), got {overlap}")
         if motion is not None and live:
             raise ValueError("a session fed precomputed motion renders a file, it cannot be live: open it with live=False")
+        controls = self.default_controls if controls is None else controls
+        if not isinstance(controls, Controls):
+            raise TypeError(f"controls must be an engine.controls.Controls, got {type(controls).__name__}")
         if self._stopping:
             raise SessionClosed("the runtime is closed")
         if live:
@@ -177,14 +188,14 @@ class Runtime:
         with self._ids:
             session_id = self._next_id
             self._next_id += 1
-        session = Session(session_id, avatar.name, live, overlap, seed, self.config, self._wake.set)
+        session = Session(session_id, avatar.name, live, overlap, seed, self.config, self._wake.set, controls)
 
         def build() -> None:
             shared = self.avatars.acquire(avatar)
             try:
                 pipeline = SessionPipeline(
                     session, shared, self.engine.backend.stitch, self.engine.silence_feature,
-                    self.engine.step_noise(seed), self.engine.cond_width, emotion, self.config,
+                    self.engine.step_noise(seed), self.engine.cond_width, controls, self.config,
                     None if motion is None else PrecomputedMotion(motion.to(shared.f_s.device, torch.float32)),
                 )
             except BaseException:
@@ -201,18 +212,25 @@ class Runtime:
         samples: np.ndarray,
         overlap: int = OFFLINE_OVERLAP,
         seed: int = 0,
-        emotion: Emotion = "neutral",
+        controls: Controls | None = None,
     ) -> torch.Tensor:
         """The motion (N,265) of a whole 16 kHz mono clip as the reference's offline mode computes it, on the
-        loop thread: HuBERT over the whole clip, then the windows one after another (each conditions the next).
+        loop thread: HuBERT over the whole clip, then the windows one after another (each conditions the next),
+        with the window controls (emotion, fix_kp_cond) of ``controls`` (default: the engine's).
         Render it with ``open_session(avatar, live=False, motion=...)``; other sessions wait meanwhile."""
+        controls = self.default_controls if controls is None else controls
 
         def compute() -> torch.Tensor:
             shared = self.avatars.acquire(avatar)
             try:
-                conditions = ConditionBuilder(shared.canonical_kp, shared.eye_open, shared.eye_ball, self.engine.cond_width, emotion)
+                conditions = ConditionBuilder(
+                    shared.canonical_kp, shared.eye_open, shared.eye_ball, self.engine.cond_width, controls.emotion_rows(self.device)
+                )
                 sample = window_sampler(self.sampler, self.engine.step_noise(seed), seed)
-                return offline_motion(self.engine.hubert, conditions, shared.source_motion, samples, overlap, sample, self.config.progress)
+                return offline_motion(
+                    self.engine.hubert, conditions, shared.source_motion, samples, overlap, sample, self.config.progress,
+                    controls.fix_kp_cond, controls.fix_kp_cond_dims,
+                )
             finally:
                 self.avatars.release(shared)
 

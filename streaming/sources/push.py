@@ -1,4 +1,5 @@
-"""WebSocket push for TTS engines: declare a PCM format in JSON, send audio as binary messages, interrupt or end.
+"""WebSocket push for TTS engines: declare a PCM format in JSON, send audio as binary messages, change the
+session's controls, interrupt or end.
 
 Protocol (one WebSocket per session, ``/push?session=NAME``):
 
@@ -6,6 +7,12 @@ client -> server, text (JSON):
   {"type": "format", "sample_rate": 24000, "channels": 1, "encoding": "s16le" | "f32le"}
       declares the format of the binary messages that follow; may be sent again to change it.
       The server answers {"type": "ready", "sample_rate": ..., "channels": ..., "encoding": ...}.
+  {"type": "controls", "yaw": 10, "emotion": "happy", ...}
+      changes the named session controls (fields of engine.controls.Controls, JSON values; tables as
+      lists of rows); the others keep their values. Window controls (emotion, fix_kp_cond,
+      fix_kp_cond_dims) act on the next LMDM window, the rest on the next frame rendered. Answered
+      {"type": "controls", "applied": {the fields as now in force}}; a bad field or value changes nothing
+      and is answered with an error.
   {"type": "interrupt"}   drop speech not yet spoken (barge-in); answered {"type": "interrupted"}.
   {"type": "end"}         end of input: the session speaks what it has, then ends (the stream
                           stops); answered {"type": "ended"} and the socket is closed.
@@ -106,6 +113,10 @@ async def push_handler(request: web.Request, session: AudioSink) -> web.WebSocke
                 if kind == "format":
                     fmt = parse_format(control)
                     await ws.send_json({"type": "ready", **fmt.as_message()})
+                elif kind == "controls":
+                    fields = {k: v for k, v in control.items() if k != "type"}
+                    controls = session.update_controls(**fields)
+                    await ws.send_json({"type": "controls", "applied": {k: v for k, v in controls.to_dict().items() if k in fields}})
                 elif kind == "interrupt":
                     session.interrupt()
                     await ws.send_json({"type": "interrupted"})
@@ -114,7 +125,7 @@ async def push_handler(request: web.Request, session: AudioSink) -> web.WebSocke
                     await ws.send_json({"type": "ended"})
                     await ws.close()
                 else:
-                    raise ProtocolError(f"unknown message type {kind!r}; expected format, interrupt or end")
+                    raise ProtocolError(f"unknown message type {kind!r}; expected format, controls, interrupt or end")
             elif message.type == WSMsgType.ERROR:
                 log.warning("push: connection error: %s", ws.exception())
         except (ValueError, RuntimeError) as exc:

@@ -18,8 +18,9 @@ from engine.diffusion.offline import (
 L, D, C = 80, 265, 7
 
 
-def transcription(conditions: np.ndarray, source: np.ndarray, overlap: int, predict, k: int = 3):
-    """Ditto's offline loop written out in numpy from stream_pipeline_offline.py and audio2motion.py (online_mode=False)."""
+def transcription(conditions: np.ndarray, source: np.ndarray, overlap: int, predict, k: int = 3, every: int = 0, keep=None):
+    """Ditto's offline loop written out in numpy from stream_pipeline_offline.py and audio2motion.py (online_mode=False),
+    with ``_update_kp_cond``'s fix_kp_cond = ``every`` and fix_kp_cond_dim = ``keep``."""
     valid, fuse, half = L - overlap, overlap, k // 2
     alpha = (np.arange(fuse, dtype=np.float32) / fuse)[:, None] if fuse else np.zeros((0, 1), np.float32)
 
@@ -29,7 +30,7 @@ def transcription(conditions: np.ndarray, source: np.ndarray, overlap: int, pred
             out[i, :202] = seq[max(0, i - half) : min(n, i + half + 1), :202].mean(0)
         return out
 
-    res, kp_cond, calls, idx = None, source, [], 0
+    res, kp_cond, calls, idx, clip_idx = None, source, [], 0, 0
     while idx < len(conditions):
         cond = conditions[idx : idx + L]
         if len(cond) < L:
@@ -45,7 +46,13 @@ def transcription(conditions: np.ndarray, source: np.ndarray, overlap: int, pred
             res = np.concatenate([res, pred[L - valid :]])
             n = res.shape[0]
             res = smooth(res, n - valid - fuse, n - valid + 1)
-        kp_cond = res[res.shape[0] - overlap - 1]
+        clip_idx += 1
+        if every > 0 and clip_idx % every == 0:
+            kp_cond = source.copy()
+            if keep is not None:
+                kp_cond[keep[0] : keep[1]] = res[res.shape[0] - overlap - 1, keep[0] : keep[1]]
+        else:
+            kp_cond = res[res.shape[0] - overlap - 1]
         idx += valid
     res = res[: len(conditions)]
     return smooth(res, 0, len(res)), calls
@@ -141,6 +148,26 @@ def test_the_whole_clip_equals_the_reference_loop(frames: int, overlap: int) -> 
     for (frame, cond), (ref_frame, ref_cond) in zip(calls, ref_calls):
         np.testing.assert_allclose(frame, ref_frame, atol=1e-6)
         np.testing.assert_array_equal(cond, ref_cond)
+    np.testing.assert_allclose(motion.numpy(), expected, atol=1e-6)
+
+
+@pytest.mark.parametrize(("every", "keep"), [(1, (0, 202)), (2, None), (3, (199, 265))])
+def test_fixed_kp_conditioning_restarts_windows_from_the_avatar_as_the_reference_does(every: int, keep) -> None:
+    generator = np.random.default_rng(every)
+    conditions = generator.standard_normal((420, C)).astype(np.float32)
+    source = generator.standard_normal(D).astype(np.float32)
+    predict = toy_lmdm()
+    expected, ref_calls = transcription(conditions, source, 10, predict, every=every, keep=keep)
+    calls = []
+
+    def sample(cond_frame: torch.Tensor, cond: torch.Tensor) -> torch.Tensor:
+        calls.append(cond_frame.numpy().copy())
+        return torch.from_numpy(predict(cond_frame.numpy(), cond.numpy()))
+
+    motion = sample_offline(torch.from_numpy(conditions), torch.from_numpy(source), 10, sample, fix_kp_cond=every, fix_kp_cond_dims=keep)
+    assert len(calls) == len(ref_calls) == 6
+    for frame, (ref_frame, _) in zip(calls, ref_calls):
+        np.testing.assert_allclose(frame, ref_frame, atol=1e-6)
     np.testing.assert_allclose(motion.numpy(), expected, atol=1e-6)
 
 

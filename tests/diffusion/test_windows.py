@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from engine.diffusion.windows import MotionWindows, fuse_windows, smooth_frames
+from engine.diffusion.windows import MotionWindows, fuse_windows, kp_cond_frame, smooth_frames
 
 L, D = 80, 265
 
@@ -192,3 +192,12 @@ def test_misuse_is_a_clear_error() -> None:
         windows.push(torch.zeros(L, D))
     with pytest.raises(RuntimeError, match="windows remain"):
         windows.finish(50)
+
+
+def test_kp_cond_frame_keeps_the_chosen_dims_of_the_last_frame() -> None:
+    last, source = torch.arange(265.0), -torch.ones(265)
+    assert torch.equal(kp_cond_frame(last, source, windows_done=3, every=0), last)
+    assert torch.equal(kp_cond_frame(last, source, windows_done=3, every=2), last)
+    kept = kp_cond_frame(last, source, windows_done=4, every=2, keep=(10, 20))
+    assert torch.equal(kept[10:20], last[10:20]) and (kept[:10] == -1).all() and (kept[20:] == -1).all()
+    assert torch.equal(kp_cond_frame(last, source, windows_done=0, every=1), last), "the first window's frame is the avatar's already"

@@ -1,4 +1,5 @@
-"""Motion stitching equals a per-frame transcription of Ditto's steps: relative mix, expression mask, fade, gaze, stitch."""
+"""Motion stitching equals a per-frame transcription of Ditto's steps: clip, relative mix, expression mask, mouth damping,
+pose and expression controls, fade, gaze, stitch."""
 
 from __future__ import annotations
 
@@ -9,17 +10,23 @@ import numpy as np
 import pytest
 import torch
 
+from engine.motion.keypoints import motion_keypoints
+from engine.motion.pose import bins_to_degrees
 from engine.motion.stitching import (
+    DRIVEN_KEYS_IMAGE,
     EYE_KEYPOINTS,
     LIP_KEYPOINTS,
     MotionStitcher,
+    StitchControls,
     blink_schedule,
     expression_weights,
+    fade,
     fade_alphas,
     gaze_delta,
     gaze_weights,
+    mix_relative,
 )
-from engine.motion.vector import MOTION_KEYS, join_motion
+from engine.motion.vector import MOTION_KEYS, join_motion, split_motion
 
 WIDTHS = {"scale": 1, "pitch": 66, "yaw": 66, "roll": 66, "t": 3, "exp": 63}
 
@@ -199,3 +206,174 @@ def test_fade_to_the_first_frame_holds_its_expression() -> None:
     _, opening = stitcher(vectors[:2], fade_alpha=torch.ones(2))
     _, faded = stitcher(vectors[2:], fade_alpha=torch.zeros(3))
     torch.testing.assert_close(faded, opening[:1].expand(3, -1, -1))
+
+
+# -- per-frame controls: the reference's MotionStitch.__call__ with ctrl kwargs, transcribed per frame ----------------
+
+
+def _split(vector: np.ndarray) -> dict[str, np.ndarray]:
+    parts = {"scale": vector[0:1] + 1, "pitch": vector[1:67], "yaw": vector[67:133], "roll": vector[133:199]}
+    return {**parts, "t": vector[199:202], "exp": vector[202:265]}
+
+
+def _angle(value) -> float:
+    return _degrees(value) if np.ndim(value) else float(value)
+
+
+def reference_controlled(src, drv, d0, ctrl: dict, clip=None, fade_alpha=None, fade_dst=None, blink_delta=None):
+    """cvt_fmt's clip, _mix_s_d_info, _fix_exp_for_x_d_info_v2, ctrl_vad, ctrl_motion, fade, _fix_gaze, transform_keypoint."""
+    if clip is not None:
+        drv, d0 = np.clip(drv, clip[0], clip[1]), np.clip(d0, clip[0], clip[1])
+    drv, d0 = _split(drv), _split(d0)
+    x = {k: src[k] + (drv[k] - d0[k]) if k in DRIVEN_KEYS_IMAGE else src[k].copy() for k in MOTION_KEYS}
+    lip, eye = np.zeros(63), np.zeros(63)
+    lip[_coords(LIP_KEYPOINTS)] = 1
+    eye[_coords(EYE_KEYPOINTS)] = 1
+    if blink_delta is None:
+        x["exp"] = x["exp"] * (lip + eye) + src["exp"] * (1 - lip - eye)
+    else:
+        x["exp"] = x["exp"] * lip + src["exp"] * (1 - lip) + blink_delta * eye
+    if ctrl.get("vad_alpha", 1) < 1:
+        x["exp"] = x["exp"] * ctrl["vad_alpha"] + src["exp"] * (1 - ctrl["vad_alpha"])
+    for axis in ("pitch", "yaw", "roll"):
+        if f"delta_{axis}" in ctrl:
+            x[axis] = _angle(x[axis]) + ctrl[f"delta_{axis}"]
+    for axis in ("pitch", "yaw", "roll"):
+        if f"alpha_{axis}" in ctrl:
+            x[axis] = x[axis] * ctrl[f"alpha_{axis}"]
+    if "delta_exp" in ctrl:
+        x["exp"] = x["exp"] + ctrl["delta_exp"]
+    if fade_alpha is not None:
+        for k in ("exp", "pitch"):
+            goal = fade_dst[k] if np.ndim(x[k]) == np.ndim(fade_dst[k]) else _angle(fade_dst[k])
+            x[k] = (x[k] if np.ndim(x[k]) == np.ndim(goal) else _angle(x[k])) * fade_alpha + goal * (1 - fade_alpha)
+    dx = (_angle(x["yaw"]) - _angle(src["yaw"])) * 0.26
+    dy = (_angle(x["pitch"]) - _angle(src["pitch"])) * 0.28
+    x["exp"] = x["exp"].copy()
+    x["exp"][33] += dx * (0.0007 if dx > 0 else 0.001)
+    x["exp"][45] += dx * (0.001 if dx > 0 else 0.0007)
+    x["exp"][34] += -0.001 * dy
+    x["exp"][46] += -0.001 * dy
+    p, y, r = (math.radians(_angle(x[k])) for k in ("pitch", "yaw", "roll"))
+    rx = np.array([[1, 0, 0], [0, math.cos(p), -math.sin(p)], [0, math.sin(p), math.cos(p)]])
+    ry = np.array([[math.cos(y), 0, math.sin(y)], [0, 1, 0], [-math.sin(y), 0, math.cos(y)]])
+    rz = np.array([[math.cos(r), -math.sin(r), 0], [math.sin(r), math.cos(r), 0], [0, 0, 1]])
+    out = (src["kp"].reshape(21, 3) @ (rz @ ry @ rx).T + x["exp"].reshape(21, 3)) * x["scale"][0]
+    out[:, :2] += x["t"][:2]
+    return out
+
+
+def _controlled_case(seed: int):
+    g = torch.Generator().manual_seed(seed)
+    source = _motion(g, 1, with_kp=True)
+    return source, join_motion(_motion(g, 1))[0], join_motion(_motion(g, 4)), _row(source, 0)
+
+
+@pytest.mark.parametrize(
+    "controls, ctrl",
+    [
+        (StitchControls(pose_offset=(12.0, -7.5, 3.0)), {"delta_pitch": 12.0, "delta_yaw": -7.5, "delta_roll": 3.0}),
+        (StitchControls(pose_offset=(5.0, 0.0, 0.0), pose_scale=(0.5, 1.0, 1.0)), {"delta_pitch": 5.0, "alpha_pitch": 0.5}),
+        (StitchControls(pose_scale=(1.0, 0.0, 1.0)), {"delta_yaw": 0.0, "alpha_yaw": 0.0}),
+        (StitchControls(vad_alpha=0.3), {"vad_alpha": 0.3}),
+        (StitchControls(vad_alpha=0.0, pose_offset=(0.0, 20.0, 0.0)), {"vad_alpha": 0.0, "delta_yaw": 20.0}),
+    ],
+)
+def test_pose_offsets_scales_and_mouth_damping_follow_the_reference(controls: StitchControls, ctrl: dict) -> None:
+    source, anchor, driving, src = _controlled_case(5)
+    stitcher = MotionStitcher(source, stitch=None, controls=controls)
+    stitcher.set_anchor(anchor)
+    _, x_d = stitcher(driving)
+    for i in range(4):
+        expected = reference_controlled(src, driving[i].double().numpy(), anchor.double().numpy(), ctrl)
+        np.testing.assert_allclose(x_d[i].numpy(), expected, atol=2e-5)
+
+
+def test_an_expression_offset_moves_each_keypoint_by_scale_times_the_offset() -> None:
+    source, anchor, driving, _ = _controlled_case(6)
+    offset = torch.randn(63, generator=torch.Generator().manual_seed(9)) * 0.02
+    plain = MotionStitcher(source, stitch=None, drive_eye=False)
+    moved = MotionStitcher(source, stitch=None, drive_eye=False, controls=StitchControls(exp_offset=offset))
+    for stitcher in (plain, moved):
+        stitcher.set_anchor(anchor)
+    difference = moved(driving)[1] - plain(driving)[1]
+    expected = source["scale"][0] * offset.reshape(1, 21, 3)
+    torch.testing.assert_close(difference, expected.expand(4, 21, 3), atol=1e-6, rtol=1e-5)
+
+
+def test_the_clip_range_bounds_the_motion_and_its_anchor_before_anything_else() -> None:
+    source, anchor, driving, src = _controlled_case(7)
+    g = torch.Generator().manual_seed(8)
+    low = -torch.rand(265, generator=g) * 0.5
+    high = torch.rand(265, generator=g) * 0.5
+    table = torch.randn(3, 63, generator=g) * 0.01
+    schedule = torch.tensor([0, 1, 2, 0])
+    stitcher = MotionStitcher(
+        source, stitch=None, blink_table=table, blink_indices=schedule,
+        controls=StitchControls(clip=torch.stack([low, high]), pose_offset=(0.0, 4.0, 0.0)),
+    )
+    stitcher.set_anchor(anchor)
+    _, x_d = stitcher(driving)
+    clip = (low.double().numpy(), high.double().numpy())
+    for i in range(4):
+        expected = reference_controlled(
+            src, driving[i].double().numpy(), anchor.double().numpy(), {"delta_yaw": 4.0}, clip=clip,
+            blink_delta=table[schedule[i]].double().numpy(),
+        )
+        np.testing.assert_allclose(x_d[i].numpy(), expected, atol=2e-5)
+
+
+def test_a_fade_of_a_moved_axis_blends_angles_with_the_avatars() -> None:
+    source, anchor, driving, src = _controlled_case(10)
+    alphas = torch.tensor([0.0, 0.25, 0.5, 1.0])
+    stitcher = MotionStitcher(
+        source, stitch=None, fade_target="source", fade_keys=("exp", "pitch"), controls=StitchControls(pose_offset=(8.0, 0.0, 0.0))
+    )
+    stitcher.set_anchor(anchor)
+    _, x_d = stitcher(driving, fade_alpha=alphas)
+    for i in range(4):
+        expected = reference_controlled(
+            src, driving[i].double().numpy(), anchor.double().numpy(), {"delta_pitch": 8.0},
+            fade_alpha=float(alphas[i]), fade_dst=src,
+        )
+        np.testing.assert_allclose(x_d[i].numpy(), expected, atol=2e-5)
+
+
+def test_a_pitch_offset_alone_tilts_the_avatar_by_exactly_that_angle() -> None:
+    """Driving equal to the anchor reproduces the avatar; +10° pitch then rotates it by 10° about x (hand-computed)."""
+    g = torch.Generator().manual_seed(11)
+    source = _motion(g, 1, with_kp=True)
+    vector = join_motion(_motion(g, 1)).expand(2, -1)
+    _, x_d = MotionStitcher(source, stitch=None, drive_eye=False, controls=StitchControls(pose_offset=(10.0, 0.0, 0.0)))(vector)
+    src = _row(source, 0)
+    p = math.radians(_degrees(src["pitch"]) + 10.0)
+    y, r = math.radians(_degrees(src["yaw"])), math.radians(_degrees(src["roll"]))
+    rx = np.array([[1, 0, 0], [0, math.cos(p), -math.sin(p)], [0, math.sin(p), math.cos(p)]])
+    ry = np.array([[math.cos(y), 0, math.sin(y)], [0, 1, 0], [-math.sin(y), 0, math.cos(y)]])
+    rz = np.array([[math.cos(r), -math.sin(r), 0], [math.sin(r), math.cos(r), 0], [0, 0, 1]])
+    expected = (src["kp"].reshape(21, 3) @ (rz @ ry @ rx).T + src["exp"].reshape(21, 3)) * src["scale"][0]
+    expected[:, :2] += src["t"][:2]
+    np.testing.assert_allclose(x_d[0].numpy(), expected, atol=2e-5)
+    np.testing.assert_allclose(x_d[1].numpy(), expected, atol=2e-5)
+
+
+def test_default_controls_compute_exactly_what_no_controls_did() -> None:
+    """The old composition (mix, mask, blink, fade, gaze, motion_keypoints on logits) is reproduced bit for bit."""
+    source, anchor, driving, _ = _controlled_case(12)
+    table = torch.randn(2, 63, generator=torch.Generator().manual_seed(1)) * 0.01
+    schedule = torch.tensor([0, 1, 1])
+    alphas = torch.tensor([0.1, 0.6, 1.0, 0.3])
+    stitcher = MotionStitcher(source, stitch=toy_stitch, blink_table=table, blink_indices=schedule, fade_target="source",
+                              controls=StitchControls())
+    stitcher.set_anchor(anchor)
+    x_s, x_d = stitcher(driving, fade_alpha=alphas)
+    frames, src = split_motion(driving), {k: v[[0, 0, 0, 0]] for k, v in stitcher.source.items()}
+    mixed = mix_relative(src, frames, split_motion(anchor[None]), DRIVEN_KEYS_IMAGE)
+    driven_w, source_w, blink_w = expression_weights(True, True)
+    mixed["exp"] = mixed["exp"] * driven_w + src["exp"] * source_w + table[schedule[torch.arange(4) % 3]] * blink_w
+    mixed = fade(mixed, src, alphas, ("exp",))
+    yaw = bins_to_degrees(mixed["yaw"]) - bins_to_degrees(source["yaw"][0])
+    pitch = bins_to_degrees(mixed["pitch"]) - bins_to_degrees(source["pitch"][0])
+    mixed["exp"] = mixed["exp"] + gaze_delta(yaw, pitch, gaze_weights())
+    expected = toy_stitch(x_s, motion_keypoints(mixed, src["kp"]))
+    assert torch.equal(x_d, expected)

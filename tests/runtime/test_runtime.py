@@ -21,6 +21,7 @@ from engine.audio.hubert import TorchHubertRunner, offline_frame_count
 from engine.audio.standin_hubert import build_standin
 from engine.backends.torch_backend import TorchBackend
 from engine.engine import Engine
+from engine.controls import ControlError, Controls
 from engine.runtime import AdmissionError, AudioError, Backpressure, Runtime, RuntimeConfig, SessionClosed
 
 pytestmark = pytest.mark.slow
@@ -146,3 +147,25 @@ def test_interrupt_drops_untaken_frames_and_goes_on_silently_from_the_last_frame
     assert [f.index for f in after] == [3, 4]
     assert not any(f.speech for f in after) and not any(f.audio.any() for f in after)
     assert session.stats()["interrupts"] == 1
+
+
+def test_controls_reach_the_rendered_frames_whether_opened_with_or_set_from_another_thread(runtime: Runtime, avatar) -> None:
+    turned = Controls(yaw=25.0, vad_alpha=0.0)
+    plain = runtime.open_session(avatar, live=False, seed=3)
+    opened = runtime.open_session(avatar, live=False, seed=3, controls=turned)
+    updated = runtime.open_session(avatar, live=False, seed=3)
+    assert plain.controls == runtime.default_controls == Controls()
+    assert updated.update_controls(yaw=25.0, vad_alpha=0.0) == turned
+    with pytest.raises(ControlError, match="yaw must be within"):
+        updated.update_controls(yaw=-300)
+    with pytest.raises(TypeError, match="Controls"):
+        runtime.open_session(avatar, live=False, controls={"yaw": 25})
+    images = []
+    for session in (plain, opened, updated):
+        session.push_audio(tone(0.03), RATE)
+        session.end()
+        frames = [session.next_frame(timeout=300)]
+        assert session.next_frame(timeout=300) is None
+        images.append(frames[0].image)
+    assert torch.equal(images[1], images[2]), "a change made before the loop's next tick is in force for every frame after it"
+    assert (images[0].float() - images[1].float()).abs().mean() > 1.0

@@ -15,6 +15,7 @@ import time
 import numpy as np
 import torch
 
+from engine.controls import Controls
 from engine.session import Frame
 from streaming.frames import AUDIO_RATE, FPS, SAMPLES_PER_FRAME
 
@@ -78,6 +79,7 @@ class SyntheticSession:
         self.start: float | None = None
         self.pushed: list[tuple[np.ndarray, int, int | None]] = []
         self.interrupts = 0
+        self.controls = Controls()
         self.ended = False
         self.closed = False
         self._lock = threading.Lock()
@@ -104,6 +106,10 @@ class SyntheticSession:
         if not np.all(np.isfinite(pcm)):
             raise ValueError("PCM holds NaN/inf")
         self.pushed.append((pcm, sample_rate, channels))
+
+    def update_controls(self, **changes) -> Controls:
+        self.controls = self.controls.replace(**changes)
+        return self.controls
 
     def interrupt(self) -> None:
         self.interrupts += 1

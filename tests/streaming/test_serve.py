@@ -11,6 +11,7 @@ import aiohttp
 import pytest
 
 import streaming.serve as serve_module
+from engine.controls import Controls
 from streaming.serve import is_loopback, numbered, parse_args, resolve_token
 from tests.streaming.conftest import free_port
 from tests.streaming.media import LiveReader
@@ -63,14 +64,15 @@ class SyntheticRuntime:
 
     opened: list[SyntheticSession] = []
     closed = False
+    default_controls = Controls()
 
     @classmethod
     def from_checkpoints(cls, checkpoints=None, device=None, steps=25) -> SyntheticRuntime:
         cls.opened, cls.closed = [], False
         return cls()
 
-    def open_session(self, avatar, live: bool, overlap: int, seed: int, emotion: str) -> SyntheticSession:
-        assert live and overlap == 75 and avatar == "anna"
+    def open_session(self, avatar, live: bool, overlap: int, seed: int, controls: Controls) -> SyntheticSession:
+        assert live and overlap == 75 and avatar == "anna" and controls == Controls(yaw=-4.0, emotion="happy")
         self.opened.append(SyntheticSession(128, 128))
         return self.opened[-1]
 
@@ -86,7 +88,7 @@ def test_serve_wires_sessions_to_rtmp_push_and_metrics_and_ends_with_them(nginx_
     port = free_port()
     args = parse_args(
         ["--avatar", "anna", "--sessions", "2", "--listen", "--encoder", "x264", "--device", "cpu"]
-        + ["--rtmp", nginx_rtmp.url("show"), "--http", f"127.0.0.1:{port}"]
+        + ["--rtmp", nginx_rtmp.url("show"), "--http", f"127.0.0.1:{port}", "--yaw", "-4", "--emotion", "happy"]
     )
     readers = []
 

@@ -8,6 +8,7 @@ import json
 import numpy as np
 from aiohttp.test_utils import TestClient, TestServer
 
+from engine.controls import Controls
 from streaming.app import Stream, create_app
 from streaming.output import SessionOutput
 from tests.streaming.synthetic import SyntheticSession
@@ -44,7 +45,7 @@ def test_the_push_protocol_end_to_end() -> None:
             frames_before = len(recorder.frames)
             assert "format" in await error_for(b"\x00\x00" * 100)
             assert "JSON" in await error_for("not json")
-            assert "unknown message type" in await error_for(json.dumps({"type": "dance"}))
+            assert "expected format, controls, interrupt or end" in await error_for(json.dumps({"type": "dance"}))
             assert "outside" in await error_for(json.dumps({"type": "format", "sample_rate": 5}))
             assert "8000..192000" in await error_for(json.dumps({"type": "format", "sample_rate": 4000}))
             assert "number of Hz" in await error_for(json.dumps({"type": "format", "sample_rate": "24k"}))
@@ -99,5 +100,48 @@ def test_sessions_without_push_refuse_it() -> None:
             assert response.status == 404 and "no session '7'" in await response.text()
         finally:
             await client.close()
+
+    asyncio.run(scenario())
+
+
+def test_controls_messages_change_the_sessions_controls_and_bad_ones_change_nothing() -> None:
+    async def scenario() -> None:
+        session = SyntheticSession(64, 64)
+        output = SessionOutput(session, encoder="x264")
+        recorder = Recorder()
+        output.add_sink(recorder)
+        output.start()
+        client = TestClient(TestServer(create_app([Stream("0", session, output, push=True)])))
+        await client.start_server()
+        try:
+            ws = await client.ws_connect("/push?session=0")
+            await until(lambda: len(recorder.frames) > 0)
+            frames_before = len(recorder.frames)
+            await ws.send_json({"type": "controls", "yaw": 10, "emotion": "Happy", "fix_kp_cond_dims": [0, 202]})
+            assert await ws.receive_json(timeout=5) == {
+                "type": "controls", "applied": {"yaw": 10.0, "emotion": "happy", "fix_kp_cond_dims": [0, 202]}
+            }
+            assert session.controls == Controls(yaw=10.0, emotion="happy", fix_kp_cond_dims=(0, 202))
+            table = [[0.0] * 63, [0.01] * 63]
+            await ws.send_json({"type": "controls", "blink_table": table, "emotion": [[0.5, 0, 0, 0.5, 0, 0, 0, 0]]})
+            reply = await ws.receive_json(timeout=5)
+            assert reply["applied"]["blink_table"] == table and session.controls.yaw == 10.0
+            for message, error in [
+                ({"yaw": 200}, "yaw must be within [-90, 90], got 200.0"),
+                ({"yaw": 5, "emotion": "bored"}, "unknown emotion 'bored'"),
+                ({"nod": True}, "unknown control(s) nod; controls are: pitch, yaw"),
+                ({"expression": [0.0] * 62}, "expression must be 63 values"),
+            ]:
+                await ws.send_json({"type": "controls", **message})
+                reply = await ws.receive_json(timeout=5)
+                assert reply["type"] == "error" and error in reply["message"], reply
+            assert session.controls.yaw == 10.0, "a message with one bad field changes nothing"
+            await until(lambda: len(recorder.frames) > frames_before + 5)  # the stream went on
+            await ws.send_json({"type": "end"})
+            assert await ws.receive_json(timeout=5) == {"type": "ended"}
+        finally:
+            await client.close()
+            session.end()
+            await asyncio.to_thread(output.stop)
 
     asyncio.run(scenario())

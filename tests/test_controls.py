@@ -1,0 +1,89 @@
+"""Controls: the reference's defaults, every field validated with an error that names it, immutable and JSON-ready."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from engine.controls import FIELD_NAMES, STITCH_CONTROLS, WINDOW_CONTROLS, ControlError, Controls, stitch_controls
+from engine.motion.conditions import emotion_vector
+from engine.motion.stitching import StitchControls
+
+
+def test_the_defaults_are_the_reference_codes_and_change_nothing() -> None:
+    controls = Controls()
+    assert (controls.pitch, controls.yaw, controls.roll) == (0.0, 0.0, 0.0)  # no delta_pitch/yaw/roll
+    assert (controls.pitch_scale, controls.yaw_scale, controls.roll_scale) == (1.0, 1.0, 1.0)
+    assert controls.expression is None and controls.vad_alpha == 1.0 and controls.clip_range is None
+    assert controls.emotion == "neutral"  # emo = 4
+    assert controls.blink and controls.blink_gaps == 0 and controls.blink_table is None  # delta_eye_open_n 0, no delta_eye_arr
+    assert (controls.fade_in, controls.fade_out, controls.fade_keys) == (0, 0, ("exp",))
+    assert (controls.fix_kp_cond, controls.fix_kp_cond_dims) == (0, None)
+    assert stitch_controls(controls) == StitchControls()
+    assert set(WINDOW_CONTROLS) | set(STITCH_CONTROLS) < set(FIELD_NAMES)
+
+
+def test_controls_are_frozen_values_that_normalise_what_they_are_given() -> None:
+    controls = Controls(yaw=5, expression=torch.full((21, 3), 0.01), emotion=["Happy", 6], blink_gaps=[30, 90])
+    assert controls.yaw == 5.0 and isinstance(controls.yaw, float)
+    assert len(controls.expression) == 63 and np.allclose(controls.expression, 0.01)
+    assert controls.emotion == ("happy", 6) and controls.blink_gaps == (30, 90)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        controls.yaw = 1.0
+    assert hash(controls) == hash(Controls(**{f: getattr(controls, f) for f in FIELD_NAMES}))
+    assert controls.replace(yaw=-5).changed(controls) == ("yaw",)
+    assert json.loads(json.dumps(controls.to_dict()))["emotion"] == ["happy", 6]
+
+
+def test_every_emotion_form_of_the_reference_becomes_its_table() -> None:
+    torch.testing.assert_close(Controls(emotion=3).emotion_rows(), emotion_vector(3)[None])
+    torch.testing.assert_close(Controls(emotion=["happy", "neutral"]).emotion_rows(), emotion_vector([3, 4])[None])
+    assert Controls(emotion=[[0], [1, 2]]).emotion_rows().shape == (2, 8)
+    table = np.eye(8, dtype=np.float32)[:3]
+    torch.testing.assert_close(Controls(emotion=table).emotion_rows(), torch.from_numpy(table))
+    assert Controls(emotion=table.tolist()).emotion == Controls(emotion=torch.from_numpy(table)).emotion
+
+
+@pytest.mark.parametrize(
+    "field, value, message",
+    [
+        ("pitch", 91, "pitch must be within [-90, 90]"),
+        ("roll", float("inf"), "roll must be within"),
+        ("yaw", True, "yaw must be a number"),
+        ("yaw_scale", -0.1, "yaw_scale must be within [0, 3]"),
+        ("vad_alpha", 1.5, "vad_alpha must be within [0, 1]"),
+        ("expression", np.zeros(64), "expression must be 63 values"),
+        ("expression", [float("nan")] * 63, "expression holds NaN"),
+        ("emotion", "calm", "unknown emotion 'calm'"),
+        ("emotion", 8, "emotion label must be 0..7"),
+        ("emotion", [], "non-empty list"),
+        ("emotion", list(range(8)), "a label set holds 1 to 7 labels"),
+        ("emotion", np.zeros((2, 7)), "an (m,8) table"),
+        ("blink", "yes", "blink must be true or false"),
+        ("blink_gaps", -1, "set blink to false"),
+        ("blink_gaps", [40, 0], "at least 1 frame"),
+        ("blink_table", np.zeros((15, 62)), "(K,63) table"),
+        ("fade_in", 2.5, "fade_in must be a whole number of frames"),
+        ("fade_target", "s", "fade_target must be one of source, first"),
+        ("fade_keys", ["exp", "exp"], "distinct motion parts"),
+        ("clip_range", np.zeros((1, 265)), "needs two rows"),
+        ("clip_range", np.zeros((2, 264)), "(2,265) rows of min and max"),
+        ("fix_kp_cond", -1, "fix_kp_cond must be a whole number"),
+        ("fix_kp_cond_dims", (0, 300), "0 ≤ start < stop ≤ 265"),
+    ],
+)
+def test_bad_values_name_the_field_and_what_it_accepts(field: str, value, message: str) -> None:
+    with pytest.raises(ControlError) as error:
+        Controls().replace(**{field: value})
+    assert message in str(error.value)
+
+
+def test_the_clip_range_keeps_rows_zero_and_one_as_the_reference_does() -> None:
+    rows = np.stack([-np.ones(265), np.ones(265), np.full(265, 9.0), np.full(265, -9.0)])
+    clip = Controls(clip_range=rows).clip_range
+    assert clip == (tuple([-1.0] * 265), tuple([1.0] * 265))
+    assert torch.equal(stitch_controls(Controls(clip_range=rows)).clip, torch.tensor(rows[:2], dtype=torch.float32))
