@@ -6,7 +6,9 @@ first sample already crosses the threshold; the speech around it is scaled to pe
 above ``THRESHOLD`` are the bursts'. A burst starts a marker when at least ``QUIET`` seconds of
 samples below the threshold come before it. Each marker's burst length encodes its number
 modulo ``CODES`` (``BURST_BASE + code * BURST_STEP`` seconds), so a marker lost on the way
-cannot shift the pairing of every marker after it.
+cannot shift the pairing of every marker after it. The length is read from how many samples
+are loud (a sine spends ``LOUD_FRACTION`` of its time above the threshold), so a gap that the
+server inserts inside a burst (a push that came late) does not change its code.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ BURST_BASE = 0.04
 BURST_STEP = 0.03
 CODES = 4
 SPEECH_PEAK = 0.25
+LOUD_FRACTION = 1 - 2 / math.pi * math.asin(THRESHOLD / BURST_LEVEL)
 AAC_PRIMING = 1024
 """Samples of encoder delay in front of FFmpeg's AAC (FLV carries no edit list, so a decoder outputs them)."""
 
@@ -75,7 +78,7 @@ def utterance(speech: np.ndarray, rate: int, first_number: int, seconds: float, 
 
 @dataclass(frozen=True)
 class Onset:
-    """A detected marker: when its burst starts (seconds on the stream's timeline) and how long it lasts."""
+    """A detected marker: when its burst starts (seconds on the stream's timeline) and how long its tone sounds."""
 
     time: float
     seconds: float
@@ -92,6 +95,7 @@ class OnsetDetector:
         self.rate, self.threshold, self.quiet = rate, threshold, quiet
         self._start: float | None = None
         self._last_loud = -math.inf
+        self._loud = 0
 
     def feed(self, block: np.ndarray, start: float) -> list[Onset]:
         """Samples ``block`` (mono) whose first sample is at ``start`` seconds; the bursts completed by it."""
@@ -100,14 +104,18 @@ class OnsetDetector:
         for t in start + loud / self.rate:
             if t - self._last_loud >= self.quiet:
                 if self._start is not None:
-                    found.append(Onset(self._start, self._last_loud - self._start))
-                self._start = float(t)
+                    found.append(self._burst())
+                self._start, self._loud = float(t), 0
             self._last_loud = float(t)
+            self._loud += 1
         end = start + np.asarray(block).size / self.rate
         if self._start is not None and end - self._last_loud >= self.quiet:
-            found.append(Onset(self._start, self._last_loud - self._start))
+            found.append(self._burst())
             self._start = None
         return found
+
+    def _burst(self) -> Onset:
+        return Onset(self._start, self._loud / self.rate / LOUD_FRACTION)
 
 
 def find_onsets(samples: np.ndarray, rate: int, start: float = 0.0) -> list[Onset]:
