@@ -104,6 +104,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def device_of(args: argparse.Namespace) -> str:
+    """The device the server is told to use: --device, else cuda when this machine has one."""
     if args.device:
         return args.device
     import torch
@@ -199,6 +200,7 @@ async def measure(args: argparse.Namespace, work: Path) -> dict:
 
 
 async def _until(condition, timeout: float, failure: str | None) -> None:
+    """Poll ``condition`` until it holds; past ``timeout``, raise TimeoutError(failure), or just return when failure is None."""
     deadline = time.monotonic() + timeout
     while not condition():
         if time.monotonic() > deadline:
