@@ -9,7 +9,7 @@
 # LD_LIBRARY_PATH pointing there when the machine has no nginx of its own. It needs glibc 2.34 or
 # newer (the GPU image's Python 3.12.3 is Ubuntu 24.04's, glibc 2.39).
 # With --wheels it also downloads into .whl/ the streaming wheels for CPython 3.12 (av, aiortc and
-# its dependencies, soxr) that are not there yet; bench/gpu_env.sh installs .whl/ on the GPU.
+# its dependencies, cffi, soxr) that are not there yet; bench/gpu_env.sh installs .whl/ on the GPU.
 #
 # No browser: Debian's chromium-headless-shell is a 64 MB .deb (223 MB unpacked; its binary alone
 # is 56 MB with xz -9) plus chromium-common and about 80 libraries the GPU image lacks, while one
@@ -43,7 +43,7 @@ rm -rf "$probe"
 if [[ "${1:-}" == "--wheels" ]]; then
     mkdir -p .whl
     for spec in av==18.1.0 aiortc==1.16.0 aioice==0.13.0 pyee==13.0.1 pylibsrtp==1.0.0 pyOpenSSL==26.4.0 \
-        cryptography==50.0.2 google-crc32c==1.9.0 dnspython==2.9.2 ifaddr==0.2.0 soxr==1.1.0; do
+        cryptography==50.0.2 cffi==2.0.0 pycparser==3.0 google-crc32c==1.9.0 dnspython==2.9.2 ifaddr==0.2.0 soxr==1.1.0; do
         name=${spec%%==*}
         stem=$(echo "$name" | tr 'A-Z-' 'a-z_')
         if compgen -G ".whl/${stem}-*.whl" >/dev/null || compgen -G ".whl/${name}-*.whl" >/dev/null; then
