@@ -1,5 +1,7 @@
 """nginx with the RTMP module on a free loopback port, from the system (Debian's packages) or from the carried bundle.
 
+Used by the benchmarks and by the streaming tests (tests/streaming/conftest.py).
+
 ``bench/glass_bundle.sh`` unpacks Debian's nginx, its RTMP module and the libraries nginx
 links against into ``.carry/glass/root`` for machines where apt cannot run (the lent GPU);
 :func:`find_nginx` prefers the system's and falls back to that bundle.
@@ -99,7 +101,7 @@ rtmp {{
 """
         )
 
-    def url(self, name: str) -> str:
+    def url(self, name: str = "test") -> str:
         """The rtmp:// URL of stream ``name``."""
         return f"rtmp://127.0.0.1:{self.port}/live/{name}"
 
