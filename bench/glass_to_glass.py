@@ -58,6 +58,9 @@ CHUNK_SECONDS = 0.02
 IDLE_GAP = 1.5
 HOP = HOP_SAMPLES / SAMPLE_RATE
 LOOKAHEAD = (FUTURE_FRAMES * FRAME_SAMPLES + 80) / SAMPLE_RATE
+ONSET_SLACK = 0.003
+"""A detected onset can sit a few samples early (the 16->48 kHz resampler's and the codecs' pre-echo): one this close
+before a frame or hop boundary is taken to start there (pushes after idle land exactly on hop boundaries)."""
 CPU_NOTICE = "CPU run: these numbers are NOT the target (the CPU renders far below 25 fps); the run only proves the script works."
 
 
@@ -68,9 +71,9 @@ def algorithm_seconds(stream_time: float, overlap: int = LIVE_OVERLAP) -> float:
     the cross-fade (its stride, in whole hops: one at overlap 75), and the hop after needs its
     look-ahead (2 frames + 80 samples). At overlap 75 this is at most 485 ms.
     """
-    hop_end = (math.floor(stream_time / HOP + 1e-9) + 1) * HOP
+    hop_start = math.floor((stream_time + ONSET_SLACK) / HOP) * HOP
     stride = math.ceil((SEQ_FRAMES - overlap) / FPS / HOP - 1e-9) * HOP
-    return hop_end - stream_time + stride + LOOKAHEAD
+    return hop_start + HOP - max(stream_time, hop_start) + stride + LOOKAHEAD
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -219,7 +222,7 @@ def analyse(rtmp: PlayerLog, viewers: list[ViewerLog], pushed: list[float], metr
 
     frame_of: dict[int, int] = {}
     for (onset, arrived), n in _paired(rtmp.onsets, pushed):
-        frame = math.floor(onset.time * FPS + 1e-6)
+        frame = math.floor((onset.time + ONSET_SLACK) * FPS)
         frame_of[n] = frame
         entry = markers[n]
         entry["stream_time_s"] = round(onset.time, 4)
