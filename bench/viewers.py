@@ -28,6 +28,7 @@ import numpy as np
 
 from bench.markers import LOUD_FRACTION, QUIET, THRESHOLD, Onset, OnsetDetector
 from bench.rtmp_read import ArrivalLog, luma_hash
+from streaming.frames import FPS
 
 CHROMIUM_FLAGS = [
     "--no-sandbox",
@@ -43,7 +44,7 @@ CHROMIUM_FLAGS = [
     "--allow-loopback-in-peer-connection",
     "--disable-features=WebRtcHideLocalIpsWithMdns",
 ]
-FRAME_TICKS = 90_000 // 25
+FRAME_TICKS = 90_000 // FPS
 """RTP video clock ticks per frame (aiortc hands out frames with pts in 1/90000 s from the first one received)."""
 OPUS_RATE = 48_000
 
@@ -66,7 +67,6 @@ class ViewerLog:
     """Chromium: when each frame was shown (requestVideoFrameCallback's expectedDisplayTime)."""
     stats: dict = field(default_factory=dict)
     first_frame_at: float | None = None
-    error: str | None = None
 
     def frame_offset(self, rtmp_luma: dict[str, list[int]]) -> int | None:
         """RTMP frame number minus this viewer's frame number, from the pictures whose hash occurs once in the RTMP stream."""
