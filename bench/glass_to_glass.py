@@ -161,12 +161,10 @@ async def measure(args: argparse.Namespace, work: Path) -> dict:
         markers = len(pushed)
         last = max(pushed)
 
-        def complete() -> bool:
-            logs = [player.log.onsets] + [v.log.onsets for v in viewers if isinstance(v, AiortcViewer)]
-            return all(len(onsets) >= markers for onsets in logs)
+        async def complete() -> bool:
+            return all(n >= markers for n in [len(player.log.onsets)] + [await v.onsets_seen() for v in viewers])
 
         await _until(complete, wait, None)
-        await asyncio.sleep(2.0)  # the browser plays out after its jitter buffer
         result["waited_after_last_push_s"] = round(time.monotonic() - last, 1)
         metrics = server.fetch_metrics() or {}
         result["encoder_chosen"] = next((dict(k)["encoder"] for k in metrics.get("ditto_frames_encoded_total", {})), None)
@@ -183,14 +181,14 @@ async def measure(args: argparse.Namespace, work: Path) -> dict:
 
 
 async def _until(condition, timeout: float, failure: str | None) -> None:
-    """Poll ``condition`` until it holds; past ``timeout``, raise TimeoutError(failure), or just return when failure is None."""
+    """Poll ``condition`` (plain or async) until it holds; past ``timeout``, raise TimeoutError(failure), or return when failure is None."""
     deadline = time.monotonic() + timeout
-    while not condition():
+    while not ((await held) if asyncio.iscoroutine(held := condition()) else held):
         if time.monotonic() > deadline:
             if failure is None:
                 return
             raise TimeoutError(f"{failure} within {timeout:.0f} s")
-        await asyncio.sleep(0.05)
+        await asyncio.sleep(0.1)
 
 
 def main(argv: list[str] | None = None) -> int:

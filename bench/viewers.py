@@ -112,6 +112,10 @@ class AiortcViewer:
             answer = await _offer(http, self.base_url, pc.localDescription.sdp)
         await pc.setRemoteDescription(RTCSessionDescription(sdp=answer["sdp"], type=answer["type"]))
 
+    async def onsets_seen(self) -> int:
+        """Marker bursts found so far."""
+        return len(self.log.onsets)
+
     async def _video(self, track) -> None:
         from aiortc.mediastreams import MediaStreamError
 
@@ -272,6 +276,10 @@ class ChromiumViewer:
             best = min(best, (after - before, (before + after) / 2 - page_ms / 1000))
         self.log.stats["clock_round_trip_ms"] = round(best[0] * 1000, 2)
         return best[1]
+
+    async def onsets_seen(self) -> int:
+        """Marker bursts the page has played so far."""
+        return await self._page.evaluate("window.glass ? window.glass.onsets.length : 0")
 
     async def stop(self) -> ViewerLog:
         """Collect the onsets, frames and getStats, then close the browser."""
