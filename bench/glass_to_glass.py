@@ -53,6 +53,9 @@ STALL = 1200.0
 """Seconds the RTMP readers wait for data (a CPU stream stalls for minutes between hops); stopping nginx ends them."""
 CHUNK_SECONDS = 0.02
 IDLE_GAP = 1.5
+MID_STEP = 0.04
+"""Each utterance's middle marker sits one frame further into the 200 ms hop than the last (cycling), so the in-speech
+markers sample every phase of the hop; a marker pushed after idle starts a hop."""
 CPU_NOTICE = "CPU run: these numbers are NOT the target (the CPU renders far below 25 fps); the run only proves the script works."
 
 
@@ -106,7 +109,7 @@ async def measure(args: argparse.Namespace, work: Path) -> dict:
     if speech_rate != PUSH_RATE:
         raise ValueError(f"the demo clip is {speech_rate} Hz; expected {PUSH_RATE}")
     chunk = round(CHUNK_SECONDS * PUSH_RATE)
-    plan = [utterance(speech, PUSH_RATE, 2 * u, args.duration, chunk) for u in range(args.utterances)]
+    plan = [utterance(speech, PUSH_RATE, 2 * u, args.duration, chunk, shift=(u % 5) * MID_STEP) for u in range(args.utterances)]
 
     nginx = NginxRtmp(work / "nginx", find_nginx())
     http_port = free_port()

@@ -56,19 +56,20 @@ class Utterance:
     marker_offsets: tuple[int, ...]
 
 
-def utterance(speech: np.ndarray, rate: int, first_number: int, seconds: float, chunk: int) -> Utterance:
-    """``seconds`` of quiet ``speech`` with a marker at its start and one in its middle, both on ``chunk`` boundaries.
+def utterance(speech: np.ndarray, rate: int, first_number: int, seconds: float, chunk: int, shift: float = 0.0) -> Utterance:
+    """``seconds`` of quiet ``speech`` with a marker at its start and one ``shift`` s after its middle, on ``chunk`` boundaries.
 
-    The first marker is pushed into an idle session (nothing pushed before it), the second in the
-    middle of continuous speech; markers start on chunk boundaries so that the chunk holding a
-    marker's first sample is sent at a known time.
+    The first marker is pushed into an idle session (nothing pushed before it), the second in
+    continuous speech (``shift`` moves it within the model's 200 ms hop); markers start on chunk
+    boundaries so that the chunk holding a marker's first sample is sent at a known time.
     """
-    if seconds <= 2 * (BURST_BASE + CODES * BURST_STEP + QUIET):
-        raise ValueError(f"an utterance must be longer than {2 * (BURST_BASE + CODES * BURST_STEP + QUIET):.2f} s, got {seconds}")
     total = round(seconds * rate / chunk) * chunk
+    middle = round((total / 2 + shift * rate) / chunk) * chunk
+    room = (BURST_BASE + (CODES - 1) * BURST_STEP + QUIET) * rate
+    if middle < room or total - middle < room:
+        raise ValueError(f"{seconds} s is too short for markers at 0 and {middle / rate:.2f} s (each needs {room / rate:.2f} s)")
     peak = float(np.max(np.abs(speech))) or 1.0
     quiet = np.resize(speech * (SPEECH_PEAK / peak), total).astype(np.float32)
-    middle = round(total / 2 / chunk) * chunk
     offsets = (0, middle)
     for k, offset in enumerate(offsets):
         tone = burst(first_number + k, rate)

@@ -36,8 +36,9 @@ def test_an_utterance_holds_two_markers_on_chunk_boundaries_and_quiet_speech_aro
     assert [round(o.time * RATE) for o in onsets] == list(spoken.marker_offsets)
     assert [o.code for o in onsets] == [4 % CODES, 5 % CODES]
     assert [o.seconds for o in onsets] == pytest.approx([burst_seconds(4), burst_seconds(5)], abs=0.003)
-    with pytest.raises(ValueError, match="longer than"):
-        utterance(speech(), RATE, 0, seconds=0.5, chunk=CHUNK)
+    assert utterance(speech(), RATE, 0, seconds=1.6, chunk=CHUNK, shift=0.08).marker_offsets[1] == 0.88 * RATE
+    with pytest.raises(ValueError, match="too short"):
+        utterance(speech(), RATE, 0, seconds=0.7, chunk=CHUNK)
 
 
 def test_bursts_are_found_the_same_whatever_blocks_the_audio_arrives_in() -> None:
