@@ -67,7 +67,7 @@ def stream_report(log: PacketLog, start: float, end: float) -> dict:
         "fps": round((len(video) - 1) / float(at[-1] - at[0]), 3),
         "timeline_fps": round((len(video) - 1) / float(pts[-1] - pts[0]), 3) if pts[-1] > pts[0] else None,
         "drift_ms": round(float(np.median(last) - np.median(first)) * 1000, 1),
-        "drift_slope_ms_per_min": round(float(np.polyfit((at - at[0]) / 60, lag, 1)[0]) * 1000, 2) if minutes > 0 else None,
+        "drift_slope_ms_per_min": round(float(np.polyfit((at - at[0]) / 60, lag, 1)[0]) * 1000, 2) if minutes * 60 >= 2 * EDGE_SECONDS else None,
         "lag_spread_ms": round(float(np.percentile(lag, 99) - np.percentile(lag, 1)) * 1000, 1),
         "timestamp_gaps": int(np.sum(steps != 1)),
         "frames_missing": int(np.sum(np.clip(steps - 1, 0, None))),
@@ -143,7 +143,7 @@ async def measure(args: argparse.Namespace, work: Path) -> dict:
         deadline = time.monotonic() + START
         while not all(r.log.video for r in readers) and time.monotonic() < deadline:
             await asyncio.sleep(0.1)
-        start = time.monotonic()
+        start = max((r.log.video[0][1] for r in readers if r.log.video), default=time.monotonic())
         result["first_frames_s"] = round(start - server.started_at, 2)
         while time.monotonic() < start + args.minutes * 60:
             await asyncio.sleep(1.0)
