@@ -5,7 +5,7 @@
 Starts nginx-rtmp and ``python -m streaming.serve --listen --sessions N --rtmp ... --no-admission``
 (one process, one runtime), pushes the bundled speech on loop into every session over the
 WebSocket in real time (as a TTS engine would), and demuxes every RTMP stream live with PyAV
-from its first packet. The measured window starts once every stream has delivered a frame.
+from its first packet. The measured window starts 2 s after every stream has delivered a frame.
 Per stream: frames received, effective frame rate, drift (how far the arrival clock moved
 against the stream's own timestamps: the median lag of the last 10 s minus that of the first
 10 s, and the fitted slope), gaps in the timestamps, the A/V offset (when each picture arrives,
@@ -37,6 +37,8 @@ from streaming.serve import numbered
 PUSH_RATE = 16_000
 CHUNK_SECONDS = 0.2
 EDGE_SECONDS = 10.0
+SETTLE = 2.0
+"""The window starts this long after the last stream's first frame: frames queued while connecting arrive at once."""
 
 
 def stream_report(log: PacketLog, start: float, end: float) -> dict:
@@ -143,8 +145,8 @@ async def measure(args: argparse.Namespace, work: Path) -> dict:
         deadline = time.monotonic() + START
         while not all(r.log.video for r in readers) and time.monotonic() < deadline:
             await asyncio.sleep(0.1)
-        start = max((r.log.video[0][1] for r in readers if r.log.video), default=time.monotonic())
-        result["first_frames_s"] = round(start - server.started_at, 2)
+        start = max((r.log.video[0][1] for r in readers if r.log.video), default=time.monotonic()) + SETTLE
+        result["first_frames_s"] = round(start - SETTLE - server.started_at, 2)
         while time.monotonic() < start + args.minutes * 60:
             await asyncio.sleep(1.0)
             if any(f.done() and f.exception() for f in feeders):
