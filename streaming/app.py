@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hmac
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from importlib.resources import files
 
@@ -37,11 +38,13 @@ class Stream:
     push: bool = False
 
 
-def create_app(streams: list[Stream], token: str | None = None, notice: str = "") -> web.Application:
-    """The aiohttp application serving ``streams``."""
+def create_app(
+    streams: list[Stream], token: str | None = None, notice: str = "", runtime_metrics: Callable[[], dict] | None = None
+) -> web.Application:
+    """The aiohttp application serving ``streams``; ``runtime_metrics`` (the runtime's ``metrics``) adds its figures to /metrics."""
     app = web.Application(middlewares=[_token_middleware(token)] if token else [])
     by_name = {s.name: s for s in streams}
-    registry = metrics_registry(lambda: streams)
+    registry = metrics_registry(lambda: streams, runtime_metrics)
 
     def stream_for(request: web.Request) -> Stream:
         name = request.query.get("session", streams[0].name if streams else "")

@@ -2,7 +2,9 @@
 
 Components keep plain counters (no Prometheus objects threaded through the hot paths); this
 collector turns them into metric families whenever /metrics is scraped. Every numeric entry
-of the runtime session's ``stats()`` is exported as ``ditto_session_<key>``.
+of the runtime session's ``stats()`` is exported as ``ditto_session_<key>``, and every numeric
+entry of the runtime's ``metrics()`` (tick wall and GPU times, GPU busy share, capacity, ...)
+as ``ditto_runtime_<key>``.
 """
 
 from __future__ import annotations
@@ -27,10 +29,11 @@ class Stream(Protocol):
 
 
 class StreamCollector(Collector):
-    """Metric families for the streams ``streams()`` returns at scrape time."""
+    """Metric families for the streams ``streams()`` returns at scrape time, and the runtime's own figures."""
 
-    def __init__(self, streams: Callable[[], Sequence[Stream]]) -> None:
+    def __init__(self, streams: Callable[[], Sequence[Stream]], runtime: Callable[[], dict] | None = None) -> None:
         self._streams = streams
+        self._runtime = runtime
 
     def collect(self) -> Iterable[Metric]:
         streams = self._streams()
@@ -79,19 +82,28 @@ class StreamCollector(Collector):
                 family.add_metric([name], value)
         yield from (encoded, released, late, encode_ms, sent, dropped, reconnects, connected, viewers)
         yield from session_stats.values()
+        if self._runtime is not None:
+            for key, value in _numeric(self._runtime()).items():
+                metric = f"ditto_runtime_{re.sub(r'[^a-zA-Z0-9_]', '_', key)}"
+                family = GaugeMetricFamily(metric, f"The runtime's {key!r} figure")
+                family.add_metric([], value)
+                yield family
 
 
 def _session_stats(session: object) -> dict[str, float]:
     stats = getattr(session, "stats", None)
-    if stats is None:
-        return {}
-    return {k: float(v) for k, v in stats().items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+    return {} if stats is None else _numeric(stats())
 
 
-def metrics_registry(streams: Callable[[], Sequence[Stream]]) -> CollectorRegistry:
+def _numeric(values: dict) -> dict[str, float]:
+    """The entries that are numbers (None, flags and nested values are left out)."""
+    return {k: float(v) for k, v in values.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+
+
+def metrics_registry(streams: Callable[[], Sequence[Stream]], runtime: Callable[[], dict] | None = None) -> CollectorRegistry:
     """A registry holding only the streaming collector (so several apps can live in one process)."""
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(StreamCollector(streams))
+    registry.register(StreamCollector(streams, runtime))
     return registry
 
 

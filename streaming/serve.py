@@ -73,6 +73,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     audio.add_argument("--listen", action="store_true", help="take audio pushed over WebSocket at /push (TTS engines)")
     parser.add_argument("--sessions", type=int, default=1, help="live sessions served by the one runtime")
     parser.add_argument(
+        "--no-admission",
+        action="store_true",
+        help="open every session even beyond the live capacity measured at warm-up (they may then miss deadlines)",
+    )
+    parser.add_argument(
         "--encoder", choices=ENCODERS, default="auto", help="H.264 encoder (auto: NVENC when this GPU has one, else x264)"
     )
     parser.add_argument("--token", help="required from viewers and pushers; generated when binding beyond loopback without one")
@@ -127,7 +132,7 @@ async def serve(args: argparse.Namespace) -> int:
     import torch
 
     from engine.engine import RANDOM_WEIGHTS_NOTICE
-    from engine.runtime import Runtime
+    from engine.runtime import Runtime, RuntimeConfig
 
     random_weights = args.checkpoints is None or args.demo
     device = torch.device(args.device) if args.device else torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -147,7 +152,8 @@ async def serve(args: argparse.Namespace) -> int:
         if args.demo and args.duration is None:
             args.duration = CPU_DEMO_SECONDS
             print(f"CPU demo: a short run of {CPU_DEMO_SECONDS:.0f} s", file=sys.stderr)
-    runtime = Runtime.from_checkpoints(None if random_weights else args.checkpoints, device=device, steps=args.steps)
+    config = RuntimeConfig(admission=False) if args.no_admission else None
+    runtime = Runtime.from_checkpoints(None if random_weights else args.checkpoints, device=device, steps=args.steps, config=config)
     avatar = load_avatar(args, device, random_weights)
 
     host, port = args.webrtc or args.http
@@ -174,7 +180,7 @@ async def serve(args: argparse.Namespace) -> int:
             source.start()
 
     notice = RANDOM_WEIGHTS_NOTICE if random_weights else ""
-    runner = web.AppRunner(create_app(streams, token, notice))
+    runner = web.AppRunner(create_app(streams, token, notice, runtime.metrics))
     await runner.setup()
     await web.TCPSite(runner, host, port).start()
     _announce(args, host, port, token, generated, streams)

@@ -51,7 +51,8 @@ def test_metrics_report_sessions_frames_encode_time_sinks_and_the_runtime_stats(
     output.add_sink(RtmpSink("rtmp://127.0.0.1:1/live/nowhere", output.request_keyframe))
     output.start()
     assert output.finished.wait(20)
-    app = create_app([Stream("0", session, output)], notice="RANDOM WEIGHTS")
+    runtime = {"tick_wall_ms_p99": 12.5, "capacity": None, "ticks": 40}
+    app = create_app([Stream("0", session, output)], notice="RANDOM WEIGHTS", runtime_metrics=lambda: runtime)
 
     async def scenario(client: TestClient) -> None:
         response = await client.get("/metrics")
@@ -71,6 +72,8 @@ def test_metrics_report_sessions_frames_encode_time_sinks_and_the_runtime_stats(
         assert samples[("ditto_encode_milliseconds", (("quantile", "0.99"), ("session", "0")))] > 0
         assert samples[("ditto_session_frames_generated", (("session", "0"),))] == 12
         assert samples[("ditto_session_hop_ms_p99", (("session", "0"),))] == 1.5
+        assert samples[("ditto_runtime_tick_wall_ms_p99", ())] == 12.5 and samples[("ditto_runtime_ticks", ())] == 40
+        assert not any(name == "ditto_runtime_capacity" for name, _ in samples), "figures not measured are left out"
         info = await (await client.get("/info")).json()
         assert info == {"sessions": ["0"], "notice": "RANDOM WEIGHTS"}
 

@@ -12,6 +12,7 @@ import pytest
 
 import streaming.serve as serve_module
 from engine.controls import Controls
+from engine.runtime.config import RuntimeConfig
 from streaming.serve import is_loopback, numbered, parse_args, resolve_token
 from tests.streaming.conftest import free_port
 from tests.streaming.media import LiveReader
@@ -21,7 +22,7 @@ from tests.streaming.synthetic import SyntheticSession
 def test_defaults_bind_loopback_and_demo_turns_on_the_preview() -> None:
     args = parse_args(["--avatar", "anna"])
     assert args.http == ("127.0.0.1", 8080) and args.webrtc is None
-    assert args.encoder == "auto" and args.sessions == 1 and args.overlap == 75
+    assert args.encoder == "auto" and args.sessions == 1 and args.overlap == 75 and not args.no_admission
     demo = parse_args(["--demo"])
     assert demo.webrtc == ("127.0.0.1", 8080)
 
@@ -66,15 +67,20 @@ class SyntheticRuntime:
     closed = False
     default_controls = Controls()
 
+    config = None
+
     @classmethod
-    def from_checkpoints(cls, checkpoints=None, device=None, steps=25) -> SyntheticRuntime:
-        cls.opened, cls.closed = [], False
+    def from_checkpoints(cls, checkpoints=None, device=None, steps=25, config=None) -> SyntheticRuntime:
+        cls.opened, cls.closed, cls.config = [], False, config
         return cls()
 
     def open_session(self, avatar, live: bool, overlap: int, seed: int, controls: Controls) -> SyntheticSession:
         assert live and overlap == 75 and avatar == "anna" and controls == Controls(yaw=-4.0, emotion="happy")
         self.opened.append(SyntheticSession(128, 128))
         return self.opened[-1]
+
+    def metrics(self) -> dict:
+        return {"ticks": 7, "tick_wall_ms_p50": 3.5, "gpu_busy": None}
 
     def close(self) -> None:
         type(self).closed = True
@@ -83,11 +89,11 @@ class SyntheticRuntime:
 @pytest.mark.slow
 def test_serve_wires_sessions_to_rtmp_push_and_metrics_and_ends_with_them(nginx_rtmp, monkeypatch) -> None:
     """Everything but the model: two sessions, RTMP per session, push per session; ending both ends the server."""
-    monkeypatch.setitem(sys.modules, "engine.runtime", types.SimpleNamespace(Runtime=SyntheticRuntime))
+    monkeypatch.setitem(sys.modules, "engine.runtime", types.SimpleNamespace(Runtime=SyntheticRuntime, RuntimeConfig=RuntimeConfig))
     monkeypatch.setattr(serve_module, "load_avatar", lambda args, device, random_weights: "anna")
     port = free_port()
     args = parse_args(
-        ["--avatar", "anna", "--sessions", "2", "--listen", "--encoder", "x264", "--device", "cpu"]
+        ["--avatar", "anna", "--sessions", "2", "--listen", "--encoder", "x264", "--device", "cpu", "--no-admission"]
         + ["--rtmp", nginx_rtmp.url("show"), "--http", f"127.0.0.1:{port}", "--yaw", "-4", "--emotion", "happy"]
     )
     readers = []
@@ -123,6 +129,8 @@ def test_serve_wires_sessions_to_rtmp_push_and_metrics_and_ends_with_them(nginx_
     result = asyncio.run(drive())
     assert 'ditto_sessions 2.0' in result["metrics"]
     assert 'ditto_frames_sent_total{session="1",sink="rtmp"}' in result["metrics"]
+    assert "ditto_runtime_tick_wall_ms_p50 3.5" in result["metrics"] and "ditto_runtime_gpu_busy" not in result["metrics"]
+    assert SyntheticRuntime.config is not None and SyntheticRuntime.config.admission is False
     assert [len(s.pushed) for s in SyntheticRuntime.opened] == [1, 1]
     assert all(s.ended for s in SyntheticRuntime.opened) and SyntheticRuntime.closed
     got = readers[0].join()

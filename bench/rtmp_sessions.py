@@ -1,0 +1,229 @@
+"""Many sessions streaming to RTMP at once from one process: frames, rate, drift and A/V offset of every stream, read back.
+
+``python -m bench.rtmp_sessions [--avatar DIR] --sessions 8 --minutes 10 --json OUT``
+
+Starts nginx-rtmp and ``python -m streaming.serve --listen --sessions N --rtmp ... --no-admission``
+(one process, one runtime), pushes the bundled speech on loop into every session over the
+WebSocket in real time (as a TTS engine would), and demuxes every RTMP stream live with PyAV
+from its first packet. The measured window starts 2 s after every stream has delivered a frame.
+Per stream: frames received, effective frame rate, drift (how far the arrival clock moved
+against the stream's own timestamps: the median lag of the last 10 s minus that of the first
+10 s, and the fitted slope), gaps in the timestamps, the A/V offset (when each picture arrives,
+the end of the audio timeline received so far minus the end of that picture's frame: a frame's
+audio is muxed after its picture, so -40..0 ms is in order; its median, range and change from
+the first to the last 10 s), and the server's deadline misses, drops and reconnects from /metrics.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import platform
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from bench.glass_to_glass import CPU_NOTICE, START, STALL, device_of
+from bench.live_server import LiveServer, metric
+from bench.nginx import NginxRtmp, find_nginx, free_port
+from bench.push import Pusher
+from bench.rtmp_read import PacketLog, RtmpPacketLog
+from streaming.frames import FPS
+from streaming.serve import numbered
+
+PUSH_RATE = 16_000
+CHUNK_SECONDS = 0.2
+EDGE_SECONDS = 10.0
+SETTLE = 2.0
+"""The window starts this long after the last stream's first frame: frames queued while connecting arrive at once."""
+
+
+def stream_report(log: PacketLog, start: float, end: float) -> dict:
+    """Frames, rate, drift, timestamp gaps and A/V offset of one stream's packets that arrived in [start, end]."""
+    video = [(pts, at) for pts, at in log.video if start <= at <= end]
+    if len(video) < 2:
+        return {"frames": len(video), "read_end": log.error}
+    pts = np.array([p for p, _ in video])
+    at = np.array([a for _, a in video])
+    lag = (at - at[0]) - (pts - pts[0])
+    edge = min(EDGE_SECONDS, (at[-1] - at[0]) / 3)
+    first, last = lag[at <= at[0] + edge], lag[at >= at[-1] - edge]
+    steps = np.round(np.diff(pts) * FPS).astype(int)
+    audio = [(end_pts, a) for end_pts, a in log.audio_end if start <= a <= end]
+    offsets, offset_at = [], []
+    k = 0
+    for frame_pts, arrived in video:
+        while k + 1 < len(audio) and audio[k + 1][1] <= arrived:
+            k += 1
+        if audio and audio[k][1] <= arrived:
+            offsets.append(audio[k][0] - (frame_pts + 1 / FPS))
+            offset_at.append(arrived)
+    offsets_ms, offset_at = np.array(offsets) * 1000, np.array(offset_at)
+    minutes = (at[-1] - at[0]) / 60
+    return {
+        "frames": len(video),
+        "seconds": round(float(at[-1] - at[0]), 2),
+        "fps": round((len(video) - 1) / float(at[-1] - at[0]), 3),
+        "timeline_fps": round((len(video) - 1) / float(pts[-1] - pts[0]), 3) if pts[-1] > pts[0] else None,
+        "drift_ms": round(float(np.median(last) - np.median(first)) * 1000, 1),
+        "drift_slope_ms_per_min": round(float(np.polyfit((at - at[0]) / 60, lag, 1)[0]) * 1000, 2) if minutes * 60 >= 2 * EDGE_SECONDS else None,
+        "lag_spread_ms": round(float(np.percentile(lag, 99) - np.percentile(lag, 1)) * 1000, 1),
+        "timestamp_gaps": int(np.sum(steps != 1)),
+        "frames_missing": int(np.sum(np.clip(steps - 1, 0, None))),
+        **_offsets(offsets_ms, offset_at, edge),
+        "read_end": log.error,
+    }
+
+
+def _offsets(offsets_ms: np.ndarray, at: np.ndarray, edge: float) -> dict:
+    if not offsets_ms.size:
+        return {"av_offset_ms": None}
+    first, last = offsets_ms[at <= at[0] + edge], offsets_ms[at >= at[-1] - edge]
+    return {
+        "av_offset_ms": round(float(np.median(offsets_ms)), 1),
+        "av_offset_range_ms": [round(float(offsets_ms.min()), 1), round(float(offsets_ms.max()), 1)],
+        "av_offset_change_ms": round(float(np.median(last) - np.median(first)), 1),
+    }
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m bench.rtmp_sessions", description=__doc__.splitlines()[0])
+    parser.add_argument("--avatar", help="cached avatar folder or portrait image (default: the demo portrait, registered at start)")
+    parser.add_argument("--sessions", type=int, default=8)
+    parser.add_argument("--minutes", type=float, default=10.0, help="length of the measured window")
+    parser.add_argument("--steps", type=int, default=25, help="DDIM steps per window")
+    parser.add_argument("--encoder", default="x264", choices=("auto", "x264", "nvenc"))
+    parser.add_argument("--device", help="cuda or cpu (default: cuda when available)")
+    parser.add_argument("--json", type=Path, required=True, help="write the results here")
+    args = parser.parse_args(argv)
+    if args.sessions < 1 or args.minutes <= 0:
+        parser.error("--sessions must be at least 1 and --minutes positive")
+    return args
+
+
+async def measure(args: argparse.Namespace, work: Path) -> dict:
+    from engine.assets import demo_audio, write_demo_portrait
+
+    device = device_of(args)
+    avatar = args.avatar or str(write_demo_portrait(work))
+    speech, rate = demo_audio()
+    nginx = NginxRtmp(work / "nginx", find_nginx())
+    port = free_port()
+    base_url = nginx.url("bench")
+    server = LiveServer(
+        ["--avatar", avatar, "--listen", "--sessions", str(args.sessions), "--rtmp", base_url, "--no-admission"]
+        + ["--http", f"127.0.0.1:{port}", "--encoder", args.encoder, "--steps", str(args.steps), "--device", device],
+        port,
+        work / "serve.log",
+    )
+    result: dict = {
+        "what": f"{args.sessions} live sessions of one process streaming to nginx-rtmp, each read back with PyAV",
+        "device": device,
+        "sessions": args.sessions,
+        "minutes": args.minutes,
+        "steps": args.steps,
+        "encoder": args.encoder,
+        "audio": "the bundled speech on loop, pushed over the WebSocket in real time (200 ms chunks)",
+        "admission": "off (--no-admission): every session is opened whatever the warm-up capacity says",
+        "nginx": nginx.install.origin,
+        "python": platform.python_version(),
+        "random_weights": True,
+    }
+    if device == "cpu":
+        result["notice"] = CPU_NOTICE
+    nginx.start()
+    readers = [RtmpPacketLog(numbered(base_url, i, args.sessions), open_timeout=STALL, read_timeout=STALL).start() for i in range(args.sessions)]
+    stop = asyncio.Event()
+    try:
+        server.start()
+        await asyncio.to_thread(server.wait_ready, START)
+        result["metrics_answer_s"] = round(time.monotonic() - server.started_at, 2)
+        feeders = [asyncio.ensure_future(_feed(port, i, speech, rate, stop)) for i in range(args.sessions)]
+        deadline = time.monotonic() + START
+        while not all(r.log.video for r in readers) and time.monotonic() < deadline:
+            await asyncio.sleep(0.1)
+        start = max((r.log.video[0][1] for r in readers if r.log.video), default=time.monotonic()) + SETTLE
+        result["first_frames_s"] = round(start - SETTLE - server.started_at, 2)
+        while time.monotonic() < start + args.minutes * 60:
+            await asyncio.sleep(1.0)
+            if any(f.done() and f.exception() for f in feeders):
+                break
+        end = time.monotonic()
+        metrics = server.fetch_metrics() or {}
+        stop.set()
+        errors = await asyncio.gather(*feeders, return_exceptions=True)
+        result["push_errors"] = [str(e) for e in errors if e]
+    finally:
+        stop.set()
+        result["server_exit"] = await asyncio.to_thread(server.stop)
+        nginx.stop()
+        logs = [r.join(30) for r in readers]
+    result["streams"] = []
+    for i, log in enumerate(logs):
+        name = str(i)
+        row = {"session": i, **stream_report(log, start, end)}
+        row.update(
+            deadline_misses=metric(metrics, "ditto_session_deadline_misses", session=name),
+            frames_dropped=metric(metrics, "ditto_session_frames_dropped", session=name),
+            resyncs=metric(metrics, "ditto_session_resyncs", session=name),
+            rtmp_dropped=metric(metrics, "ditto_frames_dropped_total", session=name, sink="rtmp"),
+            late_releases=metric(metrics, "ditto_deadline_misses_output_total", session=name),
+            reconnects=metric(metrics, "ditto_rtmp_reconnects_total", session=name),
+            encode_ms_p99=metric(metrics, "ditto_encode_milliseconds", quantile="0.99", session=name),
+        )
+        result["streams"].append(row)
+    result["runtime"] = {
+        key: metric(metrics, f"ditto_runtime_{key}")
+        for key in ("tick_wall_ms_p50", "tick_wall_ms_p99", "tick_gpu_ms_p50", "tick_gpu_ms_p99", "gpu_busy", "capacity")
+    }
+    return result
+
+
+async def _feed(port: int, session: int, speech: np.ndarray, rate: int, stop: asyncio.Event) -> str | None:
+    """Push the clip on loop into one session until ``stop``; the push errors the server reported, if any."""
+    async with Pusher(f"ws://127.0.0.1:{port}/push?session={session}", rate, round(CHUNK_SECONDS * rate)) as pusher:
+        while not stop.is_set():
+            await pusher.play(speech)
+        return "; ".join(pusher.errors) or None
+
+
+def table(result: dict) -> str:
+    lines = [
+        f"{result['sessions']} RTMP sessions from one process: {result['device']}, steps {result['steps']}, "
+        f"{result['minutes']} min measured after every stream's first frame; random weights",
+    ]
+    if "notice" in result:
+        lines.append(result["notice"])
+    lines += [
+        "| session | frames | fps | drift ms | slope ms/min | A/V ms (range; change) | gaps (missing) | deadline misses | drops (session/rtmp) | reconnects |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for s in result["streams"]:
+        lines.append(
+            f"| {s['session']} | {s['frames']} | {s.get('fps')} | {s.get('drift_ms')} | {s.get('drift_slope_ms_per_min')} | "
+            f"{s.get('av_offset_ms')} ({s.get('av_offset_range_ms')}; {s.get('av_offset_change_ms')}) | {s.get('timestamp_gaps')} ({s.get('frames_missing')}) | "
+            f"{s['deadline_misses']} | {s['frames_dropped']}/{s['rtmp_dropped']} | {s['reconnects']} |"
+        )
+    lines.append(f"runtime: {result['runtime']}; first frames {result.get('first_frames_s')} s after launch")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="rtmp-sessions-") as tmp:
+        try:
+            result = asyncio.run(measure(args, Path(tmp)))
+        finally:
+            log = Path(tmp) / "serve.log"
+            if log.exists():
+                (args.json.parent / f"{args.json.stem}.serve.log").write_text(log.read_text(errors="replace"))
+    args.json.write_text(json.dumps(result, indent=2))
+    print(table(result))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

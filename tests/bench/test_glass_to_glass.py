@@ -1,0 +1,64 @@
+"""The latency split's algorithmic share, the matching of WebRTC pictures to RTMP frames, and the command line."""
+
+from __future__ import annotations
+
+import pytest
+
+from bench.glass_report import algorithm_seconds
+from bench.glass_to_glass import parse_args
+from bench.viewers import ViewerLog
+
+
+def test_the_algorithm_holds_a_sample_at_most_485_ms_at_overlap_75_less_the_further_into_its_hop_it_is() -> None:
+    assert algorithm_seconds(2.0) == pytest.approx(0.485)
+    assert algorithm_seconds(2.1) == pytest.approx(0.385)
+    assert algorithm_seconds(2.195) == pytest.approx(0.290)
+    assert algorithm_seconds(2.1997) == pytest.approx(0.485), "a few samples before a boundary is codec pre-echo: the next hop"
+    assert algorithm_seconds(2.0, overlap=70) == pytest.approx(0.685), "a 10-frame stride waits two hops"
+
+
+def test_a_viewer_frame_number_maps_to_the_rtmp_frame_with_the_same_picture() -> None:
+    rtmp = {"a": [40], "b": [41], "c": [42], "same": [43, 44]}
+    log = ViewerLog("aiortc", frames=[(0, 1.0, "a"), (1, 1.04, "b"), (2, 1.08, "c"), (3, 1.12, "same"), (4, 1.16, "zzz")])
+    assert log.frame_offset(rtmp) == 40
+    assert ViewerLog("aiortc", frames=[(0, 1.0, "same")]).frame_offset(rtmp) is None
+
+
+def test_viewers_default_to_chromium_where_installed_else_aiortc(monkeypatch: pytest.MonkeyPatch) -> None:
+    import bench.glass_to_glass as glass
+
+    monkeypatch.setattr(glass, "chromium_path", lambda: None)
+    assert parse_args(["--json", "x.json"]).viewers == ["aiortc"]
+    assert parse_args(["--json", "x.json", "--viewer", "none"]).viewers == []
+    with pytest.raises(SystemExit):
+        parse_args(["--json", "x.json", "--viewer", "chromium"])
+    monkeypatch.setattr(glass, "chromium_path", lambda: "/usr/bin/chromium")
+    assert parse_args(["--json", "x.json", "--viewer", "auto", "aiortc"]).viewers == ["aiortc", "chromium"]
+
+
+@pytest.mark.slow
+def test_the_harness_finds_every_marker_on_rtmp_in_chromium_and_in_the_aiortc_viewer(tmp_path, monkeypatch) -> None:
+    """The whole measurement against an echo server whose delay is known (the model is far too slow on a CPU for this)."""
+    import asyncio
+
+    import bench.glass_to_glass as glass
+    from bench.nginx import SYSTEM_MODULE
+    from bench.viewers import chromium_path
+    from tests.bench.echo import DELAY_FRAMES, EchoServer
+
+    if chromium_path() is None or not SYSTEM_MODULE.exists():
+        pytest.skip("needs chromium and nginx with libnginx-mod-rtmp (scripts/install_system_deps.sh)")
+    monkeypatch.setattr(glass, "LiveServer", EchoServer)
+    args = parse_args(["--avatar", "echo", "--device", "cpu", "--utterances", "2", "--duration", "1.2", "--wait", "5"]
+                      + ["--viewer", "chromium", "aiortc", "--json", str(tmp_path / "out.json")])
+    result = asyncio.run(glass.measure(args, tmp_path))
+    assert result["markers_pushed"] == 4
+    paths = result["paths"]
+    assert set(paths) == {"rtmp", "chromium_audio", "chromium_video", "aiortc_audio", "aiortc_video"}
+    for name, path in paths.items():
+        assert path["n"] == 4, (name, result["markers"])
+        assert DELAY_FRAMES / 25 - 0.15 < path["p50_ms"] / 1000 < 1.0, (name, path)
+    assert result["viewers"]["aiortc"]["rtmp_frame_offset"] is not None
+    from bench.glass_report import table
+
+    assert "Chromium" in table(result) and "jitter buffer" in table(result)
