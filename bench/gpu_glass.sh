@@ -8,6 +8,8 @@
 set -uo pipefail
 mode=${1:?latency, sessions or collect}
 source bench/gpu_env.sh
+# The bundled nginx opens its compiled-in access log (/var/log/nginx) at start even without an http block.
+mkdir -p /var/log/nginx
 runs=/tmp/glass-runs
 mkdir -p "$runs"
 case $mode in
