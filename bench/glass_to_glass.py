@@ -5,7 +5,8 @@
 Starts nginx-rtmp and ``python -m streaming.serve --listen --rtmp ... --webrtc ...`` (the real
 server over the real runtime, random weights), then plays the part of a TTS engine: utterances
 of quiet speech pushed in real time, each with a loud tone burst at its start (pushed into the
-idle session) and one in its middle (in continuous speech), at known send times. Nothing hooks
+idle session) and one near its middle (in continuous speech, one frame further into the model's
+200 ms hop each utterance), at known send times. Nothing hooks
 into the server; each marker is found again where a viewer gets it:
 
 * RTMP, read back with PyAV: the burst's position in the decoded AAC is the frame that speaks

@@ -154,8 +154,12 @@ async def measure(args: argparse.Namespace, work: Path) -> dict:
         end = time.monotonic()
         metrics = server.fetch_metrics() or {}
         stop.set()
+        _, blocked = await asyncio.wait(feeders, timeout=10)
+        for feeder in blocked:  # held up by backpressure: its session could not keep up
+            feeder.cancel()
         errors = await asyncio.gather(*feeders, return_exceptions=True)
-        result["push_errors"] = [str(e) for e in errors if e]
+        result["pushers_blocked_at_end"] = len(blocked)
+        result["push_errors"] = [str(e) for e in errors if e and not isinstance(e, asyncio.CancelledError)]
     finally:
         stop.set()
         result["server_exit"] = await asyncio.to_thread(server.stop)
