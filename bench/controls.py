@@ -26,11 +26,13 @@ from pathlib import Path
 
 import torch
 
-from bench.runtime import HOP, speech
+from bench.reference import wall_times
+from bench.runtime import HOP, push_in_real_time, speech
 from bench.steps import load_bench_avatar
 from engine.controls import ControlError, Controls, stitch_controls
 from engine.motion.stitching import MotionStitcher, blink_schedule, fade_alphas
-from engine.runtime import Backpressure, Runtime, RuntimeConfig, SessionClosed
+from engine.runtime import Runtime, RuntimeConfig, SessionClosed
+from engine.timing import gpu_time
 
 HOP_FRAMES = 5
 
@@ -70,31 +72,18 @@ def stitch_cost(runtime: Runtime, avatar, repeat: int = 50) -> dict:
                 fade_alphas(torch.arange(HOP_FRAMES, device=device), fade_in=10),
             ),
         }
+        timer = gpu_time if device.type == "cuda" else (lambda run, repeat: wall_times(run, device, repeat))
         result = {}
         for name, (stitcher, alpha) in stitchers.items():
-            result[name] = round(statistics.median(_time(lambda s=stitcher, a=alpha: s(motion, rows, a), device, repeat)), 4)
+            result[name] = round(statistics.median(timer(lambda s=stitcher, a=alpha: s(motion, rows, a), repeat)), 4)
         return result
     finally:
         runtime.avatars.release(loaded)
 
 
-def _time(run, device: torch.device, repeat: int) -> list[float]:
-    if device.type == "cuda":
-        from engine.timing import gpu_time
-
-        return gpu_time(run, repeat)
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        run()
-        times.append((time.perf_counter() - start) * 1000)
-    return times
-
-
 def live_run(runtime: Runtime, avatar, count: int, seconds: float, change: bool) -> dict:
     """``count`` live sessions fed in real time; with ``change``, every session's controls change every hop."""
     audio, rate = speech(seconds + 2)
-    hop = int(HOP * rate)
     sessions = [runtime.open_session(avatar, live=True, overlap=75, seed=i) for i in range(count)]
     received = [0] * count
     failed = [False] * count
@@ -134,16 +123,7 @@ def live_run(runtime: Runtime, avatar, count: int, seconds: float, change: bool)
         t.start()
     time.sleep(1.0)
     base = runtime.metrics()
-    started = time.monotonic()
-    refused = 0
-    for k in range(int(seconds / HOP)):
-        for session in sessions:
-            try:
-                session.push_audio(audio[k * hop : (k + 1) * hop], rate)
-            except Backpressure:
-                refused += 1
-        time.sleep(max(0.0, started + (k + 1) * HOP - time.monotonic()))
-    elapsed = time.monotonic() - started
+    elapsed, refused = push_in_real_time(sessions, audio, rate, int(seconds / HOP))
     metrics = runtime.metrics()
     stop.set()
     for session in sessions:

@@ -34,12 +34,11 @@ import asyncio
 import json
 import platform
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 from bench.glass_report import analyse, table
-from bench.live_server import LiveServer
+from bench.live_server import LiveServer, run_keeping_server_log
 from bench.markers import utterance
 from bench.nginx import NginxRtmp, find_nginx, free_port
 from bench.push import Pusher
@@ -197,13 +196,7 @@ async def _until(condition, timeout: float, failure: str | None) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    with tempfile.TemporaryDirectory(prefix="glass-") as tmp:
-        try:
-            result = asyncio.run(measure(args, Path(tmp)))
-        finally:
-            log = Path(tmp) / "serve.log"
-            if log.exists():
-                (args.json.parent / f"{args.json.stem}.serve.log").write_text(log.read_text(errors="replace"))
+    result = run_keeping_server_log(measure, args, "glass-")
     args.json.write_text(json.dumps(result, indent=2))
     print(table(result))
     missing = result["markers_pushed"] - max((p["n"] for p in result["paths"].values()), default=0)

@@ -6,10 +6,12 @@ read nothing but what any client can: the RTMP stream, the WebRTC preview and /m
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -32,6 +34,17 @@ def parse_metrics(text: str) -> Metrics:
 def metric(metrics: Metrics, name: str, **labels: str) -> float | None:
     """One sample's value (None when the server does not export it)."""
     return metrics.get(name, {}).get(tuple(sorted(labels.items())))
+
+
+def run_keeping_server_log(measure, args, prefix: str) -> dict:
+    """``asyncio.run(measure(args, folder))`` in a temporary folder; the server's log there is kept beside ``args.json``."""
+    with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
+        try:
+            return asyncio.run(measure(args, Path(tmp)))
+        finally:
+            log = Path(tmp) / "serve.log"
+            if log.exists():
+                (args.json.parent / f"{args.json.stem}.serve.log").write_text(log.read_text(errors="replace"))
 
 
 class LiveServer:

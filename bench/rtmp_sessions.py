@@ -20,14 +20,13 @@ import argparse
 import asyncio
 import json
 import platform
-import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 
 from bench.glass_to_glass import CPU_NOTICE, START, STALL, device_of
-from bench.live_server import LiveServer, metric
+from bench.live_server import LiveServer, metric, run_keeping_server_log
 from bench.nginx import NginxRtmp, find_nginx, free_port
 from bench.push import Pusher
 from bench.rtmp_read import PacketLog, RtmpPacketLog
@@ -217,13 +216,7 @@ def table(result: dict) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    with tempfile.TemporaryDirectory(prefix="rtmp-sessions-") as tmp:
-        try:
-            result = asyncio.run(measure(args, Path(tmp)))
-        finally:
-            log = Path(tmp) / "serve.log"
-            if log.exists():
-                (args.json.parent / f"{args.json.stem}.serve.log").write_text(log.read_text(errors="replace"))
+    result = run_keeping_server_log(measure, args, "rtmp-sessions-")
     args.json.write_text(json.dumps(result, indent=2))
     print(table(result))
     return 0

@@ -62,10 +62,24 @@ def offline_frames(runtime: Runtime, avatar, seeds: list[int], seconds: float) -
     return [torch.stack(r) for r in results]
 
 
+def push_in_real_time(sessions: list[Session], audio: np.ndarray, rate: int, pushes: int) -> tuple[float, int]:
+    """Push ``pushes`` hops of ``audio`` into every session on the hop clock; (seconds taken, pushes refused)."""
+    hop = int(HOP * rate)
+    started = time.monotonic()
+    refused = 0
+    for k in range(pushes):
+        for session in sessions:
+            try:
+                session.push_audio(audio[k * hop : (k + 1) * hop], rate)
+            except Backpressure:
+                refused += 1
+        time.sleep(max(0.0, started + (k + 1) * HOP - time.monotonic()))
+    return time.monotonic() - started, refused
+
+
 def live_run(runtime: Runtime, avatar, count: int, seconds: float) -> dict:
     """``count`` live sessions fed in real time for ``seconds``; what the clock and the GPU saw."""
     audio, rate = speech(seconds + 2)
-    hop = int(HOP * rate)
     sessions = [runtime.open_session(avatar, live=True, overlap=75, seed=i) for i in range(count)]
     received = [0] * count
     stop = threading.Event()
@@ -83,16 +97,8 @@ def live_run(runtime: Runtime, avatar, count: int, seconds: float) -> dict:
         t.start()
     time.sleep(1.0)
     base = runtime.metrics()
-    started = time.monotonic()
-    pushes, refused = int(seconds / HOP), 0
-    for k in range(pushes):
-        for session in sessions:
-            try:
-                session.push_audio(audio[k * hop : (k + 1) * hop], rate)
-            except Backpressure:
-                refused += 1
-        time.sleep(max(0.0, started + (k + 1) * HOP - time.monotonic()))
-    elapsed = time.monotonic() - started
+    pushes = int(seconds / HOP)
+    elapsed, refused = push_in_real_time(sessions, audio, rate, pushes)
     metrics = runtime.metrics()
     stop.set()
     for session in sessions:

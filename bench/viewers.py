@@ -41,8 +41,8 @@ CHROMIUM_FLAGS = [
     "--disable-default-apps",
     "--disable-extensions",
     "--autoplay-policy=no-user-gesture-required",
-    "--allow-loopback-in-peer-connection",
-    "--disable-features=WebRtcHideLocalIpsWithMdns",
+    "--allow-loopback-in-peer-connection",  # gather 127.0.0.1 candidates
+    "--disable-features=WebRtcHideLocalIpsWithMdns",  # raw addresses instead of .local names
 ]
 FRAME_TICKS = 90_000 // FPS
 """RTP video clock ticks per frame (aiortc hands out frames with pts in 1/90000 s from the first one received)."""

@@ -13,6 +13,7 @@ import pytest
 from aiohttp import web
 from aiortc.rtp import RTCP_PSFB_PLI, RtcpPsfbPacket
 
+from bench.viewers import CHROMIUM_FLAGS
 from streaming.app import Stream, create_app
 from streaming.encoders.h264 import H264Settings
 from streaming.output import EncodedFrame, SessionOutput
@@ -21,20 +22,6 @@ from tests.streaming.conftest import INSTALL_HINT, free_port
 from tests.streaming.synthetic import SyntheticSession
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-FLAGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--disable-default-apps",
-    "--disable-extensions",
-    "--autoplay-policy=no-user-gesture-required",
-    "--allow-loopback-in-peer-connection",  # gather 127.0.0.1 candidates
-    "--disable-features=WebRtcHideLocalIpsWithMdns",  # raw addresses instead of .local names
-]
 
 
 def frame(index: int, keyframe: bool) -> EncodedFrame:
@@ -130,7 +117,7 @@ def test_chromium_decodes_the_preview_and_a_late_viewer_gets_a_picture_within_a_
         output.start()
         try:
             async with async_playwright() as playwright:
-                browser = await playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=FLAGS, env=env)
+                browser = await playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_FLAGS, env=env)
                 try:
                     first = await browser.new_page()
                     await first.goto(f"http://127.0.0.1:{port}/?session=0")
