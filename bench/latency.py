@@ -44,9 +44,18 @@ def ceilings(device: torch.device) -> dict[str, float]:
 
 
 def window_sampler(denoiser, cond_width: int, device: torch.device, steps: int = 25, batches: tuple[int, ...] = (1, 4)):
-    """``sample(cond_frame, cond, x=None)``: graph-captured windows with seed-0 noise, for timing a denoiser."""
+    """``sample(cond_frame, cond, x=None)``: graph-captured windows with seed-0 noise, for timing a bare denoiser."""
     ddim = DDIMSampler(steps, seed=0, device=device)
     sampler = BucketedSampler(ddim.schedule, denoiser, cond_width, ddim.shape)
+    return _seeded(sampler, ddim, batches)
+
+
+def engine_window_sampler(engine: Engine, batches: tuple[int, ...] = (1, 4)):
+    """``sample(cond_frame, cond, x=None)`` through the sampler the runtime uses (window conditions prepared once)."""
+    return _seeded(engine.sampler(), DDIMSampler(engine.steps, seed=0, device=engine.device), batches)
+
+
+def _seeded(sampler: BucketedSampler, ddim: DDIMSampler, batches: tuple[int, ...]):
     sampler.capture(batches)
 
     def sample(cond_frame: torch.Tensor, cond: torch.Tensor, x: torch.Tensor | None = None) -> torch.Tensor:
@@ -62,7 +71,7 @@ def bench_lmdm(engine: Engine, repeat: int) -> dict[str, dict[str, float]]:
     device, width = engine.device, engine.cond_width
     cond = torch.randn(1, 80, width, device=device)
     cond_frame = torch.randn(1, 265, device=device)
-    graphed = window_sampler(engine.backend.lmdm, width, device, engine.steps)
+    graphed = engine_window_sampler(engine)
     out = {"graphed": summary(gpu_time(lambda: graphed(cond_frame, cond), repeat))}
     ddim = DDIMSampler(engine.steps, seed=0, device=device)
     out["eager"] = summary(gpu_time(lambda: ddim(engine.backend.lmdm, cond_frame, cond), max(3, repeat // 5)))

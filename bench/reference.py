@@ -40,7 +40,7 @@ import numpy as np
 import torch
 
 from bench.reference_code import ENV, ReferenceUnavailable, import_reference, reference_root
-from bench.latency import window_sampler
+from bench.latency import engine_window_sampler
 from engine.engine import Engine, models_dir, random_checkpoints
 from engine.networks import OFFICIAL_FILENAMES
 
@@ -146,7 +146,7 @@ def bench_ours(engine: Engine, batch: int, runs: int, warmup: int) -> dict:
     generator = torch.Generator().manual_seed(1)
     cond_frame = (torch.randn(1, MOTION_DIM, generator=generator) * 0.5).to(device)
     cond = torch.randn(1, SEQ_FRAMES, engine.cond_width, generator=generator).to(device)
-    sampler = window_sampler(engine.backend.lmdm, engine.cond_width, device, engine.steps, (1,))
+    sampler = engine_window_sampler(engine, (1,))
     out["lmdm_window_ms"] = wall_ms(lambda: sampler(cond_frame, cond), device, max(1, runs // 2), min(warmup, 1))
     return out
 

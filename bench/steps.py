@@ -77,9 +77,9 @@ def render(engine: Engine, avatar, audio: np.ndarray, rate: int, seed: int) -> t
         seen.append(kp_driving.detach().float().cpu())
         return original(feature_3d, kp_source, kp_driving)
 
-    backend.render = recording
     try:
         with Runtime(engine, RuntimeConfig(progress=False, admission=False, max_lead_seconds=len(audio) / rate + 1)) as runtime:
+            backend.render = recording
             session = runtime.open_session(avatar, live=False, overlap=OFFLINE_OVERLAP, seed=seed)
             session.push_audio(audio, rate, block=True)
             session.end()
@@ -87,7 +87,7 @@ def render(engine: Engine, avatar, audio: np.ndarray, rate: int, seed: int) -> t
             while (frame := session.next_frame()) is not None:
                 frames.append(frame)
     finally:
-        del backend.render
+        vars(backend).pop("render", None)
     images = np.stack([f.image.cpu().numpy() for f in frames])
     keypoints = torch.cat(seen).numpy() if seen else np.zeros((0, 21, 3), np.float32)
     if len(keypoints) != len(images):
