@@ -116,6 +116,9 @@ class Runtime:
                         if capture is not None:
                             capture((bucket,))
                         self.render_ms[bucket] = self._time(lambda b=bucket: self._render_dummy(b))
+            capture_hubert = getattr(self.engine.hubert, "capture", None)
+            if capture_hubert is not None:
+                capture_hubert()
             self.engine.hubert.encode_batch(torch.zeros(1, CHUNK_SAMPLES))
         self._captures = self._capture_count()
         self.warmup_seconds = time.perf_counter() - started
@@ -148,7 +151,8 @@ class Runtime:
         self.engine.backend.render(torch.zeros(batch, 32, 16, 64, 64, device=self.device, dtype=dt), kp, kp)
 
     def _capture_count(self) -> int:
-        return len(self.sampler.buckets) + int(getattr(self.engine.backend, "captures", 0))
+        hubert = len(getattr(self.engine.hubert, "buckets", ()))
+        return len(self.sampler.buckets) + hubert + int(getattr(self.engine.backend, "captures", 0))
 
     # -- sessions ---------------------------------------------------------------------------
 

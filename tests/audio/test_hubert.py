@@ -220,3 +220,18 @@ def test_onnx_runner_rejects_a_file_with_other_io_names(tmp_path: Path) -> None:
         OnnxHubertRunner(path)
     with pytest.raises(FileNotFoundError, match="hubert_streaming_fix_kv"):
         OnnxHubertRunner(tmp_path / "missing.onnx")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a GPU")
+def test_graphed_runner_equals_eager_at_every_batch_and_runs_other_shapes_eagerly() -> None:
+    runner = TorchHubertRunner(build_standin(), device="cuda")
+    runner.capture((1, 4, 8))
+    assert runner.buckets == (1, 4, 8)
+    torch.manual_seed(0)
+    for b in (1, 3, 5):
+        chunks = torch.randn(b, CHUNK_SAMPLES)
+        graphed = runner.encode_batch(chunks)
+        runner.encode_batch(torch.zeros(8, CHUNK_SAMPLES))  # a later replay must not change an earlier result
+        assert torch.allclose(graphed, runner.module(chunks.cuda()), atol=1e-4)
+    assert runner.encode_batch(torch.randn(2, CHUNK_SAMPLES + 640)).shape[0] == 2
+    assert runner.encode_batch(torch.randn(9, CHUNK_SAMPLES)).shape[0] == 9
