@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from engine.networks.depth_planes import PlanesConv3d, PlanesHeads
+from engine.networks.depth_planes import PlanesConv3d, PlanesHeads, column_stack, column_weight
 from engine.networks.warp_network import WarpingNetwork
 
 
@@ -26,6 +26,13 @@ def test_a_planes_convolution_equals_the_3d_convolution(channels: int, outputs: 
         assert relative(PlanesConv3d(conv)(x), conv(x)) < 1e-5
         channels_last = x.contiguous(memory_format=torch.channels_last_3d)
         assert relative(PlanesConv3d(conv)(channels_last), conv(x)) < 1e-5
+
+
+def test_a_kxk_convolution_equals_a_kx1_convolution_over_the_column_stacked_input() -> None:
+    torch.manual_seed(0)
+    x, weight = torch.randn(2, 5, 9, 11), torch.randn(3, 5, 7, 7)
+    expected = F.conv2d(x, weight, padding=3)
+    assert torch.allclose(F.conv2d(column_stack(x, 7), column_weight(weight), padding=(3, 0)), expected, atol=1e-4)
 
 
 def test_the_fused_heads_equal_the_mask_and_occlusion_convolutions() -> None:
