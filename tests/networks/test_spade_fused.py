@@ -1,6 +1,8 @@
 """The decoder's fused SPADEs compute the same function as the plain modules, in fp32 and in fp16.
 
 Weights are the project's deterministic random ones (``decoder.randomize``), not official ones.
+The decoder is fully convolutional and nothing in the rewrite depends on the frame size, so a
+16x16 feature (upsampled to 32 and 64 inside) stands in for the 64x64 one.
 """
 
 from __future__ import annotations
@@ -111,21 +113,9 @@ def test_the_fused_decoder_decodes_as_before(plain: dec.SPADEDecoder, fused: dec
 
 
 @pytest.mark.slow
-def test_the_fused_decoder_decodes_a_full_frame_as_before(plain: dec.SPADEDecoder, fused: dec.SPADEDecoder) -> None:
-    feature = torch.randn(1, 256, 64, 64, generator=torch.Generator().manual_seed(2))
-    rgb, activation = _decode_with_activation(plain, feature)
-    fused_rgb, fused_activation = _decode_with_activation(fused, feature)
-    error = (fused_activation - activation).abs().max().item() / activation.abs().max().item()
-    print(f"fused vs plain decoder, fp32, 64x64: last block max rel err {error:.1e}, rgb {(fused_rgb - rgb).abs().max().item():.1e}")
-    assert fused_rgb.shape == (1, 3, 512, 512)
-    assert error < 1e-5
-    assert (fused_rgb - rgb).abs().max().item() < 1e-5
-
-
-@pytest.mark.slow
 def test_the_fused_decoder_in_fp16_is_as_close_to_fp32_as_the_plain_one(plain: dec.SPADEDecoder, fused: dec.SPADEDecoder) -> None:
     """Half weights and activations end to end (channels-last, as the backend runs them); fused buffers follow .to()."""
-    feature = torch.randn(1, 256, 16, 16, generator=torch.Generator().manual_seed(3))
+    feature = torch.randn(1, 256, 8, 8, generator=torch.Generator().manual_seed(3))
     with torch.no_grad():
         expected = plain(feature)
         errors = {}
@@ -134,7 +124,7 @@ def test_the_fused_decoder_in_fp16_is_as_close_to_fp32_as_the_plain_one(plain: d
             out = half(feature.half().contiguous(memory_format=torch.channels_last))
             assert out.dtype == torch.float16
             errors[name] = (out.float() - expected).abs().max().item()
-    print(f"decoder fp16 vs plain fp32 (16x16): max abs error plain {errors['plain']:.2e}, fused {errors['fused']:.2e}")
+    print(f"decoder fp16 vs plain fp32 (8x8): max abs error plain {errors['plain']:.2e}, fused {errors['fused']:.2e}")
     assert errors["fused"] < 1e-2
     assert errors["fused"] < 2 * errors["plain"]
 
