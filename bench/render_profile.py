@@ -4,22 +4,29 @@
 (top kernels of the compiled, graphed warp+decode bucket), ``layers.json`` (every convolution of
 the eager warp network and decoder: ms/frame and TFLOP/s), ``conv_variants.json`` (the warp's big
 3-D convolutions as cuDNN 3-D convolutions vs 2-D convolutions over depth planes) and
-``lmdm.json`` (kernels per DDIM step and the share of a window spent between kernels) and
-``speed.json`` (the render and LMDM speeds with their error against fp32 modules).
+``lmdm.json`` (kernels per DDIM step and the share of a window spent between kernels),
+``speed.json`` (the render and LMDM speeds with their error against fp32 modules) and
+``decoder.json`` (the plain and the fused-SPADE decoder, alone and after the warp network, per
+frame at each batch, with FLOPs and error against fp32; ``--parts decoder --device cpu`` runs it
+eagerly on a CPU, slowly, with ``--batches 1 --repeat 1``).
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import math
 import statistics
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.profiler import ProfilerActivity, profile
+from torch.utils.flop_counter import FlopCounterMode
 
 from engine.backends.torch_backend import TorchBackend
 from engine.engine import Engine, random_checkpoints
@@ -292,13 +299,118 @@ def speed_table(out: Path) -> dict:
     return result
 
 
+def per_call_ms(fn: Callable[[], object], repeat: int, device: torch.device) -> float:
+    """Median milliseconds per call: CUDA events on a GPU, wall time after one warm-up call on a CPU."""
+    if device.type == "cuda":
+        return median_ms(fn, repeat)
+    fn()
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - start) * 1e3)
+    return statistics.median(times)
+
+
+def graphed(fn: Callable[[], torch.Tensor]) -> Callable[[], None]:
+    """``fn`` (over static inputs) captured into a CUDA graph after two warm-up calls on a side stream; returns replay."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side), torch.inference_mode():
+        for _ in range(2):
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph), torch.inference_mode():
+        fn()
+    return graph.replay
+
+
+def gflop_per_frame(net: nn.Module) -> float:
+    """Convolution GFLOP (2 x MACs) of one 64x64 feature through ``net``, counted on the meta device."""
+    with torch.no_grad(), FlopCounterMode(display=False) as counter:
+        copy.deepcopy(net).to("meta")(torch.zeros(1, 256, 64, 64, device="meta"))
+    return counter.get_total_flops() / 1e9
+
+
+def decoder_variants(out: Path, device: torch.device, batches: list[int], repeat: int) -> dict:
+    """Plain vs fused-SPADE decoder (``use_fused_spade``), alone and after the warp network, ms/frame at each batch.
+
+    On CUDA (fp16, channels-last) every variant is torch.compiled and timed as a CUDA graph
+    replay, as the backend runs the render; on a CPU (fp32) it runs eagerly.
+    """
+    from engine.networks import OFFICIAL_FILENAMES, load_network
+
+    cuda = device.type == "cuda"
+    dtype = torch.float16 if cuda else torch.float32
+    folder = random_checkpoints()
+    plain = load_network("decoder", folder / OFFICIAL_FILENAMES["decoder"], device, dtype, fold_batchnorm=True)
+    fused = copy.deepcopy(plain)
+    fused.use_fused_spade()
+    variants = {"plain": plain, "fused": fused}
+    result: dict = {"device": torch.cuda.get_device_name(device) if cuda else "cpu", "dtype": str(dtype), "batches": batches}
+    for name, net in variants.items():
+        result[f"{name}_gflop_per_frame"] = gflop_per_frame(net)
+        if cuda:
+            net.to(memory_format=torch.channels_last)
+    print(f"decoder GFLOP/frame: plain {result['plain_gflop_per_frame']:.1f}, fused {result['fused_gflop_per_frame']:.1f}", flush=True)
+
+    g = torch.Generator(device=device).manual_seed(0)
+    feature = torch.randn(max(batches), 256, 64, 64, device=device, generator=g, dtype=dtype)
+    volume = torch.randn(max(batches), 32, 16, 64, 64, device=device, generator=g) * 0.5
+    kp_s = (torch.rand(max(batches), 21, 3, device=device, generator=g) - 0.5) * 0.6
+    kp_d = kp_s + 0.02 * torch.randn(max(batches), 21, 3, device=device, generator=g)
+    if cuda:
+        feature = feature.contiguous(memory_format=torch.channels_last)
+    torch.backends.cudnn.allow_tf32 = False
+    with torch.inference_mode():
+        reference_net = load_network("decoder", folder / OFFICIAL_FILENAMES["decoder"], device, torch.float32, fold_batchnorm=True)
+        reference = reference_net(feature[:2].float())
+        for name, net in variants.items():
+            decoded = net(feature[:2]).float()
+            result[f"{name}_max_abs_err_vs_fp32_plain"] = float((decoded - reference).abs().max())
+            result[f"{name}_psnr_vs_fp32_plain_db"] = psnr(decoded, reference)
+    torch.backends.cudnn.allow_tf32 = True
+    del reference_net
+    for name in variants:
+        print(f"{name} ({str(dtype)[6:]}) vs plain fp32: max abs {result[f'{name}_max_abs_err_vs_fp32_plain']:.2e}, PSNR {result[f'{name}_psnr_vs_fp32_plain_db']:.1f} dB", flush=True)
+
+    backend = TorchBackend(folder, device=device, networks=("warp_network",), compile_networks=cuda)
+    run = {name: torch.compile(net) if cuda else net for name, net in variants.items()}
+    for batch in batches:
+        f, v, s, d = feature[:batch], volume[:batch].to(dtype), kp_s[:batch].to(dtype), kp_d[:batch].to(dtype)
+        for name, net in run.items():
+            cases = {"decoder": lambda: net(f), "render": lambda: net(backend.warp(v, s, d))}
+            for what, fn in cases.items():
+                with torch.inference_mode():
+                    call = graphed(fn) if cuda else fn
+                    ms = per_call_ms(call, repeat, device) / batch
+                result[f"{what}_{name}_ms_per_frame_b{batch}"] = ms
+                del call
+                if cuda:
+                    torch.cuda.empty_cache()
+    lines = [f"ms/frame {'batch':>5} {'decoder plain':>14} {'decoder fused':>14} {'render plain':>13} {'render fused':>13}  decoder TFLOP/s plain, fused"]
+    for batch in batches:
+        row = [result[f"{what}_{name}_ms_per_frame_b{batch}"] for what in ("decoder", "render") for name in variants]
+        tflops = [result[f"{name}_gflop_per_frame"] / ms / 1e3 for name, ms in zip(variants, row[:2])]
+        lines.append(f"{'':8} {batch:>5} {row[0]:>14.3f} {row[1]:>14.3f} {row[2]:>13.3f} {row[3]:>13.3f}  {tflops[0]:.1f}, {tflops[1]:.1f}")
+    print("\n".join(lines), flush=True)
+    (out / "decoder.json").write_text(json.dumps(result, indent=1))
+    return result
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True)
-    parts = ["speed", "lmdm", "variants", "layers", "graph"]
+    parts = ["speed", "lmdm", "variants", "layers", "graph", "decoder"]
     parser.add_argument("--parts", nargs="*", default=parts, choices=parts)
+    parser.add_argument("--device", default="cuda", help="the decoder part only: cuda, or cpu (eager, fp32, slow)")
+    parser.add_argument("--batches", type=int, nargs="+", default=[5, 16, 32], help="the decoder part's batch sizes")
+    parser.add_argument("--repeat", type=int, default=20, help="the decoder part's timed calls per case")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
+    if "decoder" in args.parts:
+        decoder_variants(args.out, torch.device(args.device), args.batches, args.repeat)
     if "speed" in args.parts:
         speed_table(args.out)
     if "lmdm" in args.parts:

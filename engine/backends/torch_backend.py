@@ -2,8 +2,10 @@
 
 It is the numerical reference for the TensorRT backend and the backend measured on GPUs
 without TensorRT. On CUDA the warp network's 3-D convolutions run over depth planes
-(``engine.networks.depth_planes``: the same function, cuDNN's faster 2-D kernels). Render batches of fixed bucket sizes are captured into CUDA graphs
-(``capture_render``) so that a 5-frame hop costs one graph launch instead of hundreds of
+(``engine.networks.depth_planes``: the same function, cuDNN's faster 2-D kernels) and the
+decoder's SPADEs in merged convolutions (``engine.networks.spade_fused``: the same function in
+fewer, larger convolutions and 11% fewer FLOPs). Render batches of fixed bucket sizes are
+captured into CUDA graphs (``capture_render``) so that a 5-frame hop costs one graph launch instead of hundreds of
 kernel launches; a smaller batch runs in the next bucket's graph, padded. torch.compile keeps
 its compiled kernels in an on-disk cache (``$DITTO_CACHE_DIR/torch-compile``) so a second
 start of the same configuration skips most of the compile time.
@@ -58,6 +60,8 @@ class TorchBackend(Backend):
             )
             if name == "warp_network" and self.device.type == "cuda":
                 net.dense_motion_network.use_depth_planes()
+            if name == "decoder" and self.device.type == "cuda":
+                net.use_fused_spade()
             if name in _CONV_NETWORKS and self.device.type == "cuda":
                 _to_channels_last(net)
             net.requires_grad_(False)
