@@ -329,7 +329,8 @@ def graphed(fn: Callable[[], torch.Tensor]) -> Callable[[], None]:
 def gflop_per_frame(net: nn.Module) -> float:
     """Convolution GFLOP (2 x MACs) of one 64x64 feature through ``net``, counted on the meta device."""
     with torch.no_grad(), FlopCounterMode(display=False) as counter:
-        copy.deepcopy(net).to("meta")(torch.zeros(1, 256, 64, 64, device="meta"))
+        dtype = next(net.parameters()).dtype
+        copy.deepcopy(net).to("meta")(torch.zeros(1, 256, 64, 64, device="meta", dtype=dtype))
     return counter.get_total_flops() / 1e9
 
 
