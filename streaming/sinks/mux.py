@@ -14,7 +14,7 @@ from fractions import Fraction
 
 import av
 
-from streaming.encoders.audio import AAC_BITRATE, AAC_BLOCK, AAC_OPTIONS, AudioBlocks
+from streaming.encoders.audio import AAC_BITRATE, AAC_BLOCK, AudioBlocks
 from streaming.frames import AUDIO_RATE, FPS, SAMPLES_PER_FRAME
 from streaming.output import EncodedFrame
 
@@ -31,7 +31,6 @@ class Muxer:
         self._video.time_base = VIDEO_TIME_BASE
         self._audio = self.container.add_stream("aac", rate=AUDIO_RATE, layout="mono")
         self._audio.bit_rate = AAC_BITRATE
-        self._audio.codec_context.options = AAC_OPTIONS
         self._blocks = AudioBlocks(AAC_BLOCK)
         self.first_index: int | None = None
         self._next_index: int | None = None
