@@ -53,6 +53,11 @@ class DDIMSchedule:
         """Number of denoiser calls S."""
         return len(self.time_pairs)
 
+    def coefficients(self) -> torch.Tensor:
+        """(S,3) weights of (x0, ε̂, noise) per step; the last step's (1, 0, 0) keeps x0."""
+        last = torch.tensor([[1.0, 0.0, 0.0]], device=self.c.device)
+        return torch.cat((torch.stack((self.sqrt_alpha_next, self.c, self.sigma), dim=-1), last))
+
     def to(self, device: torch.device | str) -> DDIMSchedule:
         """The same schedule with its tensors on ``device``."""
         return DDIMSchedule(
