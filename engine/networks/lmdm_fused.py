@@ -66,6 +66,14 @@ def norm_rotary(
     return plain * cos + partner * signed_sin, plain
 
 
+def norm_then_rotary(
+    x: torch.Tensor, norm: nn.LayerNorm, swapped: tuple[torch.Tensor, torch.Tensor], cos: torch.Tensor, signed_sin: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``norm_rotary`` in the fewest eager operators: the layer norm, then the rotation of its output."""
+    plain = norm(x)
+    return plain * cos + pair_swap(plain) * signed_sin, plain
+
+
 class FusedLayer(nn.Module):
     """One ``FiLMDecoderLayer`` over prepared cross-attention keys/values and tabulated FiLM parameters."""
 
@@ -82,14 +90,16 @@ class FusedLayer(nn.Module):
     def forward(self, x: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, modulation: torch.Tensor) -> torch.Tensor:
         """``keys``/``values`` (2B,heads,82,hd) in the attention dtype; ``modulation`` (2B,3,2d) of (scale + 1, shift)."""
         layer = self.layer
+        # One reduction per norm for the compiler; eagerly (the CPU path) fewer operators.
+        norm_rotary_ = norm_rotary if torch.compiler.is_compiling() else norm_then_rotary
         (s1, b1), (s2, b2), (s3, b3) = (m.unsqueeze(1).chunk(2, dim=-1) for m in modulation.unbind(-2))
-        rotated, plain = norm_rotary(x, layer.norm1, self.norm1_swapped.unbind(0), self.cos, self.signed_sin)
+        rotated, plain = norm_rotary_(x, layer.norm1, self.norm1_swapped.unbind(0), self.cos, self.signed_sin)
         attn = layer.self_attn
         d = x.shape[-1]
         q, k = F.linear(rotated, attn.in_proj_weight[: 2 * d], attn.in_proj_bias[: 2 * d]).chunk(2, dim=-1)
         v = F.linear(plain, attn.in_proj_weight[2 * d :], attn.in_proj_bias[2 * d :])
         x = x + s1 * _attend(attn.out_proj, attn.heads, q, *(_heads(t, attn.heads, keys.dtype) for t in (k, v))) + b1
-        rotated, _ = norm_rotary(x, layer.norm2, self.norm2_swapped.unbind(0), self.cos, self.signed_sin)
+        rotated, _ = norm_rotary_(x, layer.norm2, self.norm2_swapped.unbind(0), self.cos, self.signed_sin)
         cross = layer.multihead_attn
         q = F.linear(rotated, cross.in_proj_weight[:d], cross.in_proj_bias[:d])
         x = x + s2 * _attend(cross.out_proj, cross.heads, q, keys, values) + b2

@@ -14,7 +14,7 @@ from engine.diffusion.schedule import ddim_schedule
 from engine.networks import OFFICIAL_FILENAMES, load_network
 from engine.networks.lmdm import LMDM
 from engine.networks.lmdm_blocks import RotaryEmbedding
-from engine.networks.lmdm_fused import FusedLMDMStep, norm_rotary, pair_swap
+from engine.networks.lmdm_fused import FusedLMDMStep, norm_rotary, norm_then_rotary, pair_swap
 
 NAME = "lmdm"
 
@@ -34,7 +34,8 @@ def inputs() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     return torch.randn(2, 80, 265, generator=g), 0.3 * torch.randn(2, 265, generator=g), torch.randn(2, 80, 1103, generator=g)
 
 
-def test_norm_rotary_is_rotary_of_the_layer_norm_and_the_layer_norm() -> None:
+@pytest.mark.parametrize("form", [norm_rotary, norm_then_rotary], ids=["one reduction", "eager"])
+def test_norm_rotary_is_rotary_of_the_layer_norm_and_the_layer_norm(form) -> None:
     torch.manual_seed(0)
     norm = torch.nn.LayerNorm(512)
     torch.nn.init.normal_(norm.weight, 1.0, 0.1)
@@ -44,7 +45,7 @@ def test_norm_rotary_is_rotary_of_the_layer_norm_and_the_layer_norm() -> None:
     x = 3 * torch.randn(2, 80, 512) + 1
     swapped = (pair_swap(norm.weight), pair_swap(norm.bias))
     with torch.no_grad():
-        rotated, plain = norm_rotary(x, norm, swapped, rotary.cos, rotary.sin * sign)
+        rotated, plain = form(x, norm, swapped, rotary.cos, rotary.sin * sign)
         expected = F.layer_norm(x, (512,), norm.weight, norm.bias, norm.eps)
     torch.testing.assert_close(plain, expected, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(rotated, rotary(expected), rtol=1e-5, atol=1e-5)
