@@ -77,7 +77,7 @@ def step_inputs(lmdm: LMDM, schedule: DDIMSchedule, batch: int, prepare: Callabl
     cond = torch.randn(batch, 80, lmdm.cond_dim, device=device, generator=g)
     noise = torch.randn(1, 80, 265, device=device, generator=g)
     prepared = prepare(cond, schedule.times)
-    return x, cond_frame, prepared, schedule.times[1].expand(batch), schedule.coefficients()[1], noise
+    return x, cond_frame, prepared, schedule.times[1].expand(batch), schedule.coefficients[1], noise
 
 
 def count_aten(step: DDIMStep, inputs: tuple) -> dict[str, int]:

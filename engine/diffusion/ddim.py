@@ -70,10 +70,9 @@ def ddim_steps(
 ) -> torch.Tensor:
     """``ddim_loop`` with each step one ``step`` call (update included); the last step's noise weight is 0."""
     batch = x.shape[0]
-    coefficients = schedule.coefficients()
     for i in range(schedule.steps):
         noise = step_noise[min(i, schedule.steps - 2)] if schedule.steps > 1 else torch.zeros_like(x)
-        x = step(x, cond_frame, cond, schedule.times[i].expand(batch), coefficients[i], noise)
+        x = step(x, cond_frame, cond, schedule.times[i].expand(batch), schedule.coefficients[i], noise)
     return x
 
 
