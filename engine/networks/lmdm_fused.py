@@ -14,8 +14,9 @@ reformulations that remove kernels:
 * the DDIM update (x0, ε̂ and the noise mixed by the step's coefficients) inside the step, so
   that a compiled step fuses it with the guidance instead of running it as separate kernels.
 
-``FusedLMDMStep`` shares the loaded module's parameters; the checkpoint layout, the plain
-``LMDM`` and the ONNX export are unchanged. The PyTorch backend swaps it in after loading.
+``FusedLMDMStep`` shares the loaded module's parameters (its few derived tables are built from them,
+so it is built after loading); the checkpoint layout, the plain ``LMDM`` and the ONNX export are
+unchanged. The PyTorch backend swaps it in after loading.
 """
 
 from __future__ import annotations
@@ -98,13 +99,13 @@ class FusedLayer(nn.Module):
         d = x.shape[-1]
         q, k = F.linear(rotated, attn.in_proj_weight[: 2 * d], attn.in_proj_bias[: 2 * d]).chunk(2, dim=-1)
         v = F.linear(plain, attn.in_proj_weight[2 * d :], attn.in_proj_bias[2 * d :])
-        x = x + s1 * _attend(attn.out_proj, attn.heads, q, *(_heads(t, attn.heads, keys.dtype) for t in (k, v))) + b1
+        x = x + (s1 * _attend(attn.out_proj, attn.heads, q, *(_heads(t, attn.heads, keys.dtype) for t in (k, v))) + b1)
         rotated, _ = norm_rotary_(x, layer.norm2, self.norm2_swapped.unbind(0), self.cos, self.signed_sin)
         cross = layer.multihead_attn
         q = F.linear(rotated, cross.in_proj_weight[:d], cross.in_proj_bias[:d])
-        x = x + s2 * _attend(cross.out_proj, cross.heads, q, keys, values) + b2
+        x = x + (s2 * _attend(cross.out_proj, cross.heads, q, keys, values) + b2)
         h = layer.linear2(F.gelu(layer.linear1(layer.norm3(x))))
-        return x + s3 * h + b3
+        return x + (s3 * h + b3)
 
 
 def _heads(t: torch.Tensor, heads: int, dtype: torch.dtype) -> torch.Tensor:
