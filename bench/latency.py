@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from engine.diffusion.ddim import DDIMSampler
+from engine.diffusion.ddim import DDIMSampler, denoiser_step
 from engine.diffusion.graphed import BucketedSampler
 from engine.engine import Engine
 from engine.timing import gpu_time
@@ -46,7 +46,7 @@ def ceilings(device: torch.device) -> dict[str, float]:
 def window_sampler(denoiser, cond_width: int, device: torch.device, steps: int = 25, batches: tuple[int, ...] = (1, 4)):
     """``sample(cond_frame, cond, x=None)``: graph-captured windows with seed-0 noise, for timing a bare denoiser."""
     ddim = DDIMSampler(steps, seed=0, device=device)
-    sampler = BucketedSampler(ddim.schedule, denoiser, cond_width, ddim.shape)
+    sampler = BucketedSampler(ddim.schedule, denoiser_step(denoiser), cond_width, ddim.shape)
     return _seeded(sampler, ddim, batches)
 
 

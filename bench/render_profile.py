@@ -4,7 +4,9 @@
 (top kernels of the compiled, graphed warp+decode bucket), ``layers.json`` (every convolution of
 the eager warp network and decoder: ms/frame and TFLOP/s), ``conv_variants.json`` (the warp's big
 3-D convolutions as cuDNN 3-D convolutions vs 2-D convolutions over depth planes) and
-``lmdm.json`` (kernels per DDIM step and the share of a window spent between kernels),
+``lmdm.json`` (the LMDM sampler before/after ``engine.networks.lmdm_fused``: ms per window at
+each batch, kernels per DDIM step by kind, ATen operators and Inductor launches per step, the
+windows' difference; ``--parts lmdm`` also runs on the CPU, without the kernel profile),
 ``speed.json`` (the render and LMDM speeds with their error against fp32 modules) and
 ``decoder.json`` (the plain and the fused-SPADE decoder, alone and after the warp network, per
 frame at each batch, with FLOPs and error against fp32; ``--parts decoder --device cpu`` runs it
@@ -19,6 +21,7 @@ import json
 import math
 import statistics
 import time
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
@@ -28,8 +31,13 @@ from torch import nn
 from torch.profiler import ProfilerActivity, profile
 from torch.utils.flop_counter import FlopCounterMode
 
+from bench import lmdm_ops
 from engine.backends.torch_backend import TorchBackend
+from engine.diffusion.ddim import denoiser_step
+from engine.diffusion.graphed import BucketedSampler
+from engine.diffusion.schedule import ddim_schedule
 from engine.engine import Engine, random_checkpoints
+from engine.networks.lmdm_fused import FusedLMDMStep
 from engine.timing import gpu_time
 
 BATCH = 16
@@ -213,28 +221,116 @@ def conv_variants(backend: TorchBackend, out: Path) -> list[dict]:
     return results
 
 
-def lmdm_profile(out: Path) -> dict:
-    """Kernels per DDIM step and the idle share of a graphed window, at 1 and 16 windows."""
-    engine = Engine.from_checkpoints(None, device="cuda", steps=25)
-    sampler = engine.sampler()
-    sampler.capture((1, 16))
-    result = {}
-    for batch in (1, 16):
-        x = torch.randn(batch, 80, 265, device="cuda")
-        cond_frame = torch.randn(batch, 265, device="cuda") * 0.3
-        cond = torch.randn(batch, 80, engine.cond_width, device="cuda")
-        noise = torch.randn(24, batch, 80, 265, device="cuda")
-        run = lambda: sampler(x, cond_frame, cond, noise)  # noqa: E731
-        window_ms = median_ms(run)
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
-            run()
-            torch.cuda.synchronize()
-        kernels = [e for e in prof.events() if e.device_type.name == "CUDA" and e.device_time > 0]
-        busy = sum(e.device_time for e in kernels) / 1e3
-        rows, _ = kernel_rows(prof, 1, top=12)
-        result[f"batch{batch}"] = {"window_ms": window_ms, "kernels_per_step": len(kernels) / 25, "kernel_busy_ms": busy, "idle_share": 1 - busy / window_ms, "top": rows}
-        print(f"lmdm batch {batch}: window {window_ms:.2f} ms, {len(kernels) / 25:.0f} kernels/step, kernels busy {busy:.2f} ms", flush=True)
+def lmdm_samplers(device: torch.device, variants: tuple[str, ...], buckets: tuple[int, ...]) -> dict[str, BucketedSampler]:
+    """LMDM samplers: "after" the runtime's (``FusedLMDMStep``), "before" the plain prepared step it replaced, and
+    "autotuned" the fused step compiled with max-autotune (Triton GEMMs with fused epilogues, no cuBLAS split-K)."""
+    backend = TorchBackend(random_checkpoints(), device=device, networks=("lmdm",))
+    net = backend.network("lmdm")
+    schedule = ddim_schedule(25, device)
+    times, shape = schedule.times, (80, 265)
+    cuda = device.type == "cuda"
+    samplers = {}
+    for variant in variants:
+        if variant == "before":
+            plain = torch.compile(net.forward_prepared) if cuda else net.forward_prepared
+            samplers[variant] = BucketedSampler(schedule, denoiser_step(plain), net.cond_dim, shape, lambda c: net.prepare_window(c, times))
+        elif variant == "after":
+            samplers[variant] = BucketedSampler(schedule, backend.lmdm_step, net.cond_dim, shape, lambda c: backend.lmdm_prepare(c, times))
+        else:
+            fused = FusedLMDMStep(net)
+            step = torch.compile(fused.ddim_step, mode="max-autotune-no-cudagraphs") if cuda else fused.ddim_step
+            samplers[variant] = BucketedSampler(schedule, step, net.cond_dim, shape, lambda c, f=fused: f.prepare_window(c, times))
+        samplers[variant].capture(buckets)
+    return samplers
+
+
+def kernel_kinds(names: list[str]) -> dict[str, int]:
+    """CUDA kernels by kind: GEMMs, cuBLAS split-K reduces, memsets, attention, Triton (Inductor), other."""
+    kinds = Counter()
+    for name in names:
+        if name.startswith("triton"):
+            kinds["triton"] += 1
+        elif "splitKreduce" in name:
+            kinds["splitk_reduce"] += 1
+        elif name.startswith("Memset") or name.startswith("Memcpy"):
+            kinds["memset_memcpy"] += 1
+        elif any(k in name for k in ("gemm", "cutlass", "xmma")):
+            kinds["gemm"] += 1
+        elif any(k in name for k in ("sdpa", "flash", "fmha", "attention")):
+            kinds["attention"] += 1
+        else:
+            kinds["other"] += 1
+    return dict(kinds)
+
+
+def window_ms(fn, device: torch.device, repeat: int) -> float:
+    """Median milliseconds of ``fn``: CUDA events on a GPU, wall clock on the CPU."""
+    if device.type == "cuda":
+        return median_ms(fn, repeat)
+    times = []
+    for _ in range(repeat + 1):
+        start = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - start) * 1e3)
+    return statistics.median(times[1:])
+
+
+def lmdm_profile(out: Path, batches: tuple[int, ...], variants: tuple[str, ...]) -> dict:
+    """Before/after the fused LMDM step: ms per window and kernels per DDIM step at each batch, ATen ops and
+    Inductor launches per step, and how far the two samplers' windows are apart. Runs on the CPU too (slowly)."""
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    result: dict = {"device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu", "steps": 25}
+    counts_net = TorchBackend(random_checkpoints(), device=device, networks=("lmdm",), compile_networks=False).network("lmdm")
+    schedule = ddim_schedule(25, device)
+    for variant in ("before", "after"):
+        steps = (lmdm_ops.plain_variant if variant == "before" else lmdm_ops.fused_variant)(counts_net)
+        with torch.inference_mode():
+            inputs = lmdm_ops.step_inputs(counts_net, schedule, 1, steps.prepare, device)
+        result[variant] = {"aten_per_step_b1": lmdm_ops.count_aten(steps.step, inputs), "inductor_per_step_b1": lmdm_ops.count_inductor(steps, inputs)}
+        print(f"lmdm {variant}: {result[variant]['aten_per_step_b1']['ops']} ATen ops/step eager, "
+              f"{result[variant]['inductor_per_step_b1']['launches']} launches/step compiled ({device.type} Inductor)", flush=True)
+    del counts_net
+    torch._dynamo.reset()
+    samplers = lmdm_samplers(device, variants, batches)
+    g = torch.Generator(device=device).manual_seed(0)
+    top = max(max(batches), 2)
+    x = torch.randn(top, 80, 265, device=device, generator=g)
+    cond_frame = torch.randn(top, 265, device=device, generator=g) * 0.3
+    cond = torch.randn(top, 80, 1103, device=device, generator=g)
+    noise = torch.randn(24, top, 80, 265, device=device, generator=g)
+    windows = {}
+    for variant, sampler in samplers.items():
+        for batch in batches:
+            run = lambda: sampler(x[:batch], cond_frame[:batch], cond[:batch], noise[:, :batch])  # noqa: E731
+            row = {"window_ms": window_ms(run, device, 20 if device.type == "cuda" else 2)}
+            if device.type == "cuda":
+                with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                    run()
+                    torch.cuda.synchronize()
+                kernels = [e for e in prof.events() if e.device_type.name == "CUDA" and e.device_time > 0]
+                busy = sum(e.device_time for e in kernels) / 1e3
+                row |= {
+                    "kernels_per_step": len(kernels) / 25,
+                    "kinds_per_step": {k: n / 25 for k, n in kernel_kinds([e.name for e in kernels]).items()},
+                    "kernel_busy_ms": busy,
+                    "idle_share": 1 - busy / row["window_ms"],
+                    "top": kernel_rows(prof, 1, top=12)[0],
+                }
+            result.setdefault(variant, {})[f"batch{batch}"] = row
+            print(f"lmdm {variant} batch {batch}: window {row['window_ms']:.2f} ms"
+                  + (f", {row['kernels_per_step']:.0f} kernels/step {row['kinds_per_step']}" if "kernels_per_step" in row else ""), flush=True)
+        windows[variant] = sampler(x[:2], cond_frame[:2], cond[:2], noise[:, :2]).float().cpu()
+        (out / "lmdm.json").write_text(json.dumps(result, indent=1))
+    for variant in [v for v in windows if v != "before" and "before" in windows]:
+        result[f"{variant}_vs_before_window_rel_err"] = float((windows[variant] - windows["before"]).norm() / windows["before"].norm())
+        print(f"lmdm {variant} vs before window (batch 2): relative difference {result[f'{variant}_vs_before_window_rel_err']:.2e}")
     (out / "lmdm.json").write_text(json.dumps(result, indent=1))
+    print(f"{'':10}" + "".join(f"{'b' + str(b) + ' ms':>10}{'k/step':>8}" for b in batches) + f"{'aten/step':>11}{'inductor/step':>15}")
+    for variant in samplers:
+        row = result[variant]
+        cells = "".join(f"{row[f'batch{b}']['window_ms']:>10.2f}{row[f'batch{b}'].get('kernels_per_step', float('nan')):>8.0f}" for b in batches)
+        counts = result["after" if variant == "autotuned" else variant]
+        print(f"{variant:<10}{cells}{counts['aten_per_step_b1']['ops']:>11}{counts['inductor_per_step_b1']['launches']:>15}")
     return result
 
 
@@ -408,6 +504,9 @@ def main() -> int:
     parser.add_argument("--device", default="cuda", help="the decoder part only: cuda, or cpu (eager, fp32, slow)")
     parser.add_argument("--batches", type=int, nargs="+", default=[5, 16, 32], help="the decoder part's batch sizes")
     parser.add_argument("--repeat", type=int, default=20, help="the decoder part's timed calls per case")
+    parser.add_argument("--lmdm-batches", nargs="*", type=int, default=[1, 4, 16], help="window batches timed by --parts lmdm")
+    lmdm_variants = ["before", "after", "autotuned"]
+    parser.add_argument("--lmdm-variants", nargs="*", default=lmdm_variants[:2], choices=lmdm_variants, help="LMDM samplers timed by --parts lmdm")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     if "decoder" in args.parts:
@@ -415,7 +514,7 @@ def main() -> int:
     if "speed" in args.parts:
         speed_table(args.out)
     if "lmdm" in args.parts:
-        lmdm_profile(args.out)
+        lmdm_profile(args.out, tuple(args.lmdm_batches), tuple(args.lmdm_variants))
     if "variants" in args.parts or "layers" in args.parts:
         eager = TorchBackend(random_checkpoints(), device="cuda", networks=("warp_network", "decoder"), compile_networks=False)
         if "variants" in args.parts:

@@ -14,7 +14,7 @@ from engine.audio.standin_hubert import build_standin
 from engine.backends.base import Backend, BackendError
 from engine.backends.torch_backend import TorchBackend, default_device
 from engine.controls import Controls
-from engine.diffusion.ddim import DEFAULT_STEPS, SEQ_FRAMES, DDIMSampler
+from engine.diffusion.ddim import DEFAULT_STEPS, SEQ_FRAMES, DDIMSampler, denoiser_step
 from engine.diffusion.graphed import BucketedSampler
 from engine.diffusion.schedule import ddim_schedule
 from engine.motion.vector import MOTION_DIM
@@ -112,12 +112,12 @@ class Engine:
             times = self.schedule.times
             return BucketedSampler(
                 self.schedule,
-                self.backend.lmdm_prepared,
+                self.backend.lmdm_step,
                 self.cond_width,
                 (SEQ_FRAMES, MOTION_DIM),
                 lambda cond: self.backend.lmdm_prepare(cond, times),
             )
-        return BucketedSampler(self.schedule, self.backend.lmdm, self.cond_width, (SEQ_FRAMES, MOTION_DIM))
+        return BucketedSampler(self.schedule, denoiser_step(self.backend.lmdm), self.cond_width, (SEQ_FRAMES, MOTION_DIM))
 
 
 def hubert_runner(checkpoints: str | Path | None, device: torch.device):

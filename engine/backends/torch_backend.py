@@ -20,7 +20,7 @@ import torch
 
 from engine.backends.base import Backend, BackendError
 from engine.networks import OFFICIAL_FILENAMES, load_network
-from engine.networks.lmdm import WindowCondition
+from engine.networks.lmdm_fused import FusedLMDMStep, FusedWindow
 
 _MOTION_KEYS = ("pitch", "yaw", "roll", "t", "exp", "scale", "kp")
 _CONV_NETWORKS = ("appearance_extractor", "warp_network", "decoder")
@@ -76,7 +76,9 @@ class TorchBackend(Backend):
                 # axis dynamic, and every later bucket reuses that one compile.
                 for name in _COMPILED & set(self._nets):
                     self._run[name] = torch.compile(self._nets[name])
-        self._lmdm_step = self._nets["lmdm"].forward_prepared if "lmdm" in self._nets else None
+        # The DDIM step of the sampler: the LMDM in fewer kernels, with the update (engine.networks.lmdm_fused).
+        self._lmdm_fused = FusedLMDMStep(self._nets["lmdm"]) if "lmdm" in self._nets else None
+        self._lmdm_step = self._lmdm_fused.ddim_step if self._lmdm_fused is not None else None
         if self._lmdm_step is not None and self.device.type == "cuda" and compile_networks:
             self._lmdm_step = torch.compile(self._lmdm_step)
         self.cond_width = self._nets["lmdm"].cond_dim if "lmdm" in self._nets else 0
@@ -95,14 +97,14 @@ class TorchBackend(Backend):
         return self._run["lmdm"](x, cond_frame, cond, time_cond)
 
     @torch.inference_mode()
-    def lmdm_prepare(self, cond: torch.Tensor, times: torch.Tensor) -> WindowCondition:
-        """Encode a window's condition once for all its denoiser calls at ``times`` (see ``LMDM.prepare_window``)."""
-        return self._nets["lmdm"].prepare_window(cond, times)
+    def lmdm_prepare(self, cond: torch.Tensor, times: torch.Tensor) -> FusedWindow:
+        """Encode a window's condition once for all its denoiser calls at ``times`` (see ``FusedLMDMStep.prepare_window``)."""
+        return self._lmdm_fused.prepare_window(cond, times)
 
     @torch.inference_mode()
-    def lmdm_prepared(self, x, cond_frame, prepared: WindowCondition, time_cond):
-        """``lmdm`` for a window encoded by ``lmdm_prepare``: the same result, less work per step."""
-        return self._lmdm_step(x, cond_frame, prepared, time_cond)
+    def lmdm_step(self, x, cond_frame, prepared: FusedWindow, time_cond, coefficients, noise):
+        """One DDIM step (``ddim.DDIMStep``) of a window encoded by ``lmdm_prepare``: ``lmdm`` plus the update, fused."""
+        return self._lmdm_step(x, cond_frame, prepared, time_cond, coefficients, noise)
 
     @torch.inference_mode()
     def stitch(self, kp_source, kp_driving):

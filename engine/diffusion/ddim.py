@@ -21,6 +21,13 @@ DEFAULT_STEPS = 25
 Denoiser = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
 """(x (B,L,265), cond_frame (B,265), cond (B,L,D), time_cond (B,) int64) -> (pred_noise, x_start), each (B,L,265)."""
 
+DDIMStep = Callable[[torch.Tensor, torch.Tensor, object, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+"""(x, cond_frame, cond, time_cond, coefficients (3,), noise (1|B,L,265)) -> the next x: one whole DDIM step.
+
+``coefficients`` weigh (x0, ε̂, noise); the last step's (1, 0, 0) returns x0. A backend can fuse
+the update into its denoiser's compiled step; ``denoiser_step`` composes it from a ``Denoiser``.
+"""
+
 
 def ddim_loop(
     denoiser: Denoiser,
@@ -41,6 +48,32 @@ def ddim_loop(
         )
     _, x_start = denoiser(x, cond_frame, cond, schedule.times[-1].expand(batch))
     return x_start.to(x.dtype)
+
+
+def denoiser_step(denoiser: Denoiser) -> DDIMStep:
+    """The DDIM step of a plain denoiser: its (ε̂, x0) mixed with the noise by the step's coefficients."""
+
+    def step(x, cond_frame, cond, time_cond, coefficients, noise):
+        pred_noise, x_start = denoiser(x, cond_frame, cond, time_cond)
+        return x_start.to(x.dtype) * coefficients[0] + pred_noise.to(x.dtype) * coefficients[1] + noise * coefficients[2]
+
+    return step
+
+
+def ddim_steps(
+    step: DDIMStep,
+    x: torch.Tensor,
+    cond_frame: torch.Tensor,
+    cond: object,
+    schedule: DDIMSchedule,
+    step_noise: torch.Tensor,
+) -> torch.Tensor:
+    """``ddim_loop`` with each step one ``step`` call (update included); the last step's noise weight is 0."""
+    batch = x.shape[0]
+    for i in range(schedule.steps):
+        noise = step_noise[min(i, schedule.steps - 2)] if schedule.steps > 1 else torch.zeros_like(x)
+        x = step(x, cond_frame, cond, schedule.times[i].expand(batch), schedule.coefficients[i], noise)
+    return x
 
 
 class DDIMSampler:

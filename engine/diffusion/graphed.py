@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 import torch
 
-from engine.diffusion.ddim import Denoiser, ddim_loop
+from engine.diffusion.ddim import DDIMStep, ddim_steps
 from engine.diffusion.schedule import DDIMSchedule
 
 
@@ -23,14 +23,15 @@ class BucketedSampler:
     def __init__(
         self,
         schedule: DDIMSchedule,
-        denoiser: Denoiser,
+        step: DDIMStep,
         cond_width: int,
         shape: tuple[int, int],
         prepare: Callable[[torch.Tensor], object] | None = None,
     ) -> None:
-        """``prepare`` (optional) encodes a window's condition once; ``denoiser`` then takes its result as ``cond``."""
+        """``step``: one DDIM step (``ddim.denoiser_step`` of a plain denoiser); ``prepare`` (optional) encodes a
+        window's condition once and ``step`` then takes its result as ``cond``."""
         self.schedule = schedule
-        self.denoiser = denoiser
+        self.step = step
         self.prepare = prepare or (lambda cond: cond)
         self.cond_width = cond_width
         self.shape = shape
@@ -60,7 +61,7 @@ class BucketedSampler:
         batch = x.shape[0]
         bucket = next((b for b in self.buckets if b >= batch), None)
         if bucket is None:
-            return ddim_loop(self.denoiser, x, cond_frame, self.prepare(cond), self.schedule, step_noise)
+            return ddim_steps(self.step, x, cond_frame, self.prepare(cond), self.schedule, step_noise)
         return self._graphs[bucket](x, cond_frame, cond, step_noise)
 
 
@@ -72,14 +73,16 @@ class _Captured:
         device = owner.device
         steps = owner.schedule.steps
         self.batch = batch
-        self.x = torch.randn(batch, frames, dim, device=device)
-        self.cond_frame = torch.zeros(batch, dim, device=device)
-        self.cond = torch.zeros(batch, frames, owner.cond_width, device=device)
-        self.step_noise = torch.zeros(steps - 1, batch, frames, dim, device=device)
+        # Inference tensors like every later step's x: torch.compile then keeps one graph for all steps.
+        with torch.inference_mode():
+            self.x = torch.randn(batch, frames, dim, device=device)
+            self.cond_frame = torch.zeros(batch, dim, device=device)
+            self.cond = torch.zeros(batch, frames, owner.cond_width, device=device)
+            self.step_noise = torch.zeros(steps - 1, batch, frames, dim, device=device)
 
         def run() -> torch.Tensor:
             prepared = owner.prepare(self.cond)
-            return ddim_loop(owner.denoiser, self.x, self.cond_frame, prepared, owner.schedule, self.step_noise)
+            return ddim_steps(owner.step, self.x, self.cond_frame, prepared, owner.schedule, self.step_noise)
 
         side = torch.cuda.Stream(device)
         side.wait_stream(torch.cuda.current_stream(device))

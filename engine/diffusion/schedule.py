@@ -47,6 +47,8 @@ class DDIMSchedule:
     sqrt_alpha_next: torch.Tensor
     c: torch.Tensor
     sigma: torch.Tensor
+    coefficients: torch.Tensor
+    """(S,3) weights of (x0, ε̂, noise) per step for ``ddim.DDIMStep``; the last step's (1, 0, 0) keeps x0."""
 
     @property
     def steps(self) -> int:
@@ -55,9 +57,8 @@ class DDIMSchedule:
 
     def to(self, device: torch.device | str) -> DDIMSchedule:
         """The same schedule with its tensors on ``device``."""
-        return DDIMSchedule(
-            self.time_pairs, self.times.to(device), self.sqrt_alpha_next.to(device), self.c.to(device), self.sigma.to(device)
-        )
+        tensors = (self.times, self.sqrt_alpha_next, self.c, self.sigma, self.coefficients)
+        return DDIMSchedule(self.time_pairs, *(t.to(device) for t in tensors))
 
 
 def ddim_schedule(sampling_steps: int, device: torch.device | str | None = None) -> DDIMSchedule:
@@ -72,10 +73,13 @@ def ddim_schedule(sampling_steps: int, device: torch.device | str | None = None)
     nxt = bar[[t_next for _, t_next in pairs if t_next >= 0]]
     sigma = ETA * ((1 - now / nxt) * (1 - nxt) / (1 - now)).sqrt()
     c = (1 - nxt - sigma**2).clamp(min=0.0).sqrt()
+    # Built here, not per loop: a CUDA graph capture cannot copy from the host.
+    coefficients = torch.cat((torch.stack((nxt.sqrt(), c, sigma), dim=-1), torch.tensor([[1.0, 0.0, 0.0]], dtype=torch.float64)))
     return DDIMSchedule(
         time_pairs=tuple(pairs),
         times=torch.tensor([t for t, _ in pairs], dtype=torch.int64, device=device),
         sqrt_alpha_next=nxt.sqrt().to(device=device, dtype=torch.float32),
         c=c.to(device=device, dtype=torch.float32),
         sigma=sigma.to(device=device, dtype=torch.float32),
+        coefficients=coefficients.to(device=device, dtype=torch.float32),
     )

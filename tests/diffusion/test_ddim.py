@@ -7,7 +7,7 @@ import math
 import numpy as np
 import torch
 
-from engine.diffusion.ddim import DDIMSampler, ddim_loop
+from engine.diffusion.ddim import DDIMSampler, ddim_loop, ddim_steps, denoiser_step
 from engine.diffusion.schedule import alphas_cumprod
 
 FRAMES, DIM, WIDTH = 80, 265, 12
@@ -103,3 +103,21 @@ def test_loop_accepts_per_element_noise() -> None:
         toy_denoiser, x, cond_frame, cond, sampler.schedule, sampler.step_noise.expand(-1, 2, -1, -1).clone()
     )
     torch.testing.assert_close(shared, per_element, rtol=0, atol=0)
+
+
+def test_whole_steps_of_a_denoiser_equal_the_loop() -> None:
+    sampler = DDIMSampler(steps=6, seed=4)
+    cond_frame, cond = _inputs(2)
+    x = sampler.initial_noise(2)
+    expected = ddim_loop(toy_denoiser, x, cond_frame, cond, sampler.schedule, sampler.step_noise)
+    got = ddim_steps(denoiser_step(toy_denoiser), x, cond_frame, cond, sampler.schedule, sampler.step_noise)
+    assert torch.equal(got, expected)
+
+
+def test_a_single_step_schedule_returns_x0_without_noise() -> None:
+    sampler = DDIMSampler(steps=1, seed=4)
+    cond_frame, cond = _inputs(1)
+    x = sampler.initial_noise(1)
+    _, x_start = toy_denoiser(x, cond_frame, cond, sampler.schedule.times.expand(1))
+    got = ddim_steps(denoiser_step(toy_denoiser), x, cond_frame, cond, sampler.schedule, sampler.step_noise)
+    assert torch.equal(got, x_start)

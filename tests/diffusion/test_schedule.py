@@ -70,3 +70,12 @@ def test_schedule_moves_to_a_device_and_rejects_bad_step_counts() -> None:
     for bad in (0, 1001):
         with pytest.raises(ValueError, match="sampling steps"):
             ddim_schedule(bad)
+
+
+def test_step_coefficients_weigh_x0_noise_prediction_and_noise_and_keep_x0_last() -> None:
+    schedule = ddim_schedule(25)
+    table = schedule.coefficients
+    assert table.shape == (25, 3) and table.dtype == torch.float32
+    assert torch.equal(table[:-1, 0], schedule.sqrt_alpha_next)
+    assert torch.equal(table[:-1, 1], schedule.c) and torch.equal(table[:-1, 2], schedule.sigma)
+    assert table[-1].tolist() == [1.0, 0.0, 0.0]

@@ -1,0 +1,173 @@
+"""The LMDM's whole DDIM step in fewer, larger kernels: the same function as ``LMDM`` plus the update.
+
+At batch 1 a DDIM step of the compiled LMDM is ~260 small kernels and the GPU is latency-bound by
+their number, not by FLOPs (bench/results/2026-11-30_h200_lmdm_kernels_after.json). Exact
+reformulations that remove kernels:
+
+* layer norm + rotary in one pass: rotating the interleaved pairs of LN(x) is LN of the
+  pair-swapped x with pair-swapped γ/β (mean and variance do not depend on the order), so the
+  rotated and the plain normalised rows come out of one reduction, no separate rotary kernel;
+* every layer's cross-attention keys/values in one buffer, already split into heads and in the
+  attention's dtype: the 80 condition rows are written once per window, the 2 time-token rows
+  (the same for every window) by one copy per step instead of a concatenation and a cast per layer;
+* FiLM's ``scale + 1`` tabulated per window with the modulation;
+* the DDIM update (x0, ε̂ and the noise mixed by the step's coefficients) inside the step, so
+  that a compiled step fuses it with the guidance instead of running it as separate kernels.
+
+``FusedLMDMStep`` shares the loaded module's parameters (its few derived tables are built from them,
+so it is built after loading); the checkpoint layout, the plain ``LMDM`` and the ONNX export are
+unchanged. The PyTorch backend swaps it in after loading.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from engine.networks.lmdm import (
+    GUIDANCE_WEIGHT,
+    LMDM,
+    NUM_HEADS,
+    SEQ_FRAMES,
+    TIME_TOKENS,
+)
+from engine.networks.lmdm_blocks import FiLMDecoderLayer, attention_dtype
+
+
+class FusedWindow(NamedTuple):
+    """A window's per-step constants for ``FusedLMDMStep.ddim_step`` (2B rows: conditional, then unconditional).
+
+    ``cross_kv`` (layers,2,2B,heads,82,hd): every layer's cross-attention keys and values, rows
+    80-81 rewritten by each step; ``time_kv`` (S,layers,2,1,heads,2,hd) those rows per step;
+    ``modulation`` (S,2B,layers,3,2d) the FiLM (scale + 1, shift); ``step_of_time`` (1000,) t -> row.
+    """
+
+    cross_kv: torch.Tensor
+    time_kv: torch.Tensor
+    modulation: torch.Tensor
+    step_of_time: torch.Tensor
+
+
+def pair_swap(x: torch.Tensor) -> torch.Tensor:
+    """Swap every interleaved feature pair (a, b) -> (b, a) along the last axis."""
+    return x.unflatten(-1, (-1, 2)).flip(-1).flatten(-2)
+
+
+def norm_rotary(
+    x: torch.Tensor, norm: nn.LayerNorm, swapped: tuple[torch.Tensor, torch.Tensor], cos: torch.Tensor, signed_sin: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(rotary(LN(x)), LN(x)) from one mean/variance of x; ``swapped`` is LN's (γ, β) pair-swapped."""
+    var, mean = torch.var_mean(x, dim=-1, keepdim=True, correction=0)
+    rstd = torch.rsqrt(var + norm.eps)
+    plain = (x - mean) * rstd * norm.weight + norm.bias
+    partner = (pair_swap(x) - mean) * rstd * swapped[0] + swapped[1]
+    return plain * cos + partner * signed_sin, plain
+
+
+def norm_then_rotary(
+    x: torch.Tensor, norm: nn.LayerNorm, swapped: tuple[torch.Tensor, torch.Tensor], cos: torch.Tensor, signed_sin: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``norm_rotary`` in the fewest eager operators: the layer norm, then the rotation of its output."""
+    plain = norm(x)
+    return plain * cos + pair_swap(plain) * signed_sin, plain
+
+
+class FusedLayer(nn.Module):
+    """One ``FiLMDecoderLayer`` over prepared cross-attention keys/values and tabulated FiLM parameters."""
+
+    def __init__(self, layer: FiLMDecoderLayer, cos: torch.Tensor, signed_sin: torch.Tensor) -> None:
+        super().__init__()
+        self.layer = layer
+        self.register_buffer("cos", cos.clone(), persistent=False)
+        self.register_buffer("signed_sin", signed_sin.clone(), persistent=False)
+        for name in ("norm1", "norm2"):
+            norm = getattr(layer, name)
+            swapped = torch.stack((pair_swap(norm.weight), pair_swap(norm.bias))).detach()
+            self.register_buffer(f"{name}_swapped", swapped, persistent=False)
+
+    def forward(self, x: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, modulation: torch.Tensor) -> torch.Tensor:
+        """``keys``/``values`` (2B,heads,82,hd) in the attention dtype; ``modulation`` (2B,3,2d) of (scale + 1, shift)."""
+        layer = self.layer
+        # One reduction per norm for the compiler; eagerly (the CPU path) fewer operators.
+        norm_rotary_ = norm_rotary if torch.compiler.is_compiling() else norm_then_rotary
+        (s1, b1), (s2, b2), (s3, b3) = (m.unsqueeze(1).chunk(2, dim=-1) for m in modulation.unbind(-2))
+        rotated, plain = norm_rotary_(x, layer.norm1, self.norm1_swapped.unbind(0), self.cos, self.signed_sin)
+        attn = layer.self_attn
+        d = x.shape[-1]
+        q, k = F.linear(rotated, attn.in_proj_weight[: 2 * d], attn.in_proj_bias[: 2 * d]).chunk(2, dim=-1)
+        v = F.linear(plain, attn.in_proj_weight[2 * d :], attn.in_proj_bias[2 * d :])
+        x = x + (s1 * _attend(attn.out_proj, attn.heads, q, *(_heads(t, attn.heads, keys.dtype) for t in (k, v))) + b1)
+        rotated, _ = norm_rotary_(x, layer.norm2, self.norm2_swapped.unbind(0), self.cos, self.signed_sin)
+        cross = layer.multihead_attn
+        q = F.linear(rotated, cross.in_proj_weight[:d], cross.in_proj_bias[:d])
+        x = x + (s2 * _attend(cross.out_proj, cross.heads, q, keys, values) + b2)
+        h = layer.linear2(F.gelu(layer.linear1(layer.norm3(x))))
+        return x + (s3 * h + b3)
+
+
+def _heads(t: torch.Tensor, heads: int, dtype: torch.dtype) -> torch.Tensor:
+    """(N,L,d) -> (N,heads,L,d/heads) in ``dtype``."""
+    return t.unflatten(-1, (heads, -1)).transpose(1, 2).to(dtype)
+
+
+def _attend(out_proj: nn.Linear, heads: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    out = F.scaled_dot_product_attention(_heads(q, heads, k.dtype), k, v)
+    return out_proj(out.transpose(1, 2).flatten(-2).to(q.dtype))
+
+
+class FusedLMDMStep(nn.Module):
+    """``prepare_window(cond, times)`` once per window, then ``ddim_step`` per step: the LMDM's DDIM loop, fewer kernels."""
+
+    def __init__(self, lmdm: LMDM) -> None:
+        super().__init__()
+        self.lmdm = lmdm
+        rotary = lmdm.rotary
+        dtype = lmdm.final_layer.weight.dtype
+        sign = torch.tensor([-1.0, 1.0], device=rotary.sin.device).repeat(rotary.sin.shape[-1] // 2)
+        cos, signed_sin = rotary.cos[:SEQ_FRAMES].to(dtype), (rotary.sin[:SEQ_FRAMES] * sign).to(dtype)
+        self.layers = nn.ModuleList(FusedLayer(layer, cos, signed_sin) for layer in lmdm.seqTransDecoder.stack)
+
+    @torch.no_grad()
+    def prepare_window(self, cond: torch.Tensor, times: torch.Tensor) -> FusedWindow:
+        """``LMDM.prepare_window`` rearranged: keys/values per layer in one buffer of heads, scale + 1 tabulated."""
+        window = self.lmdm.prepare_window(cond, times)
+        dtype = attention_dtype(self.lmdm.final_layer.weight)
+        condition = torch.stack([torch.stack(kv) for kv in window.memory_kv])
+        rows = condition.shape[3]
+        head_dim = condition.shape[-1] // NUM_HEADS
+        cross_kv = torch.empty(*condition.shape[:3], NUM_HEADS, rows + TIME_TOKENS, head_dim, dtype=dtype, device=cond.device)
+        cross_kv[..., :rows, :] = condition.unflatten(-1, (NUM_HEADS, -1)).transpose(-2, -3)
+        time_kv = torch.stack([torch.stack(kv, dim=1) for kv in window.time_kv], dim=1)
+        time_kv = time_kv.unflatten(-1, (NUM_HEADS, -1)).transpose(-2, -3).unsqueeze(3).to(dtype)
+        scale, shift = window.modulation.chunk(2, dim=-1)
+        return FusedWindow(cross_kv, time_kv, torch.cat((scale + 1, shift), dim=-1), window.step_of_time)
+
+    def forward_prepared(
+        self, x: torch.Tensor, cond_frame: torch.Tensor, window: FusedWindow, time_cond: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``LMDM.forward`` for a prepared window: (pred_noise, x_start) at ``time_cond`` (every row the same step)."""
+        lmdm = self.lmdm
+        dtype = lmdm.final_layer.weight.dtype
+        step = window.step_of_time[time_cond[:1]]  # an index tensor, not a Python int: no host sync in the graph
+        window.cross_kv[..., -TIME_TOKENS:, :] = window.time_kv[step].squeeze(0)
+        h = lmdm._project_input(x.to(dtype), cond_frame.to(dtype)).repeat(2, 1, 1)
+        modulation = window.modulation[step].squeeze(0)
+        for i, layer in enumerate(self.layers):
+            h = layer(h, window.cross_kv[i, 0], window.cross_kv[i, 1], modulation[:, i])
+        return lmdm._with_noise(x, lmdm._guide(lmdm.final_layer(h), GUIDANCE_WEIGHT), time_cond)
+
+    def ddim_step(
+        self,
+        x: torch.Tensor,
+        cond_frame: torch.Tensor,
+        window: FusedWindow,
+        time_cond: torch.Tensor,
+        coefficients: torch.Tensor,
+        noise: torch.Tensor,
+    ) -> torch.Tensor:
+        """One DDIM step: coefficients (3,) mix (x0, ε̂, noise); (1, 0, 0) on the last step returns x0."""
+        pred_noise, x_start = self.forward_prepared(x, cond_frame, window, time_cond)
+        return x_start * coefficients[0] + pred_noise * coefficients[1] + noise * coefficients[2]
