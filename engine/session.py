@@ -112,6 +112,7 @@ class Session:
         self.committed_samples = 0
         self._taken_samples = 0
         self._last_taken: Frame | None = None
+        self._clock: float | None = None
         self._controls = controls if controls is not None else Controls()
         self._controls_changed = False
         self.counters = {
@@ -275,6 +276,15 @@ class Session:
                 await asyncio.sleep(poll)
 
     @property
+    def clock_anchor(self) -> float | None:
+        """Monotonic time at which the session's live clock shows frame 0 (None until its first frame is ready).
+
+        Frame i is due at ``clock_anchor + i/25``: the runtime keeps its frames ready by then, so
+        sinks pace by this one clock instead of starting one of their own when frames arrive.
+        """
+        return self._clock
+
+    @property
     def frames_queued(self) -> int:
         """Frames rendered and waiting to be taken."""
         return len(self._queue)
@@ -339,6 +349,9 @@ class Session:
         with self._changed:
             self.committed_samples = samples
             self._changed.notify_all()
+
+    def _set_clock(self, anchor: float) -> None:
+        self._clock = anchor
 
     def _finish(self) -> None:
         with self._changed:
