@@ -113,6 +113,7 @@ class Session:
         self._taken_samples = 0
         self._last_taken: Frame | None = None
         self._clock: float | None = None
+        self._speech_latency: float | None = None
         self._controls = controls if controls is not None else Controls()
         self._controls_changed = False
         self.counters = {
@@ -295,9 +296,14 @@ class Session:
         return self._finished and not self._queue
 
     def stats(self) -> dict[str, float]:
-        """Counters: frames generated, taken, dropped, deadline misses, windows, idle hops, interrupts, lead."""
+        """Counters: frames generated, taken, dropped, deadline misses, windows, idle hops, interrupts, lead; for a live
+        session also ``speech_latency_ms``, how long after it is pushed speech is shown (by construction, see
+        ``engine.runtime.pacing``)."""
         with self._lock:
-            return {**self.counters, "lead_seconds": round(self._lead_seconds(), 3), "queued": len(self._queue)}
+            stats = {**self.counters, "lead_seconds": round(self._lead_seconds(), 3), "queued": len(self._queue)}
+            if self._speech_latency is not None:
+                stats["speech_latency_ms"] = round(self._speech_latency * 1000, 1)
+            return stats
 
     # -- the runtime's side (loop thread only) ----------------------------------------------
 
@@ -352,6 +358,9 @@ class Session:
 
     def _set_clock(self, anchor: float) -> None:
         self._clock = anchor
+
+    def _set_speech_latency(self, seconds: float) -> None:
+        self._speech_latency = seconds
 
     def _finish(self) -> None:
         with self._changed:

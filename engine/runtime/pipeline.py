@@ -114,6 +114,8 @@ class SessionPipeline:
             changed = True
         if self.session.live and not self.ending and not self.motion.audio_pending:
             changed |= self._idle(now)
+        if self.session.live:
+            self.session._set_speech_latency((self.depth + self.lead.frames) / FPS)
         return changed
 
     def _due(self, now: float) -> float:

@@ -108,3 +108,4 @@ def test_speech_is_shown_depth_plus_lead_after_it_is_pushed_whatever_the_phase(e
     assert slack >= (MARGIN / FPS) - TICK - 1e-9, "frames made final by pushed speech are ready the margin ahead (less a tick)"
     assert idle_ahead <= depth + lead, "idle silence is never committed further ahead than speech would be placed"
     assert loop.session.counters["deadline_misses"] == 0
+    assert loop.session.stats()["speech_latency_ms"] == pytest.approx((depth + lead) / FPS * 1000, abs=0.1)
