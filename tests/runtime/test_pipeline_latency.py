@@ -79,9 +79,9 @@ class LiveLoop:
         return self.pipeline.anchor + sample / SINK_RATE
 
 
-def utterance(seconds: float) -> np.ndarray:
+def utterance(seconds: float, level: float = 0.4) -> np.ndarray:
     t = np.arange(round(seconds * RATE)) / RATE
-    return (0.4 * np.cos(2 * np.pi * 220 * t)).astype(np.float32)
+    return (level * np.cos(2 * np.pi * 220 * t)).astype(np.float32)
 
 
 @pytest.mark.parametrize("phase", [0.0, 0.07, 0.13])
@@ -109,3 +109,18 @@ def test_speech_is_shown_depth_plus_lead_after_it_is_pushed_whatever_the_phase(e
     assert idle_ahead <= depth + lead, "idle silence is never committed further ahead than speech would be placed"
     assert loop.session.counters["deadline_misses"] == 0
     assert loop.session.stats()["speech_latency_ms"] == pytest.approx((depth + lead) / FPS * 1000, abs=0.1)
+
+
+def test_a_pusher_that_stalls_gets_silence_just_in_time_and_no_frame_is_late(engine: Engine, avatar: LoadedAvatar) -> None:
+    loop = LiveLoop(engine, avatar)
+    loop.run(1.0)
+    loop.run(1.4, utterance(0.4, level=0.2), start=1.0)
+    loop.run(1.55)
+    loop.run(1.55 + 1.2, utterance(0.4), start=1.55)
+
+    frames = sorted(loop.audio)
+    assert frames == list(range(frames[0], frames[-1] + 1)), "the stream goes on through the stall"
+    assert not [i for i in frames if i >= 5 and loop.ready_at[i] > loop.pipeline.anchor + i / FPS], "no frame late through the stall"
+    audio = np.concatenate([loop.audio[i] for i in frames])
+    assert np.abs(audio).max() > 0.3, "the words after the stall are all spoken"
+    assert loop.session.counters["deadline_misses"] == 0
