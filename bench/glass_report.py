@@ -106,6 +106,9 @@ def analyse(rtmp: PlayerLog, viewers: list[ViewerLog], pushed: list[float], metr
             "algorithm_ms": summary(algorithm),
             "compute_tick_wall_ms": compute,
             "encode_ms": encode,
+            "runtime_speech_latency_ms": metric(metrics, "ditto_session_speech_latency_ms", session="0"),
+            "runtime_speech_latency": "push -> shown on the session's clock by construction: speech depth (485 ms at overlap 75) "
+            "+ the lead (GPU time of a hop at the load + min_lead_frames); outputs release 10 ms after the clock shows a frame",
             "rest": "latency - algorithm - compute p50 - encode p50 = release pacing + transport + player buffer",
         },
         "viewers": viewer_notes,
@@ -154,6 +157,8 @@ def table(result: dict) -> str:
         f" + compute (runtime tick wall) p50/p99 {split['compute_tick_wall_ms']['p50']}/{split['compute_tick_wall_ms']['p99']} ms"
         f" + encode p50/p99 {split['encode_ms']['p50']}/{split['encode_ms']['p99']} ms + rest (pacing, transport, player buffer)"
     )
+    if split.get("runtime_speech_latency_ms") is not None:
+        lines.append(f"runtime: speech is shown {split['runtime_speech_latency_ms']} ms after its push (depth + lead, by construction)")
     inbound = result["viewers"].get("chromium", {}).get("inbound", {})
     buffers = {
         kind: 1000 * s["jitterBufferDelay"] / s["jitterBufferEmittedCount"]

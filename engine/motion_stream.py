@@ -9,12 +9,13 @@ motion frame, from frame 0, at any overlap.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 
-from engine.audio.hubert import FEATURE_DIM, FRAME_SAMPLES, AudioChunker
+from engine.audio.hubert import CURRENT_FRAMES, FEATURE_DIM, FRAME_SAMPLES, AudioChunker
 from engine.diffusion.windows import MotionWindows, WindowPlan, kp_cond_frame
 from engine.motion.conditions import ConditionBuilder
 
@@ -96,6 +97,23 @@ class MotionStream:
     def audio_pending(self) -> bool:
         """Whether committed audio still waits for encoding (a complete chunk, or the final ones after ``end``)."""
         return self.chunker.complete_chunks > 0 or (self.ended and self.chunker.samples_pushed > self.chunker.frames_emitted * FRAME_SAMPLES)
+
+    def samples_for_frames(self, total: int) -> int:
+        """Samples still to commit before ``total`` frames in all can come out of a stream that goes on (0: none).
+
+        Frame f is emitted by the first window k with (k+1)·V − F > f, which needs features up
+        to (k+1)·V, i.e. the HuBERT chunks up to there, look-ahead included. Live idling commits
+        exactly this much silence, so that speech pushed next starts as early as it can.
+        """
+        if total <= self.frames_out:
+            return 0
+        windows = self.windows
+        needed = ((total - 1 + windows.fuse) // windows.valid + 1) * windows.valid
+        have = self.features_available + self.chunker.complete_chunks * CURRENT_FRAMES
+        if needed <= have:
+            return 0
+        chunks = self.chunker.complete_chunks + math.ceil((needed - have) / CURRENT_FRAMES)
+        return self.chunker.samples_for_chunks(chunks)
 
     def add_features(self, features: torch.Tensor) -> None:
         """Features (n,1024) of the next real frames, as encoded by the runtime."""

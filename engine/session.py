@@ -112,6 +112,8 @@ class Session:
         self.committed_samples = 0
         self._taken_samples = 0
         self._last_taken: Frame | None = None
+        self._clock: float | None = None
+        self._speech_latency: float | None = None
         self._controls = controls if controls is not None else Controls()
         self._controls_changed = False
         self.counters = {
@@ -275,6 +277,15 @@ class Session:
                 await asyncio.sleep(poll)
 
     @property
+    def clock_anchor(self) -> float | None:
+        """Monotonic time at which the session's live clock shows frame 0 (None until its first frame is ready).
+
+        Frame i is due at ``clock_anchor + i/25``: the runtime keeps its frames ready by then, so
+        sinks pace by this one clock instead of starting one of their own when frames arrive.
+        """
+        return self._clock
+
+    @property
     def frames_queued(self) -> int:
         """Frames rendered and waiting to be taken."""
         return len(self._queue)
@@ -285,9 +296,14 @@ class Session:
         return self._finished and not self._queue
 
     def stats(self) -> dict[str, float]:
-        """Counters: frames generated, taken, dropped, deadline misses, windows, idle hops, interrupts, lead."""
+        """Counters: frames generated, taken, dropped, deadline misses, windows, idle hops, interrupts, lead; for a live
+        session also ``speech_latency_ms``, how long after it is pushed speech is shown (by construction, see
+        ``engine.runtime.pacing``)."""
         with self._lock:
-            return {**self.counters, "lead_seconds": round(self._lead_seconds(), 3), "queued": len(self._queue)}
+            stats = {**self.counters, "lead_seconds": round(self._lead_seconds(), 3), "queued": len(self._queue)}
+            if self._speech_latency is not None:
+                stats["speech_latency_ms"] = round(self._speech_latency * 1000, 1)
+            return stats
 
     # -- the runtime's side (loop thread only) ----------------------------------------------
 
@@ -339,6 +355,12 @@ class Session:
         with self._changed:
             self.committed_samples = samples
             self._changed.notify_all()
+
+    def _set_clock(self, anchor: float) -> None:
+        self._clock = anchor
+
+    def _set_speech_latency(self, seconds: float) -> None:
+        self._speech_latency = seconds
 
     def _finish(self) -> None:
         with self._changed:

@@ -1,4 +1,4 @@
-"""What streaming consumes: the session's frames (index, RGB image on the device, 48 kHz audio) and clock.
+"""What streaming consumes: the session's frames (index, RGB image on the device, 48 kHz audio) and its clock.
 
 These are the serving runtime's contract (``engine.session``), restated as protocols so that
 streaming depends only on the shape of a frame, never on how it was made: tests drive every
@@ -34,7 +34,14 @@ class FrameLike(Protocol):
 
 
 class FrameSource(Protocol):
-    """A live session seen from the output side: frames in order, ``None`` once it has ended and drained."""
+    """A live session seen from the output side: frames in order, ``None`` once it has ended and drained.
+
+    ``clock_anchor``: monotonic time at which its clock shows frame 0 (None until it is known), so
+    frame i is due at ``clock_anchor + i/25``; sinks pace by it.
+    """
+
+    @property
+    def clock_anchor(self) -> float | None: ...
 
     def next_frame(self, timeout: float | None = None) -> FrameLike | None: ...
 

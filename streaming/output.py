@@ -8,8 +8,11 @@ after a reconnect, starts its audio timeline on the keyframe its video starts on
 
 Two threads: the encode thread takes frames as the session makes them (a little ahead of real
 time) and encodes them at once; the release thread hands each encoded frame to every sink at
-``anchor + pts`` (one pacer, absolute deadlines). Sinks never block the release thread: each
-one queues and drops on its own, so a stalled viewer or a dead RTMP server slows nobody else.
+``anchor + pts`` (one pacer, absolute deadlines). The anchor is the session's own live clock
+(the time by which the runtime has each frame ready) plus ``playout_delay``, the allowance for
+encoding: starting a second clock when the first frame arrives would add its offset to the
+latency of everything that follows. Sinks never block the release thread: each one queues and
+drops on its own, so a stalled viewer or a dead RTMP server slows nobody else.
 """
 
 from __future__ import annotations
@@ -94,14 +97,18 @@ def confine_torch_threads() -> None:
 
 
 class SessionOutput:
-    """Drive one session's frames through one encoder to any number of sinks, added or removed at any time."""
+    """Drive one session's frames through one encoder to any number of sinks, added or removed at any time.
+
+    ``playout_delay``: seconds after the session's clock shows a frame (after the first frame arrived,
+    for a source without a clock) that it is released: time to encode it.
+    """
 
     def __init__(
         self,
         session: FrameSource,
         encoder: str = "auto",
         settings: H264Settings | None = None,
-        playout_delay: float = 0.1,
+        playout_delay: float = 0.01,
         name: str = "0",
     ) -> None:
         self.session, self.name = session, name
@@ -225,7 +232,7 @@ class SessionOutput:
                     break
                 if self._stop.is_set():
                     continue
-                late = self.pacer.wait(float(item.pts))
+                late = self.pacer.wait(float(item.pts), self.session.clock_anchor)
                 if late > 1 / FPS:
                     self.stats.late_releases += 1
                 for sink in self._sinks:

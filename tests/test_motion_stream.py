@@ -18,6 +18,7 @@ from engine.backends.torch_backend import TorchBackend
 from engine.engine import Engine
 from engine.motion.conditions import ConditionBuilder
 from engine.motion_stream import MotionStream
+from engine.runtime.pacing import speech_depth
 
 SR = 16_000
 
@@ -102,6 +103,36 @@ def test_a_live_hop_yields_the_previous_hops_frames(engine: Engine) -> None:
     counts = [stream.push(audio[i : i + hop]).shape[0] for i in range(0, audio.size, hop)]
     assert counts[:2] == [0, 0]
     assert set(counts[2:]) == {5}
+
+
+@pytest.mark.parametrize("overlap", [75, 10])
+def test_the_stream_says_exactly_how_much_audio_makes_the_next_frames_final(engine: Engine, overlap: int) -> None:
+    stream = make_stream(engine, overlap)
+    audio = speech(10.0)
+    pushed = 0
+
+    def push(samples: np.ndarray) -> None:
+        stream.push(samples)
+        while stream.audio_pending:
+            stream.run()
+
+    for total in [1, stream.frames_out + 1, 2 * (80 - overlap) + 3]:
+        total = max(total, stream.frames_out + 1)
+        needed = stream.samples_for_frames(total)
+        assert needed > 0
+        push(audio[pushed : pushed + needed - 1])
+        assert stream.frames_out < total, "one sample less is not enough"
+        push(audio[pushed + needed - 1 : pushed + needed])
+        pushed += needed
+        assert stream.frames_out >= total and stream.samples_for_frames(total) == 0
+
+
+@pytest.mark.parametrize("overlap", [75, 10, 77])
+def test_no_frame_needs_more_audio_after_it_than_the_speech_depth(engine: Engine, overlap: int) -> None:
+    stream = make_stream(engine, overlap)
+    windows = stream.windows
+    after = [stream.samples_for_frames(f + 1) / 640 - f for f in range(3 * windows.valid + 7)]
+    assert max(after) == speech_depth(windows.valid, windows.fuse)
 
 
 def test_silence_keeps_the_stream_alive(engine: Engine) -> None:

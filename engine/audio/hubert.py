@@ -227,6 +227,10 @@ class AudioChunker:
             return 0
         return (self._buffer.size - CHUNK_SAMPLES) // HOP_SAMPLES + 1
 
+    def samples_for_chunks(self, count: int) -> int:
+        """Samples still to push before ``count`` chunks (those complete now included) are complete."""
+        return max(CHUNK_SAMPLES + HOP_SAMPLES * (count - 1) - self._buffer.size, 0) if count > 0 else 0
+
     def take(self, limit: int | None = None) -> tuple[np.ndarray, int]:
         """Up to ``limit`` complete chunks (k, 6480) and the number of features they yield (5k)."""
         count = self.complete_chunks if limit is None else min(limit, self.complete_chunks)

@@ -15,6 +15,12 @@ def hop_cost(sessions: int, overlap: int, window_ms: dict[int, float], render_ms
     return windows_per_hop * call_cost(sessions, window_ms) + call_cost(sessions * HOP_FRAMES, render_ms)
 
 
+def hop_latency(sessions: int, window_ms: dict[int, float], render_ms: dict[int, float]) -> float:
+    """GPU milliseconds from a hop's audio to its frames when ``sessions`` live sessions' hops land in one tick:
+    one window each, batched, then their frames, batched (what a live session's lead must cover)."""
+    return call_cost(sessions, window_ms) + call_cost(sessions * HOP_FRAMES, render_ms)
+
+
 def capacity(overlap: int, window_ms: dict[int, float], render_ms: dict[int, float], utilization: float) -> int:
     """The most live sessions whose hop cost fits ``utilization`` of a hop's 200 ms."""
     budget = utilization * HOP_SECONDS * 1000

@@ -22,8 +22,10 @@ class RuntimeConfig:
     """Audio a session may hold ahead of the frames taken from it; more is refused (or waited for)."""
     max_queued_frames: int = 25
     """Frames rendered but not yet taken, per session; a live session drops its oldest beyond this."""
-    min_lead_frames: int = 3
-    """A live session's frames are kept at least this many frames ahead of its clock; idle silence fills the rest."""
+    min_lead_frames: float = 0.5
+    """Margin (frames) by which a live session's frames are final before its clock shows them, on top of the GPU
+    time of a hop at the current load (measured at warm-up): the slack for jitter in pushes and ticks. It adds to
+    the latency of every utterance; see ``engine.runtime.pacing``."""
     hubert_chunks_per_tick: int = 16
     """HuBERT chunks (200 ms each) encoded per session per tick, so one long push cannot stall the others."""
     render_frames_per_tick: int = 80

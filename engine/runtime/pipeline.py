@@ -25,13 +25,13 @@ from engine.motion_stream import MotionStream, WindowRequest
 from engine.offline_motion import PrecomputedMotion
 from engine.runtime.avatars import LoadedAvatar
 from engine.runtime.config import RuntimeConfig
-from engine.runtime.pacing import FPS, RESYNC_FRAMES, frame_deadline, frames_due, needs_idle
+from engine.runtime.pacing import FPS, RESYNC_FRAMES, Lead, frame_deadline, frames_due, needs_idle, speech_depth, speech_start
 from engine.session import HOP_FRAMES, MODEL_RATE, Frame, Session
 
 BLEND_FRAMES = 5
 """Frames over which the picture cross-fades from the last frame shown to the stream after an interrupt."""
-MAX_IDLE_HOPS = 4
-"""Silence hops one tick may commit for a session (enough to restart a stream after an interrupt in one tick)."""
+MAX_IDLE_SAMPLES = 4 * HOP_SAMPLES
+"""Silence one tick may commit for a session (enough to restart a stream after an interrupt in one tick)."""
 BLINK_SCHEDULE_FRAMES = 3000
 """Frames of the blink schedule, cycled: the reference's length for streams of unknown length."""
 
@@ -79,6 +79,9 @@ class SessionPipeline:
         self.blend_from: torch.Tensor | None = None
         self.blend_left = 0
         self.anchor: float | None = None
+        self.lead = Lead(0.0, config.min_lead_frames)
+        """Set by the runtime from its load each tick."""
+        self.depth = speech_depth(self.motion.windows.valid, self.motion.windows.fuse) if isinstance(self.motion, MotionStream) else 0.0
         self.in_flight: deque[tuple[torch.cuda.Event | None, int, int]] = deque()
         self.ending = False
         self.closed = False
@@ -101,6 +104,8 @@ class SessionPipeline:
             self._interrupt()
             changed = True
         if intake.model.size:
+            if self.session.live and not self.tail_is_speech and self.anchor is not None:
+                self._place_speech(now)
             self._commit(intake.model, intake.sink, speech=True)
             changed = True
         if intake.end and not self.ending:
@@ -108,33 +113,52 @@ class SessionPipeline:
             self.motion.end()
             changed = True
         if self.session.live and not self.ending and not self.motion.audio_pending:
-            hops = self._idle_hops(now)
-            if hops and self.tail_is_speech and (tail := self.session._drain_resamplers()) is not None:
-                self._commit(tail[0], tail[1], speech=True)
-            for _ in range(hops):
-                self._commit(np.zeros(HOP_SAMPLES, np.float32), None, speech=False)
-            self.session.counters["idle_hops"] += hops
-            changed = changed or hops > 0
+            changed |= self._idle(now)
+        if self.session.live:
+            self.session._set_speech_latency((self.depth + self.lead.frames) / FPS)
         return changed
 
-    def _idle_hops(self, now: float) -> int:
-        """Hops of silence a live session needs now to keep ``min_lead_frames`` ready ahead of its clock (0 if none;
-        none either while a hop of final motion still waits for the renderer: more silence would not help)."""
-        if self.backlog.shape[0] >= HOP_FRAMES:
-            return 0
+    def _due(self, now: float) -> float:
+        """Frames the live clock has shown by ``now``; a clock far behind what is produced restarts from the next frame."""
         produced = self.out_next + self.backlog.shape[0]
         if self.anchor is not None and frames_due(now, self.anchor) - produced > RESYNC_FRAMES:
             self.anchor = now - produced / FPS
+            self.session._set_clock(self.anchor)
             self.session.counters["resyncs"] += 1
-        due = frames_due(now, self.anchor)
-        if not needs_idle(produced, due, self.config.min_lead_frames, self.tail_is_speech):
-            return 0
-        windows = self.motion.windows
-        committed_frames = self.motion.samples_in // FRAME_SAMPLES
-        unproduced = committed_frames - self.motion.frames_out
-        depth = windows.fuse + windows.valid + 2
-        deficit = math.ceil(due + self.config.min_lead_frames - produced)
-        return min(max(1, math.ceil((deficit + depth - unproduced) / HOP_FRAMES)), MAX_IDLE_HOPS)
+        return frames_due(now, self.anchor)
+
+    def _stream_offset(self) -> int:
+        """Output frame index minus stream frame index (nonzero after an interrupt)."""
+        return self.out_next - self.backlog_start
+
+    def _place_speech(self, now: float) -> None:
+        """Speech starting now (after silence): pad with silence so that it is shown as soon as its frames can be final, not earlier."""
+        due = self._due(now) - self._stream_offset()
+        gap = speech_start(self.motion.samples_in, due, self.lead, self.depth) - self.motion.samples_in
+        if gap > 0:
+            self._commit(np.zeros(gap, np.float32), None, speech=False)
+
+    def _idle(self, now: float) -> bool:
+        """Commit the silence a live session needs now to keep its final frames ``lead`` ahead of its clock; True if any.
+
+        Only as much as makes the next frames final (none while a hop of final motion still waits
+        for the renderer: more silence would not help), so that speech pushed next is not queued behind it.
+        """
+        if self.backlog.shape[0] >= HOP_FRAMES:
+            return False
+        produced = self.out_next + self.backlog.shape[0]
+        due = self._due(now)
+        if not needs_idle(produced, due, self.lead, self.tail_is_speech):
+            return False
+        drained = self.tail_is_speech and (tail := self.session._drain_resamplers()) is not None
+        if drained:
+            self._commit(tail[0], tail[1], speech=True)
+        target = math.ceil(due + self.lead.frames) - self._stream_offset()
+        samples = min(self.motion.samples_for_frames(target), MAX_IDLE_SAMPLES)
+        if samples > 0:
+            self._commit(np.zeros(samples, np.float32), None, speech=False)
+            self.session.counters["idle_hops"] += math.ceil(samples / HOP_SAMPLES)
+        return drained or samples > 0
 
     def _commit(self, model: np.ndarray, sink: np.ndarray | None, speech: bool) -> None:
         start = self.motion.samples_in
@@ -328,6 +352,7 @@ class SessionPipeline:
             self.in_flight.popleft()
             if self.anchor is None:
                 self.anchor = now - first / FPS
+                self.session._set_clock(self.anchor)
             if self.session.live:
                 late = sum(1 for i in range(first, first + count) if now > frame_deadline(self.anchor, i) + 1 / FPS)
                 self.session.counters["deadline_misses"] += late

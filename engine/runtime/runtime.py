@@ -38,6 +38,7 @@ from engine.runtime.avatars import AvatarStore
 from engine.runtime.buckets import chunk_sizes
 from engine.runtime.config import RuntimeConfig
 from engine.runtime.errors import AdmissionError, SessionClosed
+from engine.runtime.pacing import FPS, Lead
 from engine.runtime.pipeline import SessionPipeline
 from engine.session import Session
 from engine.timing import gpu_time
@@ -130,6 +131,14 @@ class Runtime:
         if not self.window_ms or not self.render_ms:
             return None
         return admission.capacity(overlap, self.window_ms, self.render_ms, self.config.utilization)
+
+    def lead(self, live_sessions: int) -> Lead:
+        """How far ahead of their clocks live sessions keep their frames when ``live_sessions`` share this runtime:
+        the GPU time of one hop of all of them (measured at warm-up; 0 on the CPU) plus ``min_lead_frames``."""
+        compute = 0.0
+        if self.window_ms and self.render_ms and live_sessions:
+            compute = admission.hop_latency(live_sessions, self.window_ms, self.render_ms) / 1000 * FPS
+        return Lead(compute, self.config.min_lead_frames)
 
     def _time(self, run: Callable[[], None]) -> float:
         """Median milliseconds of ``run`` on the GPU (its warm-up ran while capturing)."""
@@ -343,7 +352,9 @@ class Runtime:
         worked = self._run_inbox()
         now = time.monotonic()
         timing = self._begin_timing()
+        lead = self.lead(sum(1 for p in self._pipelines.values() if p.session.live))
         for pipeline in list(self._pipelines.values()):
+            pipeline.lead = lead
             try:
                 worked |= pipeline.intake(now)
             except Exception as exc:

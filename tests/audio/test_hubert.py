@@ -13,6 +13,7 @@ from onnx import TensorProto, helper
 from engine.assets import demo_audio
 from engine.audio.hubert import (
     CHUNK_SAMPLES,
+    AudioChunker,
     FEATURE_DIM,
     HubertFeatureStream,
     OnnxHubertRunner,
@@ -142,6 +143,18 @@ def test_a_hop_is_released_once_its_two_frame_look_ahead_arrives() -> None:
     assert stream.push(audio[7760:]).shape[0] == 15  # hops 2..4: 3200 * 4 + 4560 <= 20000
     assert stream.chunker.frames_emitted == 25 and stream.chunker.samples_pushed == 20000
     assert stream.flush().shape[0] == 32 - 25  # ceil(20000 / 640) = 32
+
+
+def test_the_chunker_says_how_many_samples_complete_a_given_number_of_chunks() -> None:
+    chunker = AudioChunker()
+    assert chunker.samples_for_chunks(0) == 0
+    assert chunker.samples_for_chunks(2) == 7760, "the second hop's chunk ends 2 frames + 80 samples after it"
+    chunker.push(np.zeros(7759, np.float32))
+    assert chunker.complete_chunks == 1 and chunker.samples_for_chunks(2) == 1
+    chunker.take()
+    assert chunker.samples_for_chunks(1) == 1, "the chunks taken are counted no longer"
+    chunker.push(np.zeros(1, np.float32))
+    assert chunker.complete_chunks == 1 and chunker.samples_for_chunks(1) == 0
 
 
 def test_uneven_pushes_give_the_same_features_as_one_push() -> None:

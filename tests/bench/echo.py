@@ -44,6 +44,11 @@ class EchoSession:
         self.ended = False
         self._lock = threading.Lock()
 
+    @property
+    def clock_anchor(self) -> float | None:
+        """When its clock shows frame 0: the first ``next_frame`` call (frames are ready 0.1 s ahead of it)."""
+        return self.start
+
     def next_frame(self, timeout: float | None = None) -> Frame | None:
         with self._lock:
             if self.ended:

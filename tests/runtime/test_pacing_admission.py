@@ -1,9 +1,11 @@
-"""The live clock and admission: silence only just in time, capacity from measured costs."""
+"""The live clock and admission: silence only just in time, speech as early as it can be ready, capacity from measured costs."""
 
 from __future__ import annotations
 
-from engine.runtime.admission import capacity, hop_cost
-from engine.runtime.pacing import SPEECH_HOLD_FRAMES, frame_deadline, frames_due, needs_idle
+import pytest
+
+from engine.runtime.admission import capacity, hop_cost, hop_latency
+from engine.runtime.pacing import Lead, frame_deadline, frames_due, needs_idle, speech_depth, speech_start
 
 RENDER_MS = {5: 23.6, 10: 42.2, 20: 81.4, 40: 151.2}
 WINDOW_MS = {1: 26.9, 2: 28.2, 4: 30.1, 8: 36.9, 16: 56.1}
@@ -15,15 +17,36 @@ def test_the_clock_starts_at_the_first_ready_frame() -> None:
     assert frame_deadline(10.0, 50) == 12.0
 
 
+LEAD = Lead(compute=1.0, margin=0.5)
+
+
 def test_idle_silence_comes_only_when_the_frames_run_short() -> None:
-    assert needs_idle(produced=10, due=8.0, min_lead=3, speech_tail=False)
-    assert not needs_idle(produced=11, due=8.0, min_lead=3, speech_tail=False)
+    assert needs_idle(produced=10, due=8.6, lead=LEAD, speech_tail=False)
+    assert not needs_idle(produced=10, due=8.5, lead=LEAD, speech_tail=False)
 
 
-def test_a_late_pusher_is_not_padded_until_the_deadline_is_close() -> None:
-    assert needs_idle(produced=10, due=7.5, min_lead=3, speech_tail=False)
-    assert not needs_idle(produced=10, due=7.5, min_lead=3, speech_tail=True)
-    assert needs_idle(produced=10, due=10 - SPEECH_HOLD_FRAMES + 0.5, min_lead=3, speech_tail=True)
+def test_a_late_pusher_is_not_padded_until_half_the_margin_is_used_up() -> None:
+    assert needs_idle(produced=10, due=8.7, lead=LEAD, speech_tail=False)
+    assert not needs_idle(produced=10, due=8.7, lead=LEAD, speech_tail=True), "half the margin is the late pusher's"
+    assert needs_idle(produced=10, due=8.8, lead=LEAD, speech_tail=True)
+
+
+def test_a_frame_is_final_485_ms_of_audio_after_it_at_overlap_75() -> None:
+    assert speech_depth(valid=5, fuse=5) == 12.125
+    assert speech_depth(valid=70, fuse=10) == 82.125
+    assert speech_depth(valid=3, fuse=3) == 3 + 3 + 4 + 2.125, "a window that is not whole hops waits for the rest of a hop"
+
+
+def test_speech_goes_right_after_the_committed_audio_when_that_is_far_enough_ahead() -> None:
+    depth = speech_depth(5, 5)
+    assert speech_start(committed=640 * 40, due=20.0, lead=LEAD, depth=depth) == 640 * 40
+
+
+def test_speech_never_starts_sooner_than_its_frames_can_be_final() -> None:
+    depth = speech_depth(5, 5)
+    start = speech_start(committed=640 * 25, due=20.0, lead=LEAD, depth=depth)
+    assert start == pytest.approx(640 * (20.0 + 12.125 + 1.5), abs=1)
+    assert start - 640 * 20.0 >= 640 * (depth + LEAD.frames), "its latency is exactly depth + lead, whatever was committed"
 
 
 def test_capacity_is_the_most_sessions_whose_hop_fits_the_budget() -> None:
@@ -35,3 +58,9 @@ def test_capacity_is_the_most_sessions_whose_hop_fits_the_budget() -> None:
 
 def test_a_lower_overlap_samples_fewer_windows_per_hop() -> None:
     assert hop_cost(4, 10, WINDOW_MS, RENDER_MS) < hop_cost(4, 75, WINDOW_MS, RENDER_MS)
+
+
+def test_the_lead_covers_one_hop_of_every_live_session_batched() -> None:
+    assert hop_latency(1, WINDOW_MS, RENDER_MS) == pytest.approx(26.9 + 23.6)
+    assert hop_latency(4, WINDOW_MS, RENDER_MS) == pytest.approx(30.1 + 81.4)
+    assert hop_latency(4, WINDOW_MS, RENDER_MS) >= hop_cost(4, 75, WINDOW_MS, RENDER_MS)

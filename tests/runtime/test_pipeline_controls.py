@@ -14,14 +14,11 @@ import numpy as np
 import pytest
 import torch
 
-from engine.audio.hubert import TorchHubertRunner, encode_chunks
-from engine.audio.standin_hubert import build_standin
-from engine.backends.torch_backend import TorchBackend
+from engine.audio.hubert import encode_chunks
 from engine.controls import ControlError, Controls
 from engine.engine import Engine
 from engine.motion.conditions import emotion_vector
 from engine.motion.stitching import EYE_KEYPOINTS, MotionStitcher, StitchControls, blink_schedule
-from engine.motion.vector import join_motion
 from engine.runtime.avatars import LoadedAvatar
 from engine.runtime.config import RuntimeConfig
 from engine.runtime.errors import SessionClosed
@@ -29,28 +26,6 @@ from engine.runtime.pipeline import BLINK_SCHEDULE_FRAMES, SessionPipeline
 from engine.session import Session
 
 SR = 16_000
-WIDTHS = {"scale": 1, "pitch": 66, "yaw": 66, "roll": 66, "t": 3, "exp": 63}
-
-
-@pytest.fixture(scope="module")
-def engine(checkpoint_dir) -> Engine:
-    backend = TorchBackend(checkpoint_dir("lmdm", "stitch_network"), device="cpu", networks=("lmdm", "stitch_network"))
-    return Engine(backend, TorchHubertRunner(build_standin()), steps=2)
-
-
-@pytest.fixture(scope="module")
-def avatar() -> LoadedAvatar:
-    """An image avatar's device tensors (random motion); nothing here is rendered, so no appearance feature."""
-    g = torch.Generator().manual_seed(0)
-    source = {k: torch.randn(1, w, generator=g) for k, w in WIDTHS.items()}
-    source["exp"] = source["exp"] * 0.05
-    source["scale"] = 1 + 0.2 * torch.rand(1, 1, generator=g)
-    source["kp"] = torch.randn(1, 63, generator=g) * 0.3
-    return LoadedAvatar(
-        name="synthetic", f_s=torch.zeros(1, 1), source=source, source_motion=join_motion(source)[0],
-        canonical_kp=source["kp"][0], eye_open=torch.rand(1, 2, generator=g), eye_ball=torch.randn(1, 6, generator=g) * 0.01,
-        paste=None, is_image=True,
-    )
 
 
 class Loop:

@@ -4,7 +4,7 @@ Frames are small RGB tensors whose top half spells the frame index in 16 black/w
 (readable after lossy coding) and whose bottom half flashes white once a second; the audio
 is a quiet 440 Hz tone with a loud 1 kHz burst in exactly the flash frames, so a reader can
 check A/V sync from what it decodes. ``lead`` seconds of frames are available ahead of the
-session's own real-time clock, as with the runtime.
+session's own real-time clock (``clock_anchor``), as with the runtime.
 """
 
 from __future__ import annotations
@@ -83,6 +83,11 @@ class SyntheticSession:
         self.ended = False
         self.closed = False
         self._lock = threading.Lock()
+
+    @property
+    def clock_anchor(self) -> float | None:
+        """When its clock shows frame 0: the first ``next_frame`` call."""
+        return self.start
 
     def next_frame(self, timeout: float | None = None) -> Frame | None:
         with self._lock:

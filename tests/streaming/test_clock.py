@@ -30,3 +30,18 @@ def test_far_behind_re_anchors_instead_of_bursting() -> None:
     due = pacer.deadline(0.2, now + 0.6)
     assert pacer.resyncs == 1 and due == pytest.approx(now + 0.6)
     assert pacer.deadline(0.3, now + 0.6) == pytest.approx(now + 0.7), "the new anchor holds for what follows"
+
+
+def test_with_a_source_clock_items_are_due_delay_after_the_source_shows_them_however_late_they_arrive() -> None:
+    pacer = Pacer(delay=0.01)
+    assert pacer.deadline(0.0, now=100.3, source=100.0) == pytest.approx(100.01), "no second clock started at arrival"
+    assert pacer.deadline(0.2, now=100.0, source=100.0) == pytest.approx(100.21)
+    assert pacer.deadline(0.4, now=100.1, source=101.0) == pytest.approx(101.41), "a re-anchored source is followed"
+    assert pacer.resyncs == 0
+
+
+def test_far_behind_a_source_clock_re_anchors_too() -> None:
+    pacer = Pacer(delay=0.0, resync_after=0.2)
+    assert pacer.deadline(1.0, now=101.5, source=100.0) == pytest.approx(101.5)
+    assert pacer.resyncs == 1
+    assert pacer.deadline(1.04, now=101.5, source=100.0) == pytest.approx(101.54), "the new anchor holds until the source moves"
