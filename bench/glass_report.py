@@ -1,8 +1,9 @@
 """What glass_to_glass measured, made sense of: per-marker latencies on every path, their summaries and the split.
 
-The split of a marker's latency: the algorithm (by construction, from where the marker falls in
-its 200 ms hop), compute (the runtime's tick wall time) and encode (the output's encode time),
-both from /metrics, and the rest: release pacing, transport and the player's buffer.
+The split of a marker's latency: when the session's clock shows the speech (by construction the
+same for every utterance: the model's speech depth, 485 ms at overlap 75, plus the runtime's lead,
+from /metrics), the outputs' release allowance after the clock, and the rest: transport and the
+player's buffer. Compute (the runtime's tick wall time) and encode times are reported beside it.
 """
 
 from __future__ import annotations
@@ -13,31 +14,22 @@ from bench.live_server import Metrics, metric
 from bench.markers import Onset, pair, summary
 from bench.rtmp_read import PlayerLog
 from bench.viewers import ViewerLog
-from engine.audio.hubert import FRAME_SAMPLES, FUTURE_FRAMES, HOP_SAMPLES, SAMPLE_RATE
-from engine.diffusion.windows import SEQ_FRAMES
-from engine.engine import LIVE_OVERLAP
 from streaming.frames import FPS
+from streaming.output import PLAYOUT_DELAY
 
-HOP = HOP_SAMPLES / SAMPLE_RATE
-LOOKAHEAD = (FUTURE_FRAMES * FRAME_SAMPLES + 80) / SAMPLE_RATE
+RELEASE_MS = PLAYOUT_DELAY * 1000
+
 ONSET_SLACK = 0.003
 """A detected onset can sit a few samples early (the 16->48 kHz resampler's and the codecs' pre-echo): one this close
-before a frame or hop boundary is taken to start there (pushes after idle land exactly on hop boundaries)."""
+before a frame boundary is taken to start there."""
 
 
-def algorithm_seconds(stream_time: float, overlap: int = LIVE_OVERLAP) -> float:
-    """Delay the model itself puts between a sample at ``stream_time`` (s) and the final frame speaking it.
-
-    The sample's hop must end (HuBERT encodes 200 ms hops), the next window must be sampled for
-    the cross-fade (its stride, in whole hops: one at overlap 75), and the hop after needs its
-    look-ahead (2 frames + 80 samples). At overlap 75 this is at most 485 ms.
-    """
-    hop_start = math.floor((stream_time + ONSET_SLACK) / HOP) * HOP
-    stride = math.ceil((SEQ_FRAMES - overlap) / FPS / HOP - 1e-9) * HOP
-    return hop_start + HOP - max(stream_time, hop_start) + stride + LOOKAHEAD
+def rest_ms(latency_ms: float, shown_ms: float, release_ms: float = RELEASE_MS) -> float:
+    """What a path adds after the session's clock showed the speech and the output released it: transport + player buffer."""
+    return latency_ms - shown_ms - release_ms
 
 
-def analyse(rtmp: PlayerLog, viewers: list[ViewerLog], pushed: list[float], metrics: Metrics, overlap: int) -> dict:
+def analyse(rtmp: PlayerLog, viewers: list[ViewerLog], pushed: list[float], metrics: Metrics) -> dict:
     """Per-marker latencies on every path, their summaries, and the split of the medians."""
     markers = [{"number": n, "kind": "after idle" if n % 2 == 0 else "in speech"} for n in range(len(pushed))]
     rtmp_luma: dict[str, list[int]] = {}
@@ -51,7 +43,6 @@ def analyse(rtmp: PlayerLog, viewers: list[ViewerLog], pushed: list[float], metr
         entry = markers[n]
         entry["stream_time_s"] = round(onset.time, 4)
         entry["frame"] = frame
-        entry["algorithm_ms"] = round(algorithm_seconds(onset.time, overlap) * 1000, 1)
         picture = rtmp.pictures.get(frame)
         if picture is not None:
             entry["rtmp_ms"] = round((picture.arrival - pushed[n]) * 1000, 1)
@@ -83,13 +74,13 @@ def analyse(rtmp: PlayerLog, viewers: list[ViewerLog], pushed: list[float], metr
     }
     compute = {q: _ms(metric(metrics, f"ditto_runtime_tick_wall_ms_{q}")) for q in ("p50", "p99")}
     encode = {q: _ms(metric(metrics, "ditto_encode_milliseconds", quantile=v, session="0")) for q, v in (("p50", "0.5"), ("p99", "0.99"))}
-    fixed = (compute["p50"] or 0.0) + (encode["p50"] or 0.0)
+    shown = metric(metrics, "ditto_session_speech_latency_ms", session="0")
     results = {}
     for key, label in paths.items():
         values = [m[key] / 1000 for m in markers if key in m]
         if not values:
             continue
-        rest = [(m[key] - m["algorithm_ms"] - fixed) / 1000 for m in markers if key in m and "algorithm_ms" in m]
+        rest = [rest_ms(m[key], shown) / 1000 for m in markers if key in m] if shown is not None else []
         results[key.removesuffix("_ms")] = {
             "label": label,
             **summary(values),
@@ -98,18 +89,17 @@ def analyse(rtmp: PlayerLog, viewers: list[ViewerLog], pushed: list[float], metr
             "in_speech": summary([m[key] / 1000 for m in markers if key in m and m["number"] % 2 == 1]),
             "rest_ms": summary(rest),
         }
-    algorithm = [m["algorithm_ms"] / 1000 for m in markers if "algorithm_ms" in m]
     return {
         "markers_pushed": len(pushed),
         "paths": results,
         "split": {
-            "algorithm_ms": summary(algorithm),
+            "shown_after_push_ms": shown,
+            "shown_after_push": "push -> shown on the session's clock, by construction: speech depth (485 ms at overlap 75) "
+            "+ the lead (GPU time of a hop at the load + min_lead_frames)",
+            "release_ms": RELEASE_MS,
             "compute_tick_wall_ms": compute,
             "encode_ms": encode,
-            "runtime_speech_latency_ms": metric(metrics, "ditto_session_speech_latency_ms", session="0"),
-            "runtime_speech_latency": "push -> shown on the session's clock by construction: speech depth (485 ms at overlap 75) "
-            "+ the lead (GPU time of a hop at the load + min_lead_frames); outputs release 10 ms after the clock shows a frame",
-            "rest": "latency - algorithm - compute p50 - encode p50 = release pacing + transport + player buffer",
+            "rest": "latency - shown after push - release = transport + player buffer (compute and encode happen before the release)",
         },
         "viewers": viewer_notes,
         "rtmp_reader": {"size": rtmp.size, "pictures": len(rtmp.pictures), "onsets": len(rtmp.onsets), "error": rtmp.error},
@@ -153,12 +143,11 @@ def table(result: dict) -> str:
         )
     split = result["split"]
     lines.append(
-        f"split: algorithm p50 {split['algorithm_ms']['p50_ms']} ms (max {split['algorithm_ms']['max_ms']}; by construction, <= 485 at overlap 75)"
-        f" + compute (runtime tick wall) p50/p99 {split['compute_tick_wall_ms']['p50']}/{split['compute_tick_wall_ms']['p99']} ms"
-        f" + encode p50/p99 {split['encode_ms']['p50']}/{split['encode_ms']['p99']} ms + rest (pacing, transport, player buffer)"
+        f"split: shown on the session's clock {split['shown_after_push_ms']} ms after the push (speech depth + lead, by construction)"
+        f" + release {split['release_ms']:.0f} ms + rest (transport, player buffer); computed meanwhile: tick wall p50/p99"
+        f" {split['compute_tick_wall_ms']['p50']}/{split['compute_tick_wall_ms']['p99']} ms, encode p50/p99"
+        f" {split['encode_ms']['p50']}/{split['encode_ms']['p99']} ms"
     )
-    if split.get("runtime_speech_latency_ms") is not None:
-        lines.append(f"runtime: speech is shown {split['runtime_speech_latency_ms']} ms after its push (depth + lead, by construction)")
     inbound = result["viewers"].get("chromium", {}).get("inbound", {})
     buffers = {
         kind: 1000 * s["jitterBufferDelay"] / s["jitterBufferEmittedCount"]

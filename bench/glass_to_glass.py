@@ -21,10 +21,10 @@ into the server; each marker is found again where a viewer gets it:
   hash in the RTMP stream) is decoded.
 
 The first marker of the run is the first push into an idle session ("first push"). The split:
-algorithm (by construction from the marker's place in its 200 ms hop: the rest of the hop, one
-more hop for the cross-fade with the next window, 85 ms of HuBERT look-ahead; at most 485 ms at
-overlap 75), compute (the runtime's tick wall time, from /metrics), encode (from /metrics), and
-the rest: release pacing, transport and player buffer (the browser's jitter buffers from getStats).
+when the session's clock shows the speech (by construction the same for every utterance: the
+model's speech depth, 485 ms at overlap 75, plus the runtime's lead, from /metrics), the outputs'
+release allowance, and the rest: transport and player buffer (the browser's jitter buffers from
+getStats). The runtime's tick wall time and the encode time are reported beside it.
 """
 
 from __future__ import annotations
@@ -179,7 +179,7 @@ async def measure(args: argparse.Namespace, work: Path) -> dict:
         result["server_exit"] = await asyncio.to_thread(server.stop)
         nginx.stop()
         rtmp = player.stop() if player is not None else PlayerLog()
-    result.update(analyse(rtmp, logs, pushed, metrics, args.overlap))
+    result.update(analyse(rtmp, logs, pushed, metrics))
     return result
 
 

@@ -37,6 +37,8 @@ from streaming.frames import FPS, FrameLike, FrameSource
 
 log = logging.getLogger(__name__)
 RELEASE_QUEUE_FRAMES = 5 * FPS
+PLAYOUT_DELAY = 0.01
+"""Seconds after the session's clock shows a frame that outputs release it: time to encode it."""
 
 
 @dataclass(frozen=True)
@@ -108,7 +110,7 @@ class SessionOutput:
         session: FrameSource,
         encoder: str = "auto",
         settings: H264Settings | None = None,
-        playout_delay: float = 0.01,
+        playout_delay: float = PLAYOUT_DELAY,
         name: str = "0",
     ) -> None:
         self.session, self.name = session, name

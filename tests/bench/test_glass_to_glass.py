@@ -1,20 +1,18 @@
-"""The latency split's algorithmic share, the matching of WebRTC pictures to RTMP frames, and the command line."""
+"""The latency split, the matching of WebRTC pictures to RTMP frames, and the command line."""
 
 from __future__ import annotations
 
 import pytest
 
-from bench.glass_report import algorithm_seconds
+from bench.glass_report import RELEASE_MS, rest_ms
 from bench.glass_to_glass import parse_args
 from bench.viewers import ViewerLog
 
 
-def test_the_algorithm_holds_a_sample_at_most_485_ms_at_overlap_75_less_the_further_into_its_hop_it_is() -> None:
-    assert algorithm_seconds(2.0) == pytest.approx(0.485)
-    assert algorithm_seconds(2.1) == pytest.approx(0.385)
-    assert algorithm_seconds(2.195) == pytest.approx(0.290)
-    assert algorithm_seconds(2.1997) == pytest.approx(0.485), "a few samples before a boundary is codec pre-echo: the next hop"
-    assert algorithm_seconds(2.0, overlap=70) == pytest.approx(0.685), "a 10-frame stride waits two hops"
+def test_the_rest_is_what_a_path_adds_after_the_clock_showed_the_speech_and_the_output_released_it() -> None:
+    assert RELEASE_MS == pytest.approx(10.0)
+    assert rest_ms(588.0, 538.6) == pytest.approx(39.4)
+    assert rest_ms(548.6, 538.6) == pytest.approx(0.0)
 
 
 def test_a_viewer_frame_number_maps_to_the_rtmp_frame_with_the_same_picture() -> None:
