@@ -16,6 +16,7 @@ import math
 import platform
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -62,25 +63,44 @@ def offline_frames(runtime: Runtime, avatar, seeds: list[int], seconds: float) -
     return [torch.stack(r) for r in results]
 
 
-def push_in_real_time(sessions: list[Session], audio: np.ndarray, rate: int, pushes: int) -> tuple[float, int]:
-    """Push ``pushes`` hops of ``audio`` into every session on the hop clock; (seconds taken, pushes refused)."""
+def push_schedule(sessions: int, pushes: int, stagger: bool) -> list[tuple[float, int, int]]:
+    """(seconds from the start, hop k, session i) of every push, in time order; staggered, session i runs i/sessions of a hop late."""
+    offsets = [i * HOP / sessions if stagger else 0.0 for i in range(sessions)]
+    return sorted((k * HOP + offsets[i], k, i) for k in range(pushes) for i in range(sessions))
+
+
+def push_in_real_time(
+    sessions: list[Session], audio: np.ndarray, rate: int, pushes: int, stagger: bool = False
+) -> tuple[float, int]:
+    """Push ``pushes`` hops of ``audio`` into every session on the hop clock; (seconds taken, pushes refused).
+
+    ``stagger``: session i pushes ``i / len(sessions)`` of a hop later than session 0, as independent clients do.
+    """
     hop = int(HOP * rate)
     started = time.monotonic()
     refused = 0
-    for k in range(pushes):
-        for session in sessions:
-            try:
-                session.push_audio(audio[k * hop : (k + 1) * hop], rate)
-            except Backpressure:
-                refused += 1
-        time.sleep(max(0.0, started + (k + 1) * HOP - time.monotonic()))
+    for at, k, i in push_schedule(len(sessions), pushes, stagger):
+        time.sleep(max(0.0, started + at - time.monotonic()))
+        try:
+            sessions[i].push_audio(audio[k * hop : (k + 1) * hop], rate)
+        except Backpressure:
+            refused += 1
+    time.sleep(max(0.0, started + pushes * HOP - time.monotonic()))
     return time.monotonic() - started, refused
 
 
-def live_run(runtime: Runtime, avatar, count: int, seconds: float) -> dict:
-    """``count`` live sessions fed in real time for ``seconds``; what the clock and the GPU saw."""
+def live_run(runtime: Runtime, avatar, count: int, seconds: float, stagger: bool = False) -> dict:
+    """``count`` live sessions fed in real time for ``seconds``; what the clock and the GPU saw.
+
+    ``stagger``: sessions open ``1/count`` of a hop apart and push on their own phase (as a server's
+    independent clients do) instead of all at once.
+    """
     audio, rate = speech(seconds + 2)
-    sessions = [runtime.open_session(avatar, live=True, overlap=75, seed=i) for i in range(count)]
+    sessions = []
+    for i in range(count):
+        sessions.append(runtime.open_session(avatar, live=True, overlap=75, seed=i))
+        if stagger:
+            time.sleep(HOP / count)
     received = [0] * count
     stop = threading.Event()
 
@@ -98,7 +118,7 @@ def live_run(runtime: Runtime, avatar, count: int, seconds: float) -> dict:
     time.sleep(1.0)
     base = runtime.metrics()
     pushes = int(seconds / HOP)
-    elapsed, refused = push_in_real_time(sessions, audio, rate, pushes)
+    elapsed, refused = push_in_real_time(sessions, audio, rate, pushes, stagger)
     metrics = runtime.metrics()
     stop.set()
     for session in sessions:
@@ -108,6 +128,7 @@ def live_run(runtime: Runtime, avatar, count: int, seconds: float) -> dict:
     time.sleep(0.3)
     return {
         "sessions": count,
+        "staggered": stagger,
         "seconds": round(elapsed, 2),
         "frames_per_session_per_s": round(sum(received) / count / (elapsed + 1.0), 2),
         "deadline_misses": metrics.get("deadline_misses", 0) - base.get("deadline_misses", 0),
@@ -209,6 +230,25 @@ def synthetic_video_avatar(frames: int, height: int, width: int, device: torch.d
     )
 
 
+def independence_and_memory(runtime: Runtime, avatar, result: dict, save: Callable[[], object]) -> None:
+    """Sessions alone vs side by side (PSNR, bit-identity of a repeat) and GPU memory per session, into ``result``."""
+    device = runtime.device
+    solo = [offline_frames(runtime, avatar, [s], 2.0)[0] for s in (0, 1)]
+    together = offline_frames(runtime, avatar, [0, 1, 0, 1], 2.0)
+    result["independence_psnr_db"] = [psnr(together[i], solo[i % 2]) for i in range(4)]
+    result["solo_repeat_bit_identical"] = bool(torch.equal(offline_frames(runtime, avatar, [0], 2.0)[0], solo[0]))
+    print("independence PSNR (dB) vs solo:", result["independence_psnr_db"], flush=True)
+    save()
+
+    result["memory"] = [session_memory(runtime, avatar, "512x512 image (registered)")]
+    video = synthetic_video_avatar(300, 1080, 1920, device)
+    result["memory"].append(session_memory(runtime, video, "300-frame 1920x1080 video (synthetic tensors)"))
+    del video
+    torch.cuda.empty_cache()
+    print("memory:", result["memory"], flush=True)
+    save()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.runtime", description=__doc__.splitlines()[0])
     parser.add_argument("--avatar", required=True, help="a cached avatar folder (registered with the random weights)")
@@ -218,6 +258,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--start-only", action="store_true", help="measure the start (warm-up) and stop")
     parser.add_argument("--no-compile", action="store_true")
     parser.add_argument("--latency-only", action="store_true", help="measure the utterance latency of one live session and stop")
+    parser.add_argument("--live-only", action="store_true", help="only the live-session runs")
+    parser.add_argument("--stagger", action="store_true", help="each live run twice: sessions in phase, then opened and pushed out of phase")
     args = parser.parse_args(argv)
     from avatars.cache import load_avatar
 
@@ -244,36 +286,24 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     dynamo = torch._dynamo.utils.counters["stats"]["unique_graphs"]
 
-    solo = [offline_frames(runtime, avatar, [s], 2.0)[0] for s in (0, 1)]
-    together = offline_frames(runtime, avatar, [0, 1, 0, 1], 2.0)
-    result["independence_psnr_db"] = [psnr(together[i], solo[i % 2]) for i in range(4)]
-    result["solo_repeat_bit_identical"] = bool(torch.equal(offline_frames(runtime, avatar, [0], 2.0)[0], solo[0]))
-    print("independence PSNR (dB) vs solo:", result["independence_psnr_db"], flush=True)
-    save()
-
-    result["memory"] = [session_memory(runtime, avatar, "512x512 image (registered)")]
-    video = synthetic_video_avatar(300, 1080, 1920, device)
-    result["memory"].append(session_memory(runtime, video, "300-frame 1920x1080 video (synthetic tensors)"))
-    del video
-    torch.cuda.empty_cache()
-    print("memory:", result["memory"], flush=True)
-    save()
-
+    if not args.live_only:
+        independence_and_memory(runtime, avatar, result, save)
     result["live"] = []
     for count in args.sessions:
-        row = live_run(runtime, avatar, count, args.seconds)
-        result["live"].append(row)
-        save()
-        print(row, flush=True)
+        for stagger in (False, True) if args.stagger else (False,):
+            row = live_run(runtime, avatar, count, args.seconds, stagger)
+            result["live"].append(row)
+            save()
+            print(row, flush=True)
     result["dynamo_graphs_added_after_warmup"] = torch._dynamo.utils.counters["stats"]["unique_graphs"] - dynamo
     result["captures_after_warmup"] = runtime.metrics()["captures_after_warmup"]
     runtime.close()
     save()
-    print("\n| sessions | frames/s/session | deadline misses | tick wall p50/p99 ms | tick GPU p50/p99 ms | GPU busy |")
-    print("|---|---|---|---|---|---|")
+    print("\n| sessions | phases | frames/s/session | deadline misses | tick wall p50/p99 ms | tick GPU p50/p99 ms | GPU busy |")
+    print("|---|---|---|---|---|---|---|")
     for row in result["live"]:
         print(
-            f"| {row['sessions']} | {row['frames_per_session_per_s']} | {row['deadline_misses']} | "
+            f"| {row['sessions']} | {'staggered' if row['staggered'] else 'together'} | {row['frames_per_session_per_s']} | {row['deadline_misses']} | "
             f"{row['tick_wall_ms_p50']}/{row['tick_wall_ms_p99']} | {row['tick_gpu_ms_p50']}/{row['tick_gpu_ms_p99']} | {row['gpu_busy']} |"
         )
     print(f"compiles/captures after warm-up: dynamo graphs +{result['dynamo_graphs_added_after_warmup']}, captures +{result['captures_after_warmup']}")
