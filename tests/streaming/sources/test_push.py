@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+from collections.abc import AsyncIterator
 
 import numpy as np
 from aiohttp.test_utils import TestClient, TestServer
@@ -23,16 +25,27 @@ async def until(condition, seconds: float = 5.0) -> None:
     raise AssertionError("condition not met in time")
 
 
+@contextlib.asynccontextmanager
+async def pushing_server() -> AsyncIterator[tuple[SyntheticSession, SessionOutput, Recorder, TestClient]]:
+    """A served session with push enabled, its x264 output recorded; everything stopped on the way out."""
+    session = SyntheticSession(64, 64)
+    output = SessionOutput(session, encoder="x264")
+    recorder = Recorder()
+    output.add_sink(recorder)
+    output.start()
+    client = TestClient(TestServer(create_app([Stream("0", session, output, push=True)])))
+    await client.start_server()
+    try:
+        yield session, output, recorder, client
+    finally:
+        await client.close()
+        session.end()
+        await asyncio.to_thread(output.stop)
+
+
 def test_the_push_protocol_end_to_end() -> None:
     async def scenario() -> None:
-        session = SyntheticSession(64, 64)
-        output = SessionOutput(session, encoder="x264")
-        recorder = Recorder()
-        output.add_sink(recorder)
-        output.start()
-        client = TestClient(TestServer(create_app([Stream("0", session, output, push=True)])))
-        await client.start_server()
-        try:
+        async with pushing_server() as (session, output, recorder, client):
             ws = await client.ws_connect("/push?session=0")
 
             async def error_for(message) -> str:
@@ -80,10 +93,6 @@ def test_the_push_protocol_end_to_end() -> None:
             await ws.receive(timeout=5)
             assert ws.closed and session.ended
             assert await asyncio.to_thread(output.finished.wait, 10), "ending the input ends the stream"
-        finally:
-            await client.close()
-            session.end()
-            await asyncio.to_thread(output.stop)
 
     asyncio.run(scenario())
 
@@ -106,14 +115,7 @@ def test_sessions_without_push_refuse_it() -> None:
 
 def test_controls_messages_change_the_sessions_controls_and_bad_ones_change_nothing() -> None:
     async def scenario() -> None:
-        session = SyntheticSession(64, 64)
-        output = SessionOutput(session, encoder="x264")
-        recorder = Recorder()
-        output.add_sink(recorder)
-        output.start()
-        client = TestClient(TestServer(create_app([Stream("0", session, output, push=True)])))
-        await client.start_server()
-        try:
+        async with pushing_server() as (session, output, recorder, client):
             ws = await client.ws_connect("/push?session=0")
             await until(lambda: len(recorder.frames) > 0)
             frames_before = len(recorder.frames)
@@ -139,9 +141,5 @@ def test_controls_messages_change_the_sessions_controls_and_bad_ones_change_noth
             await until(lambda: len(recorder.frames) > frames_before + 5)  # the stream went on
             await ws.send_json({"type": "end"})
             assert await ws.receive_json(timeout=5) == {"type": "ended"}
-        finally:
-            await client.close()
-            session.end()
-            await asyncio.to_thread(output.stop)
 
     asyncio.run(scenario())
