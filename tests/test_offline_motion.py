@@ -24,6 +24,7 @@ from engine.motion.stitching import DRIVEN_KEYS_IMAGE, DRIVEN_KEYS_VIDEO, Motion
 from engine.motion.vector import MOTION_KEYS, join_motion
 from engine.offline_motion import PrecomputedMotion, offline_motion, window_sampler
 from tests.networks.reference import reference_module
+from tests.diffusion.toy_lmdm import toy_lmdm
 
 L, D, COND = 80, 265, 1103
 SR = 16_000
@@ -32,19 +33,6 @@ SR = 16_000
 @pytest.fixture(scope="module")
 def hubert() -> TorchHubertRunner:
     return TorchHubertRunner(build_standin())
-
-
-def toy_lmdm(seed: int = 0):
-    """A deterministic stand-in for LMDM sampling: a fixed random map of (cond_frame (265,), cond (80,D)) to a window."""
-    generator = np.random.default_rng(seed)
-    w_cond = generator.standard_normal((COND, D)).astype(np.float32) * 0.05
-    w_frame = generator.standard_normal((D,)).astype(np.float32) * 0.1
-    ramp = np.linspace(-1, 1, L, dtype=np.float32)[:, None]
-
-    def predict(cond_frame: np.ndarray, cond: np.ndarray) -> np.ndarray:
-        return np.tanh(cond @ w_cond + ramp * float(cond_frame @ w_frame)).astype(np.float32)
-
-    return predict
 
 
 def torch_sampler(predict, calls: list):
@@ -130,7 +118,7 @@ def test_the_clip_is_conditioned_from_its_first_frame(hubert) -> None:
     emotion = torch.eye(8)[[0, 1, 2, 3, 5]]
     conditions, source_motion = our_conditions(source, emotion)
     calls: list = []
-    motion = offline_motion(hubert, conditions, source_motion, speech(4480), 10, torch_sampler(toy_lmdm(), calls))
+    motion = offline_motion(hubert, conditions, source_motion, speech(4480), 10, torch_sampler(toy_lmdm(COND, 0.05), calls))
     assert motion.shape == (8, D), "4480 samples are 8 frames in the reference's count"
     assert len(calls) == 1
     cond_frame, cond = calls[0]
@@ -213,7 +201,7 @@ def test_offline_motion_equals_the_reference_pipeline(hubert, num_samples: int, 
     source = avatar_source(avatar_frames, seed=num_samples)
     emotion = [[4], [3], [3, 4], [6]]
     samples = speech(num_samples, seed=overlap)
-    predict = toy_lmdm(seed=1)
+    predict = toy_lmdm(COND, 0.05, seed=1)
     ref_motion, ref_rows, ref_infos, ref_calls = reference_offline(samples, source, emotion, overlap, hubert, predict)
 
     conditions, source_motion = our_conditions(source, emotion)

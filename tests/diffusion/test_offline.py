@@ -14,6 +14,7 @@ from engine.diffusion.offline import (
     window_conditions,
     window_starts,
 )
+from tests.diffusion.toy_lmdm import toy_lmdm
 
 L, D, C = 80, 265, 7
 
@@ -56,19 +57,6 @@ def transcription(conditions: np.ndarray, source: np.ndarray, overlap: int, pred
         idx += valid
     res = res[: len(conditions)]
     return smooth(res, 0, len(res)), calls
-
-
-def toy_lmdm(seed: int = 0):
-    """A deterministic stand-in for the sampler: a fixed random map of (cond_frame, cond) to a window."""
-    generator = np.random.default_rng(seed)
-    w_cond = generator.standard_normal((C, D)).astype(np.float32) * 0.5
-    w_frame = generator.standard_normal((D,)).astype(np.float32) * 0.1
-    ramp = np.linspace(-1, 1, L, dtype=np.float32)[:, None]
-
-    def predict(cond_frame: np.ndarray, cond: np.ndarray) -> np.ndarray:
-        return np.tanh(cond @ w_cond + ramp * float(cond_frame @ w_frame)).astype(np.float32)
-
-    return predict
 
 
 @pytest.mark.parametrize(
@@ -133,7 +121,7 @@ def test_the_whole_clip_equals_the_reference_loop(frames: int, overlap: int) -> 
     generator = np.random.default_rng(frames + 100 * overlap)
     conditions = generator.standard_normal((frames, C)).astype(np.float32)
     source = generator.standard_normal(D).astype(np.float32)
-    predict = toy_lmdm()
+    predict = toy_lmdm(C, 0.5)
     expected, ref_calls = transcription(conditions, source, overlap, predict)
     calls = []
 
@@ -156,7 +144,7 @@ def test_fixed_kp_conditioning_restarts_windows_from_the_avatar_as_the_reference
     generator = np.random.default_rng(every)
     conditions = generator.standard_normal((420, C)).astype(np.float32)
     source = generator.standard_normal(D).astype(np.float32)
-    predict = toy_lmdm()
+    predict = toy_lmdm(C, 0.5)
     expected, ref_calls = transcription(conditions, source, 10, predict, every=every, keep=keep)
     calls = []
 
