@@ -37,6 +37,7 @@ from engine.diffusion.ddim import denoiser_step
 from engine.diffusion.graphed import BucketedSampler
 from engine.diffusion.schedule import ddim_schedule
 from engine.engine import Engine, random_checkpoints
+from engine.networks.depth_planes import as_planes, shifted_sum, stacked_weight
 from engine.networks.lmdm_fused import FusedLMDMStep
 from engine.timing import gpu_time
 
@@ -147,36 +148,21 @@ def layer_times(backend: TorchBackend, out: Path) -> dict:
 
 
 def planes_conv(x: torch.Tensor, weight2d: torch.Tensor, bias: torch.Tensor, k: int, out_ch: int) -> torch.Tensor:
-    """A 3-D convolution (k x k x k, depth padding k//2) as one 2-D convolution over depth planes plus a shifted sum.
+    """A 3-D convolution as ``engine.networks.depth_planes`` computes it: a 2-D convolution over depth planes, a shifted sum."""
+    y = F.conv2d(as_planes(x, weight2d.shape[1]), weight2d, padding=k // 2)
+    return shifted_sum(y, x.shape[0], k, weight2d.shape[0] // k, out_ch) + bias.view(-1, 1, 1, 1)
 
-    The 2-D convolution produces, for every input plane, its contribution to k output planes
-    (weights of depth offset dz stacked along the output channels); output plane d sums the
-    contributions of input planes d+dz-k//2.
+
+def conv_variants(dtype: torch.dtype, out: Path) -> list[dict]:
+    """The warp's heaviest 3-D convolutions in other formulations: ms/frame, TFLOP/s and error against fp32.
+
+    The convolutions come from the plain warp network (the backend's own runs them over depth planes already).
     """
-    batch, channels, depth, height, width = x.shape
-    planes = x.permute(0, 2, 1, 3, 4).reshape(batch * depth, channels, height, width)
-    y = F.conv2d(planes, weight2d, padding=k // 2)
-    padded_out = weight2d.shape[0] // k
-    y = y.permute(0, 2, 3, 1).reshape(batch, depth, height, width, k, padded_out)
-    p = k // 2
-    y = F.pad(y, (0, 0, 0, 0, 0, 0, 0, 0, p, p))
-    acc = y[:, 0:depth, :, :, 0, :out_ch]
-    for dz in range(1, k):
-        acc = acc + y[:, dz : dz + depth, :, :, dz, :out_ch]
-    return (acc + bias).permute(0, 4, 1, 2, 3)
+    from engine.networks import OFFICIAL_FILENAMES, load_network
 
-
-def planes_weight(weight: torch.Tensor, padded_out: int, padded_in: int) -> torch.Tensor:
-    """(O,C,k,k,k) -> (k*padded_out, padded_in, k, k) channels-last, zero rows/columns as padding."""
-    o, c, k = weight.shape[:3]
-    w = weight.permute(2, 0, 1, 3, 4)
-    w = F.pad(w, (0, 0, 0, 0, 0, padded_in - c, 0, padded_out - o))
-    return w.reshape(k * padded_out, padded_in, k, k).contiguous(memory_format=torch.channels_last)
-
-
-def conv_variants(backend: TorchBackend, out: Path) -> list[dict]:
-    """The warp's heaviest 3-D convolutions in other formulations: ms/frame, TFLOP/s and error against fp32."""
-    dense = backend.network("warp_network").dense_motion_network
+    folder = random_checkpoints()
+    warp = load_network("warp_network", folder / OFFICIAL_FILENAMES["warp_network"], "cuda", dtype, fold_batchnorm=True)
+    dense = warp.dense_motion_network
     cases = [
         ("mask 142->22 k7", dense.mask, 16, 64),
         ("hourglass final 142->142 k3", dense.hourglass.decoder.conv, 16, 64),
@@ -188,7 +174,7 @@ def conv_variants(backend: TorchBackend, out: Path) -> list[dict]:
     for label, conv, depth, size in cases:
         weight, bias = conv.weight, conv.bias
         o, c, k = weight.shape[:3]
-        x = torch.randn(BATCH, c, depth, size, size, device="cuda", dtype=backend.dtype).contiguous(memory_format=torch.channels_last_3d)
+        x = torch.randn(BATCH, c, depth, size, size, device="cuda", dtype=dtype).contiguous(memory_format=torch.channels_last_3d)
         flops = 2.0 * BATCH * o * depth * size * size * c * k**3
         with torch.inference_mode():
             reference = F.conv3d(x[:2].float(), weight.float(), bias.float(), padding=k // 2)
@@ -208,14 +194,13 @@ def conv_variants(backend: TorchBackend, out: Path) -> list[dict]:
             record("conv3d", lambda: F.conv3d(x, weight, bias, padding=k // 2))
             record("conv3d benchmark", lambda: F.conv3d(x, weight, bias, padding=k // 2))
             for pad_o, pad_c in ((o, c), (math.ceil(o / 8) * 8, math.ceil(c / 16) * 16)):
-                w2 = planes_weight(weight, pad_o, pad_c)
-                xin = x if pad_c == c else F.pad(x, (0, 0, 0, 0, 0, 0, 0, pad_c - c)).contiguous(memory_format=torch.channels_last_3d)
-                planes = xin.permute(0, 2, 1, 3, 4).reshape(BATCH * depth, pad_c, size, size)
+                w2 = stacked_weight(weight, pad_o, pad_c).contiguous(memory_format=torch.channels_last)
+                planes = as_planes(x, pad_c)
                 tag = f"out{pad_o * k} in{pad_c}"
                 record(f"2d planes conv only {tag}", lambda: F.conv2d(planes, w2, padding=k // 2))
                 record(f"2d planes conv only {tag} benchmark", lambda: F.conv2d(planes, w2, padding=k // 2))
                 fused = torch.compile(planes_conv)
-                record(f"2d planes + shift-sum {tag} benchmark", lambda: fused(xin, w2, bias, k, o))
+                record(f"2d planes + shift-sum {tag} benchmark", lambda: fused(x, w2, bias, k, o))
     torch.backends.cudnn.benchmark = False
     (out / "conv_variants.json").write_text(json.dumps(results, indent=1))
     return results
@@ -518,7 +503,7 @@ def main() -> int:
     if "variants" in args.parts or "layers" in args.parts:
         eager = TorchBackend(random_checkpoints(), device="cuda", networks=("warp_network", "decoder"), compile_networks=False)
         if "variants" in args.parts:
-            conv_variants(eager, args.out)
+            conv_variants(eager.dtype, args.out)
         if "layers" in args.parts:
             layer_times(eager, args.out)
     if "graph" in args.parts:
