@@ -9,6 +9,11 @@ either: silence is committed just in time (only the samples that make the next f
 never ahead, and speech that would otherwise start earlier than it can be ready is placed
 exactly that far ahead of the clock. Every utterance then has the same latency, whatever
 the phase of the 200 ms hop grid when it arrives.
+
+Sessions sharing a GPU keep in step: each clock starts on the runtime's window grid, and a live
+session's window runs only once its first frame is within the lead of the clock. Every
+session's window for a hop then runs in the same tick, as one batch, however out of phase
+their clients connect and push.
 """
 
 from __future__ import annotations
@@ -35,6 +40,11 @@ def frame_deadline(anchor: float, index: int, fps: int = FPS) -> float:
     return anchor + index / fps
 
 
+def on_grid(t: float, origin: float, period: float) -> float:
+    """The first instant at or after ``t`` on the grid ``origin + k * period``."""
+    return origin + math.ceil((t - origin) / period - 1e-9) * period
+
+
 @dataclass(frozen=True)
 class Lead:
     """How far ahead of its clock (in frames) a live session keeps its final frames.
@@ -57,6 +67,12 @@ class Lead:
         push running late by up to half the margin is not padded mid-sentence, while frames made from silence
         committed at the end of an utterance are still ready before the clock shows them."""
         return self.compute + self.margin / 2
+
+
+def window_due(produced: int, due: float, lead: Lead) -> bool:
+    """Whether a live session's next window (its first frame: ``produced``) should run now: once the clock (``due``)
+    is within ``lead`` of it, as idle silence is committed; earlier it would only wait in the queue, unbatched."""
+    return produced < due + lead.frames
 
 
 def speech_depth(valid: int, fuse: int) -> float:

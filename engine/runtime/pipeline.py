@@ -25,7 +25,9 @@ from engine.motion_stream import MotionStream, WindowRequest
 from engine.offline_motion import PrecomputedMotion
 from engine.runtime.avatars import LoadedAvatar
 from engine.runtime.config import RuntimeConfig
-from engine.runtime.pacing import FPS, RESYNC_FRAMES, Lead, frame_deadline, frames_due, needs_idle, speech_depth, speech_start
+from engine.runtime.pacing import (
+    FPS, RESYNC_FRAMES, Lead, frame_deadline, frames_due, needs_idle, on_grid, speech_depth, speech_start, window_due,
+)
 from engine.session import HOP_FRAMES, MODEL_RATE, Frame, Session
 
 BLEND_FRAMES = 5
@@ -81,6 +83,8 @@ class SessionPipeline:
         self.anchor: float | None = None
         self.lead = Lead(0.0, config.min_lead_frames)
         """Set by the runtime from its load each tick."""
+        self.grid: float | None = None
+        """Origin of the runtime's window grid, set by a runtime that batches sessions: the clock starts on it."""
         self.depth = speech_depth(self.motion.windows.valid, self.motion.windows.fuse) if isinstance(self.motion, MotionStream) else 0.0
         self.in_flight: deque[tuple[torch.cuda.Event | None, int, int]] = deque()
         self.ending = False
@@ -120,12 +124,16 @@ class SessionPipeline:
 
     def _due(self, now: float) -> float:
         """Frames the live clock has shown by ``now``; a clock far behind what is produced restarts from the next frame."""
-        produced = self.out_next + self.backlog.shape[0]
+        produced = self.produced
         if self.anchor is not None and frames_due(now, self.anchor) - produced > RESYNC_FRAMES:
-            self.anchor = now - produced / FPS
-            self.session._set_clock(self.anchor)
+            self._start_clock(now - produced / FPS)
             self.session.counters["resyncs"] += 1
         return frames_due(now, self.anchor)
+
+    @property
+    def produced(self) -> int:
+        """Output frames final so far (rendered or waiting to be); the next window's first frame has this index."""
+        return self.out_next + self.backlog.shape[0]
 
     def _stream_offset(self) -> int:
         """Output frame index minus stream frame index (nonzero after an interrupt)."""
@@ -146,7 +154,7 @@ class SessionPipeline:
         """
         if self.backlog.shape[0] >= HOP_FRAMES:
             return False
-        produced = self.out_next + self.backlog.shape[0]
+        produced = self.produced
         due = self._due(now)
         if not needs_idle(produced, due, self.lead, self.tail_is_speech):
             return False
@@ -250,6 +258,13 @@ class SessionPipeline:
             self.request = self.motion.window_request()
         return self.request
 
+    def window_due(self, now: float) -> bool:
+        """Whether the next window should run now: a live session's once the clock is within the lead of its first
+        frame (sooner it would only wait, and run apart from the other sessions'); any other session's at once."""
+        if not self.session.live or self.anchor is None:
+            return True
+        return window_due(self.produced, frames_due(now, self.anchor), self.lead)
+
     def complete(self, window: torch.Tensor) -> None:
         """Take a sampled window; its final frames join the render backlog."""
         self.request = None
@@ -351,8 +366,16 @@ class SessionPipeline:
             now = time.monotonic() if now is None else now
             self.in_flight.popleft()
             if self.anchor is None:
-                self.anchor = now - first / FPS
-                self.session._set_clock(self.anchor)
+                self._start_clock(now - first / FPS)
             if self.session.live:
                 late = sum(1 for i in range(first, first + count) if now > frame_deadline(self.anchor, i) + 1 / FPS)
                 self.session.counters["deadline_misses"] += late
+
+    def _start_clock(self, anchor: float) -> None:
+        """Start (or restart) the clock at ``anchor``, or just after: with a runtime grid, late enough that the next
+        window falls due on it, in the same tick as every other session's (a first frame shown up to one hop later)."""
+        if self.grid is not None and isinstance(self.motion, MotionStream):
+            first_due = frame_deadline(anchor, self.produced)
+            anchor += on_grid(first_due, self.grid, self.motion.windows.valid / FPS) - first_due
+        self.anchor = anchor
+        self.session._set_clock(anchor)

@@ -78,6 +78,7 @@ class Runtime:
         self._tick_events: deque[tuple[torch.cuda.Event, torch.cuda.Event, float]] = deque()
         self._busy: deque[tuple[float, float]] = deque(maxlen=4096)
         self._captures = 0
+        self._grid = time.monotonic() if self.batch_sessions else None
         self.warm_up()
         self._thread = threading.Thread(target=self._run, name="ditto-runtime", daemon=True)
         self._thread.start()
@@ -214,6 +215,7 @@ class Runtime:
             except BaseException:
                 self.avatars.release(shared)
                 raise
+            pipeline.grid = self._grid
             self._pipelines[session_id] = pipeline
 
         self._call(build)
@@ -363,7 +365,7 @@ class Runtime:
                 self._remove(pipeline)
         pipelines = list(self._pipelines.values())
         worked |= self._encode_features(pipelines)
-        worked |= self._sample_windows(pipelines)
+        worked |= self._sample_windows(pipelines, now)
         for pipeline in pipelines:
             pipeline.finish_if_done()
         worked |= self._render(pipelines)
@@ -417,9 +419,13 @@ class Runtime:
                 offset += count * CURRENT_FRAMES
         return True
 
-    def _sample_windows(self, pipelines: list[SessionPipeline]) -> bool:
-        """Every due window (one per session) in bucket-sized sampler calls, earliest deadline first."""
-        requests = [(p, r) for p in pipelines if (r := p.window_request()) is not None]
+    def _sample_windows(self, pipelines: list[SessionPipeline], now: float) -> bool:
+        """Every due window (one per session) in bucket-sized sampler calls, earliest deadline first.
+
+        When sessions are batched, a live session's window waits until it falls due (see ``engine.runtime.pacing``):
+        their clocks share one grid, so every session's window of a hop runs in the same call.
+        """
+        requests = [(p, r) for p in pipelines if (not self.batch_sessions or p.window_due(now)) and (r := p.window_request()) is not None]
         if not requests:
             return False
         requests.sort(key=lambda item: item[0].next_deadline())

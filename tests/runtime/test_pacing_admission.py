@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from engine.runtime.admission import capacity, hop_cost, hop_latency
-from engine.runtime.pacing import Lead, frame_deadline, frames_due, needs_idle, speech_depth, speech_start
+from engine.runtime.pacing import Lead, frame_deadline, frames_due, needs_idle, on_grid, speech_depth, speech_start, window_due
 
 RENDER_MS = {5: 23.6, 10: 42.2, 20: 81.4, 40: 151.2}
 WINDOW_MS = {1: 26.9, 2: 28.2, 4: 30.1, 8: 36.9, 16: 56.1}
@@ -29,6 +29,20 @@ def test_a_late_pusher_is_not_padded_until_half_the_margin_is_used_up() -> None:
     assert needs_idle(produced=10, due=8.7, lead=LEAD, speech_tail=False)
     assert not needs_idle(produced=10, due=8.7, lead=LEAD, speech_tail=True), "half the margin is the late pusher's"
     assert needs_idle(produced=10, due=8.8, lead=LEAD, speech_tail=True)
+
+
+def test_a_window_runs_once_the_clock_is_within_the_lead_of_its_first_frame_as_idle_silence_comes() -> None:
+    assert not window_due(produced=10, due=8.5, lead=LEAD)
+    assert window_due(produced=10, due=8.6, lead=LEAD)
+    assert window_due(produced=10, due=30.0, lead=LEAD), "a late window runs at once"
+    for due in (8.4, 8.6):
+        assert window_due(10, due, LEAD) == needs_idle(10, due, LEAD, speech_tail=False), "silence and its window come together"
+
+
+def test_a_clock_starts_on_the_next_point_of_the_grid() -> None:
+    assert on_grid(10.05, origin=3.0, period=0.2) == pytest.approx(10.2)
+    assert on_grid(10.2, origin=3.0, period=0.2) == pytest.approx(10.2), "a point on the grid stays"
+    assert on_grid(2.95, origin=3.0, period=0.2) == pytest.approx(3.0)
 
 
 def test_a_frame_is_final_485_ms_of_audio_after_it_at_overlap_75() -> None:
