@@ -21,7 +21,7 @@ from fractions import Fraction
 import numpy as np
 import torch
 
-from engine.audio.pcm import PcmError, StreamingResampler, channel_axis
+from engine.audio.pcm import PcmError, StreamingResampler, channel_axis, check_rate
 from engine.controls import Controls
 from engine.runtime.config import RuntimeConfig
 from engine.runtime.errors import AudioError, Backpressure, SessionClosed
@@ -138,10 +138,9 @@ class Session:
         holds ``max_lead_seconds`` of audio not yet taken as frames.
         """
         try:
-            rate_changed = self._format != (int(sample_rate), channels or 1)
-            to_model = StreamingResampler(sample_rate, channels or 1) if rate_changed else self._to_model
-            to_sink = StreamingResampler(sample_rate, channels or 1, self.audio_rate) if rate_changed else self._to_sink
-            seconds = _frames_in(pcm, channels) / to_model.sample_rate
+            fmt = (check_rate(sample_rate), channels or 1)
+            fresh = self._resamplers(fmt) if self._format != fmt else None
+            seconds = _frames_in(pcm, channels) / fmt[0]
         except PcmError as exc:
             raise AudioError(str(exc)) from exc
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -160,9 +159,10 @@ class Session:
                 if left is not None and left <= 0:
                     raise Backpressure(f"session {self.id}: no room for {seconds:.2f} s of audio within {timeout} s")
                 self._changed.wait(left if left is not None else 0.1)
-            if rate_changed:
+            if self._format != fmt:  # a new format, or the loop drained the resamplers (speech ended) since the check above
                 self._flush_resamplers()
-                self._to_model, self._to_sink, self._format = to_model, to_sink, (int(sample_rate), channels or 1)
+                self._to_model, self._to_sink = fresh or self._resamplers(fmt)
+                self._format = fmt
             try:
                 model = self._to_model.push(pcm)
                 sink = self._to_sink.push(pcm)
@@ -400,6 +400,10 @@ class Session:
             self._model_parts.append(model)
             self._sink_parts.append(sink)
             self._pending_model += model.size
+
+    def _resamplers(self, fmt: tuple[int, int]) -> tuple[StreamingResampler, StreamingResampler]:
+        """New resamplers from ``fmt`` (rate, channels) to the model's rate and to the sinks'."""
+        return StreamingResampler(fmt[0], fmt[1]), StreamingResampler(fmt[0], fmt[1], self.audio_rate)
 
     def _flush_resamplers(self) -> None:
         if self._to_model is not None:

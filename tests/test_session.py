@@ -1,0 +1,43 @@
+"""A session's audio intake, as pushers on other threads and the runtime's loop share it."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import engine.session as session_module
+from engine.runtime.config import RuntimeConfig
+from engine.runtime.errors import AudioError
+from engine.session import MODEL_RATE, Session
+
+
+def live_session() -> Session:
+    return Session(0, "synthetic", True, 75, 0, RuntimeConfig(progress=False), lambda: None)
+
+
+def tone(seconds: float, rate: int) -> np.ndarray:
+    return (0.3 * np.sin(2 * np.pi * 220 * np.arange(round(seconds * rate)) / rate)).astype(np.float32)
+
+
+def test_a_push_racing_the_loop_draining_the_resamplers_at_speech_end_keeps_every_sample(monkeypatch) -> None:
+    session = live_session()
+    session.push_audio(tone(0.2, 48_000), 48_000)
+    first = session._collect().model.size
+    measure = session_module._frames_in
+    drained = []
+
+    def loop_drains_meanwhile(pcm, channels):
+        drained.append(session._drain_resamplers()[0].size)
+        return measure(pcm, channels)
+
+    monkeypatch.setattr(session_module, "_frames_in", loop_drains_meanwhile)
+    session.push_audio(tone(0.2, 48_000), 48_000)
+    monkeypatch.undo()
+    session.end()
+    assert drained and first + drained[0] + session._collect().model.size == pytest.approx(0.4 * MODEL_RATE, abs=2), "both pushes reach the model, nothing lost"
+
+
+@pytest.mark.parametrize("rate", ["48000", 0, 44_100.5, float("nan")])
+def test_a_sample_rate_that_is_not_a_whole_number_of_hz_is_refused_clearly(rate) -> None:
+    with pytest.raises(AudioError, match="sample_rate"):
+        live_session().push_audio(tone(0.1, 16_000), rate)
