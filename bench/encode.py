@@ -1,12 +1,12 @@
 """Encode + mux time per frame of the live output path: colour conversion on the device, H.264, FLV mux with AAC.
 
-``python -m bench.encode [--device cuda|cpu] [--size 1280x720] [--frames 150] [--sessions 1 8] [--out FILE.json]``
+``python -m bench.encode [--device cuda|cpu] [--size 1280x720] [--frames 150] [--sessions 1 8] [--threads 0 4] [--out FILE.json]``
 runs each available encoder (x264 always; NVENC where this GPU has one) as the live output does
 (one thread per session, frames due every 40 ms), muxing to FLV into /dev/null, and reports
 p50/p99/max per frame of: the colour conversion + host copy alone, the encoder call (which
-includes it), the mux (FLV + AAC of the frame's 1920 samples) and their sum. Prints a table
+includes it), the mux (FLV + AAC of the frame's 1920 samples of the bundled speech) and their sum. Prints a table
 last and writes everything, with the hardware, to JSON. Target: p99 <= 5 ms at 1280x720 on
-the GPU machine.
+the GPU machine. ``--threads``: libx264 thread counts to compare (0: libx264 picks, the default).
 """
 
 from __future__ import annotations
@@ -22,12 +22,15 @@ from pathlib import Path
 
 import av
 import numpy as np
+import soxr
 import torch
 
+from engine.assets import demo_audio
 from streaming.encoders.colour import rgb_to_i420
+from streaming.encoders.h264 import H264Settings
 from streaming.encoders.nvenc import NvencUnavailable
 from streaming.encoders.select import open_video_encoder
-from streaming.frames import FPS, SAMPLES_PER_FRAME
+from streaming.frames import AUDIO_RATE, FPS, SAMPLES_PER_FRAME
 from streaming.output import EncodedFrame, confine_torch_threads
 from streaming.sinks.mux import Muxer
 
@@ -47,6 +50,12 @@ def camera_like(count: int, width: int, height: int, device: torch.device) -> li
         noise = torch.randint(-3, 4, rgb.shape, device=device, generator=generator)
         frames.append((rgb + noise).clamp(0, 255).to(torch.uint8))
     return frames
+
+
+def bundled_speech_48k() -> np.ndarray:
+    """The bundled speech at the sinks' 48 kHz: each frame carries its 40 ms of it, looped, as a speaking stream does."""
+    pcm, rate = demo_audio()
+    return soxr.resample(pcm, rate, AUDIO_RATE).astype(np.float32)
 
 
 def summary(ms: list[float]) -> dict[str, float]:
@@ -73,20 +82,20 @@ def convert_times(frames: list[torch.Tensor], count: int) -> list[float]:
     return times
 
 
-def one_session(kind: str, frames: list[torch.Tensor], count: int, out: dict) -> None:
+def one_session(kind: str, frames: list[torch.Tensor], count: int, out: dict, settings: H264Settings) -> None:
     """Encode and mux ``count`` frames as a live output would (one due every 40 ms); timings or the error into ``out``."""
     try:
-        session(kind, frames, count, out)
+        session(kind, frames, count, out, settings)
     except Exception as exc:
         out["error"] = exc
 
 
-def session(kind: str, frames: list[torch.Tensor], count: int, out: dict) -> None:
+def session(kind: str, frames: list[torch.Tensor], count: int, out: dict, settings: H264Settings) -> None:
     confine_torch_threads()
     height, width = frames[0].shape[:2]
-    encoder, note = open_video_encoder(kind, width, height, frames[0].device)
+    encoder, note = open_video_encoder(kind, width, height, frames[0].device, settings)
     muxer = Muxer(os.devnull, "flv", width, height)
-    audio = (0.1 * np.sin(2 * np.pi * 440 * np.arange(SAMPLES_PER_FRAME) / 48_000)).astype(np.float32)
+    speech = bundled_speech_48k()
     encode_ms, mux_ms = [], []
     start = time.monotonic()
     for i in range(count):
@@ -95,6 +104,7 @@ def session(kind: str, frames: list[torch.Tensor], count: int, out: dict) -> Non
         units = encoder.encode(frames[i % len(frames)], i)
         encoded = time.perf_counter()
         for unit in units:
+            audio = speech[np.arange(unit.index * SAMPLES_PER_FRAME, (unit.index + 1) * SAMPLES_PER_FRAME) % speech.size]
             muxer.write(EncodedFrame(unit.index, width, height, unit.data, unit.keyframe, audio, (), False))
         done = time.perf_counter()
         encode_ms.append((encoded - started) * 1000)
@@ -103,10 +113,11 @@ def session(kind: str, frames: list[torch.Tensor], count: int, out: dict) -> Non
     out.update(note=note, encode=encode_ms, mux=mux_ms)
 
 
-def run(kind: str, frames: list[torch.Tensor], count: int, sessions: int) -> dict:
+def run(kind: str, frames: list[torch.Tensor], count: int, sessions: int, x264_threads: int = 0) -> dict:
     """All sessions at once, each in its own thread; per-frame numbers pooled over sessions (warm-up dropped)."""
     results = [{} for _ in range(sessions)]
-    threads = [threading.Thread(target=one_session, args=(kind, frames, count, r)) for r in results]
+    settings = H264Settings(threads=x264_threads)
+    threads = [threading.Thread(target=one_session, args=(kind, frames, count, r, settings)) for r in results]
     for thread in threads:
         thread.start()
     for thread in threads:
@@ -120,6 +131,7 @@ def run(kind: str, frames: list[torch.Tensor], count: int, sessions: int) -> dic
     total = [e + m for r in results for e, m in zip(r["encode"][warm:], r["mux"][warm:])]
     return {
         "encoder": kind,
+        "x264_threads": x264_threads if kind == "x264" else None,
         "note": results[0]["note"],
         "sessions": sessions,
         "frames_per_session": count,
@@ -135,6 +147,7 @@ def main() -> None:
     parser.add_argument("--size", default="1280x720", help="WIDTHxHEIGHT")
     parser.add_argument("--frames", type=int, default=150, help="frames per session (the first second is warm-up)")
     parser.add_argument("--sessions", type=int, nargs="+", default=[1], help="concurrent sessions to measure, e.g. 1 8")
+    parser.add_argument("--threads", type=int, nargs="+", default=[0], help="libx264 thread counts to compare (0: libx264 picks)")
     parser.add_argument("--out", type=Path, help="write the results as JSON here")
     args = parser.parse_args()
     confine_torch_threads()  # measure the conversion as the encode thread runs it
@@ -150,10 +163,10 @@ def main() -> None:
         "convert_ms": summary(convert_times(frames, args.frames)),
         "runs": [],
     }
-    for kind in ("x264", "nvenc"):
+    for kind, x264_threads in [("x264", t) for t in args.threads] + [("nvenc", 0)]:
         for sessions in args.sessions:
             try:
-                report["runs"].append(run(kind, frames, args.frames, sessions))
+                report["runs"].append(run(kind, frames, args.frames, sessions, x264_threads))
             except NvencUnavailable as exc:
                 report["runs"].append({"encoder": kind, "sessions": sessions, "unavailable": str(exc)})
                 break
@@ -164,15 +177,16 @@ def main() -> None:
     c = report["convert_ms"]
     print(f"colour conversion + host copy alone: p50 {c['p50']:.2f} ms, p99 {c['p99']:.2f} ms")
     print(
-        f"{'encoder':8} {'sessions':>8} {'encode p50':>11} {'encode p99':>11} {'mux p99':>8} {'total p50':>10} {'total p99':>10} {'max':>8}"
+        f"{'encoder':8} {'threads':>7} {'sessions':>8} {'encode p50':>11} {'encode p99':>11} {'mux p99':>8} {'total p50':>10} {'total p99':>10} {'max':>8}"
     )
     for r in report["runs"]:
         if "unavailable" in r:
-            print(f"{r['encoder']:8} {r['sessions']:>8}  unavailable: {r['unavailable'][:90]}")
+            print(f"{r['encoder']:8} {'':>7} {r['sessions']:>8}  unavailable: {r['unavailable'][:90]}")
             continue
         e, m, t = r["encode_ms"], r["mux_ms"], r["total_ms"]
+        threads = "" if r["x264_threads"] is None else r["x264_threads"]
         print(
-            f"{r['encoder']:8} {r['sessions']:>8} {e['p50']:>11.2f} {e['p99']:>11.2f} {m['p99']:>8.2f} {t['p50']:>10.2f} {t['p99']:>10.2f} {t['max']:>8.2f}"
+            f"{r['encoder']:8} {threads:>7} {r['sessions']:>8} {e['p50']:>11.2f} {e['p99']:>11.2f} {m['p99']:>8.2f} {t['p50']:>10.2f} {t['p99']:>10.2f} {t['max']:>8.2f}"
         )
 
 
