@@ -180,7 +180,7 @@ async def measure(args: argparse.Namespace, work: Path) -> dict:
         result["streams"].append(row)
     result["runtime"] = {
         key: metric(metrics, f"ditto_runtime_{key}")
-        for key in ("tick_wall_ms_p50", "tick_wall_ms_p99", "tick_gpu_ms_p50", "tick_gpu_ms_p99", "gpu_busy", "capacity")
+        for key in ("tick_wall_ms_p50", "tick_wall_ms_p99", "tick_cpu_ms_p50", "tick_cpu_ms_p99", "tick_gpu_ms_p50", "tick_gpu_ms_p99", "gpu_busy", "capacity")
     }
     return result
 

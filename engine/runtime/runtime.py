@@ -75,6 +75,7 @@ class Runtime:
         self._stopping = False
         self._tick_wall: deque[float] = deque(maxlen=4096)
         self._tick_gpu: deque[float] = deque(maxlen=4096)
+        self._tick_cpu: deque[float] = deque(maxlen=4096)
         self._tick_events: deque[tuple[torch.cuda.Event, torch.cuda.Event, float]] = deque()
         self._busy: deque[tuple[float, float]] = deque(maxlen=4096)
         self._captures = 0
@@ -294,13 +295,14 @@ class Runtime:
     # -- metrics ----------------------------------------------------------------------------
 
     def metrics(self) -> dict[str, Any]:
-        """Sessions, capacity, tick times (wall and GPU), GPU busy share, compiles after warm-up, errors, per-session totals."""
+        """Sessions, capacity, tick times (wall, the loop thread's CPU, GPU), GPU busy share, compiles after warm-up, errors,
+        per-session totals. A tick whose wall time far exceeds its CPU time waited: for the GIL, or for the GPU."""
         pipelines = list(self._pipelines.values())
         totals: dict[str, float] = {}
         for pipeline in pipelines:
             for key, value in pipeline.session.counters.items():
                 totals[key] = totals.get(key, 0) + value
-        wall, gpu = list(self._tick_wall), list(self._tick_gpu)
+        wall, cpu, gpu = list(self._tick_wall), list(self._tick_cpu), list(self._tick_gpu)
         return {
             "sessions": len(pipelines),
             "live_sessions": sum(1 for p in pipelines if p.session.live),
@@ -309,6 +311,8 @@ class Runtime:
             "warmup_seconds": round(self.warmup_seconds, 2),
             "tick_wall_ms_p50": _percentile(wall, 50),
             "tick_wall_ms_p99": _percentile(wall, 99),
+            "tick_cpu_ms_p50": _percentile(cpu, 50),
+            "tick_cpu_ms_p99": _percentile(cpu, 99),
             "tick_gpu_ms_p50": _percentile(gpu, 50),
             "tick_gpu_ms_p99": _percentile(gpu, 99),
             "gpu_busy": self._gpu_busy(),
@@ -524,17 +528,18 @@ class Runtime:
         if self._pipelines.pop(pipeline.session.id, None) is not None:
             self.avatars.release(pipeline.avatar)
 
-    def _begin_timing(self) -> tuple[float, torch.cuda.Event | None]:
+    def _begin_timing(self) -> tuple[float, float, torch.cuda.Event | None]:
         event = None
         if self.device.type == "cuda":
             event = torch.cuda.Event(enable_timing=True)
             event.record()
-        return time.perf_counter(), event
+        return time.perf_counter(), time.thread_time(), event
 
-    def _end_timing(self, timing: tuple[float, torch.cuda.Event | None], worked: bool) -> None:
-        wall_start, start = timing
+    def _end_timing(self, timing: tuple[float, float, torch.cuda.Event | None], worked: bool) -> None:
+        wall_start, cpu_start, start = timing
         if worked:
             self._tick_wall.append((time.perf_counter() - wall_start) * 1000)
+            self._tick_cpu.append((time.thread_time() - cpu_start) * 1000)
             if start is not None:
                 stop = torch.cuda.Event(enable_timing=True)
                 stop.record()

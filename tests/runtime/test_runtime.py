@@ -76,6 +76,8 @@ def test_a_session_beside_another_makes_exactly_the_frames_it_makes_alone_with_i
         assert all(torch.equal(a.image, b.image) for a, b in zip(frames, alone))
     assert not all(torch.equal(a.image, b.image) for a, b in zip(solo[0], solo[1]))
     assert len(runtime.avatars) == 0
+    metrics = runtime.metrics()
+    assert 0 < metrics["tick_cpu_ms_p50"] and metrics["tick_cpu_ms_p99"] <= metrics["tick_wall_ms_p99"] + 1, "the loop's CPU share of its ticks"
     frames = solo[0]
     assert [f.pts for f in frames] == [Fraction(i, 25) for i in range(3)]
     assert all(f.audio.shape == (1920,) and f.audio.dtype == np.float32 and f.speech for f in frames)
