@@ -29,7 +29,7 @@ from engine.networks.lmdm_fused import FusedLMDMStep
 _MATMULS = {"addmm", "mm", "bmm", "baddbmm", "linear", "matmul"}
 
 
-class _AtenCounter(TorchDispatchMode):
+class AtenCounter(TorchDispatchMode):
     """Counts dispatched ATen operators by name, views apart."""
 
     def __init__(self) -> None:
@@ -82,7 +82,7 @@ def step_inputs(lmdm: LMDM, schedule: DDIMSchedule, batch: int, prepare: Callabl
 
 def count_aten(step: DDIMStep, inputs: tuple) -> dict[str, int]:
     """ATen operators of one eager step: total launched (non-view), matmuls, attention, views, and the top names."""
-    counter = _AtenCounter()
+    counter = AtenCounter()
     with torch.inference_mode(), counter:
         step(*inputs)
     ops = counter.ops

@@ -6,6 +6,10 @@ LMDM; the rest from the avatar), mouth damping, head-pose and expression offsets
 towards a target, the gaze fix, the keypoint transform, and the stitching network. A head-pose axis
 that a control moves is carried in degrees from there on (as the reference's ``ctrl_motion`` does);
 untouched axes stay logits, so default controls compute exactly what no controls do.
+
+Everything up to the keypoint transform is per session (``MotionStitcher.pose``); the transform and
+the stitching network are plain functions of each frame, so ``stitch_posed`` runs them for several
+sessions' frames at once: the runtime's loop launches them once per tick, not once per session.
 """
 
 from __future__ import annotations
@@ -136,10 +140,36 @@ def control_motion(parts: Motion, source: Motion, controls: StitchControls) -> M
     return parts
 
 
-def posed_keypoints(parts: Motion, kp: torch.Tensor) -> torch.Tensor:
-    """Motion parts (pose as logits or degrees) applied to canonical kp -> (B,21,3)."""
-    rotation = rotation_matrix(*(pose_angle(parts[axis]) for axis in POSE_AXES))
-    return transform_keypoints(kp, rotation, parts["exp"], parts["scale"], parts["t"])
+@dataclass(frozen=True)
+class Posed:
+    """One call's frames after every per-session step, each part with one row per frame."""
+
+    parts: Motion
+    """pitch, yaw, roll as logits (B,66) or degrees (B,); exp (B,63), scale (B,1), t (B,3)."""
+    kp: torch.Tensor
+    """(B,63) canonical keypoints of each frame's avatar row."""
+    x_s: torch.Tensor
+    """(B,21,3) the source keypoints of each frame's avatar row."""
+
+
+def stitch_posed(batch: Sequence[Posed], stitch: StitchFn | None) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Several calls' frames -> their (x_s, x_d), in order: one keypoint transform and one stitching-network call for all."""
+    sizes = [posed.x_s.shape[0] for posed in batch]
+    joined = {key: torch.cat([posed.parts[key] for posed in batch]) for key in ("exp", "scale", "t")}
+    angles = [_degrees([posed.parts[axis] for posed in batch]) for axis in POSE_AXES]
+    x_s = torch.cat([posed.x_s for posed in batch])
+    kp = torch.cat([posed.kp for posed in batch])
+    x_d = transform_keypoints(kp, rotation_matrix(*angles), joined["exp"], joined["scale"], joined["t"])
+    if stitch is not None:
+        x_d = stitch(x_s, x_d)
+    return list(zip(x_s.split(sizes), x_d.split(sizes)))
+
+
+def _degrees(parts: Sequence[torch.Tensor]) -> torch.Tensor:
+    """One pose axis of several calls in degrees (B,): logits decoded in one softmax when none is in degrees yet."""
+    if all(part.ndim == 2 for part in parts):
+        return bins_to_degrees(torch.cat(parts))
+    return torch.cat([pose_angle(part) for part in parts])
 
 
 def fade_alphas(
@@ -272,6 +302,15 @@ class MotionStitcher:
         ``source_index`` (B,) int64 picks the avatar frame per output frame (None: frame 0);
         ``fade_alpha`` (B,) fades ``fade_keys`` towards the fade target (1 = no fade).
         """
+        return stitch_posed([self.pose(driving, source_index, fade_alpha)], self.stitch)[0]
+
+    def pose(
+        self,
+        driving: torch.Tensor,
+        source_index: torch.Tensor | None = None,
+        fade_alpha: torch.Tensor | None = None,
+    ) -> Posed:
+        """The per-session steps of ``__call__`` (same arguments); ``stitch_posed`` finishes them, with other sessions'."""
         if driving.ndim != 2 or driving.shape[1] != MOTION_DIM:
             raise ValueError(f"driving motion must be (B,{MOTION_DIM}), got shape {tuple(driving.shape)}")
         batch = driving.shape[0]
@@ -302,9 +341,7 @@ class MotionStitcher:
             yaw = pose_angle(mixed["yaw"]) - self.source_yaw
             pitch = pose_angle(mixed["pitch"]) - self.source_pitch
             mixed["exp"] = mixed["exp"] + gaze_delta(yaw, pitch, self.gaze)
-        x_s = self.source_keypoints[rows].expand(batch, NUM_KEYPOINTS, 3)
-        x_d = posed_keypoints(mixed, source["kp"]).expand(batch, NUM_KEYPOINTS, 3)
-        if self.stitch is not None:
-            x_d = self.stitch(x_s, x_d)
         self.frames_done += batch
-        return x_s, x_d
+        parts = {key: mixed[key].expand(batch, *mixed[key].shape[1:]) for key in (*POSE_AXES, "exp", "scale", "t")}
+        kp = source["kp"].expand(batch, source["kp"].shape[1])
+        return Posed(parts, kp, self.source_keypoints[rows].expand(batch, NUM_KEYPOINTS, 3))

@@ -19,7 +19,7 @@ import torch
 from engine.audio.hubert import FRAME_SAMPLES, HOP_SAMPLES
 from engine.controls import BLINK_CONTROLS, FADE_CONTROLS, FIELD_NAMES, STITCH_CONTROLS, Controls, stitch_controls
 from engine.motion.conditions import ConditionBuilder, mirror_index
-from engine.motion.stitching import DRIVEN_KEYS_IMAGE, DRIVEN_KEYS_VIDEO, MotionStitcher, blink_schedule, fade_alphas
+from engine.motion.stitching import DRIVEN_KEYS_IMAGE, DRIVEN_KEYS_VIDEO, MotionStitcher, Posed, blink_schedule, fade_alphas
 from engine.motion.vector import MOTION_DIM
 from engine.motion_stream import MotionStream, WindowRequest
 from engine.offline_motion import PrecomputedMotion
@@ -306,14 +306,14 @@ class SessionPipeline:
             return -math.inf
         return frame_deadline(self.anchor, self.out_next)
 
-    def stitch(self, count: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-        """The next ``count`` backlog frames -> (motion, avatar rows, x_s, x_d); the frames leave the backlog."""
+    def pose(self, count: int) -> tuple[torch.Tensor, torch.Tensor, Posed]:
+        """The next ``count`` backlog frames -> (motion, avatar rows, their per-session stitching steps done);
+        ``stitch_posed`` finishes them (x_s, x_d), batched with other sessions'. The frames leave the backlog on delivery."""
         motion = self.backlog[:count]
         if self.blend_left:
             motion = self._blend(motion)
         rows = mirror_index(torch.arange(self.out_next, self.out_next + count, device=self.device), self.avatar.num_frames)
-        x_s, x_d = self.stitcher(motion, rows, self._fade_alpha(count))
-        return motion, rows, x_s, x_d
+        return motion, rows, self.stitcher.pose(motion, rows, self._fade_alpha(count))
 
     def _blend(self, motion: torch.Tensor) -> torch.Tensor:
         steps = min(self.blend_left, motion.shape[0])

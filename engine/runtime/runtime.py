@@ -32,6 +32,7 @@ from engine.diffusion.windows import SEQ_FRAMES
 from engine.diffusion.ddim import DEFAULT_STEPS
 from engine.engine import LIVE_OVERLAP, OFFLINE_OVERLAP, Engine
 from engine.motion.conditions import ConditionBuilder
+from engine.motion.stitching import stitch_posed
 from engine.offline_motion import PrecomputedMotion, offline_motion, window_sampler
 from engine.runtime import admission
 from engine.runtime.avatars import AvatarStore
@@ -466,7 +467,7 @@ class Runtime:
             if count <= 0:
                 continue
             try:
-                jobs.append((pipeline, *pipeline.stitch(count)))
+                jobs.append((pipeline, *pipeline.pose(count)))
             except Exception as exc:
                 self._fail(pipeline, exc)
                 continue
@@ -482,12 +483,13 @@ class Runtime:
         return True
 
     def _render_group(self, jobs: list[tuple]) -> None:
-        """Warp+decode the stitched frames of ``jobs`` in bucket-sized calls, paste each back, deliver."""
-        features = torch.cat([p.avatar.f_s[rows] for p, _, rows, _, _ in jobs])
-        x_s = torch.cat([xs for *_, xs, _ in jobs])
-        x_d = torch.cat([xd for *_, xd in jobs])
+        """Stitch the frames of ``jobs`` (one set of calls for all), warp+decode them in bucket-sized calls, paste each back, deliver."""
+        keypoints = stitch_posed([posed for *_, posed in jobs], self.engine.backend.stitch)
+        features = torch.cat([p.avatar.f_s[rows] for p, _, rows, _ in jobs])
+        x_s = torch.cat([xs for xs, _ in keypoints])
+        x_d = torch.cat([xd for _, xd in keypoints])
         bounds, start = [], 0
-        for pipeline, motion, rows, _, _ in jobs:
+        for pipeline, motion, rows, _ in jobs:
             bounds.append((pipeline, motion, rows, start, start + rows.shape[0]))
             start += rows.shape[0]
         images: dict[int, list[torch.Tensor]] = {id(p): [] for p, *_ in jobs}

@@ -25,6 +25,7 @@ from engine.motion.stitching import (
     gaze_delta,
     gaze_weights,
     mix_relative,
+    stitch_posed,
 )
 from engine.motion.vector import MOTION_KEYS, join_motion, split_motion
 
@@ -377,3 +378,31 @@ def test_default_controls_compute_exactly_what_no_controls_did() -> None:
     mixed["exp"] = mixed["exp"] + gaze_delta(yaw, pitch, gaze_weights())
     expected = toy_stitch(x_s, motion_keypoints(mixed, src["kp"]))
     assert torch.equal(x_d, expected)
+
+
+def test_several_sessions_posed_and_stitched_in_one_call_get_what_each_gets_alone() -> None:
+    g = torch.Generator().manual_seed(11)
+    net = torch.nn.Sequential(torch.nn.Linear(126, 32), torch.nn.ReLU(), torch.nn.Linear(32, 63))
+
+    def stitch(x_s: torch.Tensor, x_d: torch.Tensor) -> torch.Tensor:
+        return x_d + net(torch.cat([x_s.flatten(1), x_d.flatten(1)], dim=1)).reshape(-1, 21, 3) * 0.01
+
+    def stitchers() -> list[MotionStitcher]:
+        return [
+            MotionStitcher(_motion(torch.Generator().manual_seed(1), 4, with_kp=True), stitch=stitch),
+            MotionStitcher(_motion(torch.Generator().manual_seed(2), 1, with_kp=True), stitch=stitch, controls=StitchControls(pose_offset=(0.0, 9.0, 0.0))),
+            MotionStitcher(_motion(torch.Generator().manual_seed(3), 2, with_kp=True), stitch=stitch, driven_keys=("exp",), drive_eye=False),
+        ]
+
+    calls = [
+        (join_motion(_motion(g, 5)), torch.tensor([0, 1, 2, 3, 3])),
+        (join_motion(_motion(g, 3)), None),
+        (join_motion(_motion(g, 2)), torch.tensor([1, 0])),
+    ]
+    with torch.no_grad():
+        alone = [stitcher(driving, rows) for stitcher, (driving, rows) in zip(stitchers(), calls)]
+        together = stitch_posed([stitcher.pose(driving, rows) for stitcher, (driving, rows) in zip(stitchers(), calls)], stitch)
+    assert [x_d.shape[0] for _, x_d in together] == [5, 3, 2]
+    for (x_s, x_d), (x_s_alone, x_d_alone) in zip(together, alone):
+        torch.testing.assert_close(x_s, x_s_alone, rtol=0, atol=1e-6)
+        torch.testing.assert_close(x_d, x_d_alone, rtol=0, atol=1e-6)

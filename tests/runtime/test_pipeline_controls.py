@@ -18,7 +18,7 @@ from engine.audio.hubert import encode_chunks
 from engine.controls import ControlError, Controls
 from engine.engine import Engine
 from engine.motion.conditions import emotion_vector
-from engine.motion.stitching import EYE_KEYPOINTS, MotionStitcher, StitchControls, blink_schedule
+from engine.motion.stitching import EYE_KEYPOINTS, MotionStitcher, StitchControls, blink_schedule, stitch_posed
 from engine.runtime.avatars import LoadedAvatar
 from engine.runtime.config import RuntimeConfig
 from engine.runtime.errors import SessionClosed
@@ -57,7 +57,8 @@ class Loop:
     def stitch(self) -> None:
         count = self.pipeline.backlog.shape[0]
         if count:
-            motion, _, _, x_d = self.pipeline.stitch(count)
+            motion, _, posed = self.pipeline.pose(count)
+            [(_, x_d)] = stitch_posed([posed], self.engine.backend.stitch)
             self.stitched.extend(zip(motion, x_d))
             self.pipeline.deliver(motion, torch.zeros(count, 2, 2, 3, dtype=torch.uint8), None)
 
@@ -130,9 +131,9 @@ class RecordingStitcher:
     def __init__(self, stitcher: MotionStitcher) -> None:
         self.stitcher, self.alphas = stitcher, []
 
-    def __call__(self, motion, rows=None, fade_alpha=None):
+    def pose(self, motion, rows=None, fade_alpha=None):
         self.alphas.append(None if fade_alpha is None else fade_alpha.clone())
-        return self.stitcher(motion, rows, fade_alpha)
+        return self.stitcher.pose(motion, rows, fade_alpha)
 
     def __getattr__(self, name: str):
         return getattr(self.stitcher, name)

@@ -68,7 +68,7 @@ class LiveLoop:
             p.complete(request.cond_frame.expand(80, -1).clone())
             self.window_ticks.append(self.now)
         if count := p.backlog.shape[0]:
-            motion, _, _, _ = p.stitch(count)
+            motion, _, _ = p.pose(count)
             p.deliver(motion, torch.zeros(count, 2, 2, 3, dtype=torch.uint8), None)
         p.check_deadlines(self.now)
         for frame in self.session.take_ready():
