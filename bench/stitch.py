@@ -80,13 +80,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path)
     args = parser.parse_args(argv)
     device = torch.device(args.device)
-    torch.set_num_threads(1)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # the loop thread's view: one thread launching ops (put back after: main may run in a test)
+    try:
+        runs = [measure(device, args.sessions, args.frames, args.repeats, batched) for batched in (False, True)]
+    finally:
+        torch.set_num_threads(threads)
     report = {
         "device": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or platform.machine(),
         "torch": torch.__version__,
         "sessions": args.sessions,
         "frames_per_session": args.frames,
-        "runs": [measure(device, args.sessions, args.frames, args.repeats, batched) for batched in (False, True)],
+        "runs": runs,
     }
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -17,6 +17,8 @@ def test_stitching_all_sessions_in_one_call_dispatches_fewer_operators_per_tick(
 
 def test_the_report_names_its_machine_and_both_runs(tmp_path) -> None:
     out = tmp_path / "stitch.json"
+    threads = torch.get_num_threads()
     assert stitch.main(["--device", "cpu", "--sessions", "2", "--repeats", "2", "--out", str(out)]) == 0
+    assert torch.get_num_threads() == threads, "the process keeps its torch threads"
     report = json.loads(out.read_text())
     assert report["sessions"] == 2 and [run["batched"] for run in report["runs"]] == [False, True]
