@@ -155,10 +155,10 @@ class Posed:
 def stitch_posed(batch: Sequence[Posed], stitch: StitchFn | None) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """Several calls' frames -> their (x_s, x_d), in order: one keypoint transform and one stitching-network call for all."""
     sizes = [posed.x_s.shape[0] for posed in batch]
-    joined = {key: torch.cat([posed.parts[key] for posed in batch]) for key in ("exp", "scale", "t")}
+    joined = {key: _joined([posed.parts[key] for posed in batch]) for key in ("exp", "scale", "t")}
     angles = [_degrees([posed.parts[axis] for posed in batch]) for axis in POSE_AXES]
-    x_s = torch.cat([posed.x_s for posed in batch])
-    kp = torch.cat([posed.kp for posed in batch])
+    x_s = _joined([posed.x_s for posed in batch])
+    kp = _joined([posed.kp for posed in batch])
     x_d = transform_keypoints(kp, rotation_matrix(*angles), joined["exp"], joined["scale"], joined["t"])
     if stitch is not None:
         x_d = stitch(x_s, x_d)
@@ -168,8 +168,13 @@ def stitch_posed(batch: Sequence[Posed], stitch: StitchFn | None) -> list[tuple[
 def _degrees(parts: Sequence[torch.Tensor]) -> torch.Tensor:
     """One pose axis of several calls in degrees (B,): logits decoded in one softmax when none is in degrees yet."""
     if all(part.ndim == 2 for part in parts):
-        return bins_to_degrees(torch.cat(parts))
-    return torch.cat([pose_angle(part) for part in parts])
+        return bins_to_degrees(_joined(parts))
+    return _joined([pose_angle(part) for part in parts])
+
+
+def _joined(parts: Sequence[torch.Tensor]) -> torch.Tensor:
+    """The parts concatenated along frames; one part as it is (a single session's call copies nothing)."""
+    return parts[0] if len(parts) == 1 else torch.cat(parts)
 
 
 def fade_alphas(

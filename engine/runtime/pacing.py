@@ -69,12 +69,6 @@ class Lead:
         return self.compute + self.margin / 2
 
 
-def window_due(produced: int, due: float, lead: Lead) -> bool:
-    """Whether a live session's next window (its first frame: ``produced``) should run now: once the clock (``due``)
-    is within ``lead`` of it, as idle silence is committed; earlier it would only wait in the queue, unbatched."""
-    return produced < due + lead.frames
-
-
 def speech_depth(valid: int, fuse: int) -> float:
     """Frames of audio that must follow a frame before it is final, at worst (12.125 at overlap 75: 485 ms).
 
@@ -95,6 +89,12 @@ def needs_idle(produced: int, due: float, lead: Lead, speech_tail: bool) -> bool
     ratchet up. While the last committed audio is speech, silence waits for ``lead.hold``.
     """
     return produced < due + (lead.hold if speech_tail else lead.frames)
+
+
+def window_due(produced: int, due: float, lead: Lead) -> bool:
+    """Whether a live session's next window (its first frame: ``produced``) should run now: when idle silence would be
+    committed (the clock within ``lead`` of it); earlier it would only wait in the queue, unbatched."""
+    return needs_idle(produced, due, lead, speech_tail=False)
 
 
 def speech_start(committed: int, due: float, lead: Lead, depth: float) -> int:
