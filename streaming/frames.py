@@ -22,12 +22,14 @@ SAMPLES_PER_FRAME = AUDIO_RATE // FPS
 
 
 class FrameLike(Protocol):
-    """One output frame: ``image`` (H, W, 3) uint8 RGB on any device, ``audio`` the 1920 samples it speaks."""
+    """One output frame: ``image`` (H, W, 3) uint8 RGB on any device, ``audio`` the 1920 samples it speaks,
+    ``ready`` the CUDA event after which the image is complete (None on the host)."""
 
     index: int
     image: torch.Tensor
     audio: np.ndarray
     speech: bool
+    ready: torch.cuda.Event | None
 
     @property
     def pts(self) -> Fraction: ...

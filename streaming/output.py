@@ -184,7 +184,7 @@ class SessionOutput:
                 self.stats.frames_in += 1
                 started = time.perf_counter()
                 encoder = self.encoder or self._open_encoder(frame.image)
-                packets = encoder.encode(frame.image, frame.index)
+                packets = encoder.encode(frame.image, frame.index, frame.ready)
                 opus = tuple((int(p.pts), bytes(p)) for p in self._opus.encode(frame.audio))
                 self.stats.encode_seconds.append(time.perf_counter() - started)
                 pending.append((frame, opus))

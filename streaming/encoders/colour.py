@@ -9,6 +9,8 @@ libx264, NV12 (Y, then interleaved UV) for NVENC.
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from streaming.frames import check_image
@@ -21,36 +23,40 @@ _CB = tuple(c * C_SCALE / (2 * (1 - KB)) for c in (-KR, -KG, 1 - KB))
 _CR = tuple(c * C_SCALE / (2 * (1 - KR)) for c in (1 - KR, -KG, -KB))
 
 
-def _planes(image: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Y (H, W), U and V (H/2, W/2) as uint8 on the image's device."""
-    check_image(image)
-    rgb = image.float()
-    y = rgb[..., 0] * _LUMA[0] + rgb[..., 1] * _LUMA[1] + rgb[..., 2] * _LUMA[2] + 16.5
-    quad = (rgb[0::2, 0::2] + rgb[1::2, 0::2] + rgb[0::2, 1::2] + rgb[1::2, 1::2]) * 0.25
-    r, g, b = quad[..., 0], quad[..., 1], quad[..., 2]
-    u = r * _CB[0] + g * _CB[1] + b * _CB[2] + 128.5
-    v = r * _CR[0] + g * _CR[1] + b * _CR[2] + 128.5
-    return tuple(p.clamp_(0, 255).to(torch.uint8) for p in (y, u, v))  # type: ignore[return-value]
+@functools.cache
+def _transform(device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """(offsets (3,), matrix (3, 3)) taking RGB rows to Y, Cb, Cr rows, the +0.5 of rounding folded into the offsets.
+
+    Made once per device and complete before it is shared: encoder threads read it from their own streams."""
+    matrix = torch.tensor((_LUMA, _CB, _CR), dtype=torch.float32, device=device).T.contiguous()
+    offsets = torch.tensor((16.5, 128.5, 128.5), device=device)
+    if device.type == "cuda":
+        torch.cuda.current_stream(device).synchronize()
+    return offsets, matrix
+
+
+def _yuv(image: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Y (H, W) and the 2x2-block means of Cb, Cr (H/2, W/2, 2), unrounded floats: one matrix product for all
+    three (the conversion is linear, so averaging after it equals averaging the RGB first)."""
+    height, width = check_image(image)
+    offsets, matrix = _transform(image.device)
+    yuv = torch.addmm(offsets, image.reshape(-1, 3).float(), matrix).view(height // 2, 2, width // 2, 2, 3)
+    return yuv[..., 0].reshape(height, width), yuv[..., 1:].mean(dim=(1, 3))
+
+
+def _packed(planes: list[torch.Tensor], height: int, width: int) -> torch.Tensor:
+    """Float planes -> one contiguous (H * 3/2, W) uint8 tensor, clamped and truncated (after the +0.5: rounded)."""
+    flat = torch.cat([plane.reshape(-1) for plane in planes])
+    return flat.clamp_(0, 255).to(torch.uint8).view(height * 3 // 2, width)
 
 
 def rgb_to_i420(image: torch.Tensor) -> torch.Tensor:
     """(H, W, 3) uint8 RGB -> (H * 3/2, W) uint8 planar Y, U, V (yuv420p), on the same device."""
-    y, u, v = _planes(image)
-    height, width = y.shape
-    out = torch.empty(height * 3 // 2, width, dtype=torch.uint8, device=image.device)
-    out[:height] = y
-    chroma = out[height:].view(-1)
-    quarter = height * width // 4
-    chroma[:quarter] = u.reshape(-1)
-    chroma[quarter:] = v.reshape(-1)
-    return out
+    luma, chroma = _yuv(image)
+    return _packed([luma, chroma[..., 0], chroma[..., 1]], *luma.shape)
 
 
 def rgb_to_nv12(image: torch.Tensor) -> torch.Tensor:
     """(H, W, 3) uint8 RGB -> (H * 3/2, W) uint8 NV12 (Y plane, then interleaved U, V), on the same device."""
-    y, u, v = _planes(image)
-    height, width = y.shape
-    out = torch.empty(height * 3 // 2, width, dtype=torch.uint8, device=image.device)
-    out[:height] = y
-    out[height:].view(height // 2, width // 2, 2).copy_(torch.stack((u, v), dim=-1))
-    return out
+    luma, chroma = _yuv(image)
+    return _packed([luma, chroma], *luma.shape)

@@ -19,6 +19,7 @@ from types import ModuleType
 import torch
 
 from streaming.encoders.colour import rgb_to_nv12
+from streaming.encoders.ordering import order_after
 from streaming.encoders.h264 import EncodedVideo, H264Settings, KeyframeRequests, is_idr
 from streaming.frames import FPS, check_size
 
@@ -86,13 +87,16 @@ class NvencEncoder:
         flags = self._nvc.NV_ENC_PIC_FLAGS
         self._force_idr = int(flags.FORCEIDR) | int(flags.OUTPUT_SPSPPS)
 
-    def encode(self, image: torch.Tensor, index: int) -> list[EncodedVideo]:
-        """Encode frame ``index``; NVENC may hand back earlier frames' packets (its output delay)."""
+    def encode(self, image: torch.Tensor, index: int, ready: torch.cuda.Event | None = None) -> list[EncodedVideo]:
+        """Encode frame ``index``; NVENC may hand back earlier frames' packets (its output delay). ``ready``: the
+        event after which the image is complete (a runtime frame's); without it, the current stream's work is waited for."""
         if tuple(image.shape[:2]) != (self.height, self.width):
             raise ValueError(f"this encoder takes {self.width}x{self.height} frames, got {tuple(image.shape)}")
-        self._stream.wait_stream(torch.cuda.current_stream(self.device))
+        image = image.to(self.device)
+        order_after(self._stream, ready)
+        image.record_stream(self._stream)
         with torch.cuda.stream(self._stream):
-            nv12 = rgb_to_nv12(image.to(self.device))
+            nv12 = rgb_to_nv12(image)
             params = self._nvc.NV_ENC_PIC_PARAMS()
             params.inputTimeStamp = index
             params.encodePicFlags = self._force_idr if self.keyframes.take(index) else 0

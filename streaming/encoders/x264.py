@@ -1,8 +1,8 @@
 """Software H.264 with libx264 through PyAV: colour conversion on the frame's device, one pinned copy to the host.
 
-The RGB -> I420 conversion runs in torch where the frame already is (the GPU in production), so
-only 1.5 bytes per pixel cross the bus, in one copy into a page-locked buffer that is reused
-for every frame. libx264 runs ultrafast + zerolatency with no B-frames and no lookahead, so
+The RGB -> I420 conversion runs in torch where the frame already is (the GPU in production), on
+the encoder's own stream after the frame's event, so only 1.5 bytes per pixel cross the bus, in
+one copy into a page-locked buffer that is reused for every frame. libx264 runs ultrafast + zerolatency with no B-frames and no lookahead, so
 each call returns the packet of the frame it was given: no encoder delay to hide.
 """
 
@@ -17,6 +17,7 @@ from av.video.frame import PictureType
 
 from streaming.encoders.colour import rgb_to_i420
 from streaming.encoders.h264 import EncodedVideo, H264Settings, KeyframeRequests, level_for
+from streaming.encoders.ordering import order_after
 from streaming.frames import FPS, check_size
 
 # VUI colour description: ITU-R BT.709 primaries, transfer and matrix, limited range.
@@ -35,6 +36,7 @@ class X264Encoder:
         self.keyframes = KeyframeRequests()
         self._context = self._open(live)
         self._host: torch.Tensor | None = None
+        self._stream: torch.cuda.Stream | None = None
 
     def _open(self, live: bool) -> av.VideoCodecContext:
         settings = self.settings
@@ -60,11 +62,12 @@ class X264Encoder:
         context.open()
         return context
 
-    def encode(self, image: torch.Tensor, index: int) -> list[EncodedVideo]:
-        """Encode frame ``index``; an IDR when one is due or was requested."""
+    def encode(self, image: torch.Tensor, index: int, ready: torch.cuda.Event | None = None) -> list[EncodedVideo]:
+        """Encode frame ``index``; an IDR when one is due or was requested. ``ready``: the event after which a device
+        image is complete (a runtime frame's); without it, all work queued on the current stream is waited for."""
         if tuple(image.shape[:2]) != (self.height, self.width):
             raise ValueError(f"this encoder takes {self.width}x{self.height} frames, got {tuple(image.shape)}")
-        frame = av.VideoFrame.from_numpy_buffer(self._to_host(rgb_to_i420(image)), format="yuv420p")
+        frame = av.VideoFrame.from_numpy_buffer(self._i420_on_host(image, ready), format="yuv420p")
         frame.pts = index
         frame.time_base = self._context.time_base
         if self.keyframes.take(index):
@@ -75,14 +78,20 @@ class X264Encoder:
         """Drain the encoder at the end of the stream."""
         return self._packets(self._context.encode(None))
 
-    def _to_host(self, i420: torch.Tensor) -> np.ndarray:
-        """The I420 planes as a host array: one copy into a reused pinned buffer for device tensors."""
-        if i420.device.type == "cpu":
-            return i420.numpy()
-        if self._host is None:
-            self._host = torch.empty(i420.shape, dtype=torch.uint8, pin_memory=True)
-        self._host.copy_(i420, non_blocking=True)
-        torch.cuda.current_stream(i420.device).synchronize()
+    def _i420_on_host(self, image: torch.Tensor, ready: torch.cuda.Event | None) -> np.ndarray:
+        """The I420 planes as a host array; a device image is converted on this encoder's stream and copied once
+        into a reused pinned buffer."""
+        if image.device.type == "cpu":
+            return rgb_to_i420(image).numpy()
+        if self._stream is None:
+            self._stream = torch.cuda.Stream(image.device)
+        order_after(self._stream, ready)
+        with torch.cuda.stream(self._stream):
+            i420 = rgb_to_i420(image)
+            if self._host is None:
+                self._host = torch.empty(i420.shape, dtype=torch.uint8, pin_memory=True)
+            self._host.copy_(i420, non_blocking=True)
+        self._stream.synchronize()
         return self._host.numpy()
 
     @staticmethod

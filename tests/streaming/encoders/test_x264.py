@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import av
 import pytest
 import torch
@@ -89,3 +91,21 @@ def test_cuda_frames_go_through_one_pinned_copy() -> None:
     decoder = av.CodecContext.create("h264", "r")
     decoded = [f for u in units for f in decoder.decode(av.Packet(u.data))]
     assert [read_index(f.to_ndarray(format="rgb24")) for f in decoded] == list(range(5))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device on this machine")
+def test_a_finished_frame_is_not_held_up_by_work_queued_after_it() -> None:
+    encoder = X264Encoder(W, H)
+    image = picture(3, W, H).cuda()
+    ready = torch.cuda.Event()
+    ready.record()
+    torch.cuda._sleep(4_000_000_000)  # seconds of GPU work queued behind the frame, as the runtime's next hop is
+    started = time.perf_counter()
+    (unit,) = encoder.encode(image, 0, ready)
+    waited = time.perf_counter() - started
+    queue_still_busy = not torch.cuda.current_stream().query()
+    torch.cuda.synchronize()
+    assert queue_still_busy, f"encode waited {waited:.2f} s for work queued after the frame"
+    decoder = av.CodecContext.create("h264", "r")
+    (decoded,) = decoder.decode(av.Packet(unit.data))
+    assert read_index(decoded.to_ndarray(format="rgb24")) == 3
