@@ -174,6 +174,9 @@ class MotionStream:
         count = self._features.shape[0]
         if count == 0:
             return self._silence.expand(length, -1)
+        first = start - self._offset
+        if start >= 0 and first >= 0 and first + length <= count:  # all real and received: a plain slice
+            return self._features[first : first + length]
         frames = torch.arange(start, start + length, device=self.device)
         rows = self._features[(frames - self._offset).clamp(0, count - 1)]
         return torch.where((frames < 0).unsqueeze(-1), self._silence, rows)

@@ -91,11 +91,15 @@ class ConditionBuilder:
             raise ValueError(f"keypoints must be one (63,) vector, got shape {tuple(keypoints.shape)}")
         self.eye_open = _rows(eye_open, EYE_OPEN_DIM, "eye_open").to(self.device)
         self.eye_ball = _rows(eye_ball, EYE_BALL_DIM, "eye_ball").to(self.device)
-        self.emotion = emotion_table(emotion, self.device)
+        self.set_emotion(emotion)
 
     def set_emotion(self, emotion: Emotion) -> None:
         """Change the emotion for the windows built from now on."""
         self.emotion = emotion_table(emotion, self.device)
+        tables = (self.emotion, self.eye_open, self.eye_ball)
+        self._constant = None
+        if all(table.shape[0] == 1 for table in tables):
+            self._constant = torch.cat([*tables, self.keypoints], dim=-1)[None]
 
     def __call__(self, hubert: torch.Tensor, start: int | torch.Tensor) -> torch.Tensor:
         """HuBERT features (B,L,1024) of frames start..start+L-1 -> conditions (B,L,1103) in hubert's dtype.
@@ -106,6 +110,8 @@ class ConditionBuilder:
         if hubert.ndim != 3 or hubert.shape[-1] != HUBERT_DIM:
             raise ValueError(f"hubert features must be (B,L,{HUBERT_DIM}), got shape {tuple(hubert.shape)}")
         batch, length = hubert.shape[:2]
+        if self._constant is not None:  # one emotion, one eye row (an image avatar): the same for every frame
+            return torch.cat([hubert, self._constant.to(hubert.dtype).expand(batch, length, -1)], dim=-1)
         offsets = torch.arange(length, device=hubert.device)
         if isinstance(start, torch.Tensor):
             frames = start.to(hubert.device).reshape(-1, 1) + offsets

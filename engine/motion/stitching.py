@@ -10,6 +10,9 @@ untouched axes stay logits, so default controls compute exactly what no controls
 Everything up to the keypoint transform is per session (``MotionStitcher.pose``); the transform and
 the stitching network are plain functions of each frame, so ``stitch_posed`` runs them for several
 sessions' frames at once: the runtime's loop launches them once per tick, not once per session.
+The per-session steps work on the whole 265-d vector where they can (the relative mix and the
+expression mask are one weighted sum, the three pose axes are decoded in one softmax), because the
+loop dispatches them for every live session every tick.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ import torch
 
 from engine.motion.keypoints import motion_keypoints, transform_keypoints
 from engine.motion.pose import bins_to_degrees, rotation_matrix
-from engine.motion.vector import MOTION_DIM, MOTION_KEYS, NUM_KEYPOINTS, split_motion
+from engine.motion.vector import MOTION_DIM, MOTION_KEYS, MOTION_SLICES, NUM_KEYPOINTS, join_motion, split_motion
 
 LIP_KEYPOINTS = (6, 12, 14, 17, 19, 20)
 EYE_KEYPOINTS = (11, 13, 15, 16, 18)
@@ -49,8 +52,8 @@ def keypoint_mask(keypoints: Sequence[int], device: torch.device | str | None = 
 
 def expression_weights(
     drive_eye: bool, blink: bool, device: torch.device | str | None = None
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Weights (63,) of (driven exp, source exp, blink delta) in the mixed expression.
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Weights (63,) of (the driven expression, the blink delta) in the mixed expression; the avatar's has the rest.
 
     Lips always come from the LMDM; eyes too when ``drive_eye`` and no blink table, else from
     the avatar (plus the blink delta when ``drive_eye`` and a blink table is given).
@@ -59,20 +62,19 @@ def expression_weights(
     eye = keypoint_mask(EYE_KEYPOINTS, device)
     driven = lip + eye if drive_eye and not blink else lip
     blink_weight = eye if drive_eye and blink else torch.zeros_like(eye)
-    return driven, 1.0 - driven, blink_weight
+    return driven, blink_weight
 
 
-def mix_relative(source: Motion, driving: Motion, anchor: Motion | None, driven_keys: Sequence[str]) -> Motion:
-    """Driven keys: source + (driving − anchor) (or driving as is without an anchor); other keys from the source."""
-    mixed = {}
-    for key in MOTION_KEYS:
-        if key not in driven_keys:
-            mixed[key] = source[key]
-        elif anchor is None:
-            mixed[key] = driving[key]
-        else:
-            mixed[key] = source[key] + (driving[key] - anchor[key])
-    return mixed
+def drive_weights(driven_keys: Sequence[str], expression: torch.Tensor) -> torch.Tensor:
+    """(265,) share of the driving motion per motion dim: 1 on driven keys, ``expression`` (63,) on a driven exp, else 0.
+
+    The mix is then one sum, source + (driving − anchor)·w: a driven key is the source moved by the relative
+    motion (the reference's relative mode), and exp is the source's with the driven keypoints moved.
+    """
+    weights = torch.zeros(MOTION_DIM, device=expression.device)
+    for key in driven_keys:
+        weights[MOTION_SLICES[key]] = expression if key == "exp" else 1.0
+    return weights
 
 
 def gaze_weights(device: torch.device | str | None = None) -> torch.Tensor:
@@ -127,11 +129,12 @@ class StitchControls:
     """(2,265) per-dimension min and max of the driving motion and its anchor (v_min_max_for_clip)."""
 
 
-def control_motion(parts: Motion, source: Motion, controls: StitchControls) -> Motion:
-    """Mouth damping, then head-pose offsets and scales (moved axes become degrees (B,)), then the expression offset."""
+def control_motion(parts: Motion, source_exp: torch.Tensor, controls: StitchControls) -> Motion:
+    """Mouth damping (towards ``source_exp``), then head-pose offsets and scales (moved axes become degrees (B,)),
+    then the expression offset."""
     parts = dict(parts)
     if controls.vad_alpha < 1:
-        parts["exp"] = parts["exp"] * controls.vad_alpha + source["exp"] * (1 - controls.vad_alpha)
+        parts["exp"] = parts["exp"] * controls.vad_alpha + source_exp * (1 - controls.vad_alpha)
     for axis, offset, scale in zip(POSE_AXES, controls.pose_offset, controls.pose_scale):
         if offset != 0.0 or scale != 1.0:
             parts[axis] = (pose_angle(parts[axis]) + offset) * scale
@@ -140,12 +143,22 @@ def control_motion(parts: Motion, source: Motion, controls: StitchControls) -> M
     return parts
 
 
+def pose_angles(parts: Motion) -> torch.Tensor:
+    """Pitch, yaw, roll in degrees (B,3): logits decoded in one softmax when none is in degrees yet."""
+    axes = [parts[axis] for axis in POSE_AXES]
+    if all(axis.ndim == 2 for axis in axes):
+        return bins_to_degrees(torch.stack(axes, dim=-2))
+    return torch.stack([pose_angle(axis) for axis in axes], dim=-1)
+
+
 @dataclass(frozen=True)
 class Posed:
     """One call's frames after every per-session step, each part with one row per frame."""
 
     parts: Motion
-    """pitch, yaw, roll as logits (B,66) or degrees (B,); exp (B,63), scale (B,1), t (B,3)."""
+    """exp (B,63), scale (B,1), t (B,3)."""
+    angles: torch.Tensor
+    """(B,3) pitch, yaw, roll in degrees."""
     kp: torch.Tensor
     """(B,63) canonical keypoints of each frame's avatar row."""
     x_s: torch.Tensor
@@ -156,20 +169,18 @@ def stitch_posed(batch: Sequence[Posed], stitch: StitchFn | None) -> list[tuple[
     """Several calls' frames -> their (x_s, x_d), in order: one keypoint transform and one stitching-network call for all."""
     sizes = [posed.x_s.shape[0] for posed in batch]
     joined = {key: _joined([posed.parts[key] for posed in batch]) for key in ("exp", "scale", "t")}
-    angles = [_degrees([posed.parts[axis] for posed in batch]) for axis in POSE_AXES]
+    angles = _joined([posed.angles for posed in batch])
     x_s = _joined([posed.x_s for posed in batch])
     kp = _joined([posed.kp for posed in batch])
-    x_d = transform_keypoints(kp, rotation_matrix(*angles), joined["exp"], joined["scale"], joined["t"])
+    x_d = transform_keypoints(kp, rotation_matrix(*angles.unbind(-1)), joined["exp"], joined["scale"], joined["t"])
     if stitch is not None:
         x_d = stitch(x_s, x_d)
     return list(zip(x_s.split(sizes), x_d.split(sizes)))
 
 
-def _degrees(parts: Sequence[torch.Tensor]) -> torch.Tensor:
-    """One pose axis of several calls in degrees (B,): logits decoded in one softmax when none is in degrees yet."""
-    if all(part.ndim == 2 for part in parts):
-        return bins_to_degrees(_joined(parts))
-    return _joined([pose_angle(part) for part in parts])
+def _rows(table: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+    """``table[rows]``; a one-frame avatar's single row as it is (it broadcasts), saving the loop an index per call."""
+    return table if table.shape[0] == 1 else table[rows]
 
 
 def _joined(parts: Sequence[torch.Tensor]) -> torch.Tensor:
@@ -257,6 +268,7 @@ class MotionStitcher:
         if unknown:
             raise ValueError(f"unknown motion keys {unknown}; choose from {list(MOTION_KEYS)}")
         self.source = {k: source[k].reshape(source[k].shape[0], -1) for k in SOURCE_KEYS}
+        self.source_vector = join_motion(self.source)
         self.stitch = stitch
         self.driven_keys = tuple(driven_keys)
         self.drive_eye = drive_eye
@@ -280,7 +292,8 @@ class MotionStitcher:
             raise ValueError("blink_table and blink_indices go together: pass both or neither")
         self.blink_table = table
         self.blink_indices = indices
-        self.weights = expression_weights(self.drive_eye, table is not None, self.source["exp"].device)
+        expression, self.blink_weight = expression_weights(self.drive_eye, table is not None, self.source["exp"].device)
+        self.drive = drive_weights(self.driven_keys, expression)
 
     def set_fade(self, target: str | None, keys: Sequence[str] = ("exp",)) -> None:
         """Fade ``keys`` towards ``target`` ("first", "source" or None) by the ``fade_alpha`` of each call."""
@@ -321,32 +334,28 @@ class MotionStitcher:
         batch = driving.shape[0]
         controls = self.controls
         rows = source_index if source_index is not None else self.first_row
-        source = {k: v[rows] for k, v in self.source.items()}
         if self.relative and self.anchor is None:
             self.anchor = driving[:1].clone()
         anchor = self.anchor
         if controls.clip is not None:
             driving = driving.clamp(controls.clip[0], controls.clip[1])
             anchor = anchor.clamp(controls.clip[0], controls.clip[1]) if anchor is not None else None
-        frames = split_motion(driving)
-        mixed = mix_relative(source, frames, split_motion(anchor) if self.relative else None, self.driven_keys)
-        driven_w, source_w, blink_w = self.weights
-        exp = mixed["exp"] * driven_w + source["exp"] * source_w
+        source = _rows(self.source_vector, rows)
+        mixed = source + (driving - (anchor if self.relative else source)) * self.drive
         if self.blink_table is not None:
             frame = torch.arange(self.frames_done, self.frames_done + batch, device=driving.device)
-            exp = exp + self.blink_table[self.blink_indices[frame % self.blink_indices.shape[0]]] * blink_w
-        mixed["exp"] = exp
-        mixed = control_motion(mixed, source, controls)
+            mixed[:, MOTION_SLICES["exp"]] += self.blink_table[self.blink_indices[frame % self.blink_indices.shape[0]]] * self.blink_weight
+        parts = control_motion(split_motion(mixed), source[:, MOTION_SLICES["exp"]], controls)
         if self.fade_target == "first" and self.first is None:
-            self.first = {k: v[:1].clone() for k, v in mixed.items()}
+            self.first = {k: v[:1].clone() for k, v in parts.items()}
         if fade_alpha is not None and self.fade_target is not None:
-            target = self.first if self.fade_target == "first" else source
-            mixed = fade(mixed, target, fade_alpha, self.fade_keys)
+            target = self.first if self.fade_target == "first" else split_motion(source)
+            parts = fade(parts, target, fade_alpha, self.fade_keys)
+        angles = pose_angles(parts)
         if self.drive_eye:
-            yaw = pose_angle(mixed["yaw"]) - self.source_yaw
-            pitch = pose_angle(mixed["pitch"]) - self.source_pitch
-            mixed["exp"] = mixed["exp"] + gaze_delta(yaw, pitch, self.gaze)
+            parts["exp"] = parts["exp"] + gaze_delta(angles[:, 1] - self.source_yaw, angles[:, 0] - self.source_pitch, self.gaze)
         self.frames_done += batch
-        parts = {key: mixed[key].expand(batch, *mixed[key].shape[1:]) for key in (*POSE_AXES, "exp", "scale", "t")}
-        kp = source["kp"].expand(batch, source["kp"].shape[1])
-        return Posed(parts, kp, self.source_keypoints[rows].expand(batch, NUM_KEYPOINTS, 3))
+        kept = {key: parts[key].expand(batch, *parts[key].shape[1:]) for key in ("exp", "scale", "t")}
+        kp = _rows(self.source["kp"], rows).expand(batch, 3 * NUM_KEYPOINTS)
+        x_s = _rows(self.source_keypoints, rows).expand(batch, NUM_KEYPOINTS, 3)
+        return Posed(kept, angles.expand(batch, 3), kp, x_s)

@@ -498,10 +498,7 @@ class Runtime:
             for size in chunk_sizes(start, self.config.render_buckets, self.render_ms):
                 hi = lo + size
                 rgb = self.engine.backend.render(features[lo:hi], x_s[lo:hi], x_d[lo:hi])
-                for pipeline, _, rows, first, last in bounds:
-                    a, b = max(lo, first), min(hi, last)
-                    if a < b:
-                        images[id(pipeline)].append(pipeline.avatar.paste(rgb[a - lo : b - lo], rows[a - first : b - first]))
+                _paste_by_avatar(rgb, lo, hi, bounds, images)
                 lo = hi
         except torch.OutOfMemoryError:
             self._out_of_memory("render", [p for p, *_ in jobs])
@@ -511,7 +508,7 @@ class Runtime:
             ready = torch.cuda.Event()
             ready.record()
         for pipeline, motion, *_ in bounds:
-            pipeline.deliver(motion, torch.cat(images[id(pipeline)]), ready)
+            pipeline.deliver(motion, _joined(images[id(pipeline)]), ready)
 
     # -- failure and bookkeeping ------------------------------------------------------------
 
@@ -551,6 +548,25 @@ class Runtime:
             ms = start_event.elapsed_time(stop_event)
             self._tick_gpu.append(ms)
             self._busy.append((at, ms))
+
+
+def _paste_by_avatar(rgb: torch.Tensor, lo: int, hi: int, bounds: list[tuple], images: dict[int, list[torch.Tensor]]) -> None:
+    """Paste the renders of frames [lo, hi) back into their avatars' frames, appending each session's to ``images``:
+    one call per avatar, however many sessions share it (a studio's anchor on several streams)."""
+    groups: dict[int, list[tuple[SessionPipeline, torch.Tensor, torch.Tensor]]] = {}
+    for pipeline, _, rows, first, last in bounds:
+        a, b = max(lo, first), min(hi, last)
+        if a < b:
+            groups.setdefault(id(pipeline.avatar), []).append((pipeline, rgb[a - lo : b - lo], rows[a - first : b - first]))
+    for parts in groups.values():
+        pasted = parts[0][0].avatar.paste(_joined([render for _, render, _ in parts]), _joined([rows for *_, rows in parts]))
+        for (pipeline, _, rows), image in zip(parts, pasted.split([rows.shape[0] for *_, rows in parts])):
+            images[id(pipeline)].append(image)
+
+
+def _joined(parts: list[torch.Tensor]) -> torch.Tensor:
+    """The parts concatenated along the first axis; one part as it is (no copy)."""
+    return parts[0] if len(parts) == 1 else torch.cat(parts)
 
 
 def _percentile(values: list[float], q: float) -> float | None:

@@ -19,15 +19,16 @@ from engine.motion.stitching import (
     MotionStitcher,
     StitchControls,
     blink_schedule,
+    drive_weights,
     expression_weights,
     fade,
     fade_alphas,
     gaze_delta,
     gaze_weights,
-    mix_relative,
+    keypoint_mask,
     stitch_posed,
 )
-from engine.motion.vector import MOTION_KEYS, join_motion, split_motion
+from engine.motion.vector import MOTION_KEYS, MOTION_SLICES, join_motion, split_motion
 
 WIDTHS = {"scale": 1, "pitch": 66, "yaw": 66, "roll": 66, "t": 3, "exp": 63}
 
@@ -100,15 +101,21 @@ def _row(parts: dict[str, torch.Tensor], i: int) -> dict[str, np.ndarray]:
 
 def test_expression_weight_groups() -> None:
     lip, eye = _coords(LIP_KEYPOINTS), _coords(EYE_KEYPOINTS)
-    driven, source, blink = expression_weights(drive_eye=True, blink=False)
-    assert torch.nonzero(driven).flatten().tolist() == sorted(lip + eye)
-    assert torch.equal(source, 1 - driven) and not blink.any()
-    driven, source, blink = expression_weights(drive_eye=True, blink=True)
-    assert torch.nonzero(driven).flatten().tolist() == lip
+    driven, blink = expression_weights(drive_eye=True, blink=False)
+    assert torch.nonzero(driven).flatten().tolist() == sorted(lip + eye) and not blink.any()
+    driven, blink = expression_weights(drive_eye=True, blink=True)
+    assert torch.nonzero(driven).flatten().tolist() == lip, "eyes keep the avatar's expression plus the blink delta"
     assert torch.nonzero(blink).flatten().tolist() == eye
-    assert torch.equal(source, 1 - driven), "eyes keep the avatar's expression plus the blink delta"
-    driven, _, blink = expression_weights(drive_eye=False, blink=True)
+    driven, blink = expression_weights(drive_eye=False, blink=True)
     assert torch.nonzero(driven).flatten().tolist() == lip and not blink.any()
+
+
+def test_drive_weights_move_driven_keys_whole_and_exp_by_its_mask() -> None:
+    lip = keypoint_mask(LIP_KEYPOINTS)
+    weights = drive_weights(("exp", "yaw"), lip)
+    assert torch.equal(weights[MOTION_SLICES["yaw"]], torch.ones(66))
+    assert torch.equal(weights[MOTION_SLICES["exp"]], lip)
+    assert weights[:67].sum() == 0 and weights[133:202].sum() == 0, "scale, pitch, roll and t stay the avatar's"
 
 
 def test_gaze_fix_touches_only_eye_keypoints_11_and_15() -> None:
@@ -359,7 +366,7 @@ def test_a_pitch_offset_alone_tilts_the_avatar_by_exactly_that_angle() -> None:
 
 
 def test_default_controls_compute_exactly_what_no_controls_did() -> None:
-    """The old composition (mix, mask, blink, fade, gaze, motion_keypoints on logits) is reproduced bit for bit."""
+    """The per-key composition (mix, mask, blink, fade, gaze, motion_keypoints on logits) is reproduced to float rounding."""
     source, anchor, driving, _ = _controlled_case(12)
     table = torch.randn(2, 63, generator=torch.Generator().manual_seed(1)) * 0.01
     schedule = torch.tensor([0, 1, 1])
@@ -369,15 +376,16 @@ def test_default_controls_compute_exactly_what_no_controls_did() -> None:
     stitcher.set_anchor(anchor)
     x_s, x_d = stitcher(driving, fade_alpha=alphas)
     frames, src = split_motion(driving), {k: v[[0, 0, 0, 0]] for k, v in stitcher.source.items()}
-    mixed = mix_relative(src, frames, split_motion(anchor[None]), DRIVEN_KEYS_IMAGE)
-    driven_w, source_w, blink_w = expression_weights(True, True)
-    mixed["exp"] = mixed["exp"] * driven_w + src["exp"] * source_w + table[schedule[torch.arange(4) % 3]] * blink_w
+    anchors = split_motion(anchor[None])
+    mixed = {k: src[k] + (frames[k] - anchors[k]) if k in DRIVEN_KEYS_IMAGE else src[k] for k in MOTION_KEYS}
+    driven_w, blink_w = expression_weights(True, True)
+    mixed["exp"] = mixed["exp"] * driven_w + src["exp"] * (1 - driven_w) + table[schedule[torch.arange(4) % 3]] * blink_w
     mixed = fade(mixed, src, alphas, ("exp",))
     yaw = bins_to_degrees(mixed["yaw"]) - bins_to_degrees(source["yaw"][0])
     pitch = bins_to_degrees(mixed["pitch"]) - bins_to_degrees(source["pitch"][0])
     mixed["exp"] = mixed["exp"] + gaze_delta(yaw, pitch, gaze_weights())
     expected = toy_stitch(x_s, motion_keypoints(mixed, src["kp"]))
-    assert torch.equal(x_d, expected)
+    torch.testing.assert_close(x_d, expected, rtol=0, atol=1e-6)
 
 
 def test_several_sessions_posed_and_stitched_in_one_call_get_what_each_gets_alone() -> None:
