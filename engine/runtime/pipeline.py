@@ -71,6 +71,8 @@ class SessionPipeline:
         self.request: WindowRequest | None = None
         self.backlog = torch.zeros(0, MOTION_DIM, device=self.device)
         self.backlog_start = 0
+        self.discard = 0
+        """Stream frames still to drop before the backlog, so that an interrupt keeps the windows' phase (``_interrupt``)."""
         self.sink_per_frame = session.audio_rate // FPS
         self.sink_ratio = session.audio_rate // MODEL_RATE if session.audio_rate % MODEL_RATE == 0 else None
         self.audio = np.zeros(0, np.float32)
@@ -194,7 +196,13 @@ class SessionPipeline:
             self.audio = np.concatenate([self.audio, np.zeros(want - self.audio.size, np.float32)])
 
     def _interrupt(self) -> None:
-        """Drop speech not yet diffused and every frame not yet taken; silence the audio of frames still to come."""
+        """Drop speech not yet diffused and every frame not yet taken; silence the audio of frames still to come.
+
+        With a runtime grid, up to a window's worth of stream frames more are dropped (stale motion with
+        silenced audio), so that output frame index − stream frame index keeps its value modulo the frames
+        per window: the session's windows stay on the grid and keep running in the other sessions' batch.
+        """
+        offset = self._stream_offset()
         self.motion.interrupt()
         self.request = None
         self.backlog = self.backlog[:0]
@@ -208,6 +216,10 @@ class SessionPipeline:
         self.session._set_committed(self.motion.samples_in)
         last = self.session._last_taken
         self.out_next = 0 if last is None else last.index + 1
+        self.discard = 0
+        if self.grid is not None and isinstance(self.motion, MotionStream):
+            self.discard = (self._stream_offset() - offset) % self.motion.windows.valid
+            self.backlog_start += self.discard
         self.blend_from = self.session._last_taken_motion
         self.blend_left = BLEND_FRAMES if self.blend_from is not None else 0
         self.in_flight.clear()
@@ -277,6 +289,10 @@ class SessionPipeline:
             self._add_backlog(self.motion.finish())
 
     def _add_backlog(self, motion: torch.Tensor) -> None:
+        if self.discard:
+            dropped = min(self.discard, motion.shape[0])
+            motion = motion[dropped:]
+            self.discard -= dropped
         if motion.shape[0]:
             self.backlog = torch.cat([self.backlog, motion])
             if self.stitcher.anchor is None and self.motion.anchor is not None:

@@ -18,7 +18,7 @@ from engine.audio.hubert import encode_chunks
 from engine.engine import Engine
 from engine.runtime.avatars import LoadedAvatar
 from engine.runtime.config import RuntimeConfig
-from engine.runtime.pacing import speech_depth
+from engine.runtime.pacing import frames_due, speech_depth
 from engine.runtime.pipeline import SessionPipeline
 from engine.session import FPS, Session
 
@@ -33,8 +33,9 @@ MARGIN = 0.5
 class LiveLoop:
     """One live session on a virtual clock: push what is due, tick, note when each frame was ready and the silence committed ahead."""
 
-    def __init__(self, engine: Engine, avatar: LoadedAvatar, grid: float | None = None) -> None:
-        """``grid``: the origin of a batching runtime's window grid; windows then wait until due, as that runtime has them."""
+    def __init__(self, engine: Engine, avatar: LoadedAvatar, grid: float | None = None, paced: bool = False) -> None:
+        """``grid``: the origin of a batching runtime's window grid; windows then wait until due, as that runtime has them.
+        ``paced``: frames are taken only once the clock shows them (as a sink does), not as soon as they are ready."""
         self.engine = engine
         self.session = Session(0, avatar.name, True, 75, 0, RuntimeConfig(progress=False, min_lead_frames=MARGIN), lambda: None)
         self.pipeline = SessionPipeline(
@@ -42,6 +43,8 @@ class LiveLoop:
             RuntimeConfig(progress=False, min_lead_frames=MARGIN),
         )
         self.pipeline.grid = grid
+        self.paced = paced
+        self.next_index = 0
         self.now = 0.0
         self.pcm: np.ndarray | None = None
         self.pcm_start = 0.0
@@ -71,12 +74,21 @@ class LiveLoop:
             motion, _, _ = p.pose(count)
             p.deliver(motion, torch.zeros(count, 2, 2, 3, dtype=torch.uint8), None)
         p.check_deadlines(self.now)
-        for frame in self.session.take_ready():
+        for frame in self._take():
             self.ready_at[frame.index] = self.now
             self.audio[frame.index] = frame.audio
             self.speech[frame.index] = frame.speech
         if p.anchor is not None and not p.tail_is_speech:
             self.committed_ahead.append(p.motion.samples_in / 640 - (self.now - p.anchor) * FPS)
+
+    def _take(self) -> list:
+        if not self.paced:
+            return self.session.take_ready()
+        frames = []
+        while self.session.frames_queued and self.next_index <= frames_due(self.now, self.pipeline.anchor):
+            frames.append(self.session.next_frame(timeout=0))
+            self.next_index = frames[-1].index + 1
+        return frames
 
     def run(self, until: float, pcm: np.ndarray | None = None, start: float = 0.0) -> None:
         """Tick until ``until``, saying ``pcm`` (see ``say``) from ``start`` on."""
@@ -174,3 +186,35 @@ def test_sessions_that_start_and_speak_out_of_phase_run_their_windows_in_the_sam
         assert not loop.late_frames(), "and every frame is ready by the time its clock shows it"
     lead = loops[1].pipeline.lead.frames
     assert loops[1].first_spoken_at() - pushed == pytest.approx((speech_depth(5, 5) + lead) / FPS, abs=0.001), "latency is unchanged"
+
+
+def test_an_interrupted_session_runs_its_windows_with_the_others_again(engine: Engine, avatar: LoadedAvatar) -> None:
+    loops = [LiveLoop(engine, avatar, grid=0.055, paced=True) for _ in range(2)]
+    speaker = loops[1]
+    speaker.say(utterance(2.0), start=1.03)
+    now = 0.0
+    while now < 5.0:
+        if now == 1.87:  # barge-in: the rest of the utterance and the frames queued for it are dropped
+            speaker.pcm = None
+            speaker.session.interrupt()
+        if now == 2.31:
+            speaker.say(utterance(0.6), start=now)
+            shown_before = max(speaker.audio)
+        for loop in loops:
+            loop.now = now
+            loop.tick()
+        now = round(now + TICK, 6)
+
+    idle = {t for t in loops[0].window_ticks if t >= 1.0}
+    after = {t for t in speaker.window_ticks if t >= 1.95}
+    assert len(after) >= 14
+    apart = after - idle
+    assert len(apart) <= 2, f"after its first window and the one after the new utterance, it batches again: apart at {sorted(apart)}"
+    taken = sorted(speaker.audio)
+    assert taken == list(range(taken[0], taken[-1] + 1)), "the stream goes on through the interrupt without a gap"
+    frames = [i for i in taken if i > shown_before]
+    audio = np.concatenate([speaker.audio[i] for i in frames])
+    first_loud = speaker.shown_at(int(np.flatnonzero(np.abs(audio) > 0.1)[0]) + frames[0] * SINK_RATE // FPS)
+    lead = speaker.pipeline.lead.frames
+    assert first_loud - 2.31 == pytest.approx((speech_depth(5, 5) + lead) / FPS, abs=0.001), "the new utterance keeps the latency"
+    assert speaker.session.counters["deadline_misses"] == 0
