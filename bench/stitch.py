@@ -38,11 +38,13 @@ def avatar_motion(seed: int, frames: int, device: torch.device) -> dict[str, tor
     return {k: v.to(device) for k, v in parts.items()}
 
 
-def tick(stitchers: list[MotionStitcher], driving: list[torch.Tensor], rows: torch.Tensor, batched: bool, stitch) -> list:
+def tick(stitchers: list[MotionStitcher], driving: list[torch.Tensor], rows: torch.Tensor, batched: bool, stitch) -> None:
     """One tick's stitching of every session's frames."""
     if batched:
-        return stitch_posed([s.pose(d, rows) for s, d in zip(stitchers, driving)], stitch)
-    return [s(d, rows) for s, d in zip(stitchers, driving)]
+        stitch_posed([s.pose(d, rows) for s, d in zip(stitchers, driving)], stitch)
+    else:
+        for stitcher, frames in zip(stitchers, driving):
+            stitcher(frames, rows)
 
 
 def measure(device: torch.device, sessions: int, frames: int, repeats: int, batched: bool) -> dict:

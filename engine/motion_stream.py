@@ -175,7 +175,7 @@ class MotionStream:
         if count == 0:
             return self._silence.expand(length, -1)
         first = start - self._offset
-        if start >= 0 and first >= 0 and first + length <= count:  # all real and received: a plain slice
+        if first >= 0 and first + length <= count:  # all received (so all real: the offset is never negative): a plain slice
             return self._features[first : first + length]
         frames = torch.arange(start, start + length, device=self.device)
         rows = self._features[(frames - self._offset).clamp(0, count - 1)]

@@ -165,17 +165,17 @@ class Posed:
     """(B,21,3) the source keypoints of each frame's avatar row."""
 
 
-def stitch_posed(batch: Sequence[Posed], stitch: StitchFn | None) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """Several calls' frames -> their (x_s, x_d), in order: one keypoint transform and one stitching-network call for all."""
-    sizes = [posed.x_s.shape[0] for posed in batch]
-    joined = {key: _joined([posed.parts[key] for posed in batch]) for key in ("exp", "scale", "t")}
-    angles = _joined([posed.angles for posed in batch])
-    x_s = _joined([posed.x_s for posed in batch])
-    kp = _joined([posed.kp for posed in batch])
+def stitch_posed(batch: Sequence[Posed], stitch: StitchFn | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Several calls' frames -> (x_s, x_d) of all of them, in call order: one keypoint transform and one
+    stitching-network call for all (the runtime renders them as they are; split by the calls' sizes for each one's)."""
+    joined = {key: join_frames([posed.parts[key] for posed in batch]) for key in ("exp", "scale", "t")}
+    angles = join_frames([posed.angles for posed in batch])
+    x_s = join_frames([posed.x_s for posed in batch])
+    kp = join_frames([posed.kp for posed in batch])
     x_d = transform_keypoints(kp, rotation_matrix(*angles.unbind(-1)), joined["exp"], joined["scale"], joined["t"])
     if stitch is not None:
         x_d = stitch(x_s, x_d)
-    return list(zip(x_s.split(sizes), x_d.split(sizes)))
+    return x_s, x_d
 
 
 def _rows(table: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
@@ -183,8 +183,8 @@ def _rows(table: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
     return table if table.shape[0] == 1 else table[rows]
 
 
-def _joined(parts: Sequence[torch.Tensor]) -> torch.Tensor:
-    """The parts concatenated along frames; one part as it is (a single session's call copies nothing)."""
+def join_frames(parts: Sequence[torch.Tensor]) -> torch.Tensor:
+    """The parts concatenated along frames (the first axis); one part as it is (a single session's copies nothing)."""
     return parts[0] if len(parts) == 1 else torch.cat(parts)
 
 
@@ -320,7 +320,7 @@ class MotionStitcher:
         ``source_index`` (B,) int64 picks the avatar frame per output frame (None: frame 0);
         ``fade_alpha`` (B,) fades ``fade_keys`` towards the fade target (1 = no fade).
         """
-        return stitch_posed([self.pose(driving, source_index, fade_alpha)], self.stitch)[0]
+        return stitch_posed([self.pose(driving, source_index, fade_alpha)], self.stitch)
 
     def pose(
         self,
@@ -355,7 +355,6 @@ class MotionStitcher:
         if self.drive_eye:
             parts["exp"] = parts["exp"] + gaze_delta(angles[:, 1] - self.source_yaw, angles[:, 0] - self.source_pitch, self.gaze)
         self.frames_done += batch
-        kept = {key: parts[key].expand(batch, *parts[key].shape[1:]) for key in ("exp", "scale", "t")}
         kp = _rows(self.source["kp"], rows).expand(batch, 3 * NUM_KEYPOINTS)
         x_s = _rows(self.source_keypoints, rows).expand(batch, NUM_KEYPOINTS, 3)
-        return Posed(kept, angles.expand(batch, 3), kp, x_s)
+        return Posed({key: parts[key] for key in ("exp", "scale", "t")}, angles, kp, x_s)

@@ -32,7 +32,7 @@ from engine.diffusion.windows import SEQ_FRAMES
 from engine.diffusion.ddim import DEFAULT_STEPS
 from engine.engine import LIVE_OVERLAP, OFFLINE_OVERLAP, Engine
 from engine.motion.conditions import ConditionBuilder
-from engine.motion.stitching import stitch_posed
+from engine.motion.stitching import join_frames, stitch_posed
 from engine.offline_motion import PrecomputedMotion, offline_motion, window_sampler
 from engine.runtime import admission
 from engine.runtime.avatars import AvatarStore
@@ -484,10 +484,8 @@ class Runtime:
 
     def _render_group(self, jobs: list[tuple]) -> None:
         """Stitch the frames of ``jobs`` (one set of calls for all), warp+decode them in bucket-sized calls, paste each back, deliver."""
-        keypoints = stitch_posed([posed for *_, posed in jobs], self.engine.backend.stitch)
+        x_s, x_d = stitch_posed([posed for *_, posed in jobs], self.engine.backend.stitch)
         features = torch.cat([p.avatar.f_s[rows] for p, _, rows, _ in jobs])
-        x_s = torch.cat([xs for xs, _ in keypoints])
-        x_d = torch.cat([xd for _, xd in keypoints])
         bounds, start = [], 0
         for pipeline, motion, rows, _ in jobs:
             bounds.append((pipeline, motion, rows, start, start + rows.shape[0]))
@@ -508,7 +506,7 @@ class Runtime:
             ready = torch.cuda.Event()
             ready.record()
         for pipeline, motion, *_ in bounds:
-            pipeline.deliver(motion, _joined(images[id(pipeline)]), ready)
+            pipeline.deliver(motion, join_frames(images[id(pipeline)]), ready)
 
     # -- failure and bookkeeping ------------------------------------------------------------
 
@@ -559,14 +557,9 @@ def _paste_by_avatar(rgb: torch.Tensor, lo: int, hi: int, bounds: list[tuple], i
         if a < b:
             groups.setdefault(id(pipeline.avatar), []).append((pipeline, rgb[a - lo : b - lo], rows[a - first : b - first]))
     for parts in groups.values():
-        pasted = parts[0][0].avatar.paste(_joined([render for _, render, _ in parts]), _joined([rows for *_, rows in parts]))
+        pasted = parts[0][0].avatar.paste(join_frames([render for _, render, _ in parts]), join_frames([rows for *_, rows in parts]))
         for (pipeline, _, rows), image in zip(parts, pasted.split([rows.shape[0] for *_, rows in parts])):
             images[id(pipeline)].append(image)
-
-
-def _joined(parts: list[torch.Tensor]) -> torch.Tensor:
-    """The parts concatenated along the first axis; one part as it is (no copy)."""
-    return parts[0] if len(parts) == 1 else torch.cat(parts)
 
 
 def _percentile(values: list[float], q: float) -> float | None:

@@ -58,7 +58,7 @@ class Loop:
         count = self.pipeline.backlog.shape[0]
         if count:
             motion, _, posed = self.pipeline.pose(count)
-            [(_, x_d)] = stitch_posed([posed], self.engine.backend.stitch)
+            _, x_d = stitch_posed([posed], self.engine.backend.stitch)
             self.stitched.extend(zip(motion, x_d))
             self.pipeline.deliver(motion, torch.zeros(count, 2, 2, 3, dtype=torch.uint8), None)
 
