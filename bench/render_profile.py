@@ -4,9 +4,11 @@
 (top kernels of the compiled, graphed warp+decode bucket), ``layers.json`` (every convolution of
 the eager warp network and decoder: ms/frame and TFLOP/s), ``conv_variants.json`` (the warp's big
 3-D convolutions as cuDNN 3-D convolutions vs 2-D convolutions over depth planes) and
-``lmdm.json`` (the LMDM sampler before/after ``engine.networks.lmdm_fused``: ms per window at
-each batch, kernels per DDIM step by kind, ATen operators and Inductor launches per step, the
-windows' difference; ``--parts lmdm`` also runs on the CPU, without the kernel profile),
+``lmdm.json`` (LMDM samplers, ``--lmdm-variants`` of ``LMDM_VARIANTS``: ms per window at each
+batch, kernels per DDIM step by kind, error against the fp32 CPU window; ATen operators and
+Inductor launches per step of the plain and the fused step; ``--parts lmdm`` also runs on the
+CPU, without the kernel profile), ``attention.json`` (the LMDM's attention shapes under each SDPA
+backend: µs and kernels per call),
 ``speed.json`` (the render and LMDM speeds with their error against fp32 modules) and
 ``decoder.json`` (the plain and the fused-SPADE decoder, alone and after the warp network, per
 frame at each batch, with FLOPs and error against fp32; ``--parts decoder --device cpu`` runs it
@@ -206,27 +208,68 @@ def conv_variants(dtype: torch.dtype, out: Path) -> list[dict]:
     return results
 
 
-def lmdm_samplers(device: torch.device, variants: tuple[str, ...], buckets: tuple[int, ...]) -> dict[str, BucketedSampler]:
-    """LMDM samplers: "after" the runtime's (``FusedLMDMStep``), "before" the plain prepared step it replaced, and
-    "autotuned" the fused step compiled with max-autotune (Triton GEMMs with fused epilogues, no cuBLAS split-K)."""
-    backend = TorchBackend(random_checkpoints(), device=device, networks=("lmdm",))
+LMDM_VARIANTS = ("plain", "fused_tf32", "fp16_products", "runtime", "autotuned")
+
+
+def lmdm_sampler(backend: TorchBackend, variant: str, buckets: tuple[int, ...]) -> BucketedSampler:
+    """An LMDM sampler captured at ``buckets``: "plain" the plain prepared step compiled, the update eager;
+    "fused_tf32" ``FusedLMDMStep`` with fp32 products (TF32) compiled, its window preparation eager (the runtime
+    before fp16 products); "fp16_products" the same with fp16 products; "runtime" the backend's step and
+    preparation as the runtime runs them; "autotuned" the runtime's step compiled with max-autotune
+    (Triton GEMMs with fused epilogues, no cuBLAS split-K), its preparation as the runtime's."""
     net = backend.network("lmdm")
-    schedule = ddim_schedule(25, device)
-    times, shape = schedule.times, (80, 265)
-    cuda = device.type == "cuda"
-    samplers = {}
-    for variant in variants:
-        if variant == "before":
-            plain = torch.compile(net.forward_prepared) if cuda else net.forward_prepared
-            samplers[variant] = BucketedSampler(schedule, denoiser_step(plain), net.cond_dim, shape, lambda c: net.prepare_window(c, times))
-        elif variant == "after":
-            samplers[variant] = BucketedSampler(schedule, backend.lmdm_step, net.cond_dim, shape, lambda c: backend.lmdm_prepare(c, times))
-        else:
-            fused = FusedLMDMStep(net)
-            step = torch.compile(fused.ddim_step, mode="max-autotune-no-cudagraphs") if cuda else fused.ddim_step
-            samplers[variant] = BucketedSampler(schedule, step, net.cond_dim, shape, lambda c, f=fused: f.prepare_window(c, times))
-        samplers[variant].capture(buckets)
-    return samplers
+    schedule = ddim_schedule(25, backend.device)
+    times = schedule.times
+    compiled = (lambda fn, **kw: torch.compile(fn, **kw)) if backend.device.type == "cuda" else (lambda fn, **kw: fn)
+    if variant == "plain":
+        step, prepare = denoiser_step(compiled(net.forward_prepared)), net.prepare_window
+    elif variant == "runtime":
+        step, prepare = backend.lmdm_step, backend.lmdm_prepare
+    else:
+        fused = FusedLMDMStep(net, None if variant == "fused_tf32" else backend.dtype)
+        mode = "max-autotune-no-cudagraphs" if variant == "autotuned" else None
+        step, prepare = compiled(fused.ddim_step, mode=mode), fused.prepare_window
+        if variant == "autotuned":
+            prepare = backend.lmdm_prepare
+    sampler = BucketedSampler(schedule, step, net.cond_dim, (80, 265), lambda c: prepare(c, times))
+    sampler.capture(buckets)
+    # The graphs are captured, so this variant's compiled code is not called again: the next variant's
+    # compiles (the same code objects) start from a clean cache instead of running into its limit.
+    torch._dynamo.reset()
+    return sampler
+
+
+def attention_backends(out: Path) -> dict:
+    """The LMDM's attention shapes (8 heads of 64, 80 queries over 80 or 82 keys, fp16) under each SDPA backend:
+    µs per call replayed in a CUDA graph of 16 calls, and kernels per call (cuDNN adds a memset)."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    result = {}
+    for rows in (2, 32):
+        q = torch.randn(rows, 8, 80, 64, device="cuda", dtype=torch.float16)
+        kv = torch.randn(rows, 8, 82, 64, device="cuda", dtype=torch.float16)
+        expected = F.scaled_dot_product_attention(q.float(), kv.float(), kv.float())
+        for backend in (SDPBackend.CUDNN_ATTENTION, SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION):
+            name = f"{backend.name.lower()}_rows{rows}"
+            try:
+                with sdpa_kernel(backend):
+                    call = graphed(lambda: [F.scaled_dot_product_attention(q, kv, kv) for _ in range(16)][-1])
+                    got = F.scaled_dot_product_attention(q, kv, kv)
+            except RuntimeError as error:
+                result[name] = {"error": str(error).splitlines()[0]}
+                continue
+            with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                call()
+                torch.cuda.synchronize()
+            kernels = [e for e in prof.events() if e.device_type.name == "CUDA" and e.device_time > 0]
+            result[name] = {
+                "us_per_call": median_ms(call) / 16 * 1e3,
+                "kernels_per_call": len(kernels) / 16,
+                "max_abs_err_vs_fp32": float((got.float() - expected).abs().max()),
+            }
+            print(f"attention {name}: {result[name]['us_per_call']:.2f} us/call, {result[name]['kernels_per_call']:.1f} kernels/call", flush=True)
+    (out / "attention.json").write_text(json.dumps(result, indent=1))
+    return result
 
 
 def kernel_kinds(names: list[str]) -> dict[str, int]:
@@ -261,22 +304,23 @@ def window_ms(fn, device: torch.device, repeat: int) -> float:
 
 
 def lmdm_profile(out: Path, batches: tuple[int, ...], variants: tuple[str, ...]) -> dict:
-    """Before/after the fused LMDM step: ms per window and kernels per DDIM step at each batch, ATen ops and
-    Inductor launches per step, and how far the two samplers' windows are apart. Runs on the CPU too (slowly)."""
+    """The LMDM samplers ``variants`` (``LMDM_VARIANTS``): ms per window and kernels per DDIM step at each batch, each
+    window's error against the fp32 CPU window, and the plain and fused steps' ATen operators and Inductor
+    launches. Runs on the CPU too (slowly)."""
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     result: dict = {"device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu", "steps": 25}
     counts_net = TorchBackend(random_checkpoints(), device=device, networks=("lmdm",), compile_networks=False).network("lmdm")
     schedule = ddim_schedule(25, device)
-    for variant in ("before", "after"):
-        steps = (lmdm_ops.plain_variant if variant == "before" else lmdm_ops.fused_variant)(counts_net)
+    for variant in ("plain", "fused"):
+        steps = (lmdm_ops.plain_variant if variant == "plain" else lmdm_ops.fused_variant)(counts_net)
         with torch.inference_mode():
             inputs = lmdm_ops.step_inputs(counts_net, schedule, 1, steps.prepare, device)
-        result[variant] = {"aten_per_step_b1": lmdm_ops.count_aten(steps.step, inputs), "inductor_per_step_b1": lmdm_ops.count_inductor(steps, inputs)}
-        print(f"lmdm {variant}: {result[variant]['aten_per_step_b1']['ops']} ATen ops/step eager, "
-              f"{result[variant]['inductor_per_step_b1']['launches']} launches/step compiled ({device.type} Inductor)", flush=True)
+        result[f"{variant}_step_counts"] = {"aten_per_step_b1": lmdm_ops.count_aten(steps.step, inputs), "inductor_per_step_b1": lmdm_ops.count_inductor(steps, inputs)}
+        print(f"lmdm {variant} step: {result[f'{variant}_step_counts']['aten_per_step_b1']['ops']} ATen ops eager, "
+              f"{result[f'{variant}_step_counts']['inductor_per_step_b1']['launches']} launches compiled ({device.type} Inductor, fp32)", flush=True)
     del counts_net
     torch._dynamo.reset()
-    samplers = lmdm_samplers(device, variants, batches)
+    backend = TorchBackend(random_checkpoints(), device=device, networks=("lmdm",))
     g = torch.Generator(device=device).manual_seed(0)
     top = max(max(batches), 2)
     x = torch.randn(top, 80, 265, device=device, generator=g)
@@ -284,7 +328,8 @@ def lmdm_profile(out: Path, batches: tuple[int, ...], variants: tuple[str, ...])
     cond = torch.randn(top, 80, 1103, device=device, generator=g)
     noise = torch.randn(24, top, 80, 265, device=device, generator=g)
     windows = {}
-    for variant, sampler in samplers.items():
+    for variant in variants:
+        sampler = lmdm_sampler(backend, variant, batches)
         for batch in batches:
             run = lambda: sampler(x[:batch], cond_frame[:batch], cond[:batch], noise[:, :batch])  # noqa: E731
             row = {"window_ms": window_ms(run, device, 20 if device.type == "cuda" else 2)}
@@ -306,17 +351,27 @@ def lmdm_profile(out: Path, batches: tuple[int, ...], variants: tuple[str, ...])
                   + (f", {row['kernels_per_step']:.0f} kernels/step {row['kinds_per_step']}" if "kernels_per_step" in row else ""), flush=True)
         windows[variant] = sampler(x[:2], cond_frame[:2], cond[:2], noise[:, :2]).float().cpu()
         (out / "lmdm.json").write_text(json.dumps(result, indent=1))
-    for variant in [v for v in windows if v != "before" and "before" in windows]:
-        result[f"{variant}_vs_before_window_rel_err"] = float((windows[variant] - windows["before"]).norm() / windows["before"].norm())
-        print(f"lmdm {variant} vs before window (batch 2): relative difference {result[f'{variant}_vs_before_window_rel_err']:.2e}")
+    reference = fp32_cpu_window(x[:2], cond_frame[:2], cond[:2], noise[:, :2])
+    for variant, window in windows.items():
+        result[variant]["window_rel_err_vs_fp32_cpu"] = float((window - reference).norm() / reference.norm())
+        print(f"lmdm {variant} window (batch 2) vs fp32 CPU: relative error {result[variant]['window_rel_err_vs_fp32_cpu']:.2e}")
     (out / "lmdm.json").write_text(json.dumps(result, indent=1))
-    print(f"{'':10}" + "".join(f"{'b' + str(b) + ' ms':>10}{'k/step':>8}" for b in batches) + f"{'aten/step':>11}{'inductor/step':>15}")
-    for variant in samplers:
+    print(f"{'':14}" + "".join(f"{'b' + str(b) + ' ms':>10}{'k/step':>8}" for b in batches) + f"{'rel err':>10}")
+    for variant in variants:
         row = result[variant]
         cells = "".join(f"{row[f'batch{b}']['window_ms']:>10.2f}{row[f'batch{b}'].get('kernels_per_step', float('nan')):>8.0f}" for b in batches)
-        counts = result["after" if variant == "autotuned" else variant]
-        print(f"{variant:<10}{cells}{counts['aten_per_step_b1']['ops']:>11}{counts['inductor_per_step_b1']['launches']:>15}")
+        print(f"{variant:<14}{cells}{row['window_rel_err_vs_fp32_cpu']:>10.2e}")
     return result
+
+
+def fp32_cpu_window(x: torch.Tensor, cond_frame: torch.Tensor, cond: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
+    """The 25-step window of the plain fp32 LMDM on the CPU: the reference the GPU samplers' error is taken against."""
+    from engine.diffusion.ddim import ddim_loop
+    from engine.networks import OFFICIAL_FILENAMES, load_network
+
+    lmdm = load_network("lmdm", random_checkpoints() / OFFICIAL_FILENAMES["lmdm"], "cpu", torch.float32)
+    with torch.inference_mode():
+        return ddim_loop(lmdm, x.cpu(), cond_frame.cpu(), cond.cpu(), ddim_schedule(25, torch.device("cpu")), noise.cpu())
 
 
 def psnr(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -371,7 +426,7 @@ def speed_table(out: Path) -> dict:
     with torch.inference_mode():
         expected = ddim_loop(cpu_lmdm, x[:2].cpu(), cond_frame[:2].cpu(), cond[:2].cpu(), schedule, noise[:, :2].cpu())
     result["lmdm_window_rel_err_vs_fp32_cpu"] = float((window - expected).norm() / expected.norm())
-    print(f"lmdm window (graphed, TF32, fp16 attention) vs fp32 CPU: relative error {result['lmdm_window_rel_err_vs_fp32_cpu']:.2e}", flush=True)
+    print(f"lmdm window (graphed, fp16 products and attention) vs fp32 CPU: relative error {result['lmdm_window_rel_err_vs_fp32_cpu']:.2e}", flush=True)
     for dtype in (torch.float32, torch.float16):
         q = torch.randn(32, 8, 80, 64, device="cuda", dtype=dtype)
         kv = torch.randn(32, 8, 82, 64, device="cuda", dtype=dtype)
@@ -484,20 +539,21 @@ def decoder_variants(out: Path, device: torch.device, batches: list[int], repeat
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True)
-    parts = ["speed", "lmdm", "variants", "layers", "graph", "decoder"]
+    parts = ["speed", "lmdm", "attention", "variants", "layers", "graph", "decoder"]
     parser.add_argument("--parts", nargs="*", default=parts, choices=parts)
     parser.add_argument("--device", default="cuda", help="the decoder part only: cuda, or cpu (eager, fp32, slow)")
     parser.add_argument("--batches", type=int, nargs="+", default=[5, 16, 32], help="the decoder part's batch sizes")
     parser.add_argument("--repeat", type=int, default=20, help="the decoder part's timed calls per case")
     parser.add_argument("--lmdm-batches", nargs="*", type=int, default=[1, 4, 16], help="window batches timed by --parts lmdm")
-    lmdm_variants = ["before", "after", "autotuned"]
-    parser.add_argument("--lmdm-variants", nargs="*", default=lmdm_variants[:2], choices=lmdm_variants, help="LMDM samplers timed by --parts lmdm")
+    parser.add_argument("--lmdm-variants", nargs="*", default=["fused_tf32", "runtime"], choices=LMDM_VARIANTS, help="LMDM samplers timed by --parts lmdm")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     if "decoder" in args.parts:
         decoder_variants(args.out, torch.device(args.device), args.batches, args.repeat)
     if "speed" in args.parts:
         speed_table(args.out)
+    if "attention" in args.parts:
+        attention_backends(args.out)
     if "lmdm" in args.parts:
         lmdm_profile(args.out, tuple(args.lmdm_batches), tuple(args.lmdm_variants))
     if "variants" in args.parts or "layers" in args.parts:

@@ -76,11 +76,13 @@ class TorchBackend(Backend):
                 # axis dynamic, and every later bucket reuses that one compile.
                 for name in _COMPILED & set(self._nets):
                     self._run[name] = torch.compile(self._nets[name])
-        # The DDIM step of the sampler: the LMDM in fewer kernels, with the update (engine.networks.lmdm_fused).
-        self._lmdm_fused = FusedLMDMStep(self._nets["lmdm"]) if "lmdm" in self._nets else None
-        self._lmdm_step = self._lmdm_fused.ddim_step if self._lmdm_fused is not None else None
-        if self._lmdm_step is not None and self.device.type == "cuda" and compile_networks:
-            self._lmdm_step = torch.compile(self._lmdm_step)
+        # The DDIM step of the sampler: the LMDM in fewer kernels, with the update, its layers' products
+        # in the backend's dtype (fp16 on CUDA); the window preparation compiled too (engine.networks.lmdm_fused).
+        self._lmdm_fused = FusedLMDMStep(self._nets["lmdm"], self.dtype) if "lmdm" in self._nets else None
+        if self._lmdm_fused is not None:
+            self._lmdm_step, self._lmdm_prepare = self._lmdm_fused.ddim_step, self._lmdm_fused.prepare_window
+            if self.device.type == "cuda" and compile_networks:
+                self._lmdm_step, self._lmdm_prepare = torch.compile(self._lmdm_step), torch.compile(self._lmdm_prepare)
         self.cond_width = self._nets["lmdm"].cond_dim if "lmdm" in self._nets else 0
         self._graphs: dict[int, _GraphedRender] = {}
         self._pool = None
@@ -99,7 +101,7 @@ class TorchBackend(Backend):
     @torch.inference_mode()
     def lmdm_prepare(self, cond: torch.Tensor, times: torch.Tensor) -> FusedWindow:
         """Encode a window's condition once for all its denoiser calls at ``times`` (see ``FusedLMDMStep.prepare_window``)."""
-        return self._lmdm_fused.prepare_window(cond, times)
+        return self._lmdm_prepare(cond, times)
 
     @torch.inference_mode()
     def lmdm_step(self, x, cond_frame, prepared: FusedWindow, time_cond, coefficients, noise):

@@ -14,8 +14,13 @@ reformulations that remove kernels:
 * the DDIM update (x0, ε̂ and the noise mixed by the step's coefficients) inside the step, so
   that a compiled step fuses it with the guidance instead of running it as separate kernels.
 
-``FusedLMDMStep`` shares the loaded module's parameters (its few derived tables are built from them,
-so it is built after loading); the checkpoint layout, the plain ``LMDM`` and the ONNX export are
+On CUDA the decoder layers' matrix products can run in fp16 (``matmul_dtype``) while the residual
+stream, the layer norms, FiLM and the DDIM update stay fp32: fp16 operands carry the same 10-bit
+mantissa that TF32 rounds fp32 operands to, so the products are no coarser, and cuBLAS runs fp16 at
+twice TF32's rate with half the weight traffic. The casts ride in the neighbouring pointwise kernels.
+
+``FusedLMDMStep`` shares the loaded module's parameters (its derived tables, and the fp16 copies of
+the layers' weights when ``matmul_dtype`` asks for them, are built from them, so it is built after loading); the checkpoint layout, the plain ``LMDM`` and the ONNX export are
 unchanged. The PyTorch backend swaps it in after loading.
 """
 
@@ -78,7 +83,7 @@ def norm_then_rotary(
 class FusedLayer(nn.Module):
     """One ``FiLMDecoderLayer`` over prepared cross-attention keys/values and tabulated FiLM parameters."""
 
-    def __init__(self, layer: FiLMDecoderLayer, cos: torch.Tensor, signed_sin: torch.Tensor) -> None:
+    def __init__(self, layer: FiLMDecoderLayer, cos: torch.Tensor, signed_sin: torch.Tensor, matmul_dtype: torch.dtype) -> None:
         super().__init__()
         self.layer = layer
         self.register_buffer("cos", cos.clone(), persistent=False)
@@ -87,24 +92,42 @@ class FusedLayer(nn.Module):
             norm = getattr(layer, name)
             swapped = torch.stack((pair_swap(norm.weight), pair_swap(norm.bias))).detach()
             self.register_buffer(f"{name}_swapped", swapped, persistent=False)
+        attn, cross, d = layer.self_attn, layer.multihead_attn, cos.shape[-1]
+        products = {
+            "qk": (attn.in_proj_weight[: 2 * d], attn.in_proj_bias[: 2 * d]),
+            "v": (attn.in_proj_weight[2 * d :], attn.in_proj_bias[2 * d :]),
+            "self_out": (attn.out_proj.weight, attn.out_proj.bias),
+            "q": (cross.in_proj_weight[:d], cross.in_proj_bias[:d]),
+            "cross_out": (cross.out_proj.weight, cross.out_proj.bias),
+            "ff1": (layer.linear1.weight, layer.linear1.bias),
+            "ff2": (layer.linear2.weight, layer.linear2.bias),
+        }
+        # Views of the module's parameters in their own dtype, fp16 copies otherwise.
+        for name, (weight, bias) in products.items():
+            self.register_buffer(f"{name}_weight", weight.detach().to(matmul_dtype), persistent=False)
+            self.register_buffer(f"{name}_bias", bias.detach().to(matmul_dtype), persistent=False)
+
+    def _linear(self, name: str, x: torch.Tensor) -> torch.Tensor:
+        """The layer's product ``name`` of x, in the products' dtype."""
+        weight = getattr(self, f"{name}_weight")
+        return F.linear(x.to(weight.dtype), weight, getattr(self, f"{name}_bias"))
 
     def forward(self, x: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, modulation: torch.Tensor) -> torch.Tensor:
         """``keys``/``values`` (2B,heads,82,hd) in the attention dtype; ``modulation`` (2B,3,2d) of (scale + 1, shift)."""
         layer = self.layer
+        heads = layer.self_attn.heads
         # One reduction per norm for the compiler; eagerly (the CPU path) fewer operators.
         norm_rotary_ = norm_rotary if torch.compiler.is_compiling() else norm_then_rotary
         (s1, b1), (s2, b2), (s3, b3) = (m.unsqueeze(1).chunk(2, dim=-1) for m in modulation.unbind(-2))
         rotated, plain = norm_rotary_(x, layer.norm1, self.norm1_swapped.unbind(0), self.cos, self.signed_sin)
-        attn = layer.self_attn
-        d = x.shape[-1]
-        q, k = F.linear(rotated, attn.in_proj_weight[: 2 * d], attn.in_proj_bias[: 2 * d]).chunk(2, dim=-1)
-        v = F.linear(plain, attn.in_proj_weight[2 * d :], attn.in_proj_bias[2 * d :])
-        x = x + (s1 * _attend(attn.out_proj, attn.heads, q, *(_heads(t, attn.heads, keys.dtype) for t in (k, v))) + b1)
+        q, k = self._linear("qk", rotated).chunk(2, dim=-1)
+        v = self._linear("v", plain)
+        attended = _attend(heads, q, *(_heads(t, heads, keys.dtype) for t in (k, v)))
+        x = x + (s1 * self._linear("self_out", attended) + b1)
         rotated, _ = norm_rotary_(x, layer.norm2, self.norm2_swapped.unbind(0), self.cos, self.signed_sin)
-        cross = layer.multihead_attn
-        q = F.linear(rotated, cross.in_proj_weight[:d], cross.in_proj_bias[:d])
-        x = x + (s2 * _attend(cross.out_proj, cross.heads, q, keys, values) + b2)
-        h = layer.linear2(F.gelu(layer.linear1(layer.norm3(x))))
+        attended = _attend(heads, self._linear("q", rotated), keys, values)
+        x = x + (s2 * self._linear("cross_out", attended) + b2)
+        h = self._linear("ff2", F.gelu(self._linear("ff1", layer.norm3(x))))
         return x + (s3 * h + b3)
 
 
@@ -113,22 +136,25 @@ def _heads(t: torch.Tensor, heads: int, dtype: torch.dtype) -> torch.Tensor:
     return t.unflatten(-1, (heads, -1)).transpose(1, 2).to(dtype)
 
 
-def _attend(out_proj: nn.Linear, heads: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-    out = F.scaled_dot_product_attention(_heads(q, heads, k.dtype), k, v)
-    return out_proj(out.transpose(1, 2).flatten(-2).to(q.dtype))
+def _attend(heads: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """Attention of (N,L,d) queries over head-split keys/values, heads joined again: (N,L,d) in k's dtype."""
+    return F.scaled_dot_product_attention(_heads(q, heads, k.dtype), k, v).transpose(1, 2).flatten(-2)
 
 
 class FusedLMDMStep(nn.Module):
     """``prepare_window(cond, times)`` once per window, then ``ddim_step`` per step: the LMDM's DDIM loop, fewer kernels."""
 
-    def __init__(self, lmdm: LMDM) -> None:
+    def __init__(self, lmdm: LMDM, matmul_dtype: torch.dtype | None = None) -> None:
+        """``matmul_dtype``: the decoder layers' products (None: the module's own dtype)."""
         super().__init__()
         self.lmdm = lmdm
         rotary = lmdm.rotary
         dtype = lmdm.final_layer.weight.dtype
         sign = torch.tensor([-1.0, 1.0], device=rotary.sin.device).repeat(rotary.sin.shape[-1] // 2)
         cos, signed_sin = rotary.cos[:SEQ_FRAMES].to(dtype), (rotary.sin[:SEQ_FRAMES] * sign).to(dtype)
-        self.layers = nn.ModuleList(FusedLayer(layer, cos, signed_sin) for layer in lmdm.seqTransDecoder.stack)
+        self.layers = nn.ModuleList(
+            FusedLayer(layer, cos, signed_sin, matmul_dtype or dtype) for layer in lmdm.seqTransDecoder.stack
+        )
 
     @torch.no_grad()
     def prepare_window(self, cond: torch.Tensor, times: torch.Tensor) -> FusedWindow:

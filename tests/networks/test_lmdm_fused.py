@@ -5,6 +5,8 @@ Deterministic random weights in the official layout, so these check arithmetic, 
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -80,6 +82,37 @@ def test_a_fused_ddim_window_equals_the_plain_ddim_loop(net: LMDM, inputs) -> No
         plain = ddim_steps(denoiser_step(net), x, cond_frame, cond, schedule, step_noise)
     assert relative(got, expected) < 1e-5
     assert torch.equal(plain, expected), "the last step's (1, 0, 0) weights return x0 exactly"
+
+
+def test_fp16_products_keep_a_window_as_close_to_fp32_as_tf32_would(net: LMDM, inputs) -> None:
+    # fp16 operands round to the same 10-bit mantissa as TF32's; the residual stream, norms and update stay fp32.
+    x, cond_frame, cond = inputs
+    schedule = ddim_schedule(4)
+    step_noise = torch.randn(3, 2, 80, 265, generator=torch.Generator().manual_seed(3))
+    exact, half = FusedLMDMStep(net), FusedLMDMStep(net, torch.float16)
+    with torch.no_grad():
+        expected = ddim_steps(exact.ddim_step, x, cond_frame, exact.prepare_window(cond, schedule.times), schedule, step_noise)
+        got = ddim_steps(half.ddim_step, x, cond_frame, half.prepare_window(cond, schedule.times), schedule, step_noise)
+    assert got.dtype == torch.float32
+    error = ((got - expected).norm() / expected.norm()).item()
+    assert 1e-5 < error < 2e-3, f"fp16 products moved the window by {error:.1e} (relative)"
+    assert half.layers[0].ff1_weight.dtype == torch.float16
+    assert exact.layers[0].ff1_weight.data_ptr() == net.seqTransDecoder.stack[0].linear1.weight.data_ptr(), "fp32: views, no copies"
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_on_cuda_fp16_products_and_fp16_attention_stay_near_the_fp32_cpu_window(net: LMDM, inputs) -> None:
+    schedule = ddim_schedule(25)
+    step_noise = torch.randn(24, 2, 80, 265, generator=torch.Generator().manual_seed(4))
+    with torch.no_grad():
+        expected = ddim_loop(net, *inputs, schedule, step_noise)
+        gpu = FusedLMDMStep(copy.deepcopy(net).cuda(), torch.float16)
+        cuda_schedule = ddim_schedule(25, torch.device("cuda"))
+        x, cond_frame, cond = (t.cuda() for t in inputs)
+        window = gpu.prepare_window(cond, cuda_schedule.times)
+        got = ddim_steps(gpu.ddim_step, x, cond_frame, window, cuda_schedule, step_noise.cuda()).cpu()
+    error = ((got - expected).norm() / expected.norm()).item()
+    assert error < 3e-3, f"the CUDA window is {error:.1e} (relative) from the fp32 CPU window"
 
 
 def test_the_checkpoint_layout_and_the_plain_module_are_untouched(net: LMDM, inputs) -> None:
