@@ -208,15 +208,13 @@ def conv_variants(dtype: torch.dtype, out: Path) -> list[dict]:
     return results
 
 
-LMDM_VARIANTS = ("plain", "fused_tf32", "fp16_products", "eager_step", "runtime", "autotuned")
+LMDM_VARIANTS = ("plain", "fused_tf32", "fp16_products", "runtime", "autotuned")
 
 
 def lmdm_sampler(backend: TorchBackend, variant: str, buckets: tuple[int, ...]) -> BucketedSampler:
     """An LMDM sampler captured at ``buckets``: "plain" the plain prepared step compiled, the update eager;
     "fused_tf32" ``FusedLMDMStep`` with fp32 products (TF32) compiled, its window preparation eager (the runtime
-    before fp16 products); "fp16_products" the same with fp16 products (on CUDA its layers run as
-    ``engine.networks.lmdm_triton`` kernels), its preparation eager; "eager_step" that step not compiled (its
-    kernels launched from Python, captured in the graph all the same); "runtime" the backend's step and
+    before fp16 products); "fp16_products" the same with fp16 products; "runtime" the backend's step and
     preparation as the runtime runs them; "autotuned" the runtime's step compiled with max-autotune
     (Triton GEMMs with fused epilogues, no cuBLAS split-K), its preparation as the runtime's."""
     net = backend.network("lmdm")
@@ -227,9 +225,6 @@ def lmdm_sampler(backend: TorchBackend, variant: str, buckets: tuple[int, ...]) 
         step, prepare = denoiser_step(compiled(net.forward_prepared)), net.prepare_window
     elif variant == "runtime":
         step, prepare = backend.lmdm_step, backend.lmdm_prepare
-    elif variant == "eager_step":
-        fused = FusedLMDMStep(net, backend.dtype)
-        step, prepare = fused.ddim_step, backend.lmdm_prepare
     else:
         fused = FusedLMDMStep(net, None if variant == "fused_tf32" else backend.dtype)
         mode = "max-autotune-no-cudagraphs" if variant == "autotuned" else None
@@ -308,25 +303,23 @@ def window_ms(fn, device: torch.device, repeat: int) -> float:
     return statistics.median(times[1:])
 
 
-def lmdm_profile(out: Path, batches: tuple[int, ...], variants: tuple[str, ...], op_counts: bool) -> dict:
+def lmdm_profile(out: Path, batches: tuple[int, ...], variants: tuple[str, ...]) -> dict:
     """The LMDM samplers ``variants`` (``LMDM_VARIANTS``): ms per window and kernels per DDIM step at each batch, each
-    window's error against the fp32 CPU window; with ``op_counts`` the plain and fused steps' ATen operators and
-    Inductor launches. A variant that fails to build is recorded with its error. Runs on the CPU too (slowly)."""
+    window's error against the fp32 CPU window, and the plain and fused steps' ATen operators and Inductor
+    launches. Runs on the CPU too (slowly)."""
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     result: dict = {"device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu", "steps": 25}
+    counts_net = TorchBackend(random_checkpoints(), device=device, networks=("lmdm",), compile_networks=False).network("lmdm")
     schedule = ddim_schedule(25, device)
-    if op_counts:
-        counts_net = TorchBackend(random_checkpoints(), device=device, networks=("lmdm",), compile_networks=False).network("lmdm")
-        for variant in ("plain", "fused"):
-            steps = (lmdm_ops.plain_variant if variant == "plain" else lmdm_ops.fused_variant)(counts_net)
-            with torch.inference_mode():
-                inputs = lmdm_ops.step_inputs(counts_net, schedule, 1, steps.prepare, device)
-            counts = {"aten_per_step_b1": lmdm_ops.count_aten(steps.step, inputs), "inductor_per_step_b1": lmdm_ops.count_inductor(steps, inputs)}
-            result[f"{variant}_step_counts"] = counts
-            print(f"lmdm {variant} step (fp32): {counts['aten_per_step_b1']['ops']} ATen ops eager, "
-                  f"{counts['inductor_per_step_b1']['launches']} launches compiled ({device.type} Inductor)", flush=True)
-        del counts_net
-        torch._dynamo.reset()
+    for variant in ("plain", "fused"):
+        steps = (lmdm_ops.plain_variant if variant == "plain" else lmdm_ops.fused_variant)(counts_net)
+        with torch.inference_mode():
+            inputs = lmdm_ops.step_inputs(counts_net, schedule, 1, steps.prepare, device)
+        result[f"{variant}_step_counts"] = {"aten_per_step_b1": lmdm_ops.count_aten(steps.step, inputs), "inductor_per_step_b1": lmdm_ops.count_inductor(steps, inputs)}
+        print(f"lmdm {variant} step: {result[f'{variant}_step_counts']['aten_per_step_b1']['ops']} ATen ops eager, "
+              f"{result[f'{variant}_step_counts']['inductor_per_step_b1']['launches']} launches compiled ({device.type} Inductor, fp32)", flush=True)
+    del counts_net
+    torch._dynamo.reset()
     backend = TorchBackend(random_checkpoints(), device=device, networks=("lmdm",))
     g = torch.Generator(device=device).manual_seed(0)
     top = max(max(batches), 2)
@@ -336,13 +329,7 @@ def lmdm_profile(out: Path, batches: tuple[int, ...], variants: tuple[str, ...],
     noise = torch.randn(24, top, 80, 265, device=device, generator=g)
     windows = {}
     for variant in variants:
-        try:
-            sampler = lmdm_sampler(backend, variant, batches)
-        except Exception as error:  # noqa: BLE001 - a bench records a variant that cannot run and goes on
-            result[variant] = {"error": f"{type(error).__name__}: {error}"[:2000]}
-            print(f"lmdm {variant}: failed: {result[variant]['error'][:500]}", flush=True)
-            torch._dynamo.reset()
-            continue
+        sampler = lmdm_sampler(backend, variant, batches)
         for batch in batches:
             run = lambda: sampler(x[:batch], cond_frame[:batch], cond[:batch], noise[:, :batch])  # noqa: E731
             row = {"window_ms": window_ms(run, device, 20 if device.type == "cuda" else 2)}
@@ -370,7 +357,7 @@ def lmdm_profile(out: Path, batches: tuple[int, ...], variants: tuple[str, ...],
         print(f"lmdm {variant} window (batch 2) vs fp32 CPU: relative error {result[variant]['window_rel_err_vs_fp32_cpu']:.2e}")
     (out / "lmdm.json").write_text(json.dumps(result, indent=1))
     print(f"{'':14}" + "".join(f"{'b' + str(b) + ' ms':>10}{'k/step':>8}" for b in batches) + f"{'rel err':>10}")
-    for variant in windows:
+    for variant in variants:
         row = result[variant]
         cells = "".join(f"{row[f'batch{b}']['window_ms']:>10.2f}{row[f'batch{b}'].get('kernels_per_step', float('nan')):>8.0f}" for b in batches)
         print(f"{variant:<14}{cells}{row['window_rel_err_vs_fp32_cpu']:>10.2e}")
@@ -558,7 +545,6 @@ def main() -> int:
     parser.add_argument("--batches", type=int, nargs="+", default=[5, 16, 32], help="the decoder part's batch sizes")
     parser.add_argument("--repeat", type=int, default=20, help="the decoder part's timed calls per case")
     parser.add_argument("--lmdm-batches", nargs="*", type=int, default=[1, 4, 16], help="window batches timed by --parts lmdm")
-    parser.add_argument("--lmdm-op-counts", action="store_true", help="--parts lmdm also counts the plain and fused steps' ATen ops and Inductor launches")
     parser.add_argument("--lmdm-variants", nargs="*", default=["fused_tf32", "runtime"], choices=LMDM_VARIANTS, help="LMDM samplers timed by --parts lmdm")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
@@ -569,7 +555,7 @@ def main() -> int:
     if "attention" in args.parts:
         attention_backends(args.out)
     if "lmdm" in args.parts:
-        lmdm_profile(args.out, tuple(args.lmdm_batches), tuple(args.lmdm_variants), args.lmdm_op_counts)
+        lmdm_profile(args.out, tuple(args.lmdm_batches), tuple(args.lmdm_variants))
     if "variants" in args.parts or "layers" in args.parts:
         eager = TorchBackend(random_checkpoints(), device="cuda", networks=("warp_network", "decoder"), compile_networks=False)
         if "variants" in args.parts:

@@ -94,7 +94,8 @@ class FusedLayer(nn.Module):
             self.register_buffer(f"{name}_swapped", swapped, persistent=False)
         attn, cross, d = layer.self_attn, layer.multihead_attn, cos.shape[-1]
         products = {
-            "qkv": (attn.in_proj_weight, attn.in_proj_bias),
+            "qk": (attn.in_proj_weight[: 2 * d], attn.in_proj_bias[: 2 * d]),
+            "v": (attn.in_proj_weight[2 * d :], attn.in_proj_bias[2 * d :]),
             "self_out": (attn.out_proj.weight, attn.out_proj.bias),
             "q": (cross.in_proj_weight[:d], cross.in_proj_bias[:d]),
             "cross_out": (cross.out_proj.weight, cross.out_proj.bias),
@@ -106,26 +107,21 @@ class FusedLayer(nn.Module):
             self.register_buffer(f"{name}_weight", weight.detach().to(matmul_dtype), persistent=False)
             self.register_buffer(f"{name}_bias", bias.detach().to(matmul_dtype), persistent=False)
 
-    def _linear(self, name: str, x: torch.Tensor, outputs: slice = slice(None)) -> torch.Tensor:
-        """The layer's product ``name`` of x (its ``outputs`` only), in the products' dtype."""
-        weight = getattr(self, f"{name}_weight")[outputs]
-        return F.linear(x.to(weight.dtype), weight, getattr(self, f"{name}_bias")[outputs])
+    def _linear(self, name: str, x: torch.Tensor) -> torch.Tensor:
+        """The layer's product ``name`` of x, in the products' dtype."""
+        weight = getattr(self, f"{name}_weight")
+        return F.linear(x.to(weight.dtype), weight, getattr(self, f"{name}_bias"))
 
     def forward(self, x: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, modulation: torch.Tensor) -> torch.Tensor:
         """``keys``/``values`` (2B,heads,82,hd) in the attention dtype; ``modulation`` (2B,3,2d) of (scale + 1, shift)."""
-        if x.is_cuda and self.qkv_weight.dtype == torch.float16:
-            from engine.networks.lmdm_triton import decoder_layer
-
-            return decoder_layer(self, x, keys, values, modulation)
         layer = self.layer
         heads = layer.self_attn.heads
-        d = x.shape[-1]
         # One reduction per norm for the compiler; eagerly (the CPU path) fewer operators.
         norm_rotary_ = norm_rotary if torch.compiler.is_compiling() else norm_then_rotary
         (s1, b1), (s2, b2), (s3, b3) = (m.unsqueeze(1).chunk(2, dim=-1) for m in modulation.unbind(-2))
         rotated, plain = norm_rotary_(x, layer.norm1, self.norm1_swapped.unbind(0), self.cos, self.signed_sin)
-        q, k = self._linear("qkv", rotated, slice(0, 2 * d)).chunk(2, dim=-1)
-        v = self._linear("qkv", plain, slice(2 * d, None))
+        q, k = self._linear("qk", rotated).chunk(2, dim=-1)
+        v = self._linear("v", plain)
         attended = _attend(heads, q, *(_heads(t, heads, keys.dtype) for t in (k, v)))
         x = x + (s1 * self._linear("self_out", attended) + b1)
         rotated, _ = norm_rotary_(x, layer.norm2, self.norm2_swapped.unbind(0), self.cos, self.signed_sin)
