@@ -227,10 +227,9 @@ def lmdm_sampler(backend: TorchBackend, variant: str, buckets: tuple[int, ...]) 
         step, prepare = backend.lmdm_step, backend.lmdm_prepare
     else:
         fused = FusedLMDMStep(net, None if variant == "fused_tf32" else backend.dtype)
-        mode = "max-autotune-no-cudagraphs" if variant == "autotuned" else None
-        step, prepare = compiled(fused.ddim_step, mode=mode), fused.prepare_window
-        if variant == "autotuned":
-            prepare = backend.lmdm_prepare
+        autotuned = variant == "autotuned"
+        step = compiled(fused.ddim_step, mode="max-autotune-no-cudagraphs" if autotuned else None)
+        prepare = backend.lmdm_prepare if autotuned else fused.prepare_window
     sampler = BucketedSampler(schedule, step, net.cond_dim, (80, 265), lambda c: prepare(c, times))
     sampler.capture(buckets)
     # The graphs are captured, so this variant's compiled code is not called again: the next variant's
@@ -419,12 +418,7 @@ def speed_table(out: Path) -> dict:
         result[f"lmdm_window_ms_b{batch}"] = ms
         print(f"lmdm batch {batch}: {ms:.2f} ms per call", flush=True)
     window = sampler(x[:2], cond_frame[:2], cond[:2], noise[:, :2]).cpu()
-    from engine.diffusion.ddim import ddim_loop
-
-    cpu_lmdm = load_network("lmdm", folder / OFFICIAL_FILENAMES["lmdm"], "cpu", torch.float32)
-    schedule = engine.schedule.to("cpu")
-    with torch.inference_mode():
-        expected = ddim_loop(cpu_lmdm, x[:2].cpu(), cond_frame[:2].cpu(), cond[:2].cpu(), schedule, noise[:, :2].cpu())
+    expected = fp32_cpu_window(x[:2], cond_frame[:2], cond[:2], noise[:, :2])
     result["lmdm_window_rel_err_vs_fp32_cpu"] = float((window - expected).norm() / expected.norm())
     print(f"lmdm window (graphed, fp16 products and attention) vs fp32 CPU: relative error {result['lmdm_window_rel_err_vs_fp32_cpu']:.2e}", flush=True)
     for dtype in (torch.float32, torch.float16):

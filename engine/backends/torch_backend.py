@@ -78,9 +78,10 @@ class TorchBackend(Backend):
                     self._run[name] = torch.compile(self._nets[name])
         # The DDIM step of the sampler: the LMDM in fewer kernels, with the update, its layers' products
         # in the backend's dtype (fp16 on CUDA); the window preparation compiled too (engine.networks.lmdm_fused).
-        self._lmdm_fused = FusedLMDMStep(self._nets["lmdm"], self.dtype) if "lmdm" in self._nets else None
-        if self._lmdm_fused is not None:
-            self._lmdm_step, self._lmdm_prepare = self._lmdm_fused.ddim_step, self._lmdm_fused.prepare_window
+        self._lmdm_step = self._lmdm_prepare = None
+        if "lmdm" in self._nets:
+            fused = FusedLMDMStep(self._nets["lmdm"], self.dtype)
+            self._lmdm_step, self._lmdm_prepare = fused.ddim_step, fused.prepare_window
             if self.device.type == "cuda" and compile_networks:
                 self._lmdm_step, self._lmdm_prepare = torch.compile(self._lmdm_step), torch.compile(self._lmdm_prepare)
         self.cond_width = self._nets["lmdm"].cond_dim if "lmdm" in self._nets else 0
