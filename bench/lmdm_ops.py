@@ -26,7 +26,7 @@ from engine.diffusion.schedule import DDIMSchedule
 from engine.networks.lmdm import LMDM
 from engine.networks.lmdm_fused import FusedLMDMStep
 
-_MATMULS = {"addmm", "mm", "bmm", "baddbmm", "linear", "matmul"}
+_MATMULS = {"addmm", "_addmm_activation", "mm", "bmm", "baddbmm", "linear", "matmul"}
 
 
 class AtenCounter(TorchDispatchMode):

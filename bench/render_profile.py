@@ -213,8 +213,8 @@ LMDM_VARIANTS = ("plain", "fused_tf32", "fp16_products", "runtime", "autotuned")
 
 def lmdm_sampler(backend: TorchBackend, variant: str, buckets: tuple[int, ...]) -> BucketedSampler:
     """An LMDM sampler captured at ``buckets``: "plain" the plain prepared step compiled, the update eager;
-    "fused_tf32" ``FusedLMDMStep`` with fp32 products (TF32) compiled, its window preparation eager (the runtime
-    before fp16 products); "fp16_products" the same with fp16 products; "runtime" the backend's step and
+    "fused_tf32" ``FusedLMDMStep`` with fp32 products (TF32) compiled, its window preparation eager (as the runtime
+    ran before fp16 products, though with today's fused step); "fp16_products" the same with fp16 products; "runtime" the backend's step and
     preparation as the runtime runs them; "autotuned" the runtime's step compiled with max-autotune
     (Triton GEMMs with fused epilogues, no cuBLAS split-K), its preparation as the runtime's."""
     net = backend.network("lmdm")

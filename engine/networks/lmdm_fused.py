@@ -14,12 +14,22 @@ reformulations that remove kernels:
 * the DDIM update (x0, ε̂ and the noise mixed by the step's coefficients) inside the step, so
   that a compiled step fuses it with the guidance instead of running it as separate kernels.
 
-On CUDA the decoder layers' matrix products can run in fp16 (``matmul_dtype``) while the residual
-stream, the layer norms, FiLM and the DDIM update stay fp32: fp16 operands carry the same 10-bit
-mantissa that TF32 rounds fp32 operands to, so the products are no coarser, and cuBLAS runs fp16 at
-twice TF32's rate with half the weight traffic, without split-K reduces. The casts ride in the
-neighbouring pointwise kernels. On the H200 a 25-step window went from 19.1 / 37.1 ms to 12.7 / 22.5 ms
-at 1 / 16 windows, 1.1e-3 relative from fp32 (bench/results/2026-12-01_h200_speed_fp16_lmdm.json).
+On CUDA the matrix products can run in fp16 (``matmul_dtype``) while the residual stream, the layer
+norms, FiLM and the DDIM update stay fp32: fp16 operands carry the same 10-bit mantissa that TF32 rounds
+fp32 operands to, so the products are no coarser, and cuBLAS runs fp16 at twice TF32's rate with half the
+weight traffic, without split-K reduces. The casts ride in the neighbouring pointwise kernels. On the H200
+a 25-step window went from 19.1 / 37.1 ms to 12.7 / 22.5 ms at 1 / 16 windows, 1.1e-3 relative from fp32
+(bench/results/2026-12-01_h200_speed_fp16_lmdm.json). At one window the remaining ~150 kernels per step
+are latency-bound (a product ~4 us, a pointwise kernel ~2 us, whatever their size), so launches went:
+
+* the self-attention's q/k and v products as one product up to ``MERGED_PROJECTION_ROWS`` rows;
+* ff1's GELU in the product's epilogue (``torch._addmm_activation``; on CUDA the tanh approximation);
+* the input and final projections in fp16 too, their 530 inputs and 265 outputs zero-padded to multiples
+  of 8 so that cuBLAS picks aligned tensor-core kernels (with TF32 and unaligned rows they were ~30 us per
+  step in five kernels).
+
+149 -> 133 kernels per step; 12.96 / 23.13 -> 11.97 / 21.14 ms at 1 / 16 windows in one process, relative
+error 1.20e-3 -> 1.22e-3 (bench/results/2026-12-01_h200_lmdm_merged_projections.json).
 
 ``FusedLMDMStep`` shares the loaded module's parameters: its derived tables, and the fp16 copies of
 the layers' weights when ``matmul_dtype`` asks for them, are built from them, so it is built after
@@ -43,6 +53,12 @@ from engine.networks.lmdm import (
     TIME_TOKENS,
 )
 from engine.networks.lmdm_blocks import FiLMDecoderLayer, attention_dtype
+
+
+MERGED_PROJECTION_ROWS = 640
+"""Up to this many rows (4 guided windows of 80 frames) the self-attention's q/k and v products run as one: they are
+latency-bound there, so one launch of twice the FLOPs beats two (H200, two runs: -0.3 and -0.7 ms per window at 1 window,
+even at 4, +0.9 ms at 8; bench/results/2026-12-01_h200_lmdm_merged_projections.json)."""
 
 
 class FusedWindow(NamedTuple):
@@ -97,8 +113,7 @@ class FusedLayer(nn.Module):
             self.register_buffer(f"{name}_swapped", swapped, persistent=False)
         attn, cross, d = layer.self_attn, layer.multihead_attn, cos.shape[-1]
         products = {
-            "qk": (attn.in_proj_weight[: 2 * d], attn.in_proj_bias[: 2 * d]),
-            "v": (attn.in_proj_weight[2 * d :], attn.in_proj_bias[2 * d :]),
+            "qkv": (attn.in_proj_weight, attn.in_proj_bias),
             "self_out": (attn.out_proj.weight, attn.out_proj.bias),
             "q": (cross.in_proj_weight[:d], cross.in_proj_bias[:d]),
             "cross_out": (cross.out_proj.weight, cross.out_proj.bias),
@@ -110,10 +125,31 @@ class FusedLayer(nn.Module):
             self.register_buffer(f"{name}_weight", weight.detach().to(matmul_dtype), persistent=False)
             self.register_buffer(f"{name}_bias", bias.detach().to(matmul_dtype), persistent=False)
 
-    def _linear(self, name: str, x: torch.Tensor) -> torch.Tensor:
-        """The layer's product ``name`` of x, in the products' dtype."""
+    def _linear(self, name: str, x: torch.Tensor, outputs: slice = slice(None)) -> torch.Tensor:
+        """The layer's product ``name`` of x (only its ``outputs`` features), in the products' dtype."""
         weight = getattr(self, f"{name}_weight")
-        return F.linear(x.to(weight.dtype), weight, getattr(self, f"{name}_bias"))
+        return F.linear(x.to(weight.dtype), weight[outputs], getattr(self, f"{name}_bias")[outputs])
+
+    def _linear_gelu(self, name: str, x: torch.Tensor) -> torch.Tensor:
+        """GELU of the layer's product ``name`` of x, applied in the product's epilogue instead of a kernel of its own.
+
+        On the CPU this is the exact (erf) GELU; on CUDA cuBLASLt's epilogue computes its tanh approximation, at most
+        4.7e-4 from the erf form: below the fp16 rounding of the product's output at |GELU| > 1.
+        """
+        weight = getattr(self, f"{name}_weight")
+        rows = x.to(weight.dtype).flatten(0, -2)
+        return torch._addmm_activation(getattr(self, f"{name}_bias"), rows, weight.t(), use_gelu=True).unflatten(0, x.shape[:-1])
+
+    def _self_projections(self, rotated: torch.Tensor, plain: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Self-attention q, k (of the rotated rows) and v (of the plain rows). Up to ``MERGED_PROJECTION_ROWS`` rows
+        one product of both inputs stacked by all three weights, the unwanted half discarded; above it two products."""
+        d = plain.shape[-1]
+        if plain.shape[0] * plain.shape[1] > MERGED_PROJECTION_ROWS:
+            q, k = self._linear("qkv", rotated, slice(2 * d)).chunk(2, dim=-1)
+            return q, k, self._linear("qkv", plain, slice(2 * d, None))
+        both = self._linear("qkv", torch.cat((rotated, plain)))
+        q, k = both[: len(plain), :, : 2 * d].chunk(2, dim=-1)
+        return q, k, both[len(plain) :, :, 2 * d :]
 
     def forward(self, x: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, modulation: torch.Tensor) -> torch.Tensor:
         """``keys``/``values`` (2B,heads,82,hd) in the attention dtype; ``modulation`` (2B,3,2d) of (scale + 1, shift)."""
@@ -123,15 +159,22 @@ class FusedLayer(nn.Module):
         norm_rotary_ = norm_rotary if torch.compiler.is_compiling() else norm_then_rotary
         (s1, b1), (s2, b2), (s3, b3) = (m.unsqueeze(1).chunk(2, dim=-1) for m in modulation.unbind(-2))
         rotated, plain = norm_rotary_(x, layer.norm1, self.norm1_swapped.unbind(0), self.cos, self.signed_sin)
-        q, k = self._linear("qk", rotated).chunk(2, dim=-1)
-        v = self._linear("v", plain)
+        q, k, v = self._self_projections(rotated, plain)
         attended = _attend(heads, q, *(_heads(t, heads, keys.dtype) for t in (k, v)))
         x = x + (s1 * self._linear("self_out", attended) + b1)
         rotated, _ = norm_rotary_(x, layer.norm2, self.norm2_swapped.unbind(0), self.cos, self.signed_sin)
         attended = _attend(heads, self._linear("q", rotated), keys, values)
         x = x + (s2 * self._linear("cross_out", attended) + b2)
-        h = self._linear("ff2", F.gelu(self._linear("ff1", layer.norm3(x))))
+        h = self._linear("ff2", self._linear_gelu("ff1", layer.norm3(x)))
         return x + (s3 * h + b3)
+
+
+def aligned_linear(linear: nn.Linear, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """``linear``'s weight and bias in ``dtype``, zero-padded to multiples of 8 input and output features: cuBLAS's
+    tensor-core kernels want 16-byte aligned rows, and the LMDM's 530 inputs and 265 outputs are not."""
+    outputs, inputs = linear.weight.shape
+    weight = F.pad(linear.weight.detach(), (0, -inputs % 8, 0, -outputs % 8)).to(dtype)
+    return weight, F.pad(linear.bias.detach(), (0, -outputs % 8)).to(dtype)
 
 
 def _heads(t: torch.Tensor, heads: int, dtype: torch.dtype) -> torch.Tensor:
@@ -158,6 +201,10 @@ class FusedLMDMStep(nn.Module):
         self.layers = nn.ModuleList(
             FusedLayer(layer, cos, signed_sin, matmul_dtype or dtype) for layer in lmdm.seqTransDecoder.stack
         )
+        for name, linear in (("input", lmdm.input_projection), ("final", lmdm.final_layer)):
+            weight, bias = aligned_linear(linear, matmul_dtype or dtype)
+            self.register_buffer(f"{name}_weight", weight, persistent=False)
+            self.register_buffer(f"{name}_bias", bias, persistent=False)
 
     @torch.no_grad()
     def prepare_window(self, cond: torch.Tensor, times: torch.Tensor) -> FusedWindow:
@@ -182,11 +229,14 @@ class FusedLMDMStep(nn.Module):
         dtype = lmdm.final_layer.weight.dtype
         step = window.step_of_time[time_cond[:1]]  # an index tensor, not a Python int: no host sync in the graph
         window.cross_kv[..., -TIME_TOKENS:, :] = window.time_kv[step].squeeze(0)
-        h = lmdm._project_input(x.to(dtype), cond_frame.to(dtype)).repeat(2, 1, 1)
+        inputs = torch.cat((x, cond_frame.unsqueeze(1).expand(-1, x.shape[1], -1)), dim=-1)
+        inputs = F.pad(inputs, (0, self.input_weight.shape[1] - inputs.shape[-1])).to(self.input_weight.dtype)
+        h = F.linear(inputs, self.input_weight, self.input_bias).to(dtype).repeat(2, 1, 1)
         modulation = window.modulation[step].squeeze(0)
         for i, layer in enumerate(self.layers):
             h = layer(h, window.cross_kv[i, 0], window.cross_kv[i, 1], modulation[:, i])
-        return lmdm._with_noise(x, lmdm._guide(lmdm.final_layer(h), GUIDANCE_WEIGHT), time_cond)
+        out = F.linear(h.to(self.final_weight.dtype), self.final_weight, self.final_bias)[..., : x.shape[-1]]
+        return lmdm._with_noise(x, lmdm._guide(out, GUIDANCE_WEIGHT), time_cond)
 
     def ddim_step(
         self,

@@ -16,7 +16,8 @@ from engine.diffusion.schedule import ddim_schedule
 from engine.networks import OFFICIAL_FILENAMES, load_network
 from engine.networks.lmdm import LMDM
 from engine.networks.lmdm_blocks import RotaryEmbedding
-from engine.networks.lmdm_fused import FusedLMDMStep, norm_rotary, norm_then_rotary, pair_swap
+from engine.networks import lmdm_fused
+from engine.networks.lmdm_fused import FusedLMDMStep, aligned_linear, norm_rotary, norm_then_rotary, pair_swap
 
 NAME = "lmdm"
 
@@ -53,6 +54,17 @@ def test_norm_rotary_is_rotary_of_the_layer_norm_and_the_layer_norm(form) -> Non
     torch.testing.assert_close(rotated, rotary(expected), rtol=1e-5, atol=1e-5)
 
 
+def test_an_aligned_linear_pads_with_zeros_to_multiples_of_8_and_keeps_the_function() -> None:
+    torch.manual_seed(0)
+    linear = torch.nn.Linear(530, 265)
+    weight, bias = aligned_linear(linear, torch.float32)
+    assert weight.shape == (272, 536) and bias.shape == (272,)
+    assert not weight[265:].any() and not weight[:, 530:].any() and not bias[265:].any()
+    x = torch.randn(4, 530)
+    with torch.no_grad():
+        torch.testing.assert_close(F.linear(F.pad(x, (0, 6)), weight, bias)[:, :265], linear(x))
+
+
 def test_pair_swap_exchanges_neighbours() -> None:
     assert pair_swap(torch.arange(6.0)).tolist() == [1.0, 0.0, 3.0, 2.0, 5.0, 4.0]
 
@@ -71,7 +83,9 @@ def test_the_fused_denoiser_call_equals_the_plain_lmdm(net: LMDM, inputs) -> Non
                 assert relative(a, b) < 1e-5
 
 
-def test_a_fused_ddim_window_equals_the_plain_ddim_loop(net: LMDM, inputs) -> None:
+@pytest.mark.parametrize("merged_rows", [lmdm_fused.MERGED_PROJECTION_ROWS, 0], ids=["one q/k/v product", "two products"])
+def test_a_fused_ddim_window_equals_the_plain_ddim_loop(net: LMDM, inputs, merged_rows: int, monkeypatch) -> None:
+    monkeypatch.setattr(lmdm_fused, "MERGED_PROJECTION_ROWS", merged_rows)
     x, cond_frame, cond = inputs
     schedule = ddim_schedule(4)
     step_noise = torch.randn(3, 1, 80, 265, generator=torch.Generator().manual_seed(2))
@@ -101,7 +115,11 @@ def test_fp16_products_keep_a_window_as_close_to_fp32_as_tf32_would(net: LMDM, i
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-def test_on_cuda_fp16_products_and_fp16_attention_stay_near_the_fp32_cpu_window(net: LMDM, inputs) -> None:
+@pytest.mark.parametrize("merged_rows", [lmdm_fused.MERGED_PROJECTION_ROWS, 0], ids=["one q/k/v product", "two products"])
+def test_on_cuda_fp16_products_and_fp16_attention_stay_near_the_fp32_cpu_window(
+    net: LMDM, inputs, merged_rows: int, monkeypatch
+) -> None:
+    monkeypatch.setattr(lmdm_fused, "MERGED_PROJECTION_ROWS", merged_rows)
     schedule = ddim_schedule(25)
     step_noise = torch.randn(24, 2, 80, 265, generator=torch.Generator().manual_seed(4))
     with torch.no_grad():
