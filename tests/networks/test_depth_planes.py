@@ -67,5 +67,6 @@ def test_a_warp_network_on_depth_planes_warps_as_before() -> None:
     kp_driving = kp_source + 0.05 * torch.randn(2, 4, 3)
     with torch.no_grad():
         expected = net(feature, kp_source, kp_driving)
-        assert relative(planes(feature, kp_source, kp_driving), expected) < 1e-5
+        # fp32 sums in another order, through softmax and sampling: 1.05e-5 on an AVX2 CPU, ~1 for a wrong conversion.
+        assert relative(planes(feature, kp_source, kp_driving), expected) < 1e-4
         assert float(F.mse_loss(expected, torch.zeros_like(expected))) > 0
