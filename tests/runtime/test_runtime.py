@@ -1,6 +1,6 @@
 """The runtime on the CPU with the real networks (random weights, 2 DDIM steps): independence, audio, bounds, interrupt.
 
-Rendering a 512x512 frame takes about a second on two cores, so each test renders few frames.
+Rendering a 512x512 frame takes about 9 s on two AVX2 cores, so each test renders few frames.
 """
 
 from __future__ import annotations
@@ -67,19 +67,19 @@ def render_offline(runtime: Runtime, avatar, seeds: list[int], audio: np.ndarray
 
 
 def test_a_session_beside_another_makes_exactly_the_frames_it_makes_alone_with_its_own_48k_audio(runtime: Runtime, avatar) -> None:
-    audio = tone(0.11)
+    audio = tone(0.07)
     solo = [render_offline(runtime, avatar, [seed], audio)[0] for seed in (0, 1)]
     together = render_offline(runtime, avatar, [1, 0], audio)
-    assert len(solo[0]) == math.ceil(soxr.resample(audio, RATE, 16_000).size / 640) == 3
+    assert len(solo[0]) == math.ceil(soxr.resample(audio, RATE, 16_000).size / 640) == 2
     for frames, alone in zip(together, (solo[1], solo[0])):
-        assert [f.index for f in frames] == [f.index for f in alone] == list(range(3))
+        assert [f.index for f in frames] == [f.index for f in alone] == list(range(2))
         assert all(torch.equal(a.image, b.image) for a, b in zip(frames, alone))
     assert not all(torch.equal(a.image, b.image) for a, b in zip(solo[0], solo[1]))
     assert len(runtime.avatars) == 0
     metrics = runtime.metrics()
     assert 0 < metrics["tick_cpu_ms_p50"] and metrics["tick_cpu_ms_p99"] <= metrics["tick_wall_ms_p99"] + 1, "the loop's CPU share of its ticks"
     frames = solo[0]
-    assert [f.pts for f in frames] == [Fraction(i, 25) for i in range(3)]
+    assert [f.pts for f in frames] == [Fraction(i, 25) for i in range(2)]
     assert all(f.audio.shape == (1920,) and f.audio.dtype == np.float32 and f.speech for f in frames)
     expected = soxr.resample(audio, RATE, 48_000, quality="HQ")
     got = np.concatenate([f.audio for f in frames])
@@ -140,7 +140,7 @@ def test_admission_refuses_a_live_session_the_gpu_could_not_serve(runtime: Runti
 
 def test_interrupt_drops_untaken_frames_and_goes_on_silently_from_the_last_frame_shown(runtime: Runtime, avatar) -> None:
     session = runtime.open_session(avatar, live=True, overlap=75)
-    session.push_audio(tone(0.6), RATE)
+    session.push_audio(tone(0.2), RATE)
     shown = [session.next_frame(timeout=300) for _ in range(3)]
     assert [f.index for f in shown] == [0, 1, 2]
     session.interrupt()
