@@ -142,8 +142,12 @@ class MotionDecoder(nn.Module):
         return unconditioned + (conditioned - unconditioned) * weight
 
     def _project_input(self, x: torch.Tensor, cond_frame: torch.Tensor) -> torch.Tensor:
-        frames = cond_frame.unsqueeze(1).expand(-1, x.shape[1], -1)
-        return self.input_projection(torch.cat((x, frames), dim=-1))
+        return self.input_projection(self.input_rows(x, cond_frame))
+
+    @staticmethod
+    def input_rows(x: torch.Tensor, cond_frame: torch.Tensor) -> torch.Tensor:
+        """The input projection's rows: each frame's motion beside the window's condition frame."""
+        return torch.cat((x, cond_frame.unsqueeze(1).expand(-1, x.shape[1], -1)), dim=-1)
 
     def _decode(
         self, h: torch.Tensor, tokens: torch.Tensor, hidden: torch.Tensor, t_hidden: torch.Tensor

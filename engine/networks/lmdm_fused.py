@@ -169,12 +169,23 @@ class FusedLayer(nn.Module):
         return x + (s3 * h + b3)
 
 
-def aligned_linear(linear: nn.Linear, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-    """``linear``'s weight and bias in ``dtype``, zero-padded to multiples of 8 input and output features: cuBLAS's
+class AlignedLinear(nn.Module):
+    """``linear`` in ``dtype`` with its weight and bias zero-padded to multiples of 8 input and output features: cuBLAS's
     tensor-core kernels want 16-byte aligned rows, and the LMDM's 530 inputs and 265 outputs are not."""
-    outputs, inputs = linear.weight.shape
-    weight = F.pad(linear.weight.detach(), (0, -inputs % 8, 0, -outputs % 8)).to(dtype)
-    return weight, F.pad(linear.bias.detach(), (0, -outputs % 8)).to(dtype)
+
+    def __init__(self, linear: nn.Linear, dtype: torch.dtype) -> None:
+        super().__init__()
+        self.outputs, inputs = linear.weight.shape
+        self.input_pad = -inputs % 8
+        weight = F.pad(linear.weight.detach(), (0, self.input_pad, 0, -self.outputs % 8))
+        self.register_buffer("weight", weight.to(dtype), persistent=False)
+        self.register_buffer("bias", F.pad(linear.bias.detach(), (0, -self.outputs % 8)).to(dtype), persistent=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """``linear(x)`` in the padded weights' dtype: x padded with zeros, the padded outputs dropped."""
+        if self.input_pad:
+            x = F.pad(x, (0, self.input_pad))
+        return F.linear(x.to(self.weight.dtype), self.weight, self.bias)[..., : self.outputs]
 
 
 def _heads(t: torch.Tensor, heads: int, dtype: torch.dtype) -> torch.Tensor:
@@ -201,10 +212,8 @@ class FusedLMDMStep(nn.Module):
         self.layers = nn.ModuleList(
             FusedLayer(layer, cos, signed_sin, matmul_dtype or dtype) for layer in lmdm.seqTransDecoder.stack
         )
-        for name, linear in (("input", lmdm.input_projection), ("final", lmdm.final_layer)):
-            weight, bias = aligned_linear(linear, matmul_dtype or dtype)
-            self.register_buffer(f"{name}_weight", weight, persistent=False)
-            self.register_buffer(f"{name}_bias", bias, persistent=False)
+        self.input_projection = AlignedLinear(lmdm.input_projection, matmul_dtype or dtype)
+        self.final_layer = AlignedLinear(lmdm.final_layer, matmul_dtype or dtype)
 
     @torch.no_grad()
     def prepare_window(self, cond: torch.Tensor, times: torch.Tensor) -> FusedWindow:
@@ -229,14 +238,11 @@ class FusedLMDMStep(nn.Module):
         dtype = lmdm.final_layer.weight.dtype
         step = window.step_of_time[time_cond[:1]]  # an index tensor, not a Python int: no host sync in the graph
         window.cross_kv[..., -TIME_TOKENS:, :] = window.time_kv[step].squeeze(0)
-        inputs = torch.cat((x, cond_frame.unsqueeze(1).expand(-1, x.shape[1], -1)), dim=-1)
-        inputs = F.pad(inputs, (0, self.input_weight.shape[1] - inputs.shape[-1])).to(self.input_weight.dtype)
-        h = F.linear(inputs, self.input_weight, self.input_bias).to(dtype).repeat(2, 1, 1)
+        h = self.input_projection(lmdm.input_rows(x, cond_frame)).to(dtype).repeat(2, 1, 1)
         modulation = window.modulation[step].squeeze(0)
         for i, layer in enumerate(self.layers):
             h = layer(h, window.cross_kv[i, 0], window.cross_kv[i, 1], modulation[:, i])
-        out = F.linear(h.to(self.final_weight.dtype), self.final_weight, self.final_bias)[..., : x.shape[-1]]
-        return lmdm._with_noise(x, lmdm._guide(out, GUIDANCE_WEIGHT), time_cond)
+        return lmdm._with_noise(x, lmdm._guide(self.final_layer(h), GUIDANCE_WEIGHT), time_cond)
 
     def ddim_step(
         self,

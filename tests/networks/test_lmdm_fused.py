@@ -17,7 +17,7 @@ from engine.networks import OFFICIAL_FILENAMES, load_network
 from engine.networks.lmdm import LMDM
 from engine.networks.lmdm_blocks import RotaryEmbedding
 from engine.networks import lmdm_fused
-from engine.networks.lmdm_fused import FusedLMDMStep, aligned_linear, norm_rotary, norm_then_rotary, pair_swap
+from engine.networks.lmdm_fused import AlignedLinear, FusedLMDMStep, norm_rotary, norm_then_rotary, pair_swap
 
 NAME = "lmdm"
 
@@ -57,12 +57,14 @@ def test_norm_rotary_is_rotary_of_the_layer_norm_and_the_layer_norm(form) -> Non
 def test_an_aligned_linear_pads_with_zeros_to_multiples_of_8_and_keeps_the_function() -> None:
     torch.manual_seed(0)
     linear = torch.nn.Linear(530, 265)
-    weight, bias = aligned_linear(linear, torch.float32)
+    aligned = AlignedLinear(linear, torch.float32)
+    weight, bias = aligned.weight, aligned.bias
     assert weight.shape == (272, 536) and bias.shape == (272,)
     assert not weight[265:].any() and not weight[:, 530:].any() and not bias[265:].any()
     x = torch.randn(4, 530)
     with torch.no_grad():
         torch.testing.assert_close(F.linear(F.pad(x, (0, 6)), weight, bias)[:, :265], linear(x))
+        torch.testing.assert_close(aligned(x), linear(x))
 
 
 def test_pair_swap_exchanges_neighbours() -> None:
