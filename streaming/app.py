@@ -9,15 +9,19 @@ When the server has a token every route wants it, as ``Authorization: Bearer TOK
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from importlib.resources import files
+from typing import Any, Protocol
 
+import numpy as np
 from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry
 
+from streaming.frames import AudioSink
 from streaming.metrics import metrics_registry, render
 from streaming.output import SessionOutput
 from streaming.sinks.webrtc import ViewerRefused, WebRtcPreview
@@ -27,9 +31,51 @@ log = logging.getLogger(__name__)
 PAGE = files("streaming").joinpath("web", "preview.html")
 
 
+class AsyncAudioSink(Protocol):
+    """What the push WebSocket drives: a session's audio side, awaited (never parking a thread of the event loop's)."""
+
+    async def push_audio(self, pcm: np.ndarray, sample_rate: int) -> None: ...
+
+    async def update_controls(self, **changes: Any) -> dict[str, Any]: ...
+
+    async def interrupt(self) -> None: ...
+
+    async def end(self) -> None: ...
+
+
+class Served(Protocol):
+    """One stream the HTTP side offers: its name, its WebRTC preview (or None), whether it takes pushed audio."""
+
+    name: str
+    preview: WebRtcPreview | None
+    push: bool
+
+    def audio_sink(self) -> AsyncAudioSink: ...
+
+
+class ThreadedAudioSink:
+    """An in-process session (blocking ``push_audio``) as an ``AsyncAudioSink``: its calls run on a worker thread."""
+
+    def __init__(self, session: AudioSink) -> None:
+        self.session = session
+
+    async def push_audio(self, pcm: np.ndarray, sample_rate: int) -> None:
+        await asyncio.to_thread(self.session.push_audio, pcm, sample_rate, None, True)
+
+    async def update_controls(self, **changes: Any) -> dict[str, Any]:
+        controls = self.session.update_controls(**changes)
+        return {k: v for k, v in controls.to_dict().items() if k in changes}
+
+    async def interrupt(self) -> None:
+        self.session.interrupt()
+
+    async def end(self) -> None:
+        await asyncio.to_thread(self.session.end)
+
+
 @dataclass
 class Stream:
-    """One served session: its runtime session, its output and what the HTTP side offers for it."""
+    """One session served in this process: its runtime session, its output and what the HTTP side offers for it."""
 
     name: str
     session: object
@@ -37,28 +83,40 @@ class Stream:
     preview: WebRtcPreview | None = None
     push: bool = False
 
+    def audio_sink(self) -> AsyncAudioSink:
+        return ThreadedAudioSink(self.session)
+
 
 def create_app(
     streams: list[Stream], token: str | None = None, notice: str = "", runtime_metrics: Callable[[], dict] | None = None
 ) -> web.Application:
-    """The aiohttp application serving ``streams``; ``runtime_metrics`` (the runtime's ``metrics``) adds its figures to /metrics."""
-    app = web.Application(middlewares=[_token_middleware(token)] if token else [])
+    """The aiohttp application serving in-process ``streams``; ``runtime_metrics`` (the runtime's ``metrics``) adds its
+    figures to /metrics."""
     by_name = {s.name: s for s in streams}
     registry = metrics_registry(lambda: streams, runtime_metrics)
+    return stream_app(lambda: by_name, token, notice, registry)
 
-    def stream_for(request: web.Request) -> Stream:
-        name = request.query.get("session", streams[0].name if streams else "")
-        if name not in by_name:
-            raise web.HTTPNotFound(text=f"no session {name!r}; sessions: {', '.join(by_name)}")
-        return by_name[name]
+
+def stream_app(
+    streams: Callable[[], Mapping[str, Served]], token: str | None, notice: str, registry: CollectorRegistry
+) -> web.Application:
+    """The routes every server has (preview page, info, offer, push, metrics) over the streams ``streams()`` names now."""
+    app = web.Application(middlewares=[_token_middleware(token)] if token else [])
+
+    def stream_for(request: web.Request) -> Served:
+        served = streams()
+        name = request.query.get("session", next(iter(served), ""))
+        if name not in served:
+            raise web.HTTPNotFound(text=f"no session {name!r}; sessions: {', '.join(served) or 'none'}")
+        return served[name]
 
     async def page(request: web.Request) -> web.Response:
-        if not any(s.preview for s in streams):
+        if not any(s.preview for s in streams().values()):
             raise web.HTTPNotFound(text="no WebRTC preview is enabled (start with --webrtc HOST:PORT)")
         return web.Response(text=PAGE.read_text(), content_type="text/html")
 
     async def info(request: web.Request) -> web.Response:
-        return web.json_response({"sessions": list(by_name), "notice": notice})
+        return web.json_response({"sessions": list(streams()), "notice": notice})
 
     async def offer(request: web.Request) -> web.Response:
         stream = stream_for(request)
@@ -81,10 +139,10 @@ def create_app(
         stream = stream_for(request)
         if not stream.push:
             raise web.HTTPNotFound(text=f"session {stream.name!r} takes no pushed audio (start with --listen)")
-        return await push_handler(request, stream.session)
+        return await push_handler(request, stream.audio_sink())
 
     async def metrics(request: web.Request) -> web.Response:
-        return web.Response(body=render(registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
+        return web.Response(body=await asyncio.to_thread(render, registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
 
     app.router.add_get("/", page)
     app.router.add_get("/info", info)

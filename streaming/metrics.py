@@ -10,7 +10,7 @@ as ``ditto_runtime_<key>``.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Protocol
 
 from prometheus_client import CollectorRegistry, generate_latest
@@ -21,15 +21,63 @@ from streaming.output import SessionOutput
 
 
 class Stream(Protocol):
-    """What the collector reads of one served stream."""
+    """What the collector reads of one in-process stream."""
 
     name: str
     session: object
     output: SessionOutput
 
 
+def stream_families(streams: Mapping[str, Mapping], live: int, runtime: Mapping | None) -> list[Metric]:
+    """The metric families of ``streams`` (name -> an output's ``snapshot()`` plus ``session``: the runtime session's
+    stats and ``viewers``: WebRTC viewers), ``live`` sessions being served, and the runtime's own figures."""
+    sessions = GaugeMetricFamily("ditto_sessions", "Sessions being served")
+    sessions.add_metric([], live)
+    encoded = CounterMetricFamily("ditto_frames_encoded", "Frames taken from the session and encoded", labels=["session", "encoder"])
+    released = CounterMetricFamily("ditto_frames_released", "Encoded frames released to the sinks at their slot", labels=["session"])
+    late = CounterMetricFamily("ditto_deadline_misses_output", "Frames released more than one frame late", labels=["session"])
+    repeated = CounterMetricFamily(
+        "ditto_frames_repeated", "Output slots filled with the last picture and silence: no frame was ready (shed)", labels=["session"]
+    )
+    skipped = CounterMetricFamily("ditto_frames_skipped", "Frames let go to catch the output clock up after a repeat", labels=["session"])
+    encode_ms = GaugeMetricFamily("ditto_encode_milliseconds", "Per-frame encode time (video + Opus), recent", labels=["session", "quantile"])
+    sent = CounterMetricFamily("ditto_frames_sent", "Frames sent, per sink", labels=["session", "sink"])
+    dropped = CounterMetricFamily("ditto_frames_dropped", "Frames dropped, per sink", labels=["session", "sink"])
+    reconnects = CounterMetricFamily("ditto_rtmp_reconnects", "RTMP reconnections after a lost connection", labels=["session"])
+    connected = GaugeMetricFamily("ditto_rtmp_connected", "1 while the RTMP connection is up", labels=["session"])
+    viewers = GaugeMetricFamily("ditto_webrtc_viewers", "WebRTC preview viewers connected", labels=["session"])
+    session_stats: dict[str, GaugeMetricFamily] = {}
+    for name, stream in streams.items():
+        encoded.add_metric([name, stream.get("encoder") or "none"], stream.get("frames_in", 0))
+        released.add_metric([name], stream.get("frames_released", 0))
+        late.add_metric([name], stream.get("late_releases", 0))
+        repeated.add_metric([name], stream.get("repeated", 0))
+        skipped.add_metric([name], stream.get("skipped", 0))
+        for q in ("0.5", "0.99"):
+            encode_ms.add_metric([name, q], stream.get(f"encode_ms_p{round(float(q) * 100)}", 0.0))
+        for sink, stats in stream.get("sinks", {}).items():
+            sent.add_metric([name, sink], stats.get("frames_sent", 0))
+            dropped.add_metric([name, sink], stats.get("frames_dropped", 0))
+            if "reconnects" in stats:
+                reconnects.add_metric([name], stats["reconnects"])
+                connected.add_metric([name], stats["connected"])
+        if stream.get("viewers") is not None:
+            viewers.add_metric([name], stream["viewers"])
+        for key, value in _numeric(stream.get("session", {})).items():
+            metric = f"ditto_session_{re.sub(r'[^a-zA-Z0-9_]', '_', key)}"
+            family = session_stats.setdefault(metric, GaugeMetricFamily(metric, f"The runtime session's {key!r} statistic", labels=["session"]))
+            family.add_metric([name], value)
+    families: list[Metric] = [sessions, encoded, released, late, repeated, skipped, encode_ms, sent, dropped, reconnects, connected, viewers]
+    families += session_stats.values()
+    for key, value in _numeric(runtime or {}).items():
+        family = GaugeMetricFamily(f"ditto_runtime_{re.sub(r'[^a-zA-Z0-9_]', '_', key)}", f"The runtime's {key!r} figure")
+        family.add_metric([], value)
+        families.append(family)
+    return families
+
+
 class StreamCollector(Collector):
-    """Metric families for the streams ``streams()`` returns at scrape time, and the runtime's own figures."""
+    """Metric families for the in-process streams ``streams()`` returns at scrape time, and the runtime's own figures."""
 
     def __init__(self, streams: Callable[[], Sequence[Stream]], runtime: Callable[[], dict] | None = None) -> None:
         self._streams = streams
@@ -37,57 +85,15 @@ class StreamCollector(Collector):
 
     def collect(self) -> Iterable[Metric]:
         streams = self._streams()
-        sessions = GaugeMetricFamily("ditto_sessions", "Sessions being served")
-        sessions.add_metric([], sum(not s.output.finished.is_set() for s in streams))
-        yield sessions
-        encoded = CounterMetricFamily(
-            "ditto_frames_encoded", "Frames taken from the session and encoded", labels=["session", "encoder"]
-        )
-        released = CounterMetricFamily(
-            "ditto_frames_released", "Encoded frames released to the sinks at their pts", labels=["session"]
-        )
-        late = CounterMetricFamily("ditto_deadline_misses_output", "Frames released more than one frame late", labels=["session"])
-        encode_ms = GaugeMetricFamily(
-            "ditto_encode_milliseconds", "Per-frame encode time (video + Opus), recent", labels=["session", "quantile"]
-        )
-        sent = CounterMetricFamily("ditto_frames_sent", "Frames sent, per sink", labels=["session", "sink"])
-        dropped = CounterMetricFamily("ditto_frames_dropped", "Frames dropped, per sink", labels=["session", "sink"])
-        reconnects = CounterMetricFamily(
-            "ditto_rtmp_reconnects", "RTMP reconnections after a lost connection", labels=["session"]
-        )
-        connected = GaugeMetricFamily("ditto_rtmp_connected", "1 while the RTMP connection is up", labels=["session"])
-        viewers = GaugeMetricFamily("ditto_webrtc_viewers", "WebRTC preview viewers connected", labels=["session"])
-        session_stats: dict[str, GaugeMetricFamily] = {}
+        snapshots = {}
         for stream in streams:
-            output, name = stream.output, stream.name
-            encoded.add_metric([name, output.encoder.name if output.encoder else "none"], output.stats.frames_in)
-            released.add_metric([name], output.stats.frames_released)
-            late.add_metric([name], output.stats.late_releases)
-            for q in (0.5, 0.99):
-                encode_ms.add_metric([name, str(q)], output.encode_ms(q))
-            for sink in output.sinks:
-                stats = sink.stats()
-                sent.add_metric([name, sink.name], stats.get("frames_sent", 0))
-                dropped.add_metric([name, sink.name], stats.get("frames_dropped", 0))
-                if "reconnects" in stats:
-                    reconnects.add_metric([name], stats["reconnects"])
-                    connected.add_metric([name], stats["connected"])
-                if "viewers" in stats:
-                    viewers.add_metric([name], stats["viewers"])
-            for key, value in _session_stats(stream.session).items():
-                metric = f"ditto_session_{re.sub(r'[^a-zA-Z0-9_]', '_', key)}"
-                family = session_stats.setdefault(
-                    metric, GaugeMetricFamily(metric, f"The runtime session's {key!r} statistic", labels=["session"])
-                )
-                family.add_metric([name], value)
-        yield from (encoded, released, late, encode_ms, sent, dropped, reconnects, connected, viewers)
-        yield from session_stats.values()
-        if self._runtime is not None:
-            for key, value in _numeric(self._runtime()).items():
-                metric = f"ditto_runtime_{re.sub(r'[^a-zA-Z0-9_]', '_', key)}"
-                family = GaugeMetricFamily(metric, f"The runtime's {key!r} figure")
-                family.add_metric([], value)
-                yield family
+            snapshot = stream.output.snapshot()
+            snapshot["session"] = _session_stats(stream.session)
+            preview = getattr(stream, "preview", None)
+            snapshot["viewers"] = preview.viewers if preview is not None else None
+            snapshots[stream.name] = snapshot
+        live = sum(not s.output.finished.is_set() for s in streams)
+        yield from stream_families(snapshots, live, self._runtime() if self._runtime else None)
 
 
 def _session_stats(session: object) -> dict[str, float]:

@@ -1,4 +1,4 @@
-"""One session's output: pull its frames, encode each once, release them at their pts, fan out to every sink.
+"""One session's output: pull its frames, release one every 1/25 s of wall time, encode it once, fan out to every sink.
 
 Encode once, fan out: the H.264 bitstream is identical for RTMP (FLV), the WebRTC viewers
 (RTP) and MP4, so it is encoded once per session output (the expensive part, and NVENC
@@ -6,44 +6,49 @@ sessions are a scarce resource). Opus is encoded once and shared by all viewers.
 encoded per muxer (cheap: about 1% of a core), so each RTMP connection, including one made
 after a reconnect, starts its audio timeline on the keyframe its video starts on.
 
-Two threads: the encode thread takes frames as the session makes them (a little ahead of real
-time) and encodes them at once; the release thread hands each encoded frame to every sink at
-``anchor + pts`` (one pacer, absolute deadlines). The anchor is the session's own live clock
-(the time by which the runtime has each frame ready) plus ``playout_delay``, the allowance for
-encoding: starting a second clock when the first frame arrives would add its offset to the
-latency of everything that follows. Sinks never block the release thread: each one queues and
-drops on its own, so a stalled viewer or a dead RTMP server slows nobody else.
+Two threads: the pull thread takes frames as the session makes them (a little ahead of real
+time) and prepares each for the encoder (the colour conversion, where the frame is); the
+release thread runs the output's own clock (``streaming.slots``): at each slot's deadline it
+takes the frame due by then, or repeats the last picture with silence when none is (counted),
+encodes it and hands it to every sink ``playout_delay`` later. The output's timestamps are slot
+numbers, so they advance at exactly 25 fps of wall time even when the GPU falls behind. A
+frame is due when the session's own live clock shows it (the runtime has it ready by then); a
+source without a clock is paced from its first frame's arrival plus ``playout_delay``. Sinks
+never block the release thread: each one queues and drops on its own, so a stalled viewer or
+a dead RTMP server slows nobody else.
 """
 
 from __future__ import annotations
 
 import logging
-import queue
 import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 import torch
 
-from streaming.clock import Pacer
 from streaming.encoders.audio import OpusEncoder
 from streaming.encoders.h264 import EncodedVideo, H264Settings
 from streaming.encoders.select import VideoEncoder, open_video_encoder
-from streaming.frames import FPS, FrameLike, FrameSource
+from streaming.frames import FPS, SAMPLES_PER_FRAME, FrameSource
+from streaming.slots import PERIOD, Fill, catch_up, fill, slot_time
 
 log = logging.getLogger(__name__)
-RELEASE_QUEUE_FRAMES = 5 * FPS
+MAX_PREPARED = 2 * FPS
+"""Frames prepared ahead of their slot at most; the pull thread waits beyond (the session then drops its oldest)."""
 PLAYOUT_DELAY = 0.01
-"""Seconds after the session's clock shows a frame that outputs release it: time to encode it."""
+"""Seconds after a slot's deadline that its frame is released to the sinks: time to encode it."""
+SILENCE = np.zeros(SAMPLES_PER_FRAME, np.float32)
 
 
 @dataclass(frozen=True)
 class EncodedFrame:
-    """Frame ``index`` encoded: its H.264 access unit, its own audio (48 kHz float32) and that audio as Opus."""
+    """Output frame ``index`` (its slot) encoded: its H.264 access unit, its own audio (48 kHz float32) and that audio
+    as Opus; ``repeat``: a stand-in for a frame that was not ready (the last picture again, silence)."""
 
     index: int
     width: int
@@ -53,10 +58,11 @@ class EncodedFrame:
     audio: np.ndarray
     opus: tuple[tuple[int, bytes], ...]
     speech: bool
+    repeat: bool = False
 
     @property
     def pts(self) -> Fraction:
-        """Seconds from the session start, from the index alone."""
+        """Seconds from the output's start, from the slot alone."""
         return Fraction(self.index, FPS)
 
 
@@ -79,7 +85,22 @@ class OutputStats:
     frames_in: int = 0
     frames_released: int = 0
     late_releases: int = 0
+    repeated: int = 0
+    """Slots filled with the last picture (and silence) because no frame was due: the shed frames."""
+    skipped: int = 0
+    """Frames let go to catch up with the clock after a repeat."""
     encode_seconds: deque[float] = field(default_factory=lambda: deque(maxlen=10 * 60 * FPS))
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A frame ready for its slot: the encoder's input, its audio, and when it is due (monotonic seconds)."""
+
+    index: int
+    picture: Any
+    audio: np.ndarray
+    speech: bool
+    due: float
 
 
 def confine_torch_threads() -> None:
@@ -101,8 +122,7 @@ def confine_torch_threads() -> None:
 class SessionOutput:
     """Drive one session's frames through one encoder to any number of sinks, added or removed at any time.
 
-    ``playout_delay``: seconds after the session's clock shows a frame (after the first frame arrived,
-    for a source without a clock) that it is released: time to encode it.
+    ``playout_delay``: seconds after a slot's deadline that its frame is released (time to encode it).
     """
 
     def __init__(
@@ -118,14 +138,17 @@ class SessionOutput:
         self.encoder: VideoEncoder | None = None
         self.encoder_note = ""
         self.stats = OutputStats()
-        self.pacer = Pacer(delay=playout_delay)
+        self.playout_delay = playout_delay
         self._sinks: tuple[Sink, ...] = ()
         self._lock = threading.Lock()
-        self._released: queue.Queue[EncodedFrame | None] = queue.Queue(RELEASE_QUEUE_FRAMES)
+        self._ready = threading.Condition()
+        self._prepared: deque[Prepared] = deque()
+        self._ended = False
+        self._arrival: float | None = None
         self._stop = threading.Event()
         self._opus = OpusEncoder()
         self._threads = (
-            threading.Thread(target=self._encode_loop, name=f"encode-{name}", daemon=True),
+            threading.Thread(target=self._pull_loop, name=f"pull-{name}", daemon=True),
             threading.Thread(target=self._release_loop, name=f"release-{name}", daemon=True),
         )
         self.finished = threading.Event()
@@ -159,20 +182,36 @@ class SessionOutput:
     def stop(self, timeout: float = 5.0) -> None:
         """Stop pulling frames, close every sink and wait for the threads (idempotent)."""
         self._stop.set()
+        with self._ready:
+            self._ready.notify_all()
         for thread in self._threads:
             if thread.is_alive():
                 thread.join(timeout)
+
+    def snapshot(self) -> dict[str, Any]:
+        """Plain counters for /metrics: frames in, released, late, repeated (shed), skipped, encode times, each sink's."""
+        stats = self.stats
+        return {
+            "encoder": self.encoder.name if self.encoder else None,
+            "frames_in": stats.frames_in,
+            "frames_released": stats.frames_released,
+            "late_releases": stats.late_releases,
+            "repeated": stats.repeated,
+            "skipped": stats.skipped,
+            "encode_ms_p50": round(self.encode_ms(0.5), 3),
+            "encode_ms_p99": round(self.encode_ms(0.99), 3),
+            "sinks": {sink.name: sink.stats() for sink in self._sinks},
+        }
 
     def encode_ms(self, quantile: float) -> float:
         """A quantile of the recent per-frame encode times, in milliseconds (0 before the first frame)."""
         times = self.stats.encode_seconds
         return float(np.quantile(np.fromiter(times, float), quantile)) * 1000 if times else 0.0
 
-    # -- encode thread --------------------------------------------------------------------
+    # -- pull thread ----------------------------------------------------------------------
 
-    def _encode_loop(self) -> None:
+    def _pull_loop(self) -> None:
         confine_torch_threads()
-        pending: deque[tuple[FrameLike, tuple[tuple[int, bytes], ...]]] = deque()
         try:
             while not self._stop.is_set():
                 try:
@@ -182,72 +221,129 @@ class SessionOutput:
                 if frame is None:
                     break
                 self.stats.frames_in += 1
-                started = time.perf_counter()
                 encoder = self.encoder or self._open_encoder(frame.image)
-                packets = encoder.encode(frame.image, frame.index, frame.ready)
-                opus = tuple((int(p.pts), bytes(p)) for p in self._opus.encode(frame.audio))
-                self.stats.encode_seconds.append(time.perf_counter() - started)
-                pending.append((frame, opus))
+                prepared = Prepared(frame.index, encoder.prepare(frame.image, frame.ready), frame.audio, frame.speech, self._due(frame.index))
+                with self._ready:
+                    while len(self._prepared) >= MAX_PREPARED and not self._stop.is_set():
+                        self._ready.wait(0.2)
+                    self._prepared.append(prepared)
+                    self._ready.notify_all()
+        except Exception:
+            log.exception("output %s: taking frames failed; the output stops", self.name)
+        finally:
+            with self._ready:
+                self._ended = True
+                self._ready.notify_all()
+
+    def _due(self, index: int) -> float:
+        """When frame ``index`` is due: when the session's clock shows it, or (no clock) ``playout_delay`` after the
+        first frame arrived, paced from there."""
+        anchor = self.session.clock_anchor
+        if anchor is None:
+            if self._arrival is None:
+                self._arrival = time.monotonic() + self.playout_delay - index * PERIOD
+            anchor = self._arrival
+        return anchor + index * PERIOD
+
+    def _open_encoder(self, image: torch.Tensor) -> VideoEncoder:
+        height, width = image.shape[:2] if isinstance(image, torch.Tensor) else (image.shape[0] * 2 // 3, image.shape[1])
+        self.encoder, self.encoder_note = open_video_encoder(self.encoder_kind, width, height, image_device(image), self.settings)
+        log.info("output %s: %s", self.name, self.encoder_note)
+        return self.encoder
+
+    # -- release thread -------------------------------------------------------------------
+
+    def _release_loop(self) -> None:
+        pending: deque[tuple[int, np.ndarray, tuple[tuple[int, bytes], ...], bool, bool]] = deque()
+        try:
+            first = self._first()
+            if first is None:
+                return
+            origin, slot, last = first.due - first.index * PERIOD, first.index, first
+            while not self._stop.is_set():
+                deadline = slot_time(origin, slot)
+                _sleep_until(deadline)
+                with self._ready:
+                    if self._ended and not self._prepared:
+                        break
+                    for _ in range(catch_up(deadline, [p.due for p in self._prepared])):
+                        self._prepared.popleft()
+                        self.stats.skipped += 1
+                    head = self._prepared[0].due if self._prepared else None
+                    item = self._prepared.popleft() if fill(deadline, head) is Fill.FRAME else None
+                    self._ready.notify_all()
+                if item is None:
+                    self.stats.repeated += 1
+                else:
+                    last = item
+                packets = self._encode(slot, last, item is None, pending)
+                _sleep_until(deadline + self.playout_delay)
+                if time.monotonic() > deadline + self.playout_delay + PERIOD:
+                    self.stats.late_releases += 1
                 self._match(packets, pending)
+                slot += 1
             if self.encoder is not None:
                 self._match(self.encoder.flush(), pending)
         except Exception:
             log.exception("output %s: encoding failed; the output stops", self.name)
         finally:
-            self._put(None)
+            self._close_sinks()
+            self.finished.set()
 
-    def _open_encoder(self, image: torch.Tensor) -> VideoEncoder:
-        height, width = image.shape[:2]
-        self.encoder, self.encoder_note = open_video_encoder(self.encoder_kind, width, height, image.device, self.settings)
-        log.info("output %s: %s", self.name, self.encoder_note)
-        return self.encoder
+    def _first(self) -> Prepared | None:
+        """The first prepared frame (left queued), once there is one; None if the output ends or stops before."""
+        with self._ready:
+            while not self._prepared:
+                if self._ended or self._stop.is_set():
+                    return None
+                self._ready.wait(0.2)
+            return self._prepared[0]
+
+    def _encode(self, slot: int, picture: Prepared, repeat: bool, pending: deque) -> list[EncodedVideo]:
+        """Encode slot ``slot``: ``picture``'s frame, or (``repeat``) its picture again with silence."""
+        started = time.perf_counter()
+        audio = SILENCE if repeat else picture.audio
+        packets = self.encoder.encode_picture(picture.picture, slot)
+        opus = tuple((int(p.pts), bytes(p)) for p in self._opus.encode(audio))
+        self.stats.encode_seconds.append(time.perf_counter() - started)
+        pending.append((slot, audio, opus, picture.speech and not repeat, repeat))
+        return packets
 
     def _match(self, packets: list[EncodedVideo], pending: deque) -> None:
-        """Pair each access unit with its frame (an encoder with output delay returns older frames' units)."""
+        """Pair each access unit with its slot (an encoder with output delay returns older slots' units), then send it."""
         for packet in packets:
-            while pending and pending[0][0].index < packet.index:
-                log.warning("output %s: the encoder returned no picture for frame %d", self.name, pending.popleft()[0].index)
-            if not pending or pending[0][0].index != packet.index:
-                log.warning("output %s: dropping an access unit for unknown frame %d", self.name, packet.index)
+            while pending and pending[0][0] < packet.index:
+                log.warning("output %s: the encoder returned no picture for slot %d", self.name, pending.popleft()[0])
+            if not pending or pending[0][0] != packet.index:
+                log.warning("output %s: dropping an access unit for unknown slot %d", self.name, packet.index)
                 continue
-            frame, opus = pending.popleft()
-            height, width = frame.image.shape[:2]
-            self._put(EncodedFrame(frame.index, width, height, packet.data, packet.keyframe, frame.audio, opus, frame.speech))
+            slot, audio, opus, speech, repeat = pending.popleft()
+            encoder = self.encoder
+            self._send(EncodedFrame(slot, encoder.width, encoder.height, packet.data, packet.keyframe, audio, opus, speech, repeat))
 
-    def _put(self, item: EncodedFrame | None) -> None:
-        """Queue for release; once stopping, frames that do not fit are let go (the end marker always goes)."""
-        while True:
+    def _send(self, frame: EncodedFrame) -> None:
+        for sink in self._sinks:
             try:
-                self._released.put(item, timeout=0.2)
-                return
-            except queue.Full:
-                if self._stop.is_set() and item is not None:
-                    return
+                sink.send(frame)
+            except Exception:
+                log.exception("output %s: sink %s failed; it is detached", self.name, sink.name)
+                self.remove_sink(sink)
+        self.stats.frames_released += 1
 
-    # -- release thread -------------------------------------------------------------------
+    def _close_sinks(self) -> None:
+        for sink in self._sinks:
+            try:
+                sink.close()
+            except Exception:
+                log.exception("output %s: closing sink %s failed", self.name, sink.name)
 
-    def _release_loop(self) -> None:
-        try:
-            while True:
-                item = self._released.get()
-                if item is None:
-                    break
-                if self._stop.is_set():
-                    continue
-                late = self.pacer.wait(float(item.pts), self.session.clock_anchor)
-                if late > 1 / FPS:
-                    self.stats.late_releases += 1
-                for sink in self._sinks:
-                    try:
-                        sink.send(item)
-                    except Exception:
-                        log.exception("output %s: sink %s failed; it is detached", self.name, sink.name)
-                        self.remove_sink(sink)
-                self.stats.frames_released += 1
-        finally:
-            for sink in self._sinks:
-                try:
-                    sink.close()
-                except Exception:
-                    log.exception("output %s: closing sink %s failed", self.name, sink.name)
-            self.finished.set()
+
+def image_device(image: torch.Tensor | np.ndarray) -> torch.device:
+    """Where a frame's picture is (host arrays: the CPU)."""
+    return image.device if isinstance(image, torch.Tensor) else torch.device("cpu")
+
+
+def _sleep_until(deadline: float) -> None:
+    wait = deadline - time.monotonic()
+    if wait > 0:
+        time.sleep(wait)

@@ -1,11 +1,15 @@
-"""Serve avatars live: ``python -m streaming.serve --avatar NAME [--rtmp URL] [--webrtc HOST:PORT] [--audio FILE | --mic [DEVICE] | --listen]``.
+"""Serve avatars live: ``python -m streaming.serve [--http HOST:PORT] [--avatar NAME [--rtmp URL] [--audio FILE | --mic | --listen]]``.
 
-One process, one runtime (the GPU), ``--sessions N`` live sessions. Each session's frames are
-encoded once and fanned out to an RTMP server, the browser preview and/or an MP4 file; its
-audio comes from a file played in real time, a microphone, or TTS engines pushing over a
-WebSocket. The HTTP side (preview page, signalling, push, /metrics) binds 127.0.0.1 unless
-told otherwise; any other address requires a token, given or generated and printed.
-``--demo`` streams the bundled speech on loop with the demo portrait on random weights.
+The service: an HTTP front end (the session API ``POST/GET/DELETE /sessions``, the preview page,
+WebRTC signalling, the audio push WebSocket, /metrics), an engine core process that owns the GPU,
+and output worker processes that encode and send (``streaming.service``). With no ``--avatar``
+it starts with zero sessions and runs until stopped; sessions come and go through the API.
+``--avatar`` (or ``--demo``) also opens ``--sessions N`` sessions at start through the same API,
+each encoded once and fanned out to an RTMP server, the browser preview and/or an MP4 file,
+its audio from a file played in real time, a microphone, or a TTS engine pushing over the
+WebSocket; the server then ends when they have. The HTTP side binds 127.0.0.1 unless told
+otherwise; any other address requires a token, given or generated and printed. ``--demo``
+streams the bundled speech on loop with the demo portrait on random weights.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ import argparse
 import asyncio
 import ipaddress
 import logging
+import os
 import secrets
 import signal
 import sys
@@ -22,14 +27,11 @@ from pathlib import Path
 
 from aiohttp import web
 
-from engine.control_flags import add_control_arguments, control_changes, session_controls
+from engine.control_flags import add_control_arguments, control_changes
 from engine.engine import LIVE_OVERLAP
-from streaming.app import Stream, create_app
+from streaming.api import create_service_app
 from streaming.encoders.select import ENCODERS
-from streaming.output import SessionOutput
-from streaming.sinks.mp4 import Mp4Sink
-from streaming.sinks.rtmp import RtmpSink
-from streaming.sinks.webrtc import WebRtcPreview
+from streaming.service import Service, ServiceOptions, SessionSpec
 
 log = logging.getLogger("streaming.serve")
 DEFAULT_HTTP = "127.0.0.1:8080"
@@ -46,7 +48,7 @@ def host_port(text: str) -> tuple[str, int]:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m streaming.serve", description=__doc__.splitlines()[0])
-    parser.add_argument("--avatar", help="a registered avatar's name or cache folder, or a portrait image to register now")
+    parser.add_argument("--avatar", help="open sessions at start with this avatar: a registered name or cache folder, or a portrait image")
     parser.add_argument(
         "--rtmp", metavar="URL", help="publish to this rtmp:// URL (sessions after the first get -1, -2, ... appended)"
     )
@@ -58,7 +60,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         metavar="HOST:PORT",
         type=host_port,
         default=host_port(DEFAULT_HTTP),
-        help=f"HTTP address without a preview (default {DEFAULT_HTTP})",
+        help=f"HTTP address of the API, push and metrics without a preview (default {DEFAULT_HTTP})",
     )
     parser.add_argument("--mp4", metavar="FILE", type=Path, help="also record each session to an MP4 file")
     audio = parser.add_mutually_exclusive_group()
@@ -71,21 +73,24 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="speak what the microphone hears (default input, or a device name/index)",
     )
     audio.add_argument("--listen", action="store_true", help="take audio pushed over WebSocket at /push (TTS engines)")
-    parser.add_argument("--sessions", type=int, default=1, help="live sessions served by the one runtime")
+    parser.add_argument("--sessions", type=int, default=1, help="sessions opened at start with --avatar")
     parser.add_argument(
         "--no-admission",
         action="store_true",
-        help="open every session even beyond the live capacity measured at warm-up (they may then miss deadlines)",
+        help="open every session even beyond the live capacity measured at start (they may then shed frames)",
     )
     parser.add_argument(
-        "--encoder", choices=ENCODERS, default="auto", help="H.264 encoder (auto: NVENC when this GPU has one, else x264)"
+        "--output-workers", type=int, default=default_workers(), help="processes that encode and send the streams (default: half the cores, at most 8)"
+    )
+    parser.add_argument(
+        "--encoder", choices=ENCODERS, default="auto", help="H.264 encoder; the service's output workers encode with x264 (see README)"
     )
     parser.add_argument("--token", help="required from viewers and pushers; generated when binding beyond loopback without one")
     parser.add_argument("--checkpoints", type=Path, help="official checkpoints folder (default: random stand-in weights)")
     parser.add_argument("--device", help="cuda or cpu (default: cuda when available)")
     parser.add_argument("--overlap", type=int, default=LIVE_OVERLAP, help="frames shared by consecutive 80-frame windows")
     parser.add_argument("--steps", type=int, default=25, help="DDIM steps per window")
-    parser.add_argument("--duration", type=float, help="stop after this many seconds (default: when every session has ended)")
+    parser.add_argument("--duration", type=float, help="stop this many seconds after the first frame is out (default: when every session has ended)")
     parser.add_argument("--seed", type=int, default=0, help="seed of session 0's diffusion noise (session i uses seed + i)")
     parser.add_argument("--demo", action="store_true", help="the demo portrait speaking the bundled clip on loop, random weights")
     add_control_arguments(parser)
@@ -93,13 +98,22 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args.control_changes = control_changes(args, parser)
     if args.sessions < 1:
         parser.error("--sessions must be at least 1")
-    if not args.demo and not args.avatar:
-        parser.error("--avatar is required (or use --demo)")
+    if args.output_workers < 1:
+        parser.error("--output-workers must be at least 1")
+    if not args.demo and not args.avatar and (args.audio or args.mic is not None or args.listen or args.rtmp or args.mp4):
+        parser.error("--avatar is required for sessions opened at start (or use --demo, or none: open them with POST /sessions)")
     if args.demo and (args.audio or args.mic is not None or args.listen):
         parser.error("--demo speaks the bundled clip; it takes no --audio, --mic or --listen")
+    if args.encoder == "nvenc":
+        parser.error("--encoder nvenc: the service's output workers take frames in host memory and encode with x264 (see README)")
     if args.demo and args.webrtc is None:
         args.webrtc = host_port(DEFAULT_HTTP)
     return args
+
+
+def default_workers() -> int:
+    """Half the cores, at least 1, at most 8: each worker is a process with its encoders' threads."""
+    return max(1, min(8, (os.cpu_count() or 2) // 2))
 
 
 def is_loopback(host: str) -> bool:
@@ -128,97 +142,116 @@ def numbered(text: str, index: int, count: int) -> str:
 
 
 async def serve(args: argparse.Namespace) -> int:
-    """Run until every session has ended, or Ctrl-C."""
+    """Run the service until Ctrl-C, ``--duration``, the end of every session opened at start, or the core's failure."""
     import torch
 
     from engine.engine import RANDOM_WEIGHTS_NOTICE
-    from engine.runtime import Runtime, RuntimeConfig
 
     random_weights = args.checkpoints is None or args.demo
-    device = torch.device(args.device) if args.device else torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     if random_weights:
         print(RANDOM_WEIGHTS_NOTICE, file=sys.stderr)
+    if device == "cpu":
+        print(
+            "CPU: the networks render a frame every few seconds here, far from the 25 fps a live stream needs; "
+            "the stream repeats its last picture meanwhile. Use a GPU for real-time output.",
+            file=sys.stderr,
+        )
+        if args.demo and args.duration is None:
+            args.duration = CPU_DEMO_SECONDS
+            print(f"CPU demo: a short run of {CPU_DEMO_SECONDS:.0f} s after the first frame", file=sys.stderr)
+    host, port = args.webrtc or args.http
+    token, generated = resolve_token(host, args.token)
+    avatars = {}
+    if args.demo or args.avatar:
+        avatars[AVATAR_AT_START] = demo_portrait() if args.demo else args.avatar
+    options = ServiceOptions(
+        checkpoints=None if random_weights else str(args.checkpoints), device=device, steps=args.steps,
+        admission=not args.no_admission, workers=args.output_workers, avatars=avatars, loopback_only=is_loopback(host),
+    )
+    service = Service(options)
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    started = asyncio.ensure_future(service.start())
+    await asyncio.wait([started, asyncio.ensure_future(stop.wait())], return_when=asyncio.FIRST_COMPLETED)
+    if not started.done():
+        print("stopping during start-up: ending the engine core and the output workers...", file=sys.stderr)
+        started.cancel()
+        await service.close()
+        return 130
+    if started.exception() is not None:
+        print(f"the service could not start: {started.exception()}", file=sys.stderr)
+        await service.close()
+        return 1
+    runner = web.AppRunner(create_service_app(service, token, RANDOM_WEIGHTS_NOTICE if random_weights else ""), access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, host, port).start()
+    sessions, sources = await _open_at_start(args, service)
+    _announce(args, host, port, token, generated, sessions, service)
+    waits = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(service.failed.wait())]
+    if sessions:
+        waits.append(asyncio.ensure_future(asyncio.gather(*(s.closed.wait() for s in sessions))))
+    if args.duration is not None:
+        waits.append(asyncio.ensure_future(_after_first_frame(service, args.duration)))
+    await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+    print("stopping: ending the sessions, flushing their outputs...", file=sys.stderr)
+    for source in sources:
+        await asyncio.to_thread(source.stop)
+    await runner.cleanup()
+    failure = service.failure
+    await service.close()
+    if failure:
+        print(f"error: {failure}", file=sys.stderr)
+        return 3
+    return 0
+
+
+AVATAR_AT_START = "anchor"
+"""The name the avatar given with --avatar or --demo is served under."""
+
+
+def demo_portrait() -> str:
+    from engine.assets import write_demo_portrait
+
+    return str(write_demo_portrait(tempfile.mkdtemp(prefix="ditto-demo-")))
+
+
+async def _open_at_start(args: argparse.Namespace, service: Service) -> tuple[list, list]:
+    """The ``--sessions`` sessions of ``--avatar``/``--demo``, opened through the service, and their audio sources."""
+    if not (args.avatar or args.demo):
+        return [], []
     audio = None
     if args.demo:
         from engine.assets import demo_audio
 
         audio = demo_audio()
-    if device.type == "cpu":
-        print(
-            "CPU: the networks render about one frame per second here, far from the 25 fps a live stream needs; "
-            "the stream will stall and skip. Use a GPU for real-time output.",
-            file=sys.stderr,
-        )
-        if args.demo and args.duration is None:
-            args.duration = CPU_DEMO_SECONDS
-            print(f"CPU demo: a short run of {CPU_DEMO_SECONDS:.0f} s", file=sys.stderr)
-    config = RuntimeConfig(admission=False) if args.no_admission else None
-    runtime = Runtime.from_checkpoints(None if random_weights else args.checkpoints, device=device, steps=args.steps, config=config)
-    avatar = load_avatar(args, device, random_weights)
-
-    host, port = args.webrtc or args.http
-    token, generated = resolve_token(host, args.token)
-    loop = asyncio.get_running_loop()
-    streams, sources = [], []
-    controls = session_controls(runtime.default_controls, args.control_changes)
+    sessions, sources = [], []
     for i in range(args.sessions):
-        session = runtime.open_session(avatar, live=True, overlap=args.overlap, seed=args.seed + i, controls=controls)
-        output = SessionOutput(session, encoder=args.encoder, name=str(i))
-        if args.rtmp:
-            output.add_sink(RtmpSink(numbered(args.rtmp, i, args.sessions), output.request_keyframe))
-        if args.mp4:
-            output.add_sink(Mp4Sink(numbered(str(args.mp4), i, args.sessions), output.request_keyframe))
-        preview = None
-        if args.webrtc:
-            preview = WebRtcPreview(loop, output.request_keyframe, loopback_only=is_loopback(host))
-            output.add_sink(preview)
-        streams.append(Stream(str(i), session, output, preview, push=args.listen))
-        sources.append(_audio_source(args, session, audio))
-        output.start()
-    for source in sources:
+        spec = SessionSpec(
+            AVATAR_AT_START,
+            rtmp=(numbered(args.rtmp, i, args.sessions),) if args.rtmp else (),
+            mp4=numbered(str(args.mp4), i, args.sessions) if args.mp4 else None,
+            preview=args.webrtc is not None,
+            overlap=args.overlap,
+            seed=args.seed + i,
+            controls=args.control_changes or None,
+        )
+        session = await service.create(spec, session_id=str(i))
+        session.push = args.listen
+        sessions.append(session)
+        source = _audio_source(args, session.audio.blocking(), audio)
         if source is not None:
-            source.start()
-
-    notice = RANDOM_WEIGHTS_NOTICE if random_weights else ""
-    runner = web.AppRunner(create_app(streams, token, notice, runtime.metrics))
-    await runner.setup()
-    await web.TCPSite(runner, host, port).start()
-    _announce(args, host, port, token, generated, streams)
-
-    stop = asyncio.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
-    ended = asyncio.gather(*(asyncio.to_thread(s.output.finished.wait) for s in streams))
-    waits = [asyncio.ensure_future(stop.wait()), ended]
-    if args.duration is not None:
-        waits.append(asyncio.ensure_future(asyncio.sleep(args.duration)))
-    await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-    print("stopping...", file=sys.stderr)
-    for source in sources:
-        if source is not None:
-            source.stop()
-    for stream in streams:
-        stream.session.close()
-        await asyncio.to_thread(stream.output.stop)
-        if stream.preview is not None:
-            await stream.preview.aclose()
-    await runner.cleanup()
-    runtime.close()
-    return 0
+            sources.append(source.start())
+    return sessions, sources
 
 
-def load_avatar(args: argparse.Namespace, device, random_weights: bool):
-    """The avatar to serve: a cached one by name, an image registered now, or the demo portrait."""
-    from engine.engine import models_dir, random_checkpoints
-    from engine.render.__main__ import load_or_register
-
-    source = args.avatar
-    if args.demo:
-        from engine.assets import write_demo_portrait
-
-        source = str(write_demo_portrait(tempfile.mkdtemp(prefix="ditto-demo-")))
-    checkpoints = random_checkpoints() if random_weights else models_dir(args.checkpoints)
-    return load_or_register(source, checkpoints, device, random_weights)
+async def _after_first_frame(service: Service, seconds: float) -> None:
+    """Wait until some session has released a frame, then ``seconds``."""
+    while not any(s.output_stats.get("frames_released") for s in service.sessions.values()):
+        await asyncio.sleep(0.2)
+    await asyncio.sleep(seconds)
 
 
 def _audio_source(args: argparse.Namespace, session, demo_audio):
@@ -236,20 +269,27 @@ def _audio_source(args: argparse.Namespace, session, demo_audio):
     return None
 
 
-def _announce(args: argparse.Namespace, host: str, port: int, token: str | None, generated: bool, streams: list[Stream]) -> None:
+def _announce(args: argparse.Namespace, host: str, port: int, token: str | None, generated: bool, sessions: list, service: Service) -> None:
     shown = f"[{host}]" if ":" in host else host
-    suffix = f"&token={token}" if token else ""
+    suffix = f"?token={token}" if token else ""
+    also = f"&token={token}" if token else ""
+    capacity = service.capacity()
     if generated:
         print(f"token (give it to viewers and pushers): {token}", file=sys.stderr)
-    for stream in streams:
-        if stream.preview is not None:
-            print(f"preview: http://{shown}:{port}/?session={stream.name}{suffix}", file=sys.stderr)
-        if stream.push:
-            print(f"push:    ws://{shown}:{port}/push?session={stream.name}{suffix}", file=sys.stderr)
-    if args.rtmp:
+    print(
+        f"service: {service.core_info.get('device')}, admits {capacity['admitted']} live session(s) "
+        f"(GPU {capacity['runtime']}, outputs {capacity['outputs']}); sessions: http://{shown}:{port}/sessions{suffix}",
+        file=sys.stderr,
+    )
+    for session in sessions:
+        if session.preview is not None:
+            print(f"preview: http://{shown}:{port}/?session={session.id}{also}", file=sys.stderr)
+        if session.push:
+            print(f"push:    ws://{shown}:{port}/push?session={session.id}{also}", file=sys.stderr)
+    if args.rtmp and sessions:
         others = f" (sessions 1 to {args.sessions - 1}: the same URL ending -1, -2, ...)" if args.sessions > 1 else ""
         print(f"rtmp:    {args.rtmp}{others}", file=sys.stderr)
-    print(f"metrics: http://{shown}:{port}/metrics", file=sys.stderr)
+    print(f"metrics: http://{shown}:{port}/metrics{suffix}", file=sys.stderr)
 
 
 def main(argv: list[str] | None = None) -> int:

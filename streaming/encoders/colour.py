@@ -35,28 +35,36 @@ def _transform(device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
     return offsets, matrix
 
 
-def _yuv(image: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Y (H, W) and the 2x2-block means of Cb, Cr (H/2, W/2, 2), unrounded floats: one matrix product for all
-    three (the conversion is linear, so averaging after it equals averaging the RGB first)."""
-    height, width = check_image(image)
-    offsets, matrix = _transform(image.device)
-    yuv = torch.addmm(offsets, image.reshape(-1, 3).float(), matrix).view(height // 2, 2, width // 2, 2, 3)
-    return yuv[..., 0].reshape(height, width), yuv[..., 1:].mean(dim=(1, 3))
+def _yuv(images: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Y (N, H, W) and the 2x2-block means of Cb, Cr (N, H/2, W/2, 2) of N images, unrounded floats: one matrix
+    product for all three (the conversion is linear, so averaging after it equals averaging the RGB first)."""
+    count = images.shape[0]
+    height, width = check_image(images[0])
+    offsets, matrix = _transform(images.device)
+    yuv = torch.addmm(offsets, images.reshape(-1, 3).float(), matrix).view(count, height // 2, 2, width // 2, 2, 3)
+    return yuv[..., 0].reshape(count, height, width), yuv[..., 1:].mean(dim=(2, 4))
 
 
 def _packed(planes: list[torch.Tensor], height: int, width: int) -> torch.Tensor:
-    """Float planes -> one contiguous (H * 3/2, W) uint8 tensor, clamped and truncated (after the +0.5: rounded)."""
-    flat = torch.cat([plane.reshape(-1) for plane in planes])
-    return flat.clamp_(0, 255).to(torch.uint8).view(height * 3 // 2, width)
+    """Float planes of N images -> one contiguous (N, H * 3/2, W) uint8 tensor, clamped and truncated (after the +0.5: rounded)."""
+    count = planes[0].shape[0]
+    flat = torch.cat([plane.reshape(count, -1) for plane in planes], dim=1)
+    return flat.clamp_(0, 255).to(torch.uint8).view(count, height * 3 // 2, width)
 
 
 def rgb_to_i420(image: torch.Tensor) -> torch.Tensor:
     """(H, W, 3) uint8 RGB -> (H * 3/2, W) uint8 planar Y, U, V (yuv420p), on the same device."""
-    luma, chroma = _yuv(image)
-    return _packed([luma, chroma[..., 0], chroma[..., 1]], *luma.shape)
+    return rgb_to_i420_batch(image[None])[0]
+
+
+def rgb_to_i420_batch(images: torch.Tensor) -> torch.Tensor:
+    """(N, H, W, 3) uint8 RGB -> (N, H * 3/2, W) uint8 I420, on the same device: the engine core converts a
+    session's frames of one render call in one go."""
+    luma, chroma = _yuv(images)
+    return _packed([luma, chroma[..., 0], chroma[..., 1]], *luma.shape[1:])
 
 
 def rgb_to_nv12(image: torch.Tensor) -> torch.Tensor:
     """(H, W, 3) uint8 RGB -> (H * 3/2, W) uint8 NV12 (Y plane, then interleaved U, V), on the same device."""
-    luma, chroma = _yuv(image)
-    return _packed([luma, chroma], *luma.shape)
+    luma, chroma = _yuv(image[None])
+    return _packed([luma, chroma], *luma.shape[1:])[0]

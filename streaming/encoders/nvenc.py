@@ -102,6 +102,14 @@ class NvencEncoder:
             params.encodePicFlags = self._force_idr if self.keyframes.take(index) else 0
             return self._packets(self._encoder.Encode(nv12, params))
 
+    def prepare(self, image: torch.Tensor, ready: torch.cuda.Event | None = None) -> tuple[torch.Tensor, torch.cuda.Event | None]:
+        """The encoder's input for one frame: the device image and its event (converted when encoded)."""
+        return image, ready
+
+    def encode_picture(self, picture: tuple[torch.Tensor, torch.cuda.Event | None], index: int) -> list[EncodedVideo]:
+        """Encode a prepared picture as frame ``index`` (again, to repeat it)."""
+        return self.encode(picture[0], index, picture[1])
+
     def flush(self) -> list[EncodedVideo]:
         """Drain the frames NVENC still holds."""
         return self._packets(self._encoder.EndEncode())

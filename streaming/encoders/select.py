@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Any, Protocol
 
 import torch
 
@@ -22,6 +22,10 @@ class VideoEncoder(Protocol):
     keyframes: KeyframeRequests
 
     def encode(self, image: torch.Tensor, index: int, ready: torch.cuda.Event | None = None) -> list[EncodedVideo]: ...
+
+    def prepare(self, image: torch.Tensor, ready: torch.cuda.Event | None = None) -> Any: ...
+
+    def encode_picture(self, picture: Any, index: int) -> list[EncodedVideo]: ...
 
     def flush(self) -> list[EncodedVideo]: ...
 

@@ -66,9 +66,22 @@ class X264Encoder:
     def encode(self, image: torch.Tensor, index: int, ready: torch.cuda.Event | None = None) -> list[EncodedVideo]:
         """Encode frame ``index``; an IDR when one is due or was requested. ``ready``: the event after which a device
         image is complete (a runtime frame's); without it, all work queued on the current stream is waited for."""
+        return self.encode_picture(self.prepare(image, ready), index)
+
+    def prepare(self, image: torch.Tensor | np.ndarray, ready: torch.cuda.Event | None = None) -> np.ndarray:
+        """The encoder's input for one frame, made once however often it is encoded: a host I420 array of its own
+        (an (H * 3/2, W) uint8 array that already is one is taken as it is)."""
+        if isinstance(image, np.ndarray):
+            if image.shape != (self.height * 3 // 2, self.width) or image.dtype != np.uint8:
+                raise ValueError(f"this encoder takes {self.width}x{self.height} I420 pictures, got {image.shape} {image.dtype}")
+            return image
         if tuple(image.shape[:2]) != (self.height, self.width):
             raise ValueError(f"this encoder takes {self.width}x{self.height} frames, got {tuple(image.shape)}")
-        frame = av.VideoFrame.from_numpy_buffer(self._i420_on_host(image, ready), format="yuv420p")
+        return self._i420_on_host(image, ready).copy()
+
+    def encode_picture(self, picture: np.ndarray, index: int) -> list[EncodedVideo]:
+        """Encode a prepared picture as frame ``index`` (the same picture again repeats it: the shed frame's stand-in)."""
+        frame = av.VideoFrame.from_numpy_buffer(picture, format="yuv420p")
         frame.pts = index
         frame.time_base = self._context.time_base
         if self.keyframes.take(index):

@@ -31,13 +31,11 @@ import asyncio
 import json
 import logging
 from dataclasses import dataclass
-from functools import partial
 
 import numpy as np
 from aiohttp import WSMsgType, web
 
 from engine.audio.pcm import MAX_CHANNELS, PcmError, check_rate, to_float_mono
-from streaming.frames import AudioSink
 
 log = logging.getLogger(__name__)
 ENCODINGS = {"s16le": np.dtype("<i2"), "f32le": np.dtype("<f4")}
@@ -94,11 +92,10 @@ def decode_chunk(data: bytes, fmt: PushFormat) -> np.ndarray:
         raise ProtocolError(str(exc)) from exc
 
 
-async def push_handler(request: web.Request, session: AudioSink) -> web.WebSocketResponse:
-    """Serve one pushing client until it ends the session or disconnects."""
+async def push_handler(request: web.Request, session) -> web.WebSocketResponse:
+    """Serve one pushing client until it ends the session or disconnects (``session``: a ``streaming.app.AsyncAudioSink``)."""
     ws = web.WebSocketResponse(max_msg_size=16 * 1024 * 1024)
     await ws.prepare(request)
-    loop = asyncio.get_running_loop()
     fmt: PushFormat | None = None
     async for message in ws:
         try:
@@ -106,7 +103,7 @@ async def push_handler(request: web.Request, session: AudioSink) -> web.WebSocke
                 if fmt is None:
                     raise ProtocolError('send {"type": "format", ...} before any audio')
                 samples = decode_chunk(message.data, fmt)
-                await loop.run_in_executor(None, partial(session.push_audio, samples, fmt.sample_rate, None, True))
+                await session.push_audio(samples, fmt.sample_rate)
             elif message.type == WSMsgType.TEXT:
                 control = _control(message.data)
                 kind = control.get("type")
@@ -115,13 +112,12 @@ async def push_handler(request: web.Request, session: AudioSink) -> web.WebSocke
                     await ws.send_json({"type": "ready", **fmt.as_message()})
                 elif kind == "controls":
                     fields = {k: v for k, v in control.items() if k != "type"}
-                    controls = session.update_controls(**fields)
-                    await ws.send_json({"type": "controls", "applied": {k: v for k, v in controls.to_dict().items() if k in fields}})
+                    await ws.send_json({"type": "controls", "applied": await session.update_controls(**fields)})
                 elif kind == "interrupt":
-                    session.interrupt()
+                    await session.interrupt()
                     await ws.send_json({"type": "interrupted"})
                 elif kind == "end":
-                    await loop.run_in_executor(None, session.end)
+                    await session.end()
                     await ws.send_json({"type": "ended"})
                     await ws.close()
                 else:

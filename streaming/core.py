@@ -1,0 +1,356 @@
+"""The engine core: the process that owns the GPU, runs the runtime loop and nothing else of the server.
+
+``python -m streaming.core CONFIG_JSON`` (started by ``streaming.service``; its ``runtime`` entry,
+``module:function``, builds another runtime in place of the engine's: the tests' synthetic one). Three threads:
+the runtime's loop; this process's main thread, answering the front end's requests (open a
+session, pushed audio, controls, interrupt, end, close, stats) on a ROUTER socket; and the
+publisher, which takes every session's finished frames, converts them to I420 on the GPU
+straight into the session's shared-memory ring (``streaming.frame_ring``), and tells the
+session's output worker which frame is in which slot. No encoder, muxer, socket to a viewer
+or HTTP handler shares this interpreter, so the loop's Python work never waits behind theirs.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import zmq
+
+from engine.controls import ControlError, Controls
+from engine.runtime import AdmissionError, AudioError, Backpressure, SessionClosed
+from engine.session import Frame, Session
+from streaming.encoders.colour import rgb_to_i420_batch
+from streaming.frame_ring import HEADER_BYTES, FrameRing
+from streaming.ipc import pack, send_nowait, socket, unpack
+
+log = logging.getLogger("ditto.core")
+PUBLISH_POLL = 0.003
+"""Seconds the publisher sleeps when no frame is ready (frames are ready a lead of 100+ ms before they are due)."""
+
+
+@dataclass
+class CoreSession:
+    """One session as the core sees it: the runtime's handle, its ring, the worker that encodes it."""
+
+    id: str
+    session: Session
+    ring: FrameRing
+    worker: str
+    announced: bool = False
+    staged: list = field(default_factory=list)
+    host: torch.Tensor | None = None
+    registered: bool = False
+
+
+class Avatars:
+    """The avatars this core serves, each loaded once (by name from the cache, or given at start) and shared."""
+
+    def __init__(self, device: torch.device, checkpoints: Path, cache_dir: str | None) -> None:
+        self.device, self.checkpoints, self.cache_dir = device, checkpoints, cache_dir
+        self.loaded: dict[str, Any] = {}
+
+    def add(self, name: str, spec: str, random_weights: bool) -> None:
+        """Load (or register, for a portrait file) ``spec`` under ``name``."""
+        from engine.render.__main__ import load_or_register
+
+        self.loaded[name] = load_or_register(spec, self.checkpoints, self.device, random_weights)
+
+    def get(self, name: str):
+        """The avatar called ``name``, loaded from the cache on first use; LookupError naming the known ones."""
+        from avatars.cache import CacheError, load_avatar
+
+        if name not in self.loaded:
+            try:
+                self.loaded[name] = load_avatar(name, self.device, checkpoints=self.checkpoints, cache_dir=self.cache_dir)
+            except CacheError as exc:
+                raise LookupError(f"{exc}; avatars available: {', '.join(self.names()) or 'none'}") from exc
+        return self.loaded[name]
+
+    def names(self) -> list[str]:
+        """Avatars loaded, and those registered in the cache folder."""
+        from avatars.cache import default_cache_dir
+
+        root = Path(self.cache_dir) if self.cache_dir else default_cache_dir()
+        cached = sorted(p.name for p in root.iterdir() if (p / "manifest.json").is_file()) if root.is_dir() else []
+        return sorted(set(self.loaded) | set(cached))
+
+
+class EngineCore:
+    """The runtime, the sessions opened through it and the requests that drive them."""
+
+    def __init__(self, config: dict[str, Any]) -> None:
+        self.config = config
+        self.device = torch.device(config["device"])
+        factory = config.get("runtime")
+        if factory:
+            module, _, name = factory.partition(":")
+            self.runtime, self.avatars = getattr(importlib.import_module(module), name)(config)
+        else:
+            self.runtime, self.avatars = engine_runtime(config)
+        self.sessions: dict[str, CoreSession] = {}
+        self._lock = threading.Lock()
+        self._stopping = threading.Event()
+        self.context = zmq.Context()
+
+    # -- requests (main thread) -------------------------------------------------------------
+
+    def serve(self, address: str, events: str) -> None:
+        """Answer requests on ``address`` until a shutdown request; frames and events go out from the publisher."""
+        router = socket(self.context, zmq.ROUTER, address, bind=True)
+        publisher = threading.Thread(target=self._publish_loop, args=(events,), name="ditto-publisher", daemon=True)
+        publisher.start()
+        parent = os.getppid()
+        try:
+            while not self._stopping.is_set() and os.getppid() == parent:
+                if not router.poll(200):
+                    continue
+                peer, data = router.recv_multipart()
+                try:
+                    request = unpack(data)
+                    reply = self.handle(request)
+                except Exception as exc:
+                    log.exception("core: request failed")
+                    request, reply = {}, {"error": f"{type(exc).__name__}: {exc}", "kind": "internal"}
+                router.send_multipart([peer, pack({"rid": request.get("rid"), **reply})])
+        finally:
+            self._stopping.set()
+            publisher.join(5)
+            router.close()
+            self.runtime.close()
+            for core_session in list(self.sessions.values()):
+                self._release_ring(core_session)
+            self.context.term()
+
+    def handle(self, request: dict[str, Any]) -> dict[str, Any]:
+        """One request -> its reply (``error`` and ``kind`` when refused: admission, not_found, invalid, closed, backpressure)."""
+        kind = request.get("type")
+        if kind == "hello":
+            return self._hello()
+        if kind == "stats":
+            return {"runtime": self.runtime.metrics(), "sessions": {i: c.session.stats() for i, c in list(self.sessions.items())}}
+        if kind == "avatars":
+            return {"avatars": self.avatars.names()}
+        if kind == "shutdown":
+            self._stopping.set()
+            return {}
+        if kind == "open":
+            return self._open(request)
+        core_session = self.sessions.get(request.get("id"))
+        if core_session is None:
+            return {"error": f"no session {request.get('id')!r}", "kind": "not_found"}
+        session = core_session.session
+        try:
+            if kind == "push":
+                pcm = np.frombuffer(request["pcm"], np.float32)
+                session.push_audio(pcm, request["rate"], None, block=False)
+                return {"lead": session.stats()["lead_seconds"]}
+            if kind == "controls":
+                return {"applied": _applied(session.update_controls(**request["changes"]), request["changes"])}
+            if kind == "interrupt":
+                session.interrupt()
+                return {}
+            if kind == "end":
+                session.end()
+                return {}
+            if kind == "close":
+                session.close()
+                return {}
+        except Backpressure as exc:
+            return {"error": str(exc), "kind": "backpressure"}
+        except SessionClosed as exc:
+            return {"error": str(exc), "kind": "closed"}
+        except (AudioError, ControlError, TypeError, ValueError) as exc:
+            return {"error": str(exc), "kind": "invalid"}
+        return {"error": f"unknown request {kind!r}", "kind": "invalid"}
+
+    def _hello(self) -> dict[str, Any]:
+        runtime = self.runtime
+        name = torch.cuda.get_device_name(self.device) if self.device.type == "cuda" else "cpu"
+        return {
+            "device": name,
+            "capacity": runtime.capacity(),
+            "warmup_seconds": round(runtime.warmup_seconds, 2),
+            "window_ms": {str(k): v for k, v in runtime.window_ms.items()},
+            "render_ms": {str(k): v for k, v in runtime.render_ms.items()},
+            "avatars": self.avatars.names(),
+        }
+
+    def _open(self, request: dict[str, Any]) -> dict[str, Any]:
+        try:
+            avatar = self.avatars.get(request["avatar"])
+        except LookupError as exc:
+            return {"error": str(exc.args[0]), "kind": "not_found"}
+        try:
+            controls = self.runtime.default_controls
+            if request.get("controls"):
+                controls = controls.replace(**request["controls"])
+            session = self.runtime.open_session(
+                avatar, live=True, overlap=request["overlap"], seed=request["seed"], controls=controls
+            )
+        except AdmissionError as exc:
+            return {"error": str(exc), "kind": "admission"}
+        except (ControlError, TypeError, ValueError) as exc:
+            return {"error": str(exc), "kind": "invalid"}
+        height, width = avatar.frames.shape[1:3]
+        ring = FrameRing(None, int(width), int(height), create=True)
+        with self._lock:
+            self.sessions[request["id"]] = CoreSession(request["id"], session, ring, request["worker"])
+        return {"width": int(width), "height": int(height), "ring": ring.name, "slots": ring.slots}
+
+    # -- frames out (publisher thread) --------------------------------------------------------
+
+    def _publish_loop(self, events_address: str) -> None:
+        """Take finished frames from every session into its ring and tell its worker; report sessions that end."""
+        workers: dict[str, zmq.Socket] = {}
+        events = socket(self.context, zmq.PUSH, events_address, bind=False)
+        stream = torch.cuda.Stream(self.device) if self.device.type == "cuda" else None
+        try:
+            with torch.inference_mode():
+                while not self._stopping.is_set():
+                    busy = False
+                    for core_session in list(self.sessions.values()):
+                        sock = workers.get(core_session.worker)
+                        if sock is None:
+                            sock = workers[core_session.worker] = socket(self.context, zmq.PUSH, core_session.worker, bind=False)
+                        busy |= self._publish(core_session, sock, events, stream)
+                    if not busy:
+                        time.sleep(PUBLISH_POLL)
+        except Exception:
+            log.exception("core: the publisher stopped; sessions can no longer reach their outputs")
+            self._stopping.set()
+        finally:
+            for sock in (*workers.values(), events):
+                sock.close()
+
+    def _publish(self, core: CoreSession, worker: zmq.Socket, events: zmq.Socket, stream: torch.cuda.Stream | None) -> bool:
+        """Stage this session's ready frames, send the staged ones whose copy is done; True if anything moved."""
+        if not core.announced:
+            core.announced = send_nowait(
+                worker, {"type": "stream", "id": core.id, "ring": core.ring.name, "width": core.ring.width, "height": core.ring.height, "slots": core.ring.slots}
+            )
+            if not core.announced:
+                return False
+        frames = core.session.take_ready()
+        if frames:
+            self._stage(core, frames, stream)
+        sent = self._send_staged(core, worker)
+        if not frames and not core.staged and core.session.finished:
+            self._finish(core, worker, events)
+            return True
+        return bool(frames) or sent
+
+    def _stage(self, core: CoreSession, frames: list[Frame], stream: torch.cuda.Stream | None) -> None:
+        """Convert ``frames`` to I420 and copy each into its ring slot (on CUDA: on the publisher's stream, DMA into
+        the ring, done when the recorded event is)."""
+        ring = core.ring
+        anchor = core.session.clock_anchor
+        slots = [ring.begin(f.index) for f in frames]
+        for frame, slot in zip(frames, slots):
+            ring.audio(slot)[:] = frame.audio
+        if stream is None:
+            pictures = rgb_to_i420_batch(torch.stack([f.image for f in frames])).numpy()
+            for frame, slot, picture in zip(frames, slots, pictures):
+                ring.picture(slot)[:] = picture
+            core.staged.append((None, frames, anchor))
+            return
+        host = self._host_ring(core)
+        for event in {id(f.ready): f.ready for f in frames if f.ready is not None}.values():
+            stream.wait_event(event)
+        with torch.cuda.stream(stream):
+            pictures = rgb_to_i420_batch(torch.stack([f.image for f in frames]))
+            for slot, picture in zip(slots, pictures):
+                host[slot, HEADER_BYTES : HEADER_BYTES + ring.picture_bytes].view(picture.shape).copy_(picture, non_blocking=True)
+            done = torch.cuda.Event()
+            done.record(stream)
+        core.staged.append((done, frames, anchor))
+
+    def _host_ring(self, core: CoreSession) -> torch.Tensor:
+        """The ring as a host tensor registered with CUDA (page-locked), so the copies into it are DMA, asynchronous."""
+        if core.host is None:
+            core.host = torch.from_numpy(core.ring.buffer)
+            result = torch.cuda.cudart().cudaHostRegister(core.host.data_ptr(), core.host.numel(), 0)
+            core.registered = int(result) == 0
+            if not core.registered:
+                log.warning("core: could not page-lock session %s's ring (%s); its copies are synchronous", core.id, result)
+        return core.host
+
+    def _send_staged(self, core: CoreSession, worker: zmq.Socket) -> bool:
+        sent = False
+        while core.staged and (core.staged[0][0] is None or core.staged[0][0].query()):
+            _, frames, anchor = core.staged.pop(0)
+            for frame in frames:
+                core.ring.commit(frame.index)
+                send_nowait(worker, {"type": "frame", "id": core.id, "index": frame.index, "speech": frame.speech, "anchor": anchor})
+            sent = True
+        return sent
+
+    def _finish(self, core: CoreSession, worker: zmq.Socket, events: zmq.Socket) -> None:
+        """The session has ended (or failed, or was closed) and every frame went out: tell its worker and the front end."""
+        error = None
+        try:
+            core.session.next_frame(timeout=0)
+        except SessionClosed as exc:
+            error = str(exc)
+        except TimeoutError:
+            pass
+        send_nowait(worker, {"type": "end", "id": core.id})
+        send_nowait(events, {"type": "failed" if error else "ended", "id": core.id, "message": error, "stats": core.session.stats()})
+        with self._lock:
+            self.sessions.pop(core.id, None)
+        self._release_ring(core)
+
+    @staticmethod
+    def _release_ring(core: CoreSession) -> None:
+        """Unregister and free the session's ring (its worker has its own mapping; the block goes once both let go)."""
+        if core.registered:
+            torch.cuda.cudart().cudaHostUnregister(core.host.data_ptr())
+            core.registered = False
+        core.host = None
+        core.ring.close()
+
+
+def engine_runtime(config: dict[str, Any]) -> tuple[Any, Avatars]:
+    """The engine's runtime on the configured device (warmed up: minutes with an empty compile cache) and its avatars."""
+    from engine.engine import models_dir, random_checkpoints
+    from engine.runtime import Runtime, RuntimeConfig
+
+    random_weights = config["checkpoints"] is None
+    device = torch.device(config["device"])
+    runtime_config = RuntimeConfig(admission=False if config.get("no_admission") else None)
+    runtime = Runtime.from_checkpoints(config["checkpoints"], device=device, steps=config["steps"], config=runtime_config)
+    checkpoints = random_checkpoints() if random_weights else models_dir(Path(config["checkpoints"]))
+    avatars = Avatars(device, checkpoints, config.get("cache_dir"))
+    for name, spec in config.get("avatars", {}).items():
+        avatars.add(name, spec, random_weights)
+    return runtime, avatars
+
+
+def _applied(controls: Controls, changes: dict[str, Any]) -> dict[str, Any]:
+    """The changed fields as now in force (JSON values)."""
+    return {k: v for k, v in controls.to_dict().items() if k in changes}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run a core from its JSON configuration (argv[0]): warm up, then serve until shut down."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the front end shuts the core down; Ctrl-C reaches it alone
+    config = json.loads((argv or sys.argv[1:])[0])
+    core = EngineCore(config)
+    core.serve(config["address"], config["events"])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

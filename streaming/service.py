@@ -1,0 +1,555 @@
+"""The front end's view of the service: it starts the engine core and the output workers, and opens, lists and ends sessions.
+
+One process per job (as vLLM splits its EngineCore from its API server): this one, the front end,
+holds the HTTP side (``streaming.api``) and the browsers' WebRTC connections and does no GPU
+work; the engine core (``streaming.core``) owns the GPU; a pool of output workers
+(``streaming.worker``) encodes and sends. A session is created by telling a worker its outputs,
+then asking the core to open it; its frames go core -> worker through shared memory, its pushed
+audio front end -> core. A dead worker fails only its own sessions (and is replaced for new
+ones); a dead core fails every session, and the service then stops with an error (a supervisor
+restarts it: warming up again takes as long as a fresh start).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import math
+import secrets
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import zmq
+import zmq.asyncio
+
+from engine.engine import LIVE_OVERLAP
+from streaming.frames import FPS
+from streaming.ipc import ServiceError, endpoint, pack, socket, unpack
+from streaming.output import SILENCE, EncodedFrame
+from streaming.sinks.webrtc import WebRtcPreview
+
+log = logging.getLogger("streaming.service")
+UTILIZATION = 0.8
+"""Share of a frame period an output worker's encoders may fill (as the runtime admits against 0.8 of each hop)."""
+PUSH_SPLIT_SECONDS = 1.0
+"""Pushed audio goes to the core in pieces of at most this much, so no piece waits for more room than a session has."""
+BACKPRESSURE_WAIT = 0.05
+DELETE_TIMEOUT = 10.0
+
+
+class SessionError(ServiceError):
+    """A session request that cannot be served; ``kind`` is the reason (admission, not_found, invalid, closed)."""
+
+    def __init__(self, message: str, kind: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+@dataclass(frozen=True)
+class SessionSpec:
+    """What a client asks for: an avatar by name, where the stream goes, and the session's knobs."""
+
+    avatar: str
+    rtmp: tuple[str, ...] = ()
+    mp4: str | None = None
+    preview: bool = False
+    overlap: int = LIVE_OVERLAP
+    seed: int = 0
+    controls: dict[str, Any] | None = None
+
+    @classmethod
+    def from_json(cls, body: Any) -> SessionSpec:
+        """Validate a ``POST /sessions`` body; SessionError(invalid) naming the bad field."""
+        if not isinstance(body, dict):
+            raise SessionError('POST /sessions takes a JSON object, e.g. {"avatar": "anchor"}', "invalid")
+        unknown = set(body) - {"avatar", "rtmp", "mp4", "preview", "overlap", "seed", "controls"}
+        if unknown:
+            raise SessionError(f"unknown field(s) {sorted(unknown)}; known: avatar, rtmp, mp4, preview, overlap, seed, controls", "invalid")
+        avatar = body.get("avatar")
+        if not isinstance(avatar, str) or not avatar:
+            raise SessionError('"avatar" (a registered avatar\'s name) is required', "invalid")
+        rtmp = body.get("rtmp", [])
+        rtmp = [rtmp] if isinstance(rtmp, str) else rtmp
+        if not isinstance(rtmp, list) or not all(isinstance(u, str) and u.startswith(("rtmp://", "rtmps://")) for u in rtmp):
+            raise SessionError('"rtmp" is an rtmp:// URL or a list of them', "invalid")
+        mp4 = body.get("mp4")
+        if mp4 is not None and not isinstance(mp4, str):
+            raise SessionError('"mp4" is a file path', "invalid")
+        preview = body.get("preview", False)
+        overlap, seed = body.get("overlap", LIVE_OVERLAP), body.get("seed", 0)
+        if not isinstance(preview, bool):
+            raise SessionError('"preview" is true or false', "invalid")
+        for key, value, low, high in (("overlap", overlap, 0, 79), ("seed", seed, 0, 2**31 - 1)):
+            if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+                raise SessionError(f'"{key}" is an integer from {low} to {high}, got {value!r}', "invalid")
+        controls = body.get("controls")
+        if controls is not None and not isinstance(controls, dict):
+            raise SessionError('"controls" is an object of control fields (see engine.controls)', "invalid")
+        return cls(avatar, tuple(rtmp), mp4, preview, overlap, seed, controls)
+
+
+@dataclass
+class ServedSession:
+    """One session of the service, as the front end keeps it."""
+
+    id: str
+    spec: SessionSpec
+    worker: int
+    width: int = 0
+    height: int = 0
+    state: str = "starting"
+    error: str | None = None
+    created_at: float = field(default_factory=time.time)
+    preview: WebRtcPreview | None = None
+    audio: RemoteSession | None = None
+    core_stats: dict[str, Any] = field(default_factory=dict)
+    output_stats: dict[str, Any] = field(default_factory=dict)
+    closed: asyncio.Event = field(default_factory=asyncio.Event)
+    push: bool = True
+
+    @property
+    def name(self) -> str:
+        return self.id
+
+    @property
+    def live(self) -> bool:
+        return self.state in ("starting", "live", "ending")
+
+    def describe(self) -> dict[str, Any]:
+        """The session as ``GET /sessions/{id}`` shows it (URLs are added by the API, which knows the host)."""
+        return {
+            "id": self.id,
+            "state": self.state,
+            "error": self.error,
+            "avatar": self.spec.avatar,
+            "size": [self.width, self.height],
+            "outputs": {"rtmp": list(self.spec.rtmp), "mp4": self.spec.mp4, "preview": self.spec.preview},
+            "overlap": self.spec.overlap,
+            "seed": self.spec.seed,
+            "created_at": self.created_at,
+            "counters": {**self.core_stats, **{k: v for k, v in self.output_stats.items() if k != "sinks"}},
+            "sinks": self.output_stats.get("sinks", {}),
+        }
+
+
+class CoreClient:
+    """Requests to the engine core and their replies (a DEALER socket; replies matched by number)."""
+
+    def __init__(self, context: zmq.asyncio.Context, address: str) -> None:
+        self._socket = socket(context, zmq.DEALER, address, bind=False)
+        self._waiting: dict[int, asyncio.Future] = {}
+        self._next = 0
+        self._reader = asyncio.ensure_future(self._read())
+
+    async def request(self, message: dict[str, Any], timeout: float | None = 30.0) -> dict[str, Any]:
+        """Send ``message``, wait for its reply; SessionError when the core refused it."""
+        self._next += 1
+        rid = self._next
+        future = self._waiting[rid] = asyncio.get_running_loop().create_future()
+        await self._socket.send(pack({**message, "rid": rid}))
+        try:
+            reply = await asyncio.wait_for(future, timeout)
+        finally:
+            self._waiting.pop(rid, None)
+        if "error" in reply:
+            raise SessionError(reply["error"], reply.get("kind", "internal"))
+        return reply
+
+    async def _read(self) -> None:
+        while True:
+            reply = unpack(await self._socket.recv())
+            future = self._waiting.get(reply.get("rid"))
+            if future is not None and not future.done():
+                future.set_result(reply)
+
+    def fail_all(self, error: BaseException) -> None:
+        """The core is gone: every waiting request gets ``error``."""
+        for future in self._waiting.values():
+            if not future.done():
+                future.set_exception(error)
+
+    def close(self) -> None:
+        self._reader.cancel()
+        self._socket.close()
+
+
+class RemoteSession:
+    """A session's audio side over the core (the push WebSocket and the file or microphone sources use it).
+
+    ``push_audio`` waits while the session holds its lead of audio (the core answers "backpressure"),
+    so a client pushing faster than real time is slowed by TCP, and no thread is parked meanwhile.
+    """
+
+    def __init__(self, core: CoreClient, session_id: str, loop: asyncio.AbstractEventLoop) -> None:
+        self._core, self.id, self._loop = core, session_id, loop
+
+    async def push_audio(self, pcm: np.ndarray, sample_rate: int) -> None:
+        """Queue mono float32 PCM at ``sample_rate``, in pieces of at most PUSH_SPLIT_SECONDS."""
+        pcm = np.ascontiguousarray(pcm, np.float32)
+        step = max(1, round(sample_rate * PUSH_SPLIT_SECONDS))
+        for start in range(0, pcm.size, step):
+            piece = {"type": "push", "id": self.id, "pcm": pcm[start : start + step].tobytes(), "rate": int(sample_rate)}
+            while True:
+                try:
+                    await self._core.request(piece)
+                    break
+                except SessionError as exc:
+                    if exc.kind != "backpressure":
+                        raise
+                    await asyncio.sleep(BACKPRESSURE_WAIT)
+
+    async def update_controls(self, **changes: Any) -> dict[str, Any]:
+        """Change some controls; the fields as now in force."""
+        return (await self._core.request({"type": "controls", "id": self.id, "changes": changes}))["applied"]
+
+    async def interrupt(self) -> None:
+        await self._core.request({"type": "interrupt", "id": self.id})
+
+    async def end(self) -> None:
+        await self._core.request({"type": "end", "id": self.id})
+
+    def blocking(self) -> BlockingSession:
+        """The same session for threads (the file and microphone sources): each call waits for the event loop."""
+        return BlockingSession(self)
+
+
+class BlockingSession:
+    """``RemoteSession`` from another thread, with the runtime session's ``push_audio`` signature."""
+
+    def __init__(self, remote: RemoteSession) -> None:
+        self._remote = remote
+
+    def _run(self, coroutine) -> Any:
+        return asyncio.run_coroutine_threadsafe(coroutine, self._remote._loop).result()
+
+    def push_audio(self, pcm: np.ndarray, sample_rate: int, channels: int | None = None, block: bool = False) -> None:
+        from engine.audio.pcm import to_float_mono
+
+        self._run(self._remote.push_audio(to_float_mono(pcm, channels), sample_rate))
+
+    def update_controls(self, **changes: Any) -> dict[str, Any]:
+        return self._run(self._remote.update_controls(**changes))
+
+    def interrupt(self) -> None:
+        self._run(self._remote.interrupt())
+
+    def end(self) -> None:
+        self._run(self._remote.end())
+
+
+@dataclass
+class WorkerProcess:
+    """One output worker: its process, its inbox, its measured cost and the sessions it holds."""
+
+    index: int
+    address: str
+    process: subprocess.Popen
+    inbox: zmq.Socket
+    encode_ms: float | None = None
+    sessions: set[str] = field(default_factory=set)
+    ready: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def slots(self) -> int:
+        """Streams this worker can encode in real time at 1280x720 (its measured cost per frame), at UTILIZATION."""
+        if not self.encode_ms:
+            return 0
+        return max(1, math.floor(UTILIZATION * 1000 / FPS / self.encode_ms))
+
+
+@dataclass(frozen=True)
+class ServiceOptions:
+    """How to start the service's processes."""
+
+    checkpoints: str | None = None
+    device: str = "cpu"
+    steps: int = 25
+    admission: bool = True
+    workers: int = 1
+    avatars: dict[str, str] = field(default_factory=dict)
+    """Avatars to load at start, name -> a cached avatar's name or folder, or a portrait image to register."""
+    cache_dir: str | None = None
+    loopback_only: bool = True
+    runtime: str | None = None
+    """``module:function`` building the core's runtime and avatars in place of the engine's (the tests' synthetic one)."""
+
+
+class Service:
+    """The engine core, the output workers and the sessions; ``await start()``, then create and delete sessions."""
+
+    def __init__(self, options: ServiceOptions) -> None:
+        self.options = options
+        self.sessions: dict[str, ServedSession] = {}
+        self.core_info: dict[str, Any] = {}
+        self.failure: str | None = None
+        self.failed = asyncio.Event()
+        self._folder = Path(tempfile.mkdtemp(prefix="ditto-svc-"))
+        self._context = zmq.asyncio.Context()
+        self._workers: list[WorkerProcess] = []
+        self._core: subprocess.Popen | None = None
+        self.core: CoreClient | None = None
+        self._tasks: list[asyncio.Task] = []
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._closing = False
+
+    # -- start and stop ---------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Start the core (it warms up: minutes with an empty compile cache) and the workers; return once all are ready."""
+        self._loop = asyncio.get_running_loop()
+        self._events = socket(self._context, zmq.PULL, endpoint(self._folder, "events"), bind=True)
+        self._tasks.append(asyncio.ensure_future(self._read_events()))
+        config = {
+            "checkpoints": self.options.checkpoints, "device": self.options.device, "steps": self.options.steps,
+            "no_admission": not self.options.admission, "avatars": self.options.avatars, "cache_dir": self.options.cache_dir,
+            "address": endpoint(self._folder, "core"), "events": endpoint(self._folder, "events"), "runtime": self.options.runtime,
+        }
+        self._core = subprocess.Popen([sys.executable, "-m", "streaming.core", json.dumps(config)])
+        self.core = CoreClient(self._context, config["address"])
+        for index in range(self.options.workers):
+            self._workers.append(self._spawn_worker(index))
+        self._tasks.append(asyncio.ensure_future(self._watch()))
+        hello = asyncio.ensure_future(self.core.request({"type": "hello"}, timeout=None))
+        await asyncio.wait([hello, asyncio.ensure_future(self.failed.wait())], return_when=asyncio.FIRST_COMPLETED)
+        if self.failed.is_set():
+            hello.cancel()
+            raise ServiceError(self.failure)
+        self.core_info = hello.result()
+        await asyncio.gather(*(w.ready.wait() for w in self._workers))
+
+    def _spawn_worker(self, index: int) -> WorkerProcess:
+        address = endpoint(self._folder, f"worker-{index}-{secrets.token_hex(2)}")
+        config = {"index": index, "address": address, "events": endpoint(self._folder, "events")}
+        process = subprocess.Popen([sys.executable, "-m", "streaming.worker", json.dumps(config)])
+        return WorkerProcess(index, address, process, socket(self._context, zmq.PUSH, address, bind=False))
+
+    async def close(self) -> None:
+        """End every session, stop the workers and the core (killed if they do not stop in time), remove the sockets."""
+        self._closing = True
+        for session in list(self.sessions.values()):
+            if session.live and self.failure is None:
+                try:
+                    await self.delete(session.id, timeout=5.0)
+                except (SessionError, asyncio.TimeoutError):
+                    log.warning("session %s did not close in time", session.id)
+        for worker in self._workers:
+            worker.inbox.send(pack({"type": "shutdown"}), zmq.NOBLOCK)
+        if self.core is not None and self._core.poll() is None:
+            try:
+                await self.core.request({"type": "shutdown"}, timeout=5.0)
+            except (asyncio.TimeoutError, SessionError):
+                pass
+        for process in [self._core, *(w.process for w in self._workers)]:
+            if process is None:
+                continue
+            try:
+                await asyncio.to_thread(process.wait, 10)
+            except subprocess.TimeoutExpired:
+                log.warning("process %d did not stop; killing it", process.pid)
+                process.kill()
+        for task in self._tasks:
+            task.cancel()
+        if self.core is not None:
+            self.core.close()
+        for worker in self._workers:
+            worker.inbox.close()
+        self._events.close()
+        self._context.term()
+        shutil.rmtree(self._folder, ignore_errors=True)
+
+    # -- sessions ---------------------------------------------------------------------------
+
+    def capacity(self) -> dict[str, int | None]:
+        """Live sessions the service serves in real time: the GPU's (measured at the core's warm-up), the outputs'
+        (the workers' measured encode cost), and the smaller, which is what it admits."""
+        runtime = self.core_info.get("capacity")
+        outputs = sum(w.slots() for w in self._workers if w.process.poll() is None)
+        admitted = outputs if runtime is None else min(runtime, outputs)
+        return {"runtime": runtime, "outputs": outputs, "admitted": admitted}
+
+    async def create(self, spec: SessionSpec, session_id: str | None = None) -> ServedSession:
+        """Open a session: its outputs on the least loaded worker with room, then the session on the core."""
+        if self.failure is not None:
+            raise SessionError(f"the service has failed: {self.failure}", "closed")
+        session_id = session_id or secrets.token_hex(4)
+        if session_id in self.sessions and self.sessions[session_id].live:
+            raise SessionError(f"session {session_id!r} exists", "invalid")
+        worker = self._pick_worker()
+        session = ServedSession(session_id, spec, worker.index)
+        if spec.preview:
+            session.preview = WebRtcPreview(
+                self._loop, lambda: self._to_worker(session, {"type": "keyframe", "id": session_id}), loopback_only=self.options.loopback_only
+            )
+        session.audio = RemoteSession(self.core, session_id, self._loop)
+        self.sessions[session_id] = session
+        worker.sessions.add(session_id)
+        self._to_worker(session, {"type": "outputs", "id": session_id, "rtmp": list(spec.rtmp), "mp4": spec.mp4, "preview": spec.preview})
+        try:
+            reply = await self.core.request(
+                {"type": "open", "id": session_id, "avatar": spec.avatar, "overlap": spec.overlap, "seed": spec.seed,
+                 "controls": spec.controls, "worker": worker.address}
+            )
+        except BaseException:
+            self._to_worker(session, {"type": "remove", "id": session_id})
+            worker.sessions.discard(session_id)
+            del self.sessions[session_id]
+            raise
+        session.width, session.height, session.state = reply["width"], reply["height"], "live"
+        return session
+
+    def _pick_worker(self) -> WorkerProcess:
+        alive = [w for w in self._workers if w.process.poll() is None and w.encode_ms]
+        open_slots = [w for w in alive if len(w.sessions) < w.slots() or not self.options.admission]
+        if not open_slots:
+            capacity = self.capacity()
+            raise SessionError(
+                f"the outputs are full: {len(self._live())} live session(s), the output workers encode at most "
+                f"{capacity['outputs']} in real time ({', '.join(f'{w.encode_ms} ms' for w in alive)} per 1280x720 frame); "
+                "end a session or start the service with more --output-workers",
+                "admission",
+            )
+        return min(open_slots, key=lambda w: len(w.sessions))
+
+    def _to_worker(self, session: ServedSession, message: dict[str, Any]) -> None:
+        worker = self._workers[session.worker]
+        try:
+            worker.inbox.send(pack(message), zmq.NOBLOCK)
+        except zmq.Again:
+            log.warning("worker %d is not taking messages; %s for session %s dropped", worker.index, message["type"], session.id)
+
+    def _live(self) -> list[ServedSession]:
+        return [s for s in self.sessions.values() if s.live]
+
+    async def delete(self, session_id: str, timeout: float = DELETE_TIMEOUT) -> ServedSession:
+        """End a session now: the core stops it, its worker flushes and closes its outputs; returns once closed."""
+        session = self.get(session_id)
+        if session.live:
+            session.state = "ending"
+            try:
+                await self.core.request({"type": "close", "id": session_id})
+            except SessionError as exc:
+                if exc.kind != "not_found":
+                    raise
+            await asyncio.wait_for(session.closed.wait(), timeout)
+        return session
+
+    def get(self, session_id: str) -> ServedSession:
+        """The session ``session_id``; SessionError(not_found) naming the ones there are."""
+        session = self.sessions.get(session_id)
+        if session is None:
+            raise SessionError(f"no session {session_id!r}; sessions: {', '.join(self.sessions) or 'none'}", "not_found")
+        return session
+
+    def forget(self, session_id: str) -> None:
+        """Drop an ended session's record."""
+        session = self.sessions.get(session_id)
+        if session is not None and not session.live:
+            del self.sessions[session_id]
+
+    async def refresh(self) -> dict[str, Any]:
+        """The core's figures now (runtime metrics); every live session's counters updated from them."""
+        if self.failure is not None:
+            return {}
+        stats = await self.core.request({"type": "stats"}, timeout=5.0)
+        for session_id, values in stats["sessions"].items():
+            if session_id in self.sessions:
+                self.sessions[session_id].core_stats = values
+        return stats["runtime"]
+
+    # -- events from the core and the workers ------------------------------------------------
+
+    async def _read_events(self) -> None:
+        while True:
+            try:
+                message = unpack(await self._events.recv())
+                self._event(message)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("service: a bad event")
+
+    def _event(self, message: dict[str, Any]) -> None:
+        kind = message.get("type")
+        if kind == "worker_ready":
+            worker = self._workers[message["worker"]]
+            worker.encode_ms = message["encode_ms"]
+            worker.ready.set()
+            return
+        if kind == "stats":
+            for session_id, values in message["streams"].items():
+                if session_id in self.sessions:
+                    self.sessions[session_id].output_stats = values
+            return
+        session = self.sessions.get(message.get("id"))
+        if session is None:
+            return
+        if kind == "packet" and session.preview is not None:
+            opus = tuple((int(pts), data) for pts, data in message["opus"])
+            session.preview.send(
+                EncodedFrame(message["index"], message["width"], message["height"], message["video"], message["keyframe"], SILENCE, opus, message["speech"])
+            )
+        elif kind == "preview_end" and session.preview is not None:
+            asyncio.ensure_future(session.preview.aclose())
+        elif kind in ("ended", "failed"):
+            session.core_stats = message.get("stats") or session.core_stats
+            if kind == "failed" and session.state != "ending":
+                session.state, session.error = "failed", message.get("message")
+        elif kind == "output_failed":
+            log.error("session %s: %s", session.id, message["message"])
+            session.error = message["message"]
+        elif kind == "closed":
+            session.output_stats = message.get("stats") or session.output_stats
+            if session.state != "failed":
+                session.state = "ended"
+            self._workers[session.worker].sessions.discard(session.id)
+            session.closed.set()
+
+    async def _watch(self) -> None:
+        """Notice a dead core (every session fails, the service stops) or a dead worker (its sessions fail; replaced)."""
+        while True:
+            await asyncio.sleep(0.2)
+            if self._closing:
+                return
+            code = self._core.poll()
+            if code is not None:
+                self._core_died(code)
+                return
+            for worker in list(self._workers):
+                code = worker.process.poll()
+                if code is not None:
+                    self._worker_died(worker, code)
+
+    def _core_died(self, code: int) -> None:
+        self.failure = f"the engine core exited with code {code}; every session has failed (see its log above)"
+        log.error("%s", self.failure)
+        self.core.fail_all(SessionError(self.failure, "closed"))
+        for session in self._live():
+            session.state, session.error = "failed", self.failure
+            self._to_worker(session, {"type": "remove", "id": session.id})
+            session.closed.set()
+        self.failed.set()
+
+    def _worker_died(self, worker: WorkerProcess, code: int) -> None:
+        message = f"output worker {worker.index} exited with code {code}; its sessions have failed"
+        log.error("%s: %s", message, ", ".join(sorted(worker.sessions)) or "none")
+        for session_id in list(worker.sessions):
+            session = self.sessions.get(session_id)
+            if session is not None and session.live:
+                session.state, session.error = "failed", message
+                session.closed.set()
+                asyncio.ensure_future(self._close_quietly(session_id))
+        worker.inbox.close()
+        self._workers[worker.index] = self._spawn_worker(worker.index)
+
+    async def _close_quietly(self, session_id: str) -> None:
+        try:
+            await self.core.request({"type": "close", "id": session_id})
+        except (SessionError, asyncio.TimeoutError):
+            pass

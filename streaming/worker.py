@@ -1,0 +1,287 @@
+"""An output worker: the process that encodes some sessions' frames and sends them to their RTMP servers and files.
+
+``python -m streaming.worker CONFIG_JSON`` (started by ``streaming.service``). It binds one PULL
+socket: the engine core announces each session's frame ring there and then each frame's slot;
+the front end says which outputs a session has (RTMP URLs, an MP4 path, the WebRTC preview) and
+asks for keyframes. Each session runs a ``SessionOutput`` over its ring (its own output clock:
+repeats when the GPU is late, never a late timeline). The preview's encoded packets go to the
+front end, which holds the browsers' peer connections. Once a second it reports every stream's
+counters; when a stream has flushed and closed its outputs it says so.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Any
+
+import numpy as np
+import zmq
+
+from streaming.encoders.audio import OpusEncoder
+from streaming.encoders.h264 import H264Settings
+from streaming.encoders.x264 import X264Encoder
+from streaming.frame_ring import FrameRing, i420_bytes
+from streaming.frames import FPS, SAMPLES_PER_FRAME
+from streaming.ipc import send_nowait, socket, unpack
+from streaming.output import EncodedFrame, SessionOutput
+from streaming.sinks.mp4 import Mp4Sink
+from streaming.sinks.rtmp import RtmpSink
+
+log = logging.getLogger("ditto.worker")
+STATS_EVERY = 1.0
+CALIBRATION_SIZE = (1280, 720)
+CALIBRATION_FRAMES = 2 * FPS
+
+
+@dataclass
+class RingFrame:
+    """A frame copied out of the ring: its I420 picture on the host, its audio, its index."""
+
+    index: int
+    image: np.ndarray
+    audio: np.ndarray
+    speech: bool
+    ready: None = None
+
+    @property
+    def pts(self) -> Fraction:
+        return Fraction(self.index, FPS)
+
+
+class RingSource:
+    """A session seen through its ring: the frames the core announced, in order, with the session's clock."""
+
+    def __init__(self, ring: FrameRing) -> None:
+        self.ring = ring
+        self._frames: deque[RingFrame] = deque()
+        self._changed = threading.Condition()
+        self._anchor: float | None = None
+        self._ended = False
+        self.overwritten = 0
+
+    @property
+    def clock_anchor(self) -> float | None:
+        """When the session's live clock shows frame 0 (the core's runtime sets it; monotonic time is system-wide)."""
+        return self._anchor
+
+    def put(self, index: int, speech: bool, anchor: float | None) -> None:
+        """Copy frame ``index`` out of its slot now (the core may reuse the slot a ring later)."""
+        copied = self.ring.read(index)
+        if copied is None:
+            self.overwritten += 1
+            return
+        with self._changed:
+            self._anchor = anchor
+            self._frames.append(RingFrame(index, copied[0], copied[1], speech))
+            self._changed.notify_all()
+
+    def end(self) -> None:
+        """No frame follows the ones already put."""
+        with self._changed:
+            self._ended = True
+            self._changed.notify_all()
+
+    def next_frame(self, timeout: float | None = None) -> RingFrame | None:
+        """The next frame; None once ended and drained; TimeoutError when none came within ``timeout``."""
+        with self._changed:
+            if not self._changed.wait_for(lambda: self._frames or self._ended, timeout):
+                raise TimeoutError
+            return self._frames.popleft() if self._frames else None
+
+    def stats(self) -> dict[str, int]:
+        return {"ring_overwritten": self.overwritten}
+
+
+class PreviewRelay:
+    """The sink that forwards a session's encoded packets to the front end, where the WebRTC viewers are."""
+
+    name = "webrtc"
+
+    def __init__(self, session_id: str, send) -> None:
+        self.session_id, self._send = session_id, send
+        self.frames_sent = 0
+        self.frames_dropped = 0
+
+    def send(self, frame: EncodedFrame) -> None:
+        message = {
+            "type": "packet", "id": self.session_id, "index": frame.index, "width": frame.width, "height": frame.height,
+            "video": frame.video, "keyframe": frame.keyframe, "opus": [list(p) for p in frame.opus], "speech": frame.speech,
+        }
+        if self._send(message):
+            self.frames_sent += 1
+        else:
+            self.frames_dropped += 1
+
+    def close(self) -> None:
+        self._send({"type": "preview_end", "id": self.session_id})
+
+    def stats(self) -> dict[str, int]:
+        return {"frames_sent": self.frames_sent, "frames_dropped": self.frames_dropped}
+
+
+@dataclass
+class WorkerStream:
+    """One session this worker serves: what the front end asked for, and once the core announced it, its output."""
+
+    id: str
+    outputs: dict[str, Any] | None = None
+    ring: dict[str, Any] | None = None
+    source: RingSource | None = None
+    output: SessionOutput | None = None
+    early: list = field(default_factory=list)
+
+
+class Worker:
+    """The worker's sockets and streams; ``run`` until told to stop."""
+
+    def __init__(self, config: dict[str, Any]) -> None:
+        self.config = config
+        self.index = config["index"]
+        self.context = zmq.Context()
+        self.inbox = socket(self.context, zmq.PULL, config["address"], bind=True)
+        self._events = socket(self.context, zmq.PUSH, config["events"], bind=False)
+        self._events_lock = threading.Lock()
+        self.streams: dict[str, WorkerStream] = {}
+        self._stop = False
+        self._parent = os.getppid()
+
+    def emit(self, message: dict[str, Any]) -> bool:
+        """Send an event to the front end from any thread (False when its queue is full: dropped)."""
+        with self._events_lock:
+            return send_nowait(self._events, message)
+
+    def run(self) -> None:
+        self.emit({"type": "worker_ready", "worker": self.index, "encode_ms": calibrate()})
+        next_stats = time.monotonic() + STATS_EVERY
+        try:
+            while not self._stop and os.getppid() == self._parent:
+                if self.inbox.poll(50):
+                    while True:
+                        try:
+                            self.handle(unpack(self.inbox.recv(zmq.NOBLOCK)))
+                        except zmq.Again:
+                            break
+                self._reap()
+                if time.monotonic() >= next_stats:
+                    next_stats += STATS_EVERY
+                    self.emit({"type": "stats", "worker": self.index, "streams": {i: stream_stats(s) for i, s in self.streams.items() if s.output}})
+        finally:
+            for stream in self.streams.values():
+                if stream.output is not None:
+                    stream.output.stop()
+            self.inbox.close()
+            self._events.close()
+            self.context.term()
+
+    def handle(self, message: dict[str, Any]) -> None:
+        """One message from the core or the front end."""
+        kind, session_id = message.get("type"), message.get("id")
+        if kind == "shutdown":
+            self._stop = True
+            return
+        if kind in ("outputs", "stream"):
+            self.streams.setdefault(session_id, WorkerStream(session_id))
+        stream = self.streams.get(session_id)
+        if stream is None:
+            return
+        if kind == "outputs":
+            stream.outputs = message
+        elif kind == "stream":
+            stream.ring = message
+        elif kind == "frame":
+            if stream.source is None:
+                stream.early.append(message)
+            else:
+                stream.source.put(message["index"], message["speech"], message["anchor"])
+        elif kind == "end":
+            if stream.source is None:
+                stream.early.append(message)
+            else:
+                stream.source.end()
+        elif kind == "keyframe" and stream.output is not None:
+            stream.output.request_keyframe()
+        elif kind == "remove":
+            if stream.output is not None:
+                stream.output.stop()
+            else:
+                self.streams.pop(session_id, None)
+        if stream.output is None and stream.outputs is not None and stream.ring is not None:
+            self._start(stream)
+
+    def _start(self, stream: WorkerStream) -> None:
+        """Both halves known: attach the ring, build the encoder's output and its sinks, replay what came early."""
+        ring = stream.ring
+        try:
+            stream.source = RingSource(FrameRing(ring["ring"], ring["width"], ring["height"], ring["slots"]))
+        except (OSError, ValueError) as exc:
+            self.emit({"type": "output_failed", "id": stream.id, "message": f"cannot attach the frame ring: {exc}"})
+            self.streams.pop(stream.id, None)
+            return
+        spec = stream.outputs
+        output = SessionOutput(stream.source, encoder="x264", settings=H264Settings(), name=stream.id)
+        try:
+            for url in spec.get("rtmp") or []:
+                output.add_sink(RtmpSink(url, output.request_keyframe))
+            if spec.get("mp4"):
+                output.add_sink(Mp4Sink(spec["mp4"], output.request_keyframe))
+            if spec.get("preview"):
+                output.add_sink(PreviewRelay(stream.id, self.emit))
+        except ValueError as exc:
+            self.emit({"type": "output_failed", "id": stream.id, "message": str(exc)})
+        stream.output = output.start()
+        for message in stream.early:
+            self.handle(message)
+        stream.early.clear()
+
+    def _reap(self) -> None:
+        """Report and forget the streams whose output has flushed and closed."""
+        for session_id, stream in list(self.streams.items()):
+            if stream.output is not None and stream.output.finished.is_set():
+                self.emit({"type": "closed", "id": session_id, "stats": stream_stats(stream)})
+                stream.source.ring.close()
+                del self.streams[session_id]
+
+
+def stream_stats(stream: WorkerStream) -> dict[str, Any]:
+    """A stream's counters: its output's (see ``SessionOutput.snapshot``) and its ring's."""
+    return {**stream.output.snapshot(), **stream.source.stats()}
+
+
+def calibrate(width: int = CALIBRATION_SIZE[0], height: int = CALIBRATION_SIZE[1], frames: int = CALIBRATION_FRAMES) -> float:
+    """Median milliseconds to encode one frame (libx264 as the outputs run it, plus its Opus audio) at ``width`` x
+    ``height``, on a moving test picture: the output side's cost per frame, for admission."""
+    encoder, opus = X264Encoder(width, height, H264Settings()), OpusEncoder()
+    ramp = np.linspace(16, 235, width, dtype=np.float32)
+    picture = np.empty(i420_bytes(width, height), np.uint8).reshape(height * 3 // 2, width)
+    picture[height:] = 128
+    audio = np.zeros(SAMPLES_PER_FRAME, np.float32)
+    times = []
+    for i in range(frames):
+        picture[:height] = np.roll(ramp, i * 8)[None, :].astype(np.uint8)
+        picture[(i * 7) % height : (i * 7) % height + 16, :] = 235
+        started = time.perf_counter()
+        encoder.encode_picture(picture.copy(), i)
+        opus.encode(audio)
+        times.append(time.perf_counter() - started)
+    return round(float(np.median(times)) * 1000, 3)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run a worker from its JSON configuration (argv[0]) until the front end shuts it down."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the front end stops its workers; Ctrl-C reaches it alone
+    Worker(json.loads((argv or sys.argv[1:])[0])).run()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

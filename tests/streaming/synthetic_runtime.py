@@ -1,0 +1,143 @@
+"""A synthetic runtime for the service tests: the engine core's runtime contract with no model behind it.
+
+The service's core process builds it in place of the engine's (``ServiceOptions.runtime``), so the
+tests run the real processes (front end, core, output workers), sockets and shared memory on two
+CPU cores in seconds. Each avatar name gives frames of its own size; frames are the streaming
+tests' synthetic pictures (index bits, flashes) on the session's live clock, ``LEAD`` ahead.
+A session whose avatar is ``slow`` makes frames at half speed: the overload case.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from typing import Any
+
+import numpy as np
+import torch
+
+from engine.controls import Controls
+from engine.runtime import AdmissionError, Backpressure, SessionClosed
+from engine.session import Frame
+from streaming.frames import FPS
+from tests.streaming.synthetic import picture, sound
+
+AVATARS = {"anna": (64, 64), "ben": (96, 64), "slow": (64, 64)}
+LEAD = 0.2
+CAPACITY = 4
+
+
+class FakeAvatar:
+    def __init__(self, name: str) -> None:
+        width, height = AVATARS[name]
+        self.name, self.frames = name, torch.zeros(1, height, width, 3, dtype=torch.uint8)
+
+
+class FakeAvatars:
+    def get(self, name: str) -> FakeAvatar:
+        if name not in AVATARS:
+            raise LookupError(f"no avatar {name!r}; avatars available: {', '.join(self.names())}")
+        return FakeAvatar(name)
+
+    def names(self) -> list[str]:
+        return sorted(AVATARS)
+
+
+class FakeSession:
+    """Frames on a live clock from its opening (half speed for the ``slow`` avatar); records pushed audio."""
+
+    def __init__(self, avatar: FakeAvatar, seed: int) -> None:
+        self.avatar, self.seed = avatar, seed
+        self.height, self.width = avatar.frames.shape[1:3]
+        self.clock_anchor = time.monotonic() + LEAD
+        self.period = 2 / FPS if avatar.name == "slow" else 1 / FPS
+        self.next_index = 0
+        self.pushed_seconds = 0.0
+        self.ending_at: int | None = None
+        self.closed = False
+        self.interrupts = 0
+        self.controls = Controls()
+        self._lock = threading.Lock()
+
+    @property
+    def finished(self) -> bool:
+        return self.closed or (self.ending_at is not None and self.next_index >= self.ending_at)
+
+    def take_ready(self) -> list[Frame]:
+        with self._lock:
+            frames = []
+            due = (time.monotonic() - self.clock_anchor + LEAD) / self.period
+            while self.next_index <= due and not self.finished:
+                i = self.next_index
+                frames.append(Frame(i, picture(i, self.width, self.height), sound(i), speech=False))
+                self.next_index += 1
+            return frames
+
+    def next_frame(self, timeout: float | None = None):
+        if self.finished:
+            return None
+        raise TimeoutError
+
+    def push_audio(self, pcm: np.ndarray, sample_rate: int, channels=None, block: bool = False) -> None:
+        self._check_open()
+        if self.pushed_seconds > 5.0:
+            raise Backpressure("the synthetic session holds 5 s of audio")
+        self.pushed_seconds += pcm.size / sample_rate
+
+    def update_controls(self, **changes: Any) -> Controls:
+        self._check_open()
+        self.controls = self.controls.replace(**changes)
+        return self.controls
+
+    def interrupt(self) -> None:
+        self.interrupts += 1
+
+    def end(self) -> None:
+        self._check_open()
+        with self._lock:
+            self.ending_at = self.next_index + FPS // 5
+
+    def close(self) -> None:
+        self.closed = True
+
+    def _check_open(self) -> None:
+        if self.closed or self.ending_at is not None:
+            raise SessionClosed("this session has ended")
+
+    def stats(self) -> dict[str, float]:
+        return {"frames_generated": self.next_index, "pushed_seconds": round(self.pushed_seconds, 3), "interrupts": self.interrupts}
+
+
+class FakeRuntime:
+    default_controls = Controls()
+    warmup_seconds = 0.0
+    window_ms: dict = {}
+    render_ms: dict = {}
+
+    def __init__(self, admission: bool) -> None:
+        self.admission = admission
+        self.sessions: deque[FakeSession] = deque()
+
+    def capacity(self) -> int:
+        return CAPACITY
+
+    def open_session(self, avatar: FakeAvatar, live: bool, overlap: int, seed: int, controls: Controls) -> FakeSession:
+        live_sessions = [s for s in self.sessions if not s.finished]
+        if self.admission and len(live_sessions) >= CAPACITY:
+            raise AdmissionError(f"this synthetic runtime serves at most {CAPACITY} live sessions")
+        session = FakeSession(avatar, seed)
+        self.sessions.append(session)
+        return session
+
+    def metrics(self) -> dict[str, Any]:
+        return {"sessions": sum(not s.finished for s in self.sessions), "capacity": CAPACITY}
+
+    def close(self) -> None:
+        for session in self.sessions:
+            session.close()
+
+
+def build(config: dict[str, Any]) -> tuple[FakeRuntime, FakeAvatars]:
+    """The core's runtime and avatars (``ServiceOptions(runtime="tests.streaming.synthetic_runtime:build")``)."""
+    return FakeRuntime(not config.get("no_admission")), FakeAvatars()
