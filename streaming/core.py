@@ -155,7 +155,7 @@ class EngineCore:
             if kind == "push":
                 pcm = np.frombuffer(request["pcm"], np.float32)
                 session.push_audio(pcm, request["rate"], None, block=False)
-                return {"lead": session.stats()["lead_seconds"]}
+                return {}
             if kind == "controls":
                 return {"applied": _applied(session.update_controls(**request["changes"]), request["changes"])}
             if kind == "interrupt":

@@ -123,6 +123,10 @@ class ServedSession:
     def live(self) -> bool:
         return self.state in ("starting", "live", "ending")
 
+    def audio_sink(self) -> RemoteSession:
+        """Where the push WebSocket sends this session's audio and commands."""
+        return self.audio
+
     def describe(self) -> dict[str, Any]:
         """The session as ``GET /sessions/{id}`` shows it (URLs are added by the API, which knows the host)."""
         return {

@@ -30,18 +30,23 @@ CAPACITY = 4
 
 class FakeAvatar:
     def __init__(self, name: str) -> None:
-        width, height = AVATARS[name]
+        width, height = AVATARS.get(name, (128, 128))
         self.name, self.frames = name, torch.zeros(1, height, width, 3, dtype=torch.uint8)
 
 
 class FakeAvatars:
+    """The synthetic avatars, and those the service was started with (128 x 128 frames)."""
+
+    def __init__(self, given: dict[str, str]) -> None:
+        self.given = given
+
     def get(self, name: str) -> FakeAvatar:
-        if name not in AVATARS:
+        if name not in AVATARS and name not in self.given:
             raise LookupError(f"no avatar {name!r}; avatars available: {', '.join(self.names())}")
         return FakeAvatar(name)
 
     def names(self) -> list[str]:
-        return sorted(AVATARS)
+        return sorted({*AVATARS, *self.given})
 
 
 class FakeSession:
@@ -140,4 +145,4 @@ class FakeRuntime:
 
 def build(config: dict[str, Any]) -> tuple[FakeRuntime, FakeAvatars]:
     """The core's runtime and avatars (``ServiceOptions(runtime="tests.streaming.synthetic_runtime:build")``)."""
-    return FakeRuntime(not config.get("no_admission")), FakeAvatars()
+    return FakeRuntime(not config.get("no_admission")), FakeAvatars(config.get("avatars", {}))

@@ -118,3 +118,30 @@ def test_the_encode_thread_confines_only_itself_to_one_torch_thread() -> None:
     later.start()
     later.join()
     assert seen == {"encode": 1, "later": default} and torch.get_num_threads() == default
+
+
+class Stalling(SyntheticSession):
+    """A session whose frames 10..14 come 0.3 s late (a GPU hiccup), the rest on its clock."""
+
+    def next_frame(self, timeout: float | None = None):
+        frame = super().next_frame(timeout)
+        if frame is not None and frame.index == 10:
+            time.sleep(0.3)
+        return frame
+
+
+def test_a_stall_is_shed_with_repeats_and_silence_while_the_timeline_keeps_wall_time() -> None:
+    sink = Recorder()
+    output = SessionOutput(Stalling(64, 64, frames=50, lead=0.1), encoder="x264")
+    output.add_sink(sink)
+    output.start()
+    assert output.finished.wait(20)
+    output.stop()
+    indices = [f.index for f in sink.frames]
+    assert indices == list(range(indices[0], indices[0] + len(indices))), "one frame per slot: no gap in the timeline"
+    offsets = [t - sink.times[0] - (f.index - indices[0]) / FPS for t, f in zip(sink.times, sink.frames)]
+    assert max(abs(o) for o in offsets) < 0.03, "timestamps advance with wall time through the stall"
+    repeats = [f for f in sink.frames if f.repeat]
+    assert output.stats.repeated == len(repeats) >= 4
+    assert all(not f.audio.any() and not f.speech for f in repeats), "a stand-in carries silence"
+    assert output.stats.frames_in == 50 and output.stats.skipped >= 1

@@ -4,33 +4,36 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import sys
-import types
+import functools
 
 import aiohttp
 import pytest
 
 import streaming.serve as serve_module
-from engine.controls import Controls
-from engine.runtime.config import RuntimeConfig
 from streaming.serve import is_loopback, numbered, parse_args, resolve_token
+from streaming.service import ServiceOptions
 from tests.streaming.conftest import free_port
 from tests.streaming.media import LiveReader
-from tests.streaming.synthetic import SyntheticSession
+from tests.streaming.test_service import RUNTIME
 
 
 def test_defaults_bind_loopback_and_demo_turns_on_the_preview() -> None:
     args = parse_args(["--avatar", "anna"])
     assert args.http == ("127.0.0.1", 8080) and args.webrtc is None
     assert args.encoder == "auto" and args.sessions == 1 and args.overlap == 75 and not args.no_admission
+    assert args.output_workers >= 1
     demo = parse_args(["--demo"])
     assert demo.webrtc == ("127.0.0.1", 8080)
+    service = parse_args([])
+    assert service.avatar is None and not service.demo, "no avatar: the service starts with zero sessions"
 
 
 @pytest.mark.parametrize(
     "argv, message",
     [
-        ([], "--avatar is required"),
+        (["--rtmp", "rtmp://h/live/k"], "--avatar is required"),
+        (["--avatar", "a", "--output-workers", "0"], "at least 1"),
+        (["--avatar", "a", "--encoder", "nvenc"], "x264"),
         (["--avatar", "a", "--audio", "x.wav", "--listen"], "not allowed with"),
         (["--demo", "--listen"], "takes no --audio"),
         (["--avatar", "a", "--webrtc", "8080"], "HOST:PORT"),
@@ -60,41 +63,15 @@ def test_each_session_gets_its_own_url_and_file() -> None:
     assert numbered("out/rec.mp4", 1, 1) == "out/rec.mp4"
 
 
-class SyntheticRuntime:
-    """The serving runtime's contract (Runtime.from_checkpoints / open_session / close) over synthetic sessions."""
-
-    opened: list[SyntheticSession] = []
-    closed = False
-    default_controls = Controls()
-
-    config = None
-
-    @classmethod
-    def from_checkpoints(cls, checkpoints=None, device=None, steps=25, config=None) -> SyntheticRuntime:
-        cls.opened, cls.closed, cls.config = [], False, config
-        return cls()
-
-    def open_session(self, avatar, live: bool, overlap: int, seed: int, controls: Controls) -> SyntheticSession:
-        assert live and overlap == 75 and avatar == "anna" and controls == Controls(yaw=-4.0, emotion="happy")
-        self.opened.append(SyntheticSession(128, 128))
-        return self.opened[-1]
-
-    def metrics(self) -> dict:
-        return {"ticks": 7, "tick_wall_ms_p50": 3.5, "gpu_busy": None}
-
-    def close(self) -> None:
-        type(self).closed = True
-
-
 @pytest.mark.slow
-def test_serve_wires_sessions_to_rtmp_push_and_metrics_and_ends_with_them(nginx_rtmp, monkeypatch) -> None:
-    """Everything but the model: two sessions, RTMP per session, push per session; ending both ends the server."""
-    monkeypatch.setitem(sys.modules, "engine.runtime", types.SimpleNamespace(Runtime=SyntheticRuntime, RuntimeConfig=RuntimeConfig))
-    monkeypatch.setattr(serve_module, "load_avatar", lambda args, device, random_weights: "anna")
+def test_serve_opens_its_sessions_through_the_service_and_ends_with_them(nginx_rtmp, monkeypatch) -> None:
+    """Everything but the model (the core runs the synthetic runtime): two sessions, RTMP and push per session,
+    controls from the flags; ending both ends the server."""
+    monkeypatch.setattr(serve_module, "ServiceOptions", functools.partial(ServiceOptions, runtime=RUNTIME))
     port = free_port()
     args = parse_args(
-        ["--avatar", "anna", "--sessions", "2", "--listen", "--encoder", "x264", "--device", "cpu", "--no-admission"]
-        + ["--rtmp", nginx_rtmp.url("show"), "--http", f"127.0.0.1:{port}", "--yaw", "-4", "--emotion", "happy"]
+        ["--avatar", "anna.png", "--sessions", "2", "--listen", "--encoder", "x264", "--device", "cpu", "--no-admission"]
+        + ["--rtmp", nginx_rtmp.url("show"), "--http", f"127.0.0.1:{port}", "--yaw", "-4", "--emotion", "happy", "--output-workers", "1"]
     )
     readers = []
 
@@ -109,13 +86,14 @@ def test_serve_wires_sessions_to_rtmp_push_and_metrics_and_ends_with_them(nginx_
                         return await response.text()
                 return ""
 
-            for _ in range(200):
+            for _ in range(400):
                 if 'ditto_rtmp_connected{session="1"} 1.0' in await metrics():
                     break
                 await asyncio.sleep(0.05)
             readers.append(LiveReader(nginx_rtmp.url("show-1"), read_timeout=2.0))
             await asyncio.sleep(3.0)  # more than one 2 s GOP: the reader starts at the next IDR
             text = await metrics()
+            listing = await (await http.get(f"http://127.0.0.1:{port}/sessions")).json()
             for name in ("0", "1"):
                 async with http.ws_connect(f"ws://127.0.0.1:{port}/push?session={name}") as ws:
                     await ws.send_json({"type": "format", "sample_rate": 16000, "channels": 1, "encoding": "s16le"})
@@ -124,15 +102,14 @@ def test_serve_wires_sessions_to_rtmp_push_and_metrics_and_ends_with_them(nginx_
                     await ws.send_json({"type": "end"})
                     assert await ws.receive_json(timeout=5) == {"type": "ended"}
         assert await asyncio.wait_for(server, 30) == 0
-        return {"metrics": text}
+        return {"metrics": text, "listing": listing}
 
     result = asyncio.run(drive())
-    assert 'ditto_sessions 2.0' in result["metrics"]
+    assert "ditto_sessions 2.0" in result["metrics"]
     assert 'ditto_frames_sent_total{session="1",sink="rtmp"}' in result["metrics"]
-    assert "ditto_runtime_tick_wall_ms_p50 3.5" in result["metrics"] and "ditto_runtime_gpu_busy" not in result["metrics"]
-    assert SyntheticRuntime.config is not None and SyntheticRuntime.config.admission is False
-    assert [len(s.pushed) for s in SyntheticRuntime.opened] == [1, 1]
-    assert all(s.ended for s in SyntheticRuntime.opened) and SyntheticRuntime.closed
+    assert 'ditto_capacity{kind="runtime"} 4.0' in result["metrics"]
+    sessions = result["listing"]["sessions"]
+    assert [s["id"] for s in sessions] == ["0", "1"] and sessions[1]["outputs"]["rtmp"] == [nginx_rtmp.url("show-1")]
     got = readers[0].join()
     assert got.size == (128, 128) and len(got.indices) >= 20, got.error
     assert got.indices == list(range(got.indices[0], got.indices[0] + len(got.indices)))

@@ -1,0 +1,35 @@
+"""The shared-memory frame ring: a reader sees each frame whole, or None when its slot was taken by another."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from streaming.frame_ring import FrameRing
+from streaming.frames import SAMPLES_PER_FRAME
+
+
+def test_a_second_mapping_reads_what_the_writer_wrote() -> None:
+    writer = FrameRing(None, 64, 32, slots=4, create=True)
+    reader = FrameRing(writer.name, 64, 32, slots=4)
+    try:
+        picture = np.arange(64 * 48, dtype=np.uint32).astype(np.uint8).reshape(48, 64)
+        audio = np.linspace(-1, 1, SAMPLES_PER_FRAME, dtype=np.float32)
+        writer.write(5, picture, audio)
+        got = reader.read(5)
+        assert got is not None and (got[0] == picture).all() and (got[1] == audio).all()
+        assert reader.read(1) is None, "slot 1 holds frame 5: frame 1 is gone"
+        writer.begin(9)
+        assert reader.read(5) is None, "a slot being rewritten is never read half-done"
+    finally:
+        reader.close()
+        writer.close()
+
+
+def test_a_reader_of_the_wrong_size_is_refused() -> None:
+    writer = FrameRing(None, 64, 32, slots=2, create=True)
+    try:
+        with pytest.raises(ValueError, match="expected"):
+            FrameRing(writer.name, 128, 64, slots=2)
+    finally:
+        writer.close()

@@ -1,0 +1,174 @@
+"""The service as its processes run it: front end, engine core, output workers, over real sockets and shared memory.
+
+The core runs a synthetic runtime (tests/streaming/synthetic_runtime.py: the runtime's contract,
+frames on a live clock, no model), so what is under test is the service itself: the session API,
+frames crossing processes, shedding, and what happens when a process dies.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import aiohttp
+import av
+import pytest
+from aiohttp import web
+
+from streaming.api import create_service_app
+from streaming.service import Service, ServiceOptions
+from tests.streaming.conftest import free_port
+
+pytestmark = pytest.mark.slow
+RUNTIME = "tests.streaming.synthetic_runtime:build"
+
+
+@contextlib.asynccontextmanager
+async def running(workers: int = 2, admission: bool = True) -> AsyncIterator[tuple[Service, aiohttp.ClientSession, str]]:
+    """A started service with its HTTP API on a free port, and a client; everything stopped on the way out."""
+    service = Service(ServiceOptions(workers=workers, admission=admission, runtime=RUNTIME))
+    await service.start()
+    runner = web.AppRunner(create_service_app(service))
+    await runner.setup()
+    port = free_port()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    try:
+        async with aiohttp.ClientSession() as http:
+            yield service, http, f"http://127.0.0.1:{port}"
+    finally:
+        await runner.cleanup()
+        await service.close()
+
+
+async def released(http: aiohttp.ClientSession, base: str, session_id: str) -> int:
+    body = await (await http.get(f"{base}/sessions/{session_id}")).json()
+    return body["counters"].get("frames_released", 0)
+
+
+async def until(condition, seconds: float = 10.0) -> None:
+    for _ in range(int(seconds / 0.1)):
+        if await condition():
+            return
+        await asyncio.sleep(0.1)
+    raise AssertionError("condition not met in time")
+
+
+def test_sessions_of_two_avatars_come_and_go_through_the_api(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with running() as (service, http, base):
+            assert (await (await http.get(f"{base}/sessions")).json())["sessions"] == []
+            made = []
+            for avatar in ("anna", "ben"):
+                response = await http.post(f"{base}/sessions", json={"avatar": avatar, "mp4": str(tmp_path / f"{avatar}.mp4")})
+                assert response.status == 201, await response.text()
+                made.append(await response.json())
+            anna, ben = (m["id"] for m in made)
+            assert made[1]["size"] == [96, 64] and made[1]["urls"]["push"].endswith(f"/push?session={ben}")
+            listing = await (await http.get(f"{base}/sessions")).json()
+            assert {s["id"] for s in listing["sessions"]} == {anna, ben} and listing["capacity"]["admitted"] == 4
+
+            async with http.ws_connect(f"{base}/push?session={anna}") as ws:
+                await ws.send_json({"type": "format", "sample_rate": 24000, "channels": 1, "encoding": "s16le"})
+                assert (await ws.receive_json(timeout=5))["type"] == "ready"
+                await ws.send_bytes(b"\x00\x01" * 24000)
+                await ws.send_json({"type": "controls", "yaw": 5})
+                assert await ws.receive_json(timeout=5) == {"type": "controls", "applied": {"yaw": 5.0}}
+            body = await (await http.get(f"{base}/sessions/{anna}")).json()
+            assert body["counters"]["pushed_seconds"] == 1.0, "the audio reached anna's session on the core"
+
+            await until(lambda: _more(http, base, ben, 10))
+            response = await http.delete(f"{base}/sessions/{anna}")
+            assert response.status == 200 and (await response.json())["state"] == "ended"
+            before = await released(http, base, ben)
+            await asyncio.sleep(1.0)
+            assert await released(http, base, ben) >= before + 20, "ben goes on at 25 fps after anna ended"
+            assert (await http.get(f"{base}/sessions/{anna}")).status == 404
+            assert (await http.delete(f"{base}/sessions/{ben}")).status == 200
+        for avatar, size in (("anna", (64, 64)), ("ben", (96, 64))):
+            with av.open(str(tmp_path / f"{avatar}.mp4")) as container:
+                video = container.streams.video[0]
+                assert (video.width, video.height) == size and sum(1 for _ in container.decode(video=0)) > 10
+
+    asyncio.run(scenario())
+
+
+async def _more(http: aiohttp.ClientSession, base: str, session_id: str, count: int) -> bool:
+    return await released(http, base, session_id) >= count
+
+
+def test_bad_requests_get_clear_answers_and_capacity_is_a_503() -> None:
+    async def scenario() -> None:
+        async with running() as (service, http, base):
+            for body, status, text in [
+                ({"avatar": "nobody"}, 404, "avatars available: anna, ben, slow"),
+                ({}, 400, '"avatar"'),
+                ({"avatar": "anna", "rtmp": "http://x"}, 400, "rtmp://"),
+                ({"avatar": "anna", "colour": "red"}, 400, "unknown field"),
+                ({"avatar": "anna", "overlap": 80}, 400, "overlap"),
+            ]:
+                response = await http.post(f"{base}/sessions", json=body)
+                assert response.status == status and text in await response.text(), body
+            assert (await http.get(f"{base}/sessions/nope")).status == 404
+            for _ in range(4):
+                assert (await http.post(f"{base}/sessions", json={"avatar": "anna"})).status == 201
+            response = await http.post(f"{base}/sessions", json={"avatar": "anna"})
+            assert response.status == 503 and "at most 4" in await response.text()
+
+    asyncio.run(scenario())
+
+
+def test_an_overloaded_session_sheds_frames_and_its_stream_keeps_wall_time() -> None:
+    async def scenario() -> None:
+        async with running(workers=1) as (service, http, base):
+            session = await (await http.post(f"{base}/sessions", json={"avatar": "slow"})).json()
+            await until(lambda: _more(http, base, session["id"], 1))
+            start = await released(http, base, session["id"])
+            await asyncio.sleep(2.0)
+            body = await (await http.get(f"{base}/sessions/{session['id']}")).json()
+            assert body["counters"]["frames_released"] - start >= 45, "the output clock holds 25 fps"
+            assert body["counters"]["repeated"] >= 15, "half the slots have no frame: shed and counted"
+
+    asyncio.run(scenario())
+
+
+def test_a_dead_output_worker_fails_only_its_sessions() -> None:
+    async def scenario() -> None:
+        async with running(workers=2) as (service, http, base):
+            first = (await (await http.post(f"{base}/sessions", json={"avatar": "anna"})).json())["id"]
+            second = (await (await http.post(f"{base}/sessions", json={"avatar": "anna"})).json())["id"]
+            assert service.sessions[first].worker != service.sessions[second].worker
+            await until(lambda: _more(http, base, second, 5))
+            os.kill(service._workers[service.sessions[first].worker].process.pid, signal.SIGKILL)
+            await until(lambda: _state(http, base, first, "failed"))
+            body = await (await http.get(f"{base}/sessions/{first}")).json()
+            assert "output worker" in body["error"]
+            before = await released(http, base, second)
+            await asyncio.sleep(1.0)
+            assert await released(http, base, second) >= before + 20, "the other worker's stream goes on"
+            third = await http.post(f"{base}/sessions", json={"avatar": "ben"})
+            assert third.status == 201, "the dead worker was replaced for new sessions"
+
+    asyncio.run(scenario())
+
+
+async def _state(http: aiohttp.ClientSession, base: str, session_id: str, state: str) -> bool:
+    return (await (await http.get(f"{base}/sessions/{session_id}")).json())["state"] == state
+
+
+def test_a_dead_core_fails_every_session_and_the_service_says_so() -> None:
+    async def scenario() -> None:
+        async with running(workers=1) as (service, http, base):
+            ids = [(await (await http.post(f"{base}/sessions", json={"avatar": "anna"})).json())["id"] for _ in range(2)]
+            os.kill(service._core.pid, signal.SIGKILL)
+            await asyncio.wait_for(service.failed.wait(), 5)
+            for session_id in ids:
+                body = await (await http.get(f"{base}/sessions/{session_id}")).json()
+                assert body["state"] == "failed" and "engine core exited" in body["error"]
+            response = await http.post(f"{base}/sessions", json={"avatar": "anna"})
+            assert response.status == 409 and "the service has failed" in await response.text()
+
+    asyncio.run(scenario())
