@@ -305,7 +305,7 @@ class Session:
                 stats["speech_latency_ms"] = round(self._speech_latency * 1000, 1)
             return stats
 
-    # -- the runtime's side (loop thread only) ----------------------------------------------
+    # -- the runtime's side (loop thread only; reached through ``SessionPort``) --------------
 
     def _collect(self) -> Intake:
         """Everything queued since the last call, in order: interrupt first, then audio, then end/close."""
@@ -374,10 +374,6 @@ class Session:
             self._queue.clear()
             self._changed.notify_all()
 
-    @property
-    def _last_taken_motion(self) -> torch.Tensor | None:
-        return None if self._last_taken is None else self._last_taken.motion
-
     # -- internals -------------------------------------------------------------------------
 
     def _check_alive(self) -> None:
@@ -413,6 +409,63 @@ class Session:
         self._last_taken = frame
         self._taken_samples = max(self._taken_samples, (frame.index + 1) * MODEL_RATE // FPS)
         self.counters["frames_taken"] += 1
+
+
+class SessionPort:
+    """The runtime's side of a session, for its loop thread only: what the loop takes from the session
+    (queued audio and commands, room in the frame queue, the frame last taken) and what it hands back
+    (frames, the committed audio, the clock, the speech latency, counts, the end or a failure).
+
+    Clients hold the ``Session``; the loop holds this port, so the session's internals stay its own.
+    """
+
+    def __init__(self, session: Session) -> None:
+        self._session = session
+
+    def collect(self) -> Intake:
+        """Everything queued since the last call, in order: interrupt first, then audio, then end/close."""
+        return self._session._collect()
+
+    def deliver(self, frames: list[Frame], drop_oldest: bool, generation: int) -> None:
+        """Queue rendered frames (unless an interrupt came since ``generation`` was collected); ``drop_oldest``: beyond the bound."""
+        self._session._deliver(frames, drop_oldest, generation)
+
+    def room(self) -> int:
+        """Frames the session's queue can still take."""
+        return self._session._room()
+
+    def drain_resamplers(self) -> tuple[np.ndarray, np.ndarray] | None:
+        """The samples the resamplers still hold, when no newer audio waits (speech ended: idle follows); None otherwise."""
+        return self._session._drain_resamplers()
+
+    @property
+    def last_taken(self) -> Frame | None:
+        """The frame the client took last (None before the first)."""
+        return self._session._last_taken
+
+    def set_committed(self, samples: int) -> None:
+        """Model-rate samples committed to the motion stream so far (the session's lead counts them)."""
+        self._session._set_committed(samples)
+
+    def set_clock(self, anchor: float) -> None:
+        """Start (or restart) the live clock: frame 0 is shown at ``anchor``."""
+        self._session._set_clock(anchor)
+
+    def set_speech_latency(self, seconds: float) -> None:
+        """How long after it is pushed speech is shown now (reported in ``stats``)."""
+        self._session._set_speech_latency(seconds)
+
+    def count(self, counter: str, n: int = 1) -> None:
+        """Add ``n`` to one of the session's ``counters``."""
+        self._session.counters[counter] += n
+
+    def finish(self) -> None:
+        """Every frame was delivered: ``next_frame`` returns None once the queue is drained."""
+        self._session._finish()
+
+    def fail(self, error: BaseException) -> None:
+        """The session failed: its frames are dropped and its client's next call raises ``SessionClosed``."""
+        self._session._fail(error)
 
 
 def _frames_in(pcm: np.ndarray, channels: int | None) -> int:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import math
 import random
-import time
 from collections import deque
 
 import numpy as np
@@ -28,7 +27,7 @@ from engine.runtime.config import RuntimeConfig
 from engine.runtime.pacing import (
     FPS, RESYNC_FRAMES, Lead, frame_deadline, frames_due, needs_idle, on_grid, speech_depth, speech_start, window_due,
 )
-from engine.session import HOP_FRAMES, MODEL_RATE, Frame, Session
+from engine.session import HOP_FRAMES, MODEL_RATE, Frame, Session, SessionPort
 
 BLEND_FRAMES = 5
 """Frames over which the picture cross-fades from the last frame shown to the stream after an interrupt."""
@@ -55,6 +54,8 @@ class SessionPipeline:
     ) -> None:
         """``motion``: frames computed beforehand (an offline render) to render instead of sampling the audio's."""
         self.session = session
+        self.port = SessionPort(session)
+        """The loop's side of the session: everything the pipeline takes from it or hands back goes through here."""
         self.avatar = avatar
         self.config = config
         self.device = avatar.f_s.device
@@ -97,7 +98,7 @@ class SessionPipeline:
 
     def intake(self, now: float) -> bool:
         """Commit what the session queued, handle its commands, and add idle silence if live and short; True if anything changed."""
-        intake = self.session._collect()
+        intake = self.port.collect()
         self.generation = intake.generation
         changed = False
         if intake.close:
@@ -121,7 +122,7 @@ class SessionPipeline:
         if self.session.live and not self.ending and not self.motion.audio_pending:
             changed |= self._idle(now)
         if self.session.live:
-            self.session._set_speech_latency((self.depth + self.lead.frames) / FPS)
+            self.port.set_speech_latency((self.depth + self.lead.frames) / FPS)
         return changed
 
     def _due(self, now: float) -> float:
@@ -129,7 +130,7 @@ class SessionPipeline:
         produced = self.produced
         if self.anchor is not None and frames_due(now, self.anchor) - produced > RESYNC_FRAMES:
             self._start_clock(now - produced / FPS)
-            self.session.counters["resyncs"] += 1
+            self.port.count("resyncs")
         return frames_due(now, self.anchor)
 
     @property
@@ -160,14 +161,14 @@ class SessionPipeline:
         due = self._due(now)
         if not needs_idle(produced, due, self.lead, self.tail_is_speech):
             return False
-        drained = self.tail_is_speech and (tail := self.session._drain_resamplers()) is not None
+        drained = self.tail_is_speech and (tail := self.port.drain_resamplers()) is not None
         if drained:
             self._commit(tail[0], tail[1], speech=True)
         target = math.ceil(due + self.lead.frames) - self._stream_offset()
         samples = min(self.motion.samples_for_frames(target), MAX_IDLE_SAMPLES)
         if samples > 0:
             self._commit(np.zeros(samples, np.float32), None, speech=False)
-            self.session.counters["idle_hops"] += math.ceil(samples / HOP_SAMPLES)
+            self.port.count("idle_hops", math.ceil(samples / HOP_SAMPLES))
         return drained or samples > 0
 
     def _commit(self, model: np.ndarray, sink: np.ndarray | None, speech: bool) -> None:
@@ -182,7 +183,7 @@ class SessionPipeline:
         if speech:
             self.speech.append((start, start + model.size))
         self.tail_is_speech = speech
-        self.session._set_committed(self.motion.samples_in)
+        self.port.set_committed(self.motion.samples_in)
 
     def _sink_samples(self, model_samples: int) -> int:
         return model_samples * self.sink_ratio if self.sink_ratio else round(model_samples * self.session.audio_rate / MODEL_RATE)
@@ -213,14 +214,14 @@ class SessionPipeline:
         cut = self.motion.frames_out * FRAME_SAMPLES
         self.speech = [(a, min(b, cut)) for a, b in self.speech if a < cut]
         self.tail_is_speech = False
-        self.session._set_committed(self.motion.samples_in)
-        last = self.session._last_taken
+        self.port.set_committed(self.motion.samples_in)
+        last = self.port.last_taken
         self.out_next = 0 if last is None else last.index + 1
         self.discard = 0
         if self.grid is not None and isinstance(self.motion, MotionStream):
             self.discard = (self._stream_offset() - offset) % self.motion.windows.valid
             self.backlog_start += self.discard
-        self.blend_from = self.session._last_taken_motion
+        self.blend_from = None if last is None else last.motion
         self.blend_left = BLEND_FRAMES if self.blend_from is not None else 0
         self.in_flight.clear()
 
@@ -281,7 +282,7 @@ class SessionPipeline:
         """Take a sampled window; its final frames join the render backlog."""
         self.request = None
         self._add_backlog(self.motion.complete(window))
-        self.session.counters["windows"] += 1
+        self.port.count("windows")
 
     def finish_if_done(self) -> None:
         """After ``end``: emit the last frames once nothing is left to sample."""
@@ -311,7 +312,7 @@ class SessionPipeline:
         count = self.backlog.shape[0]
         if self.session.live:
             return count
-        room = self.session._room()
+        room = self.port.room()
         return min(count, room) if room >= min(count, chunk) else 0
 
     def next_deadline(self) -> float:
@@ -352,7 +353,7 @@ class SessionPipeline:
         self.backlog_start += count
         self.out_next += count
         self._trim_audio()
-        self.session._deliver(frames, drop_oldest=self.session.live, generation=self.generation)
+        self.port.deliver(frames, drop_oldest=self.session.live, generation=self.generation)
 
     def _frame_audio(self, motion_index: int) -> np.ndarray:
         lo = motion_index * self.sink_per_frame - self.audio_start
@@ -373,19 +374,18 @@ class SessionPipeline:
 
     # -- the clock ------------------------------------------------------------------------
 
-    def check_deadlines(self, now: float | None = None) -> None:
-        """Note which rendered frames are ready; set the clock's anchor at the first; count frames ready after their deadline."""
+    def check_deadlines(self, now: float) -> None:
+        """Note which rendered frames are ready by ``now``; set the clock's anchor at the first; count frames ready after their deadline."""
         while self.in_flight:
             ready, first, count = self.in_flight[0]
             if ready is not None and not ready.query():
                 return
-            now = time.monotonic() if now is None else now
             self.in_flight.popleft()
             if self.anchor is None:
                 self._start_clock(now - first / FPS)
             if self.session.live:
                 late = sum(1 for i in range(first, first + count) if now > frame_deadline(self.anchor, i) + 1 / FPS)
-                self.session.counters["deadline_misses"] += late
+                self.port.count("deadline_misses", late)
 
     def _start_clock(self, anchor: float) -> None:
         """Start (or restart) the clock at ``anchor``, or just after: with a runtime grid, late enough that the next
@@ -394,4 +394,4 @@ class SessionPipeline:
             first_due = frame_deadline(anchor, self.produced)
             anchor += on_grid(first_due, self.grid, self.motion.windows.valid / FPS) - first_due
         self.anchor = anchor
-        self.session._set_clock(anchor)
+        self.port.set_clock(anchor)

@@ -4,7 +4,10 @@ Per tick the loop commits each session's queued audio (and idle silence for live
 running short), encodes every session's new HuBERT chunks in one batch, samples every due
 LMDM window in bucket-sized batches, renders every due frame in bucket-sized warp+decode
 calls (earliest deadline first), pastes each back into its avatar and hands the frames to
-their sessions. Every shape the GPU sees was compiled and captured during warm-up, so no
+their sessions. A tick is one ``step``, shaped like an inference engine's: per stage, the
+scheduler picks the due work across sessions, the executor runs it on the engine and the update
+step hands the results back to the pipelines (``engine.runtime.scheduler``, ``.executor``,
+``.update``). Every shape the GPU sees was compiled and captured during warm-up, so no
 session's push, however odd its size, triggers a compile mid-stream. Sessions launch no GPU
 work; their handles only queue audio and take frames.
 """
@@ -26,21 +29,24 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from engine.audio.hubert import CHUNK_SAMPLES, CURRENT_FRAMES, encode_chunks
+from engine.audio.hubert import CHUNK_SAMPLES
 from engine.controls import Controls
 from engine.diffusion.windows import SEQ_FRAMES
 from engine.diffusion.ddim import DEFAULT_STEPS
+from engine.diffusion.graphed import BucketedSampler
 from engine.engine import LIVE_OVERLAP, OFFLINE_OVERLAP, Engine
 from engine.motion.conditions import ConditionBuilder
-from engine.motion.stitching import join_frames, stitch_posed
+from engine.motion.stitching import stitch_posed
 from engine.offline_motion import PrecomputedMotion, offline_motion, window_sampler
-from engine.runtime import admission
+from engine.runtime import admission, update
 from engine.runtime.avatars import AvatarStore
-from engine.runtime.buckets import chunk_sizes
 from engine.runtime.config import RuntimeConfig
 from engine.runtime.errors import AdmissionError, SessionClosed
+from engine.runtime.executor import Executor, PosedJob
+from engine.runtime.metrics import TickTimes
 from engine.runtime.pacing import FPS, Lead
 from engine.runtime.pipeline import SessionPipeline
+from engine.runtime.scheduler import FrameJob, Scheduler
 from engine.session import Session
 from engine.timing import gpu_time
 
@@ -53,37 +59,44 @@ TIMING_REPEATS = 3
 
 
 class Runtime:
-    """Owns the engine's GPU work; open sessions with ``open_session``; use as a context manager or call ``close``."""
+    """Owns the engine's GPU work; open sessions with ``open_session``; use as a context manager or call ``close``.
 
-    def __init__(self, engine: Engine, config: RuntimeConfig | None = None) -> None:
+    ``start=False`` builds it without its loop thread: the caller runs each tick with ``step`` (and the
+    calls that would wait for the loop run on the caller's thread). ``clock`` gives the time of each tick
+    (monotonic seconds; a test's virtual clock), and the origin of the sessions' window grid.
+    """
+
+    def __init__(
+        self, engine: Engine, config: RuntimeConfig | None = None, *, start: bool = True, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self.engine = engine
         self.config = config or RuntimeConfig()
         self.device = engine.device
         cuda = self.device.type == "cuda"
         self.batch_sessions = cuda if self.config.batch_sessions is None else self.config.batch_sessions
         self.enforce_admission = cuda if self.config.admission is None else self.config.admission
-        self.sampler = engine.sampler()
+        self.clock = clock
+        self.counters = {"ticks": 0, "oom_errors": 0, "loop_errors": 0, "captures_after_warmup": 0}
+        self.scheduler = Scheduler(self.config, self.batch_sessions)
+        self.executor = Executor(engine, engine.sampler(), self.config, self.counters)
         self.avatars = AvatarStore(self.device, engine.backend.dtype)
         self.window_ms: dict[int, float] = {}
         self.render_ms: dict[int, float] = {}
         self.warmup_seconds = 0.0
-        self.counters = {"ticks": 0, "oom_errors": 0, "loop_errors": 0, "captures_after_warmup": 0}
         self._pipelines: dict[int, SessionPipeline] = {}
         self._inbox: deque[tuple[Callable[[], Any], Future]] = deque()
         self._next_id = 0
         self._ids = threading.Lock()
         self._wake = threading.Event()
         self._stopping = False
-        self._tick_wall: deque[float] = deque(maxlen=4096)
-        self._tick_gpu: deque[float] = deque(maxlen=4096)
-        self._tick_cpu: deque[float] = deque(maxlen=4096)
-        self._tick_events: deque[tuple[torch.cuda.Event, torch.cuda.Event, float]] = deque()
-        self._busy: deque[tuple[float, float]] = deque(maxlen=4096)
+        self._times = TickTimes(cuda)
         self._captures = 0
-        self._grid = time.monotonic() if self.batch_sessions else None
+        self._grid = clock() if self.batch_sessions else None
         self.warm_up()
-        self._thread = threading.Thread(target=self._run, name="ditto-runtime", daemon=True)
-        self._thread.start()
+        self._thread: threading.Thread | None = None
+        if start:
+            self._thread = threading.Thread(target=self._run, name="ditto-runtime", daemon=True)
+            self._thread.start()
 
     @classmethod
     def from_checkpoints(
@@ -99,6 +112,15 @@ class Runtime:
         """Load the networks (official checkpoints, or random stand-ins when None), warm up, start the loop."""
         engine = Engine.from_checkpoints(checkpoints, device=device, backend=backend, steps=steps, plans=plans, compile_networks=compile_networks)
         return cls(engine, config)
+
+    @property
+    def sampler(self) -> BucketedSampler:
+        """The batched LMDM sampler the executor runs (captured at warm-up)."""
+        return self.executor.sampler
+
+    @sampler.setter
+    def sampler(self, sampler: BucketedSampler) -> None:
+        self.executor.sampler = sampler
 
     # -- warm-up ----------------------------------------------------------------------------
 
@@ -265,7 +287,11 @@ class Runtime:
             )
 
     def _call(self, work: Callable[[], Any]) -> Any:
-        """Run ``work`` on the loop thread (the only one that touches the GPU) and wait for its result."""
+        """Run ``work`` on the loop thread (the only one that touches the GPU) and wait for its result;
+        without a loop thread (``start=False``), on the caller's, which then drives the loop."""
+        if self._thread is None:
+            with torch.inference_mode():
+                return work()
         if threading.current_thread() is self._thread:
             return work()
         if self._stopping:
@@ -283,7 +309,8 @@ class Runtime:
             pipeline.session.close()
         self._stopping = True
         self._wake.set()
-        self._thread.join()
+        if self._thread is not None:
+            self._thread.join()
         for pipeline in list(self._pipelines.values()):
             self._remove(pipeline)
 
@@ -303,90 +330,49 @@ class Runtime:
         for pipeline in pipelines:
             for key, value in pipeline.session.counters.items():
                 totals[key] = totals.get(key, 0) + value
-        wall, cpu, gpu = list(self._tick_wall), list(self._tick_cpu), list(self._tick_gpu)
         return {
             "sessions": len(pipelines),
             "live_sessions": sum(1 for p in pipelines if p.session.live),
             "capacity": self.capacity(),
             "avatars_loaded": len(self.avatars),
             "warmup_seconds": round(self.warmup_seconds, 2),
-            "tick_wall_ms_p50": _percentile(wall, 50),
-            "tick_wall_ms_p99": _percentile(wall, 99),
-            "tick_cpu_ms_p50": _percentile(cpu, 50),
-            "tick_cpu_ms_p99": _percentile(cpu, 99),
-            "tick_gpu_ms_p50": _percentile(gpu, 50),
-            "tick_gpu_ms_p99": _percentile(gpu, 99),
-            "gpu_busy": self._gpu_busy(),
+            **self._times.summary(),
+            "gpu_busy": self._times.gpu_busy(),
             **self.counters,
             **totals,
         }
 
-    def _gpu_busy(self, window: float = 10.0) -> float | None:
-        """Share of the last ``window`` seconds the loop's GPU work was running (None on the CPU)."""
-        if self.device.type != "cuda" or not self._busy:
-            return None
-        now = time.monotonic()
-        recent = [ms for at, ms in self._busy if now - at <= window]
-        return round(min(sum(recent) / 1000 / window, 1.0), 4)
+    # -- one tick ---------------------------------------------------------------------------
 
-    # -- the loop ---------------------------------------------------------------------------
+    def step(self) -> bool:
+        """Run one tick of work across all sessions on the caller's thread; True if anything was done.
 
-    def _run(self) -> None:
-        try:
-            if self.device.type == "cuda":
-                torch.cuda.set_device(self.device.index if self.device.index is not None else torch.cuda.current_device())
-            with torch.inference_mode():
-                while not self._stopping:
-                    try:
-                        worked = self._tick()
-                    except Exception:
-                        self.counters["loop_errors"] += 1
-                        log.exception("runtime tick failed; the loop goes on")
-                        worked = False
-                    if not worked:
-                        self._wake.wait(IDLE_WAIT)
-                        self._wake.clear()
-        except BaseException as exc:
-            log.exception("the runtime loop stopped")
-            self._stopping = True
-            for pipeline in list(self._pipelines.values()):
-                self._fail(pipeline, exc)
-            while self._inbox:
-                self._inbox.popleft()[1].set_exception(SessionClosed(f"the runtime loop stopped: {exc}"))
-
-    def _tick(self) -> bool:
-        """One round of work across all sessions; True if anything was done."""
-        worked = self._run_inbox()
-        now = time.monotonic()
-        timing = self._begin_timing()
-        lead = self.lead(sum(1 for p in self._pipelines.values() if p.session.live))
-        for pipeline in list(self._pipelines.values()):
-            pipeline.lead = lead
-            try:
-                worked |= pipeline.intake(now)
-            except Exception as exc:
-                self._fail(pipeline, exc)
-            if pipeline.closed:
+        The loop thread calls this over and over; a runtime built with ``start=False`` has no loop thread,
+        and its caller drives the ticks (tests, on their own ``clock``). A tick runs the calls waiting for
+        the loop, takes each session's queued audio and commands, then plans, runs and hands back each
+        stage in turn: HuBERT chunks, LMDM windows, frames (``Scheduler``, ``Executor``, ``update``).
+        """
+        with torch.inference_mode():
+            worked = self._run_inbox()
+            now = self.clock()
+            started = self._times.begin()
+            worked |= self._intake(now)
+            pipelines = list(self._pipelines.values())
+            worked |= self._encode_features(pipelines)
+            worked |= self._sample_windows(pipelines, now)
+            for pipeline in pipelines:
+                pipeline.finish_if_done()
+            worked |= self._render(pipelines)
+            self._times.end(started, worked)
+            for pipeline in update.settle(pipelines, self.clock()):
                 self._remove(pipeline)
-        pipelines = list(self._pipelines.values())
-        worked |= self._encode_features(pipelines)
-        worked |= self._sample_windows(pipelines, now)
-        for pipeline in pipelines:
-            pipeline.finish_if_done()
-        worked |= self._render(pipelines)
-        self._end_timing(timing, worked)
-        for pipeline in pipelines:
-            pipeline.check_deadlines()
-            if pipeline.done and not pipeline.in_flight:
-                pipeline.session._finish()
-                self._remove(pipeline)
-        if worked:
-            self.counters["ticks"] += 1
-        captures = self._capture_count() - self._captures
-        if captures:
-            self.counters["captures_after_warmup"] += captures
-            self._captures += captures
-        return worked
+            if worked:
+                self.counters["ticks"] += 1
+            captures = self._capture_count() - self._captures
+            if captures:
+                self.counters["captures_after_warmup"] += captures
+                self._captures += captures
+            return worked
 
     def _run_inbox(self) -> bool:
         worked = False
@@ -399,171 +385,96 @@ class Runtime:
                 future.set_exception(exc)
         return worked
 
-    def _encode_features(self, pipelines: list[SessionPipeline]) -> bool:
-        """Every session's complete HuBERT chunks, in one batched encoder call (or one per session, see ``batch_sessions``)."""
-        jobs, parts = [], []
-        for pipeline in pipelines:
-            chunks, keep = pipeline.motion.take_chunks(self.config.hubert_chunks_per_tick)
-            if chunks.shape[0]:
-                jobs.append((pipeline, chunks.shape[0], keep))
-                parts.append(chunks)
-        if not jobs:
-            return False
-        groups = [list(range(len(jobs)))] if self.batch_sessions else [[i] for i in range(len(jobs))]
-        for group in groups:
+    def _intake(self, now: float) -> bool:
+        """Every session's queued audio and commands, under the lead of the current load; closed sessions leave."""
+        worked = False
+        lead = self.lead(sum(1 for p in self._pipelines.values() if p.session.live))
+        for pipeline in list(self._pipelines.values()):
+            pipeline.lead = lead
             try:
-                features = encode_chunks(self.engine.hubert, np.concatenate([parts[i] for i in group]))
-            except Exception as exc:
-                for i in group:
-                    self._fail(jobs[i][0], exc)
-                continue
-            offset = 0
-            for i in group:
-                pipeline, count, keep = jobs[i]
-                pipeline.motion.add_features(features[offset : offset + count * CURRENT_FRAMES][:keep])
-                offset += count * CURRENT_FRAMES
-        return True
-
-    def _sample_windows(self, pipelines: list[SessionPipeline], now: float) -> bool:
-        """Every due window (one per session) in bucket-sized sampler calls, earliest deadline first.
-
-        When sessions are batched, a live session's window waits until it falls due (see ``engine.runtime.pacing``):
-        their clocks share one grid, so every session's window of a hop runs in the same call.
-        """
-        requests = [(p, r) for p in pipelines if (not self.batch_sessions or p.window_due(now)) and (r := p.window_request()) is not None]
-        if not requests:
-            return False
-        requests.sort(key=lambda item: item[0].next_deadline())
-        sizes = chunk_sizes(len(requests), self.config.window_buckets, self.window_ms) if self.batch_sessions else [1] * len(requests)
-        lo = 0
-        for size in sizes:
-            group = requests[lo : lo + size]
-            lo += size
-            try:
-                windows = self.sampler(
-                    torch.stack([r.noise for _, r in group]),
-                    torch.stack([r.cond_frame for _, r in group]),
-                    torch.stack([r.cond for _, r in group]),
-                    torch.stack([r.step_noise for _, r in group], dim=1),
-                )
-            except torch.OutOfMemoryError:
-                self._out_of_memory("LMDM sampling", [p for p, _ in group])
-                continue
-            for i, (pipeline, _) in enumerate(group):
-                pipeline.complete(windows[i])
-        return True
-
-    def _render(self, pipelines: list[SessionPipeline]) -> bool:
-        """Due frames across sessions, earliest deadline first, in bucket-sized warp+decode calls, pasted back per avatar.
-
-        The per-tick frame budget is shared by all sessions when they are batched; otherwise each session
-        has it to itself, so how its frames are grouped never depends on the other sessions.
-        """
-        budget = self.config.render_frames_per_tick
-        chunk = min(self.config.max_queued_frames // 2, max(self.config.render_buckets))
-        jobs = []
-        for pipeline in sorted(pipelines, key=SessionPipeline.next_deadline):
-            count = min(pipeline.render_count(chunk), budget)
-            if count <= 0:
-                continue
-            try:
-                jobs.append((pipeline, *pipeline.pose(count)))
+                worked |= pipeline.intake(now)
             except Exception as exc:
                 self._fail(pipeline, exc)
+            if pipeline.closed:
+                self._remove(pipeline)
+        return worked
+
+    def _encode_features(self, pipelines: list[SessionPipeline]) -> bool:
+        """The HuBERT stage: every session's complete chunks encoded (a failed call fails its sessions)."""
+        batches = self.scheduler.chunks(pipelines)
+        for batch in batches:
+            try:
+                features = self.executor.encode(batch)
+            except Exception as exc:
+                for job in batch:
+                    self._fail(job.pipeline, exc)
                 continue
-            if self.batch_sessions:
-                budget -= count
-                if budget <= 0:
-                    break
-        if not jobs:
-            return False
-        groups = [jobs] if self.batch_sessions else [[job] for job in jobs]
-        for group in groups:
-            self._render_group(group)
-        return True
+            update.add_features(batch, features)
+        return bool(batches)
 
-    def _render_group(self, jobs: list[tuple]) -> None:
-        """Stitch the frames of ``jobs`` (one set of calls for all), warp+decode them in bucket-sized calls, paste each back, deliver."""
-        x_s, x_d = stitch_posed([posed for *_, posed in jobs], self.engine.backend.stitch)
-        features = torch.cat([p.avatar.f_s[rows] for p, _, rows, _ in jobs])
-        bounds, start = [], 0
-        for pipeline, motion, rows, _ in jobs:
-            bounds.append((pipeline, motion, rows, start, start + rows.shape[0]))
-            start += rows.shape[0]
-        images: dict[int, list[torch.Tensor]] = {id(p): [] for p, *_ in jobs}
-        lo = 0
+    def _sample_windows(self, pipelines: list[SessionPipeline], now: float) -> bool:
+        """The LMDM stage: every due window sampled, in the scheduler's batches."""
+        batches = self.scheduler.windows(pipelines, now, self.window_ms)
+        for batch in batches:
+            windows = self.executor.sample(batch)
+            if windows is not None:
+                update.complete_windows(batch, windows)
+        return bool(batches)
+
+    def _render(self, pipelines: list[SessionPipeline]) -> bool:
+        """The render stage: the scheduler's frames posed per session (a failure fails only its session), stitched
+        (one set of calls per batch), warped+decoded and pasted back, and delivered."""
+        batches = [posed for batch in self.scheduler.frames(pipelines) if (posed := self._pose(batch))]
+        for batch in batches:
+            x_s, x_d = stitch_posed([job.posed for job in batch], self.engine.backend.stitch)
+            rendered = self.executor.render(batch, x_s, x_d, self.render_ms)
+            if rendered is not None:
+                update.deliver_frames(batch, rendered)
+        return bool(batches)
+
+    def _pose(self, batch: list[FrameJob]) -> list[PosedJob]:
+        posed = []
+        for job in batch:
+            try:
+                posed.append(PosedJob(job.pipeline, *job.pipeline.pose(job.count)))
+            except Exception as exc:
+                self._fail(job.pipeline, exc)
+        return posed
+
+    # -- the loop thread --------------------------------------------------------------------
+
+    def _run(self) -> None:
         try:
-            for size in chunk_sizes(start, self.config.render_buckets, self.render_ms):
-                hi = lo + size
-                rgb = self.engine.backend.render(features[lo:hi], x_s[lo:hi], x_d[lo:hi])
-                _paste_by_avatar(rgb, lo, hi, bounds, images)
-                lo = hi
-        except torch.OutOfMemoryError:
-            self._out_of_memory("render", [p for p, *_ in jobs])
-            return
-        ready = None
-        if self.device.type == "cuda":
-            ready = torch.cuda.Event()
-            ready.record()
-        for pipeline, motion, *_ in bounds:
-            pipeline.deliver(motion, join_frames(images[id(pipeline)]), ready)
+            if self.device.type == "cuda":
+                torch.cuda.set_device(self.device.index if self.device.index is not None else torch.cuda.current_device())
+            while not self._stopping:
+                if not self._tick():
+                    self._wake.wait(IDLE_WAIT)
+                    self._wake.clear()
+        except BaseException as exc:
+            log.exception("the runtime loop stopped")
+            self._stopping = True
+            for pipeline in list(self._pipelines.values()):
+                self._fail(pipeline, exc)
+            while self._inbox:
+                self._inbox.popleft()[1].set_exception(SessionClosed(f"the runtime loop stopped: {exc}"))
 
-    # -- failure and bookkeeping ------------------------------------------------------------
+    def _tick(self) -> bool:
+        """The loop thread's tick: ``step``, a failure counted and logged so that the loop goes on."""
+        try:
+            return self.step()
+        except Exception:
+            self.counters["loop_errors"] += 1
+            log.exception("runtime tick failed; the loop goes on")
+            return False
 
-    def _out_of_memory(self, stage: str, pipelines: list[SessionPipeline]) -> None:
-        """A CUDA OOM in a batched stage: report it, free the cache, retry the work next tick; other sessions go on."""
-        self.counters["oom_errors"] += 1
-        log.error("CUDA out of memory during %s for sessions %s; retrying next tick", stage, [p.session.id for p in pipelines])
-        torch.cuda.empty_cache()
+    # -- bookkeeping ------------------------------------------------------------------------
 
     def _fail(self, pipeline: SessionPipeline, error: BaseException) -> None:
         log.error("session %d failed: %s", pipeline.session.id, error)
-        pipeline.session._fail(error)
+        pipeline.port.fail(error)
         self._remove(pipeline)
 
     def _remove(self, pipeline: SessionPipeline) -> None:
         if self._pipelines.pop(pipeline.session.id, None) is not None:
             self.avatars.release(pipeline.avatar)
-
-    def _begin_timing(self) -> tuple[float, float, torch.cuda.Event | None]:
-        event = None
-        if self.device.type == "cuda":
-            event = torch.cuda.Event(enable_timing=True)
-            event.record()
-        return time.perf_counter(), time.thread_time(), event
-
-    def _end_timing(self, timing: tuple[float, float, torch.cuda.Event | None], worked: bool) -> None:
-        wall_start, cpu_start, start = timing
-        if worked:
-            self._tick_wall.append((time.perf_counter() - wall_start) * 1000)
-            self._tick_cpu.append((time.thread_time() - cpu_start) * 1000)
-            if start is not None:
-                stop = torch.cuda.Event(enable_timing=True)
-                stop.record()
-                self._tick_events.append((start, stop, time.monotonic()))
-        while self._tick_events and self._tick_events[0][1].query():
-            start_event, stop_event, at = self._tick_events.popleft()
-            ms = start_event.elapsed_time(stop_event)
-            self._tick_gpu.append(ms)
-            self._busy.append((at, ms))
-
-
-def _paste_by_avatar(rgb: torch.Tensor, lo: int, hi: int, bounds: list[tuple], images: dict[int, list[torch.Tensor]]) -> None:
-    """Paste the renders of frames [lo, hi) back into their avatars' frames, appending each session's to ``images``:
-    one call per avatar, however many sessions share it (a studio's anchor on several streams)."""
-    groups: dict[int, list[tuple[SessionPipeline, torch.Tensor, torch.Tensor]]] = {}
-    for pipeline, _, rows, first, last in bounds:
-        a, b = max(lo, first), min(hi, last)
-        if a < b:
-            groups.setdefault(id(pipeline.avatar), []).append((pipeline, rgb[a - lo : b - lo], rows[a - first : b - first]))
-    for parts in groups.values():
-        pasted = parts[0][0].avatar.paste(join_frames([render for _, render, _ in parts]), join_frames([rows for *_, rows in parts]))
-        for (pipeline, _, rows), image in zip(parts, pasted.split([rows.shape[0] for *_, rows in parts])):
-            images[id(pipeline)].append(image)
-
-
-def _percentile(values: list[float], q: float) -> float | None:
-    """The q-th percentile of ``values`` (None when empty), rounded to 0.01."""
-    if not values:
-        return None
-    return round(float(np.percentile(values, q)), 2)

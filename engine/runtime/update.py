@@ -1,0 +1,47 @@
+"""The update step: hands the executor's results back to the sessions' pipelines.
+
+Features join their motion streams, sampled windows their render backlogs, rendered images become
+frames delivered to their sessions; after the tick, each pipeline notes which frames are ready
+(its clock and deadlines) and a session whose every frame was delivered is finished.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from engine.audio.hubert import CURRENT_FRAMES
+from engine.runtime.executor import PosedJob, Rendered
+from engine.runtime.pipeline import SessionPipeline
+from engine.runtime.scheduler import ChunkJob, WindowJob
+
+
+def add_features(batch: list[ChunkJob], features: torch.Tensor) -> None:
+    """Give each session of ``batch`` the features of its own chunks (those it keeps)."""
+    offset = 0
+    for job in batch:
+        count = job.chunks.shape[0] * CURRENT_FRAMES
+        job.pipeline.motion.add_features(features[offset : offset + count][: job.keep])
+        offset += count
+
+
+def complete_windows(batch: list[WindowJob], windows: torch.Tensor) -> None:
+    """Give each session of ``batch`` its sampled window."""
+    for i, job in enumerate(batch):
+        job.pipeline.complete(windows[i])
+
+
+def deliver_frames(batch: list[PosedJob], rendered: Rendered) -> None:
+    """Hand each session of ``batch`` its rendered frames."""
+    for job, images in zip(batch, rendered.images):
+        job.pipeline.deliver(job.motion, images, rendered.ready)
+
+
+def settle(pipelines: list[SessionPipeline], now: float) -> list[SessionPipeline]:
+    """Note the frames ready by ``now`` (clocks, deadline misses); finish the sessions that are done and return their pipelines."""
+    finished = []
+    for pipeline in pipelines:
+        pipeline.check_deadlines(now)
+        if pipeline.done and not pipeline.in_flight:
+            pipeline.port.finish()
+            finished.append(pipeline)
+    return finished
