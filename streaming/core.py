@@ -139,7 +139,10 @@ class EngineCore:
         if kind == "hello":
             return self._hello()
         if kind == "stats":
-            return {"runtime": self.runtime.metrics(), "sessions": {i: c.session.stats() for i, c in list(self.sessions.items())}}
+            return {
+                "runtime": {**self.runtime.metrics(), **self._memory()},
+                "sessions": {i: c.session.stats() for i, c in list(self.sessions.items())},
+            }
         if kind == "avatars":
             return {"avatars": self.avatars.names()}
         if kind == "shutdown":
@@ -174,6 +177,14 @@ class EngineCore:
         except (AudioError, ControlError, TypeError, ValueError) as exc:
             return {"error": str(exc), "kind": "invalid"}
         return {"error": f"unknown request {kind!r}", "kind": "invalid"}
+
+    def _memory(self) -> dict[str, float]:
+        """This process's resident memory and, on CUDA, the GPU memory torch holds (MB): what must stay flat."""
+        memory = {"core_rss_mb": round(resident_mb(os.getpid()), 1)}
+        if self.device.type == "cuda":
+            memory["cuda_allocated_mb"] = round(torch.cuda.memory_allocated(self.device) / 2**20, 1)
+            memory["cuda_reserved_mb"] = round(torch.cuda.memory_reserved(self.device) / 2**20, 1)
+        return memory
 
     def _hello(self) -> dict[str, Any]:
         runtime = self.runtime
@@ -335,6 +346,17 @@ def engine_runtime(config: dict[str, Any]) -> tuple[Any, Avatars]:
     for name, spec in config.get("avatars", {}).items():
         avatars.add(name, spec, random_weights)
     return runtime, avatars
+
+
+def resident_mb(pid: int) -> float:
+    """A process's resident set size in MB (Linux /proc; 0 where it cannot be read)."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0.0
 
 
 def _applied(controls: Controls, changes: dict[str, Any]) -> dict[str, Any]:

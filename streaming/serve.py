@@ -73,7 +73,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="speak what the microphone hears (default input, or a device name/index)",
     )
     audio.add_argument("--listen", action="store_true", help="take audio pushed over WebSocket at /push (TTS engines)")
-    parser.add_argument("--sessions", type=int, default=1, help="sessions opened at start with --avatar")
+    parser.add_argument(
+        "--sessions", type=int, default=1, help="sessions opened at start with --avatar (0: none, the avatar is only served as 'anchor')"
+    )
     parser.add_argument(
         "--no-admission",
         action="store_true",
@@ -96,8 +98,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     add_control_arguments(parser)
     args = parser.parse_args(argv)
     args.control_changes = control_changes(args, parser)
-    if args.sessions < 1:
-        parser.error("--sessions must be at least 1")
+    if args.sessions < 0:
+        parser.error("--sessions must be at least 0")
     if args.output_workers < 1:
         parser.error("--output-workers must be at least 1")
     if not args.demo and not args.avatar and (args.audio or args.mic is not None or args.listen or args.rtmp or args.mp4):
@@ -220,7 +222,7 @@ def demo_portrait() -> str:
 
 async def _open_at_start(args: argparse.Namespace, service: Service) -> tuple[list, list]:
     """The ``--sessions`` sessions of ``--avatar``/``--demo``, opened through the service, and their audio sources."""
-    if not (args.avatar or args.demo):
+    if not (args.avatar or args.demo) or args.sessions == 0:
         return [], []
     audio = None
     if args.demo:

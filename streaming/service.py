@@ -16,6 +16,8 @@ import asyncio
 import json
 import logging
 import math
+import os
+import re
 import secrets
 import shutil
 import subprocess
@@ -31,6 +33,7 @@ import zmq
 import zmq.asyncio
 
 from engine.engine import LIVE_OVERLAP
+from streaming.core import resident_mb
 from streaming.frames import FPS
 from streaming.ipc import ServiceError, endpoint, pack, socket, unpack
 from streaming.output import SILENCE, EncodedFrame
@@ -43,6 +46,8 @@ PUSH_SPLIT_SECONDS = 1.0
 """Pushed audio goes to the core in pieces of at most this much, so no piece waits for more room than a session has."""
 BACKPRESSURE_WAIT = 0.05
 DELETE_TIMEOUT = 10.0
+AVATAR_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+"""A client names a registered avatar; never a path (the server reads no folder a client points it at)."""
 
 
 class SessionError(ServiceError):
@@ -74,8 +79,8 @@ class SessionSpec:
         if unknown:
             raise SessionError(f"unknown field(s) {sorted(unknown)}; known: avatar, rtmp, mp4, preview, overlap, seed, controls", "invalid")
         avatar = body.get("avatar")
-        if not isinstance(avatar, str) or not avatar:
-            raise SessionError('"avatar" (a registered avatar\'s name) is required', "invalid")
+        if not isinstance(avatar, str) or not AVATAR_NAME.fullmatch(avatar):
+            raise SessionError('"avatar" (a registered avatar\'s name: letters, digits, ".", "_", "-") is required', "invalid")
         rtmp = body.get("rtmp", [])
         rtmp = [rtmp] if isinstance(rtmp, str) else rtmp
         if not isinstance(rtmp, list) or not all(isinstance(u, str) and u.startswith(("rtmp://", "rtmps://")) for u in rtmp):
@@ -465,7 +470,9 @@ class Service:
         for session_id, values in stats["sessions"].items():
             if session_id in self.sessions:
                 self.sessions[session_id].core_stats = values
-        return stats["runtime"]
+        memory = {"frontend_rss_mb": round(resident_mb(os.getpid()), 1)}
+        memory["workers_rss_mb"] = round(sum(resident_mb(w.process.pid) for w in self._workers), 1)
+        return {**stats["runtime"], **memory}
 
     # -- events from the core and the workers ------------------------------------------------
 

@@ -37,7 +37,7 @@ def test_defaults_bind_loopback_and_demo_turns_on_the_preview() -> None:
         (["--avatar", "a", "--audio", "x.wav", "--listen"], "not allowed with"),
         (["--demo", "--listen"], "takes no --audio"),
         (["--avatar", "a", "--webrtc", "8080"], "HOST:PORT"),
-        (["--avatar", "a", "--sessions", "0"], "at least 1"),
+        (["--avatar", "a", "--sessions", "-1"], "at least 0"),
         (["--avatar", "a", "--encoder", "vp8"], "invalid choice"),
     ],
 )
