@@ -28,6 +28,8 @@ from engine.motion.vector import MOTION_DIM, MOTION_KEYS, NUM_KEYPOINTS
 EXPRESSION_DIM = 3 * NUM_KEYPOINTS
 MAX_POSE_DEGREES = 90.0
 MAX_POSE_SCALE = 3.0
+MAX_FRAMES = 90_000
+"""The longest fade, blink gap or fix_kp_cond period: an hour at 25 fps (a larger count overflowed the render)."""
 FADE_TARGETS = ("source", "first")
 WINDOW_CONTROLS = ("emotion", "fix_kp_cond", "fix_kp_cond_dims")
 STITCH_CONTROLS = ("pitch", "yaw", "roll", "pitch_scale", "yaw_scale", "roll_scale", "expression", "vad_alpha", "clip_range")
@@ -119,10 +121,22 @@ class Controls:
 # -- validation: each returns the field's normalised (immutable) value or raises ControlError ------------------------
 
 
+def _shown(value: Any) -> str:
+    """``value`` for a message, cut short (a JSON number can have thousands of digits, a table megabytes)."""
+    try:
+        text = repr(value)
+    except ValueError:
+        return "an integer of over 4300 digits"
+    return text if len(text) <= 60 else f"{text[:57]}..."
+
+
 def _number(name: str, value: Any, lo: float, hi: float) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
-        raise ControlError(f"{name} must be a number, got {value!r}")
-    value = float(value)
+        raise ControlError(f"{name} must be a number, got {_shown(value)}")
+    try:
+        value = float(value)
+    except OverflowError:
+        raise ControlError(f"{name} must be within [{lo:g}, {hi:g}], got a number too large for a float") from None
     if not math.isfinite(value) or not lo <= value <= hi:
         raise ControlError(f"{name} must be within [{lo:g}, {hi:g}], got {value!r}")
     return value
@@ -141,14 +155,14 @@ def _unit(name: str, value: Any) -> float:
 
 
 def _count(name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
-        raise ControlError(f"{name} must be a whole number of frames ≥ 0, got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not 0 <= value <= MAX_FRAMES:
+        raise ControlError(f"{name} must be a whole number of frames in [0, {MAX_FRAMES}] (an hour at 25 fps), got {_shown(value)}")
     return int(value)
 
 
 def _flag(name: str, value: Any) -> bool:
     if not isinstance(value, (bool, np.bool_)):
-        raise ControlError(f"{name} must be true or false, got {value!r}")
+        raise ControlError(f"{name} must be true or false, got {_shown(value)}")
     return bool(value)
 
 
@@ -156,7 +170,7 @@ def _array(name: str, value: Any, what: str) -> np.ndarray:
     """Any array-like (lists, numpy, torch) of finite numbers -> float64 ndarray, or ControlError."""
     try:
         array = np.asarray(value.detach().cpu() if isinstance(value, torch.Tensor) else value, dtype=np.float64)
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError, OverflowError) as exc:
         raise ControlError(f"{name} must be {what} of numbers: {exc}") from exc
     if not np.isfinite(array).all():
         raise ControlError(f"{name} holds NaN or infinite values")
@@ -188,7 +202,8 @@ def _blink_table(name: str, value: Any) -> tuple[tuple[float, ...], ...] | None:
 def _clip_range(name: str, value: Any) -> tuple[tuple[float, ...], tuple[float, ...]] | None:
     if value is None:
         return None
-    rows = _matrix(name, value, MOTION_DIM, f"(2,{MOTION_DIM}) rows of min and max (more rows are ignored, as the reference does)")
+    what = f"(2,{MOTION_DIM}) rows of min and max (more rows are ignored, as the reference does)"
+    rows = _matrix(name, value, MOTION_DIM, what)
     if len(rows) < 2:
         raise ControlError(f"{name} needs two rows, min and max, of {MOTION_DIM} values; got one")
     low, high = np.array(rows[0]), np.array(rows[1])
@@ -201,25 +216,27 @@ def _blink_gaps(name: str, value: Any) -> int | tuple[int, ...]:
     if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
         if value < 0:
             raise ControlError(f"{name} must be 0 (random 60–100 frames), a gap > 0 or a list of gaps; to stop blinking set blink to false")
+        if value > MAX_FRAMES:
+            raise ControlError(f"{name} must be at most {MAX_FRAMES} frames (an hour at 25 fps), got {_shown(value)}")
         return int(value)
     if isinstance(value, Sequence) and not isinstance(value, str) and value:
         gaps = tuple(_count(name, gap) for gap in value)
         if min(gaps) < 1:
-            raise ControlError(f"{name}: every gap in a list must be at least 1 frame, got {list(gaps)}")
+            raise ControlError(f"{name}: every gap in a list must be at least 1 frame, got {_shown(list(gaps))}")
         return gaps
-    raise ControlError(f"{name} must be 0, a number of frames or a non-empty list of them, got {value!r}")
+    raise ControlError(f"{name} must be 0, a number of frames or a non-empty list of them, got {_shown(value)}")
 
 
 def _fade_target(name: str, value: Any) -> str:
-    if value not in FADE_TARGETS:
-        raise ControlError(f"{name} must be one of {', '.join(FADE_TARGETS)}, got {value!r}")
+    if not isinstance(value, str) or value not in FADE_TARGETS:
+        raise ControlError(f"{name} must be one of {', '.join(FADE_TARGETS)}, got {_shown(value)}")
     return value
 
 
 def _fade_keys(name: str, value: Any) -> tuple[str, ...]:
     keys = (value,) if isinstance(value, str) else tuple(value) if isinstance(value, Sequence) else None
-    if not keys or any(k not in MOTION_KEYS for k in keys) or len(set(keys)) != len(keys):
-        raise ControlError(f"{name} must list distinct motion parts among {', '.join(MOTION_KEYS)}, got {value!r}")
+    if not keys or any(not isinstance(k, str) or k not in MOTION_KEYS for k in keys) or len(set(keys)) != len(keys):
+        raise ControlError(f"{name} must list distinct motion parts among {', '.join(MOTION_KEYS)}, got {_shown(value)}")
     return keys
 
 
@@ -230,7 +247,7 @@ def _kp_dims(name: str, value: Any) -> tuple[int, int] | None:
         start, stop = value
         if all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in (start, stop)) and 0 <= start < stop <= MOTION_DIM:
             return int(start), int(stop)
-    raise ControlError(f"{name} must be [start, stop) with 0 ≤ start < stop ≤ {MOTION_DIM}, got {value!r}")
+    raise ControlError(f"{name} must be [start, stop) with 0 ≤ start < stop ≤ {MOTION_DIM}, got {_shown(value)}")
 
 
 def _label(name: str, value: Any) -> Label:
@@ -242,16 +259,17 @@ def _label(name: str, value: Any) -> Label:
 
 
 def _emotion(name: str, value: Any) -> EmotionSpec:
+    table = f"an (m,{EMOTION_DIM}) table"
     if isinstance(value, (torch.Tensor, np.ndarray)):
-        return _matrix(name, value, EMOTION_DIM, f"an (m,{EMOTION_DIM}) table")
+        return _matrix(name, value, EMOTION_DIM, table)
     if isinstance(value, (str, int, np.integer)) and not isinstance(value, bool):
         return _label(name, value)
     if not isinstance(value, Sequence) or not value:
-        raise ControlError(f"{name} must be a name ({', '.join(EMOTIONS)}), an index 0..7, or a non-empty list, got {value!r}")
+        raise ControlError(f"{name} must be a name ({', '.join(EMOTIONS)}), an index 0..7, or a non-empty list, got {_shown(value)}")
     rows = list(value)
     if all(isinstance(row, Sequence) and not isinstance(row, str) for row in rows):
         if all(len(row) == EMOTION_DIM for row in rows):
-            return _matrix(name, rows, EMOTION_DIM, f"an (m,{EMOTION_DIM}) table")
+            return _matrix(name, rows, EMOTION_DIM, table)
         if any(len(row) == EMOTION_DIM for row in rows):
             raise ControlError(f"{name}: rows of {EMOTION_DIM} values are a probability table and shorter rows label sets; do not mix them")
         return tuple(_label_set(name, row) for row in rows)
@@ -260,7 +278,7 @@ def _emotion(name: str, value: Any) -> EmotionSpec:
 
 def _label_set(name: str, labels: Sequence[Any]) -> tuple[Label, ...]:
     if not 0 < len(labels) < EMOTION_DIM:
-        raise ControlError(f"{name}: a label set holds 1 to {EMOTION_DIM - 1} labels, got {list(labels)!r}")
+        raise ControlError(f"{name}: a label set holds 1 to {EMOTION_DIM - 1} labels, got {_shown(list(labels))}")
     return tuple(_label(name, label) for label in labels)
 
 

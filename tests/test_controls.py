@@ -74,6 +74,24 @@ def test_every_emotion_form_of_the_reference_becomes_its_table() -> None:
         ("clip_range", np.zeros((2, 264)), "(2,265) rows of min and max"),
         ("fix_kp_cond", -1, "fix_kp_cond must be a whole number"),
         ("fix_kp_cond_dims", (0, 300), "0 ≤ start < stop ≤ 265"),
+        ("fade_in", 10**30, "fade_in must be a whole number of frames in [0, 90000]"),
+        ("fade_out", 90_001, "fade_out must be a whole number of frames in [0, 90000]"),
+        pytest.param("fix_kp_cond", 10**5000, "an integer of over 4300 digits", id="fix_kp_cond-5000-digits"),
+        ("blink_gaps", 10**9, "blink_gaps must be at most 90000"),
+        ("blink_gaps", [40, 10**9], "blink_gaps must be a whole number of frames in [0, 90000]"),
+        pytest.param("yaw", 10**400, "yaw must be within [-90, 90], got a number too large", id="yaw-400-digits"),
+        pytest.param("pitch_scale", -(10**400), "pitch_scale must be within [0, 3]", id="pitch_scale-400-digits"),
+        ("yaw", "5", "yaw must be a number, got '5'"),
+        ("yaw", [5], "yaw must be a number"),
+        ("expression", [10**400] * 63, "expression must be 63 values (21 keypoints × xyz) of numbers"),
+        ("expression", {"x": 1}, "expression must be 63 values"),
+        ("clip_range", [[10**400] * 265] * 2, "clip_range must be"),
+        ("fade_target", np.array([]), "fade_target must be one of source, first"),
+        ("fade_target", ["source"], "fade_target must be one of source, first"),
+        ("fade_keys", 7, "fade_keys must list distinct motion parts"),
+        ("emotion", {"happy": 1}, "emotion must be a name"),
+        ("emotion", 2.5, "emotion must be a name"),
+        ("blink", 1, "blink must be true or false"),
     ],
 )
 def test_bad_values_name_the_field_and_what_it_accepts(field: str, value, message: str) -> None:
@@ -87,3 +105,4 @@ def test_the_clip_range_keeps_rows_zero_and_one_as_the_reference_does() -> None:
     clip = Controls(clip_range=rows).clip_range
     assert clip == (tuple([-1.0] * 265), tuple([1.0] * 265))
     assert torch.equal(stitch_controls(Controls(clip_range=rows)).clip, torch.tensor(rows[:2], dtype=torch.float32))
+
