@@ -106,3 +106,49 @@ def test_the_clip_range_keeps_rows_zero_and_one_as_the_reference_does() -> None:
     assert clip == (tuple([-1.0] * 265), tuple([1.0] * 265))
     assert torch.equal(stitch_controls(Controls(clip_range=rows)).clip, torch.tensor(rows[:2], dtype=torch.float32))
 
+
+@pytest.mark.parametrize(
+    "field, value, message",
+    [
+        ("blink_table", np.zeros((251, 63)), "blink_table must be a (K,63) table, K ≥ 1, at most 250 rows of 63; it holds more than 15750 values"),
+        ("blink_table", [[0.0] * 63] * 65_000, "it holds more than 15750 values"),
+        ("blink_table", [[0.0] * 10_000_000], "it holds more than 15750 values"),
+        ("blink_table", [[]] * 1_000_000, "it holds more than 15750 values"),
+        ("emotion", np.zeros((9001, 8)), "emotion must be an (m,8) table, at most 9000 rows of 8; it holds more than 72000 values"),
+        ("emotion", [[0.125] * 8] * 9001, "emotion holds 9001 rows; at most 9000"),
+        ("emotion", [["happy"]] * 9001, "emotion holds 9001 rows; at most 9000"),
+        ("blink_gaps", [60] * 1001, "blink_gaps holds 1001 gaps; at most 1000"),
+        ("expression", [0.0] * 10_000_000, "expression must be 63 values (21 keypoints × xyz); it holds more than 63 values"),
+        ("clip_range", np.zeros((17, 265)), "at most 16 rows of 265; it holds more than 4240 values"),
+        ("fade_keys", ["exp"] * 1_000_000, "fade_keys must list distinct motion parts"),
+    ],
+)
+def test_tables_over_their_size_limit_are_refused_before_they_are_converted(field: str, value, message: str) -> None:
+    with pytest.raises(ControlError) as error:
+        Controls().replace(**{field: value})
+    assert message in str(error.value) and len(str(error.value)) < 400, "the message names the limit, not the table"
+
+
+def test_tables_at_their_size_limit_are_taken() -> None:
+    controls = Controls(blink_table=np.zeros((250, 63)), emotion=np.full((9000, 8), 0.125), blink_gaps=[60] * 1000)
+    assert len(controls.blink_table) == 250 and len(controls.emotion) == 9000 and len(controls.blink_gaps) == 1000
+    assert Controls(fade_in=90_000, fix_kp_cond=90_000, blink_gaps=90_000).fade_in == 90_000
+
+
+def test_replace_validates_only_the_fields_it_changes(monkeypatch) -> None:
+    """A small update beside a big table must not convert the table again (it took seconds per update)."""
+    import engine.controls as module
+
+    controls = Controls(blink_table=np.zeros((250, 63)), emotion=np.full((9000, 8), 0.125))
+
+    def refuse(name, value):
+        raise AssertionError(f"{name} was validated again")
+
+    monkeypatch.setitem(module._CHECKS, "blink_table", refuse)
+    monkeypatch.setitem(module._CHECKS, "emotion", refuse)
+    moved = controls.replace(yaw=5)
+    assert moved.yaw == 5.0 and moved.changed(controls) == ("yaw",) and moved.blink_table is controls.blink_table
+    with pytest.raises(ControlError, match="yaw must be within"):
+        controls.replace(yaw=91)
+    monkeypatch.undo()
+    assert controls.yaw == 0.0 and moved == Controls(**{f: getattr(moved, f) for f in FIELD_NAMES})
