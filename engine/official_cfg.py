@@ -228,17 +228,23 @@ def cfg_controls(default_kwargs: Mapping[str, Any], base: Controls | None = None
         else:
             changes["blink_gaps"] = gaps
     fade = default_kwargs.get("fade_type")
-    if fade in FADE_TYPES:
+    if isinstance(fade, str) and fade in FADE_TYPES:
         changes["fade_target"] = FADE_TYPES[fade]
+    elif fade is not None and not isinstance(fade, str):
+        log.warning("the official cfg's fade_type is left out: %s is not one of %s", _shown(fade), ", ".join(FADE_TYPES))
     if default_kwargs.get("fade_out_keys") is not None:
         changes["fade_keys"] = default_kwargs["fade_out_keys"]
     if default_kwargs.get("v_min_max_for_clip") is not None:
         changes["clip_range"] = default_kwargs["v_min_max_for_clip"]
     if default_kwargs.get("fix_kp_cond") is not None:
         changes["fix_kp_cond"] = default_kwargs["fix_kp_cond"]
-    if default_kwargs.get("fix_kp_cond_dim") is not None:
-        changes["fix_kp_cond_dims"] = tuple(default_kwargs["fix_kp_cond_dim"])
+    dims = default_kwargs.get("fix_kp_cond_dim")
+    if dims is not None:
+        changes["fix_kp_cond_dims"] = tuple(dims) if isinstance(dims, (list, tuple, np.ndarray)) else dims
     overall = default_kwargs.get("overall_ctrl_info") or {}
+    if not isinstance(overall, Mapping):
+        log.warning("the official cfg's overall_ctrl_info is left out: %s is not a dict", _shown(overall))
+        overall = {}
     for key, field in OVERALL_CONTROLS.items():
         if key in overall:
             changes[field] = overall[key]
@@ -249,6 +255,12 @@ def cfg_controls(default_kwargs: Mapping[str, Any], base: Controls | None = None
         except ControlError as exc:
             log.warning("the official cfg's %s is left out: %s", field, exc)
     return controls
+
+
+def _shown(value: Any) -> str:
+    """``value`` for a log line, cut short."""
+    text = repr(value)
+    return text if len(text) <= 60 else f"{text[:57]}..."
 
 
 def official_controls(models: Path) -> Controls:

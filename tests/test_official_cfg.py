@@ -161,3 +161,25 @@ def test_deep_nesting_is_refused_with_a_clear_error(tmp_path) -> None:
     (tmp_path / "cfg.pkl").write_bytes(b"\x80\x02}X\x0e\x00\x00\x00default_kwargs}X\x01\x00\x00\x00x" + nested + b"ss.")
     with pytest.raises(CfgError, match="nested"):
         read_cfg(tmp_path / "cfg.pkl")
+
+
+@pytest.mark.parametrize("kwargs, field", [
+    ({"fade_type": []}, "fade_type"),
+    ({"fade_type": {"s": 1}}, "fade_type"),
+    ({"fix_kp_cond_dim": 5}, "fix_kp_cond_dims"),
+    ({"fix_kp_cond_dim": "ab"}, "fix_kp_cond_dims"),
+    ({"overall_ctrl_info": [1, 2]}, "overall_ctrl_info"),
+    ({"overall_ctrl_info": 5}, "overall_ctrl_info"),
+    ({"overall_ctrl_info": {"delta_yaw": "3"}}, "yaw"),
+    ({"emo": [[["happy"]]]}, "emotion"),
+    ({"emo": {"happy": 1}}, "emotion"),
+    ({"delta_eye_open_n": [[1]]}, "blink_gaps"),
+    ({"delta_eye_arr": 7}, "blink_table"),
+    ({"v_min_max_for_clip": "x"}, "clip_range"),
+    ({"fade_out_keys": 5}, "fade_keys"),
+])
+def test_a_cfg_value_of_the_wrong_type_is_left_out_by_name(kwargs: dict, field: str, caplog) -> None:
+    """The value is logged by name and left out; the cfg's other values are still applied."""
+    overall = {"overall_ctrl_info": {"delta_pitch": 4}} if "overall_ctrl_info" not in kwargs else {}
+    assert cfg_controls({**overall, **kwargs}) == (Controls(pitch=4.0) if overall else Controls())
+    assert f"the official cfg's {field} is left out" in caplog.text
