@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
-import re
 import shutil
 import tempfile
 import uuid
@@ -28,6 +28,8 @@ import numpy as np
 import torch
 from safetensors.numpy import save_file
 
+from avatars.checks import NAME as _NAME
+from avatars.checks import check_manifest, check_tensors, parse_json
 from avatars.errors import CacheError, StaleCacheError
 from engine.networks import OFFICIAL_FILENAMES
 
@@ -37,7 +39,6 @@ TENSORS = "tensors.safetensors"
 REGISTRATION_NETWORKS: tuple[str, ...] = ("motion_extractor", "appearance_extractor")
 ENV_CACHE_DIR = "DITTO_AVATAR_DIR"
 
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 _DTYPES = {"F32": (torch.float32, 4), "U8": (torch.uint8, 1)}
 _DTYPE_NAMES = {"F32": ("F32", "float32"), "U8": ("U8", "uint8")}
 _HASH_MEMO: dict[tuple[str, int, int], str] = {}
@@ -200,7 +201,7 @@ def resolve(name_or_path: str | Path, cache_dir: str | Path | None = None) -> Pa
 def read_manifest(directory: Path) -> dict[str, Any]:
     """The avatar's manifest, checked for this format version."""
     try:
-        manifest = json.loads((directory / MANIFEST).read_text())
+        manifest = parse_json((directory / MANIFEST).read_bytes(), "a manifest")
     except FileNotFoundError as exc:
         raise CacheError(f"{directory}: no {MANIFEST}; the cache is incomplete, register the avatar again") from exc
     except (ValueError, UnicodeDecodeError) as exc:
@@ -208,18 +209,20 @@ def read_manifest(directory: Path) -> dict[str, Any]:
     if not isinstance(manifest, dict):
         raise CacheError(f"{directory / MANIFEST} is corrupted (not a JSON object); register the avatar again")
     version = manifest.get("format")
-    if version != FORMAT_VERSION:
+    if type(version) is not int or version != FORMAT_VERSION:
         raise StaleCacheError(
             f"avatar {directory.name!r} has cache format {version!r}, this version reads format {FORMAT_VERSION}; "
             f"rebuild it: {rebuild_command(manifest, directory.name)}"
         )
+    check_manifest(manifest, str(directory / MANIFEST))
     return manifest
 
 
 def rebuild_command(manifest: Mapping[str, Any], name: str, checkpoints: str | Path | None = None) -> str:
     """The CLI line that registers this avatar again."""
     source_info = manifest.get("source")
-    source = source_info.get("path", "PORTRAIT") if isinstance(source_info, dict) else "PORTRAIT"
+    path = source_info.get("path") if isinstance(source_info, dict) else None
+    source = path if isinstance(path, str) and path.isprintable() else "PORTRAIT"
     ckpt = checkpoints if checkpoints is not None else "CHECKPOINTS_DIR"
     return f"python -m avatars register {source} --name {name} --checkpoints {ckpt}"
 
@@ -239,30 +242,30 @@ def load_avatar(
     """
     directory = resolve(name_or_path, cache_dir)
     manifest = read_manifest(directory)
-    name = str(manifest.get("name", directory.name))
+    name = manifest["name"]
     if checkpoints is not None:
         _check_checkpoints(manifest, name, checkpoints)
-    info = manifest.get("tensors")
-    if not isinstance(info, dict) or info.get("file") != TENSORS:
+    info = manifest["tensors"]
+    if info["file"] != TENSORS:
         raise CacheError(f"{directory / MANIFEST} is corrupted (no tensor entry); register the avatar again")
     try:
         data = np.fromfile(directory / TENSORS, dtype=np.uint8)
     except FileNotFoundError as exc:
         raise CacheError(f"{directory}: {TENSORS} is missing; register the avatar again") from exc
-    if data.size != info.get("bytes") or (verify and zlib.crc32(data) != info.get("crc32")):
+    if data.size != info["bytes"] or (verify and zlib.crc32(data) != info["crc32"]):
         raise CacheError(
             f"{directory / TENSORS} is corrupted (size or checksum differs from the manifest); "
             f"rebuild it: {rebuild_command(manifest, name)}"
         )
     tensors = _parse_safetensors(data, torch.device(device), directory / TENSORS)
-    return Avatar(name=name, is_image=bool(manifest.get("is_image")), manifest=manifest, **tensors)
+    check_tensors(manifest, tensors, str(directory))
+    return Avatar(name=name, is_image=manifest["is_image"], manifest=manifest, **tensors)
 
 
 def _check_checkpoints(manifest: Mapping[str, Any], name: str, checkpoints: str | Path | Mapping[str, str]) -> None:
     """Refuse an avatar registered with other checkpoints than ``checkpoints``."""
     here = dict(checkpoints) if isinstance(checkpoints, Mapping) else checkpoint_hashes(checkpoints)
-    info = manifest.get("checkpoints")
-    recorded = info.get("sha256", {}) if isinstance(info, dict) else {}
+    recorded = manifest["checkpoints"]["sha256"]
     differing = [n for n in REGISTRATION_NETWORKS if recorded.get(n) != here.get(n)]
     if differing:
         where = checkpoints if not isinstance(checkpoints, Mapping) else None
@@ -298,9 +301,9 @@ def _parse_safetensors(data: np.ndarray, device: torch.device, path: Path) -> di
     if header_len <= 0 or 8 + header_len > data.size:
         raise CacheError(f"{corrupt} (bad header length); register the avatar again")
     try:
-        header = json.loads(data[8 : 8 + header_len].tobytes())
+        header = parse_json(data[8 : 8 + header_len].tobytes(), "a tensor header")
     except (ValueError, UnicodeDecodeError) as exc:
-        raise CacheError(f"{corrupt} (unreadable header); register the avatar again") from exc
+        raise CacheError(f"{corrupt} (unreadable header: {exc}); register the avatar again") from exc
     if not isinstance(header, dict):
         raise CacheError(f"{corrupt} (header is not a JSON object); register the avatar again")
     header.pop("__metadata__", None)
@@ -309,13 +312,18 @@ def _parse_safetensors(data: np.ndarray, device: torch.device, path: Path) -> di
     for key, entry in header.items():
         try:
             itemsize = _DTYPES[entry["dtype"]][1]
-            shape = tuple(int(d) for d in entry["shape"])
-            start, end = (int(v) for v in entry["data_offsets"])
+            shape = tuple(entry["shape"])
+            start, end = entry["data_offsets"]
         except (KeyError, TypeError, ValueError) as exc:
             raise CacheError(f"{corrupt} (bad entry for {key!r}); register the avatar again") from exc
-        if not 0 <= start <= end <= body_len or end - start != int(np.prod(shape)) * itemsize or start % itemsize:
+        if not all(type(v) is int and v >= 0 for v in (*shape, start, end)):
+            raise CacheError(f"{corrupt} (bad entry for {key!r}: sizes and offsets are whole numbers ≥ 0); register the avatar again")
+        if not start <= end <= body_len or end - start != math.prod(shape) * itemsize or start % itemsize:
             raise CacheError(f"{corrupt} (entry {key!r} does not fit the file); register the avatar again")
         entries[key] = (entry["dtype"], shape, start, end)
+    spans = sorted((start, end) for *_, start, end in entries.values())
+    if [s for s, _ in spans] != [0] + [e for _, e in spans[:-1]] or (spans and spans[-1][1] != body_len):
+        raise CacheError(f"{corrupt} (the entries overlap or leave gaps in the data); register the avatar again")
     _check_shapes({k: (e[0], e[1]) for k, e in entries.items()}, str(path))
     body = torch.from_numpy(data[8 + header_len :])
     if device.type != "cpu":

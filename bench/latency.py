@@ -133,7 +133,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, help="write the results as JSON here")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
-        print("bench.latency measures a GPU; torch sees none here", file=sys.stderr)
+        print(
+            "bench.latency measures a GPU; torch sees none here. On a CPU: python -m bench.loop_ops --avatar DIR "
+            "(the runtime loop's operators per tick), python -m bench.stitch --device cpu, "
+            "python -m bench.encode --device cpu, python -m bench.render_profile --parts decoder --device cpu",
+            file=sys.stderr,
+        )
         return 2
     device = torch.device("cuda")
     engine = Engine.from_checkpoints(args.checkpoints, device=device, backend=args.backend, steps=args.steps, plans=args.plans)

@@ -80,13 +80,18 @@ def render_inputs(batch: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray, np
 
 
 def reference_checkout_version(root: Path) -> str:
-    """The checkout's commit, or a note that it is not a git checkout."""
+    """The checkout's commit, or a note that it is not a git checkout.
+
+    Only a checkout whose top level is ``root`` counts: git answers for the repository around a plain
+    folder too, and a copy inside this project's checkout would record the project's commit as its own.
+    """
     try:
-        return subprocess.run(
-            ["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, check=True
-        ).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
+        top, commit = subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "--show-toplevel", "HEAD"], capture_output=True, text=True, check=True
+        ).stdout.splitlines()
+    except (OSError, ValueError, subprocess.CalledProcessError):
         return "unknown (not a git checkout)"
+    return commit if Path(top).resolve() == Path(root).resolve() else "unknown (not a git checkout)"
 
 
 @contextlib.contextmanager

@@ -332,7 +332,10 @@ def run(args: argparse.Namespace) -> int:
     if args.check is not None:
         return check(args.check)
     if args.checkpoints is None:
-        raise CheckpointError("--checkpoints DIR is required to build (or --check PLANS to check built plans)")
+        raise CheckpointError(
+            "--checkpoints DIR is required to build: the official download, or any folder with --random-weights "
+            "to write random stand-ins there (or --check PLANS to check built plans)"
+        )
     options, gpu = (None, None) if args.onnx_only else build_options(args)
     checkpoints = models_dir(args.checkpoints.resolve())
     if args.random_weights:
@@ -342,7 +345,10 @@ def run(args: argparse.Namespace) -> int:
             write_random_checkpoints(checkpoints, seed=0, names=missing)
         _log("note: random weights: every graph and plan is real, but the pictures they make are not faces")
     if not checkpoints.is_dir():
-        raise CheckpointError(f"--checkpoints {checkpoints} is not a directory")
+        raise CheckpointError(
+            f"--checkpoints {checkpoints} is not a directory: give the official download, "
+            "or add --random-weights to write random stand-ins there"
+        )
     hubert = find_official_hubert(checkpoints)
     names = list(dict.fromkeys(args.networks or DEFAULT_GRAPHS))
     if "warp_decoder" in names:  # composed from these two graphs, which are exported (and built) first

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
@@ -29,6 +31,15 @@ KINDS = ("onnx", "plans")
 RTX, FULL = "tensorrt-rtx", "tensorrt"
 BUILDER_OPTIONS = {RTX: "rtx", FULL: "tensorrt"}
 BUILDER_TITLES = {RTX: "TensorRT-RTX", FULL: "TensorRT"}
+
+
+MAX_MANIFEST_BYTES = 16 << 20
+"""A manifest larger than this is refused (a real one is a few KB)."""
+MAX_DEPTH = 10
+"""JSON nested deeper than this is refused (a manifest nests six levels: graphs, entry, io, inputs, tensor, shape)."""
+TENSOR_DTYPES = ("float32", "float16", "bfloat16", "int64", "int32", "int8", "uint8", "bool")
+"""The dtypes a plan's I/O may name (each a torch attribute of that name)."""
+_HEX64 = re.compile(r"^[0-9a-f]{64}$")
 
 
 class ManifestError(ValueError):
@@ -163,10 +174,20 @@ def read_manifest(directory: str | Path) -> Manifest:
     if not path.is_file():
         raise ManifestError(f"{path} not found: {directory} was not written by python -m compile.build_plans")
     try:
+        if path.stat().st_size > MAX_MANIFEST_BYTES:
+            raise ValueError(f"over {MAX_MANIFEST_BYTES >> 20} MB")
         raw = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        if _nested_over(raw, MAX_DEPTH):
+            raise ValueError(f"nested more than {MAX_DEPTH} deep")
+    except RecursionError:
+        raise ManifestError(f"{path} is not readable JSON (nested too deep); delete {directory} and rebuild") from None
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
         raise ManifestError(f"{path} is not readable JSON ({exc}); delete {directory} and rebuild") from exc
     _check_fields(path, "the manifest", raw, _TOP_TYPES)
+    if not _printable(raw["checkpoints_dir"]):
+        raise ManifestError(f"{path}: field 'checkpoints_dir' is {_shown(raw['checkpoints_dir'])}, not a printable path")
+    if not isinstance(raw["build_flags"].get("grid_sample"), (str, type(None))):
+        raise ManifestError(f"{path}: field 'build_flags' has grid_sample {_shown(raw['build_flags']['grid_sample'])}, not a name")
     if raw["format"] != FORMAT_VERSION:
         raise ManifestError(f"{path} has format {raw['format']}, this code reads format {FORMAT_VERSION}; rebuild")
     if raw["kind"] not in KINDS:
@@ -180,11 +201,14 @@ def read_manifest(directory: str | Path) -> Manifest:
     for name in raw["compute_capabilities"]:
         try:
             parse_compute_capability(name)
-        except (TypeError, ValueError) as exc:
-            raise ManifestError(f"{path}: compute capability {name!r} is not sm_XY") from exc
+        except (AttributeError, TypeError, ValueError) as exc:
+            raise ManifestError(f"{path}: compute capability {_shown(name)} is not sm_XY") from exc
     graphs = {}
     for name, entry in raw["graphs"].items():
+        if not re.fullmatch(r"[A-Za-z0-9_]{1,64}", name):
+            raise ManifestError(f"{path}: graph {_shown(name)} is not a graph name (letters, digits, '_')")
         _check_fields(path, f"graph {name!r}", entry, _ENTRY_TYPES)
+        _check_entry(path, f"graph {name!r}", entry, raw["kind"])
         graphs[name] = GraphEntry(**entry)
     return Manifest(**{**raw, "graphs": graphs})
 
@@ -198,7 +222,76 @@ def _check_fields(path: Path, what: str, raw: Any, types: Mapping[str, type | tu
         raise ManifestError(f"{path}: {what} lacks {missing} / has unknown fields {unknown}; rebuild it")
     for key, expected in types.items():
         if not isinstance(raw[key], expected) or isinstance(raw[key], bool):
-            raise ManifestError(f"{path}: {what} field {key!r} is {raw[key]!r}, of the wrong type")
+            raise ManifestError(f"{path}: {what} field {key!r} is {_shown(raw[key])}, of the wrong type")
+
+
+def _check_entry(path: Path, what: str, entry: dict[str, Any], kind: str) -> None:
+    """ManifestError naming the first field of a graph entry that is not what build_plans writes."""
+    published = kind == "onnx" and entry["settings"].get("source") == "published" and Path(entry["file"]).is_absolute()
+    checks: dict[str, tuple[bool, str]] = {
+        "file": (_printable(entry["file"]) and (published or _plain_name(entry["file"])),
+                 "a file name in the manifest's folder (ONNX manifests: or the absolute path of a published graph)"),
+        "sha256": (_HEX64.match(entry["sha256"]) is not None or (kind == "onnx" and entry["sha256"] == ""), "64 hex digits"),
+        "onnx_sha256": (entry["onnx_sha256"] is None or _HEX64.match(entry["onnx_sha256"]) is not None, "64 hex digits or null"),
+        "checkpoints": (all(_printable(k) and isinstance(v, str) and _HEX64.match(v) for k, v in entry["checkpoints"].items()),
+                        "checkpoint file names mapped to 64 hex digits"),
+        "precision": (_printable(entry["precision"]) and len(entry["precision"]) <= 32, "a precision name such as fp16"),
+        "profiles": (all(_printable(k) and _shapes(v, 3) for k, v in entry["profiles"].items()),
+                     "input names mapped to [min, opt, max] shapes of whole numbers"),
+        "io": (_io(entry["io"]), f"{{inputs, outputs}}: lists of {{name, shape, dtype}}, dtype one of {', '.join(TENSOR_DTYPES)}"),
+        "built_at": (_printable(entry["built_at"]) and len(entry["built_at"]) <= 64, "a printable time stamp"),
+        "seconds": (math.isfinite(entry["seconds"]) and entry["seconds"] >= 0, "seconds ≥ 0"),
+    }
+    for key, (good, accepted) in checks.items():
+        if not good:
+            raise ManifestError(f"{path}: {what} field {key!r} is {_shown(entry[key])}, not {accepted}; rebuild it")
+
+
+def _plain_name(name: str) -> bool:
+    return name not in ("", ".", "..") and "/" not in name and "\\" not in name
+
+
+def _printable(value: Any) -> bool:
+    return isinstance(value, str) and len(value) <= 4096 and value.isprintable()
+
+
+def _shapes(value: Any, count: int) -> bool:
+    """``count`` shapes, each a list of at most 8 whole numbers ≥ -1 (-1: dynamic)."""
+    return isinstance(value, list) and len(value) == count and all(_shape(s) for s in value)
+
+
+def _shape(value: Any) -> bool:
+    return isinstance(value, list) and len(value) <= 8 and all(type(d) is int and d >= -1 for d in value)
+
+
+def _io(value: dict[str, Any]) -> bool:
+    """A plan's I/O as build_plans records it (ONNX entries record none)."""
+    return set(value) <= {"inputs", "outputs"} and all(
+        isinstance(tensors, list) and all(
+            isinstance(t, dict) and set(t) == {"name", "shape", "dtype"} and _printable(t["name"])
+            and _shape(t["shape"]) and t["dtype"] in TENSOR_DTYPES
+            for t in tensors
+        )
+        for tensors in value.values()
+    )
+
+
+def _nested_over(value: Any, limit: int) -> bool:
+    """True when ``value`` nests lists and objects more than ``limit`` deep (walked without recursion)."""
+    pending = [(value, 1)]
+    while pending:
+        item, depth = pending.pop()
+        if isinstance(item, (dict, list)):
+            if depth > limit:
+                return True
+            pending.extend((child, depth + 1) for child in (item.values() if isinstance(item, dict) else item))
+    return False
+
+
+def _shown(value: Any) -> str:
+    """``value`` for a message, cut short."""
+    text = repr(value)
+    return text if len(text) <= 80 else f"{text[:77]}..."
 
 
 def rebuild_command(manifest: Manifest, graphs: Iterable[str] | None = None, out: str | Path | None = None) -> str:

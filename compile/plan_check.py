@@ -14,7 +14,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from compile.manifest import BUILDER_TITLES, FULL, RTX, ManifestError, file_sha256, plan_dirs, read_manifest
+from compile.manifest import BUILDER_TITLES, FULL, RTX, ManifestError, file_sha256, plan_dirs, read_manifest, rebuild_command
 from compile.targets import MODULES, GpuInfo, describe, describe_all, why_not_here
 
 # EngineInvalidityDiagnostics bits of TensorRT-RTX, in words.
@@ -72,7 +72,8 @@ def check_directory(directory: Path, gpu: GpuInfo | None, installed: Mapping[str
     except ManifestError as exc:
         return [f"{directory}: {exc}"], False
     if manifest.kind != "plans":
-        return [f"{directory}: holds ONNX graphs, not plans"], False
+        build = rebuild_command(manifest, out=directory.parent)
+        return [f"{directory}: holds ONNX graphs, not plans; build plans from them: {build}, then --check {directory.parent}"], False
     title = BUILDER_TITLES[manifest.builder or FULL]
     targets = describe_all(manifest.compute_capabilities) if manifest.compute_capabilities else "an unrecorded GPU"
     lines = [f"{directory}: {title} {manifest.builder_version} plans for {targets}; built {manifest.created}"]

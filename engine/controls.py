@@ -28,6 +28,16 @@ from engine.motion.vector import MOTION_DIM, MOTION_KEYS, NUM_KEYPOINTS
 EXPRESSION_DIM = 3 * NUM_KEYPOINTS
 MAX_POSE_DEGREES = 90.0
 MAX_POSE_SCALE = 3.0
+MAX_FRAMES = 90_000
+"""The longest fade, blink gap or fix_kp_cond period: an hour at 25 fps (a larger count overflowed the render)."""
+MAX_BLINK_ROWS = 250
+"""The longest blink table: 10 s at 25 fps (the official cfg's blink is 15 frames)."""
+MAX_EMOTION_ROWS = 9000
+"""The longest per-frame emotion table or list of label sets: 6 minutes at 25 fps, cycled after that."""
+MAX_GAPS = 1000
+"""The longest list of blink gaps (cycled)."""
+MAX_CLIP_ROWS = 16
+"""Rows a clip range may carry (the official cfg's has 4; rows after the first two are ignored)."""
 FADE_TARGETS = ("source", "first")
 WINDOW_CONTROLS = ("emotion", "fix_kp_cond", "fix_kp_cond_dims")
 STITCH_CONTROLS = ("pitch", "yaw", "roll", "pitch_scale", "yaw_scale", "roll_scale", "expression", "vad_alpha", "clip_range")
@@ -95,11 +105,19 @@ class Controls:
             object.__setattr__(self, field.name, value)
 
     def replace(self, **changes: Any) -> Controls:
-        """A copy with ``changes`` applied and validated (ControlError names any unknown or bad field)."""
+        """A copy with ``changes`` applied and validated (ControlError names any unknown or bad field).
+
+        Only the changed fields are validated: the others are already, and a big table beside a small update
+        would be converted again on every update.
+        """
         unknown = sorted(set(changes) - set(FIELD_NAMES))
         if unknown:
             raise ControlError(f"unknown control(s) {', '.join(unknown)}; controls are: {', '.join(FIELD_NAMES)}")
-        return dataclasses.replace(self, **changes)
+        checked = {name: _CHECKS[name](name, value) for name, value in changes.items()}
+        copy = object.__new__(Controls)
+        for name in FIELD_NAMES:
+            object.__setattr__(copy, name, checked[name] if name in checked else getattr(self, name))
+        return copy
 
     def to_dict(self) -> dict[str, Any]:
         """The controls as JSON-ready values (tuples become lists)."""
@@ -119,10 +137,22 @@ class Controls:
 # -- validation: each returns the field's normalised (immutable) value or raises ControlError ------------------------
 
 
+def _shown(value: Any) -> str:
+    """``value`` for a message, cut short (a JSON number can have thousands of digits, a table megabytes)."""
+    try:
+        text = repr(value)
+    except ValueError:
+        return "an integer of over 4300 digits"
+    return text if len(text) <= 60 else f"{text[:57]}..."
+
+
 def _number(name: str, value: Any, lo: float, hi: float) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
-        raise ControlError(f"{name} must be a number, got {value!r}")
-    value = float(value)
+        raise ControlError(f"{name} must be a number, got {_shown(value)}")
+    try:
+        value = float(value)
+    except OverflowError:
+        raise ControlError(f"{name} must be within [{lo:g}, {hi:g}], got a number too large for a float") from None
     if not math.isfinite(value) or not lo <= value <= hi:
         raise ControlError(f"{name} must be within [{lo:g}, {hi:g}], got {value!r}")
     return value
@@ -141,31 +171,52 @@ def _unit(name: str, value: Any) -> float:
 
 
 def _count(name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
-        raise ControlError(f"{name} must be a whole number of frames ≥ 0, got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not 0 <= value <= MAX_FRAMES:
+        raise ControlError(f"{name} must be a whole number of frames in [0, {MAX_FRAMES}] (an hour at 25 fps), got {_shown(value)}")
     return int(value)
 
 
 def _flag(name: str, value: Any) -> bool:
     if not isinstance(value, (bool, np.bool_)):
-        raise ControlError(f"{name} must be true or false, got {value!r}")
+        raise ControlError(f"{name} must be true or false, got {_shown(value)}")
     return bool(value)
 
 
-def _array(name: str, value: Any, what: str) -> np.ndarray:
-    """Any array-like (lists, numpy, torch) of finite numbers -> float64 ndarray, or ControlError."""
+def _within(name: str, value: Any, limit: int, what: str) -> None:
+    """ControlError if ``value`` (an array or nested lists) holds more than ``limit`` values; counts no further."""
+    if isinstance(value, (np.ndarray, torch.Tensor)):
+        values, lists = value.numel() if isinstance(value, torch.Tensor) else value.size, 0
+    else:
+        values, lists, pending = 0, 0, [value]
+        while pending and values <= limit and lists <= limit:
+            item = pending.pop()
+            if isinstance(item, (list, tuple)):
+                lists += 1
+                if len(item) > limit - values:
+                    values = limit + 1
+                else:
+                    pending.extend(item)
+            else:
+                values += 1
+    if values > limit or lists > limit:
+        raise ControlError(f"{name} must be {what}; it holds more than {limit} values")
+
+
+def _array(name: str, value: Any, what: str, limit: int) -> np.ndarray:
+    """Any array-like (lists, numpy, torch) of at most ``limit`` finite numbers -> float64 ndarray, or ControlError."""
+    _within(name, value, limit, what)
     try:
         array = np.asarray(value.detach().cpu() if isinstance(value, torch.Tensor) else value, dtype=np.float64)
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError, OverflowError) as exc:
         raise ControlError(f"{name} must be {what} of numbers: {exc}") from exc
     if not np.isfinite(array).all():
         raise ControlError(f"{name} holds NaN or infinite values")
     return array
 
 
-def _matrix(name: str, value: Any, width: int, what: str) -> tuple[tuple[float, ...], ...]:
-    """A 2-D array-like with rows of ``width`` values -> tuple of row tuples."""
-    array = _array(name, value, what)
+def _matrix(name: str, value: Any, width: int, rows: int, what: str) -> tuple[tuple[float, ...], ...]:
+    """A 2-D array-like of at most ``rows`` rows of ``width`` values -> tuple of row tuples."""
+    array = _array(name, value, f"{what}, at most {rows} rows of {width}", rows * width)
     if array.ndim != 2 or array.shape[0] == 0 or array.shape[1] != width:
         raise ControlError(f"{name} must be {what}, got shape {array.shape}")
     return tuple(tuple(float(v) for v in row) for row in array)
@@ -175,20 +226,21 @@ def _expression(name: str, value: Any) -> tuple[float, ...] | None:
     if value is None:
         return None
     what = f"{EXPRESSION_DIM} values (21 keypoints × xyz)"
-    array = _array(name, value, what)
+    array = _array(name, value, what, EXPRESSION_DIM)
     if array.size != EXPRESSION_DIM or array.ndim not in (1, 2):
         raise ControlError(f"{name} must be {what}, got shape {array.shape}")
     return tuple(float(v) for v in array.reshape(-1))
 
 
 def _blink_table(name: str, value: Any) -> tuple[tuple[float, ...], ...] | None:
-    return None if value is None else _matrix(name, value, EXPRESSION_DIM, f"a (K,{EXPRESSION_DIM}) table, K ≥ 1")
+    return None if value is None else _matrix(name, value, EXPRESSION_DIM, MAX_BLINK_ROWS, f"a (K,{EXPRESSION_DIM}) table, K ≥ 1")
 
 
 def _clip_range(name: str, value: Any) -> tuple[tuple[float, ...], tuple[float, ...]] | None:
     if value is None:
         return None
-    rows = _matrix(name, value, MOTION_DIM, f"(2,{MOTION_DIM}) rows of min and max (more rows are ignored, as the reference does)")
+    what = f"(2,{MOTION_DIM}) rows of min and max (more rows are ignored, as the reference does)"
+    rows = _matrix(name, value, MOTION_DIM, MAX_CLIP_ROWS, what)
     if len(rows) < 2:
         raise ControlError(f"{name} needs two rows, min and max, of {MOTION_DIM} values; got one")
     low, high = np.array(rows[0]), np.array(rows[1])
@@ -201,25 +253,30 @@ def _blink_gaps(name: str, value: Any) -> int | tuple[int, ...]:
     if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
         if value < 0:
             raise ControlError(f"{name} must be 0 (random 60–100 frames), a gap > 0 or a list of gaps; to stop blinking set blink to false")
+        if value > MAX_FRAMES:
+            raise ControlError(f"{name} must be at most {MAX_FRAMES} frames (an hour at 25 fps), got {_shown(value)}")
         return int(value)
     if isinstance(value, Sequence) and not isinstance(value, str) and value:
+        if len(value) > MAX_GAPS:
+            raise ControlError(f"{name} holds {len(value)} gaps; at most {MAX_GAPS} (the list is cycled)")
         gaps = tuple(_count(name, gap) for gap in value)
         if min(gaps) < 1:
-            raise ControlError(f"{name}: every gap in a list must be at least 1 frame, got {list(gaps)}")
+            raise ControlError(f"{name}: every gap in a list must be at least 1 frame, got {_shown(list(gaps))}")
         return gaps
-    raise ControlError(f"{name} must be 0, a number of frames or a non-empty list of them, got {value!r}")
+    raise ControlError(f"{name} must be 0, a number of frames or a non-empty list of them, got {_shown(value)}")
 
 
 def _fade_target(name: str, value: Any) -> str:
-    if value not in FADE_TARGETS:
-        raise ControlError(f"{name} must be one of {', '.join(FADE_TARGETS)}, got {value!r}")
+    if not isinstance(value, str) or value not in FADE_TARGETS:
+        raise ControlError(f"{name} must be one of {', '.join(FADE_TARGETS)}, got {_shown(value)}")
     return value
 
 
 def _fade_keys(name: str, value: Any) -> tuple[str, ...]:
-    keys = (value,) if isinstance(value, str) else tuple(value) if isinstance(value, Sequence) else None
-    if not keys or any(k not in MOTION_KEYS for k in keys) or len(set(keys)) != len(keys):
-        raise ControlError(f"{name} must list distinct motion parts among {', '.join(MOTION_KEYS)}, got {value!r}")
+    sized = isinstance(value, Sequence) and len(value) <= len(MOTION_KEYS)
+    keys = (value,) if isinstance(value, str) else tuple(value) if sized else None
+    if not keys or any(not isinstance(k, str) or k not in MOTION_KEYS for k in keys) or len(set(keys)) != len(keys):
+        raise ControlError(f"{name} must list distinct motion parts among {', '.join(MOTION_KEYS)}, got {_shown(value)}")
     return keys
 
 
@@ -230,7 +287,7 @@ def _kp_dims(name: str, value: Any) -> tuple[int, int] | None:
         start, stop = value
         if all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in (start, stop)) and 0 <= start < stop <= MOTION_DIM:
             return int(start), int(stop)
-    raise ControlError(f"{name} must be [start, stop) with 0 ≤ start < stop ≤ {MOTION_DIM}, got {value!r}")
+    raise ControlError(f"{name} must be [start, stop) with 0 ≤ start < stop ≤ {MOTION_DIM}, got {_shown(value)}")
 
 
 def _label(name: str, value: Any) -> Label:
@@ -242,16 +299,19 @@ def _label(name: str, value: Any) -> Label:
 
 
 def _emotion(name: str, value: Any) -> EmotionSpec:
+    table = f"an (m,{EMOTION_DIM}) table"
     if isinstance(value, (torch.Tensor, np.ndarray)):
-        return _matrix(name, value, EMOTION_DIM, f"an (m,{EMOTION_DIM}) table")
+        return _matrix(name, value, EMOTION_DIM, MAX_EMOTION_ROWS, table)
     if isinstance(value, (str, int, np.integer)) and not isinstance(value, bool):
         return _label(name, value)
     if not isinstance(value, Sequence) or not value:
-        raise ControlError(f"{name} must be a name ({', '.join(EMOTIONS)}), an index 0..7, or a non-empty list, got {value!r}")
+        raise ControlError(f"{name} must be a name ({', '.join(EMOTIONS)}), an index 0..7, or a non-empty list, got {_shown(value)}")
+    if len(value) > MAX_EMOTION_ROWS:
+        raise ControlError(f"{name} holds {len(value)} rows; at most {MAX_EMOTION_ROWS} (a table row or label set per frame, cycled)")
     rows = list(value)
     if all(isinstance(row, Sequence) and not isinstance(row, str) for row in rows):
         if all(len(row) == EMOTION_DIM for row in rows):
-            return _matrix(name, rows, EMOTION_DIM, f"an (m,{EMOTION_DIM}) table")
+            return _matrix(name, rows, EMOTION_DIM, MAX_EMOTION_ROWS, table)
         if any(len(row) == EMOTION_DIM for row in rows):
             raise ControlError(f"{name}: rows of {EMOTION_DIM} values are a probability table and shorter rows label sets; do not mix them")
         return tuple(_label_set(name, row) for row in rows)
@@ -260,7 +320,7 @@ def _emotion(name: str, value: Any) -> EmotionSpec:
 
 def _label_set(name: str, labels: Sequence[Any]) -> tuple[Label, ...]:
     if not 0 < len(labels) < EMOTION_DIM:
-        raise ControlError(f"{name}: a label set holds 1 to {EMOTION_DIM - 1} labels, got {list(labels)!r}")
+        raise ControlError(f"{name}: a label set holds 1 to {EMOTION_DIM - 1} labels, got {_shown(list(labels))}")
     return tuple(_label(name, label) for label in labels)
 
 

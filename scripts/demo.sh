@@ -4,10 +4,18 @@
 # Installs the releases the suite was proven with (constraints.txt); DITTO_UNPINNED=1 takes the newest instead.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# torch for this machine: PyPI's Linux torch is a multi-GB CUDA build, of no use without an NVIDIA GPU.
 if ! python3 -c "import torch" 2>/dev/null; then
-    python3 -m pip install --quiet "torch==2.13.0"
+    if command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1; then
+        echo "demo: an NVIDIA GPU is here (nvidia-smi): installing PyPI's CUDA build of torch 2.13"
+        python3 -m pip install --quiet "torch==2.13.0"
+    else
+        echo "demo: no NVIDIA GPU (no working nvidia-smi): installing the CPU build of torch 2.13"
+        python3 -m pip install --quiet "torch==2.13.0" --extra-index-url https://download.pytorch.org/whl/cpu
+    fi
 fi
 pins=(-c constraints.txt)
 if [[ "${DITTO_UNPINNED:-}" == 1 ]]; then pins=(); fi
-python3 -m pip install --quiet "${pins[@]}" -e ".[face]"
+# stream: what python -m streaming.serve, the README's next command, imports (aiohttp, aiortc...).
+python3 -m pip install --quiet "${pins[@]}" -e ".[face,stream]"
 exec python3 -m engine.render --demo --out "${1:-ditto_demo.mp4}"

@@ -74,6 +74,24 @@ def test_every_emotion_form_of_the_reference_becomes_its_table() -> None:
         ("clip_range", np.zeros((2, 264)), "(2,265) rows of min and max"),
         ("fix_kp_cond", -1, "fix_kp_cond must be a whole number"),
         ("fix_kp_cond_dims", (0, 300), "0 ≤ start < stop ≤ 265"),
+        ("fade_in", 10**30, "fade_in must be a whole number of frames in [0, 90000]"),
+        ("fade_out", 90_001, "fade_out must be a whole number of frames in [0, 90000]"),
+        pytest.param("fix_kp_cond", 10**5000, "an integer of over 4300 digits", id="fix_kp_cond-5000-digits"),
+        ("blink_gaps", 10**9, "blink_gaps must be at most 90000"),
+        ("blink_gaps", [40, 10**9], "blink_gaps must be a whole number of frames in [0, 90000]"),
+        pytest.param("yaw", 10**400, "yaw must be within [-90, 90], got a number too large", id="yaw-400-digits"),
+        pytest.param("pitch_scale", -(10**400), "pitch_scale must be within [0, 3]", id="pitch_scale-400-digits"),
+        ("yaw", "5", "yaw must be a number, got '5'"),
+        ("yaw", [5], "yaw must be a number"),
+        ("expression", [10**400] * 63, "expression must be 63 values (21 keypoints × xyz) of numbers"),
+        ("expression", {"x": 1}, "expression must be 63 values"),
+        ("clip_range", [[10**400] * 265] * 2, "clip_range must be"),
+        ("fade_target", np.array([]), "fade_target must be one of source, first"),
+        ("fade_target", ["source"], "fade_target must be one of source, first"),
+        ("fade_keys", 7, "fade_keys must list distinct motion parts"),
+        ("emotion", {"happy": 1}, "emotion must be a name"),
+        ("emotion", 2.5, "emotion must be a name"),
+        ("blink", 1, "blink must be true or false"),
     ],
 )
 def test_bad_values_name_the_field_and_what_it_accepts(field: str, value, message: str) -> None:
@@ -87,3 +105,50 @@ def test_the_clip_range_keeps_rows_zero_and_one_as_the_reference_does() -> None:
     clip = Controls(clip_range=rows).clip_range
     assert clip == (tuple([-1.0] * 265), tuple([1.0] * 265))
     assert torch.equal(stitch_controls(Controls(clip_range=rows)).clip, torch.tensor(rows[:2], dtype=torch.float32))
+
+
+@pytest.mark.parametrize(
+    "field, value, message",
+    [
+        ("blink_table", np.zeros((251, 63)), "blink_table must be a (K,63) table, K ≥ 1, at most 250 rows of 63; it holds more than 15750 values"),
+        ("blink_table", [[0.0] * 63] * 65_000, "it holds more than 15750 values"),
+        ("blink_table", [[0.0] * 10_000_000], "it holds more than 15750 values"),
+        ("blink_table", [[]] * 1_000_000, "it holds more than 15750 values"),
+        ("emotion", np.zeros((9001, 8)), "emotion must be an (m,8) table, at most 9000 rows of 8; it holds more than 72000 values"),
+        ("emotion", [[0.125] * 8] * 9001, "emotion holds 9001 rows; at most 9000"),
+        ("emotion", [["happy"]] * 9001, "emotion holds 9001 rows; at most 9000"),
+        ("blink_gaps", [60] * 1001, "blink_gaps holds 1001 gaps; at most 1000"),
+        ("expression", [0.0] * 10_000_000, "expression must be 63 values (21 keypoints × xyz); it holds more than 63 values"),
+        ("clip_range", np.zeros((17, 265)), "at most 16 rows of 265; it holds more than 4240 values"),
+        ("fade_keys", ["exp"] * 1_000_000, "fade_keys must list distinct motion parts"),
+    ],
+)
+def test_tables_over_their_size_limit_are_refused_before_they_are_converted(field: str, value, message: str) -> None:
+    with pytest.raises(ControlError) as error:
+        Controls().replace(**{field: value})
+    assert message in str(error.value) and len(str(error.value)) < 400, "the message names the limit, not the table"
+
+
+def test_tables_at_their_size_limit_are_taken() -> None:
+    controls = Controls(blink_table=np.zeros((250, 63)), emotion=np.full((9000, 8), 0.125), blink_gaps=[60] * 1000)
+    assert len(controls.blink_table) == 250 and len(controls.emotion) == 9000 and len(controls.blink_gaps) == 1000
+    assert Controls(fade_in=90_000, fix_kp_cond=90_000, blink_gaps=90_000).fade_in == 90_000
+
+
+def test_replace_validates_only_the_fields_it_changes(monkeypatch) -> None:
+    """A small update beside a big table must not convert the table again (it took seconds per update)."""
+    import engine.controls as module
+
+    controls = Controls(blink_table=np.zeros((250, 63)), emotion=np.full((9000, 8), 0.125))
+
+    def refuse(name, value):
+        raise AssertionError(f"{name} was validated again")
+
+    monkeypatch.setitem(module._CHECKS, "blink_table", refuse)
+    monkeypatch.setitem(module._CHECKS, "emotion", refuse)
+    moved = controls.replace(yaw=5)
+    assert moved.yaw == 5.0 and moved.changed(controls) == ("yaw",) and moved.blink_table is controls.blink_table
+    with pytest.raises(ControlError, match="yaw must be within"):
+        controls.replace(yaw=91)
+    monkeypatch.undo()
+    assert controls.yaw == 0.0 and moved == Controls(**{f: getattr(moved, f) for f in FIELD_NAMES})

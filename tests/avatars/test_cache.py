@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -39,7 +40,7 @@ def fake_registration(frames: int = 2, seed: int = 0) -> tuple[dict[str, np.ndar
         "eye_open": f32(frames, 2),
         "eye_ball": f32(frames, 6),
         "sc": f32(63),
-        "mask_crop": f32(512, 512),
+        "mask_crop": rng.random((512, 512), dtype=np.float32),
         "frames": rng.integers(0, 256, (frames, 48, 64, 3), dtype=np.uint8),
     }
     manifest = {
@@ -163,3 +164,145 @@ def test_missing_avatars_and_bad_names_get_clear_errors(tmp_path: Path) -> None:
     for name in ("../escape", ".hidden", "", "a b"):
         with pytest.raises(CacheError, match="invalid avatar name"):
             check_name(name)
+
+
+def rewrite(path: Path, manifest_edit=None, header_edit=None, tensor_edit=None) -> None:
+    """Edit a cached avatar and write it back with a matching size and CRC-32, as a tampering tool would."""
+    data = (path / TENSORS).read_bytes()
+    if tensor_edit is not None:
+        arrays = {k: v.copy() for k, v in load_file(path / TENSORS).items()}
+        tensor_edit(arrays)
+        from safetensors.numpy import save as save_bytes
+
+        data = save_bytes(arrays)
+    if header_edit is not None:
+        size = int.from_bytes(data[:8], "little")
+        header = json.loads(data[8 : 8 + size])
+        header_edit(header)
+        text = json.dumps(header).encode()
+        data = len(text).to_bytes(8, "little") + text + data[8 + size :]
+    (path / TENSORS).write_bytes(data)
+    manifest = json.loads((path / MANIFEST).read_text())
+    manifest["tensors"].update(bytes=len(data), crc32=zlib.crc32(data))
+    if manifest_edit is not None:
+        manifest_edit(manifest)
+    (path / MANIFEST).write_text(json.dumps(manifest))
+
+
+def _set(dotted: str, value):
+    def edit(manifest: dict) -> None:
+        *parents, key = dotted.split(".")
+        for parent in parents:
+            manifest = manifest.setdefault(parent, {})
+        manifest[key] = value
+    return edit
+
+
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("name", "anc\x07hor"),
+        ("name", ["anchor"]),
+        ("is_image", "no"),
+        ("is_image", True),  # two frames: a video
+        ("created", {"at": 1}),
+        ("tensors.crc32", -1),
+        ("source", "portrait.png"),
+        ("source.kind", "photo"),
+        ("source.frames", 3),
+        ("source.frames", "2"),
+        ("source.path", "/data/portrait.png\n; rm -rf ~"),
+        ("source.fps", float("nan")),
+        ("source.width", 65),
+        ("checkpoints.sha256", ["a" * 64]),
+        ("checkpoints.sha256", {"motion_extractor": 7}),
+        ("checkpoints.random_weights", "yes"),
+        ("crop.dsize", -512),
+        ("crop.scale", float("inf")),
+        ("crop.vy_ratio", 1e30),
+        ("crop.rotate", 1),
+        ("smoothing_frames", -1),
+        ("faces.box", [0, 0, "wide", 10]),
+        ("faces.face_index", 1.5),
+        ("registration_seconds", float("nan")),
+    ],
+)
+def test_every_manifest_field_is_checked_at_load(saved: tuple[Path, dict[str, np.ndarray]], field: str, value) -> None:
+    path, _ = saved
+    rewrite(path, manifest_edit=_set(field, value))
+    with pytest.raises(CacheError, match=f"'{field.split('.')[0] if field == 'source' else field}'"):
+        load_avatar(path, checkpoints=HASHES)
+
+
+def test_a_deeply_nested_or_huge_manifest_is_a_clear_error(saved: tuple[Path, dict[str, np.ndarray]]) -> None:
+    path, _ = saved
+    text = (path / MANIFEST).read_text()
+    for depth in (500, 100_000):  # json reads the first, and a recursive walk of it would not
+        (path / MANIFEST).write_text(text[:-2] + ', "faces": ' + "[" * depth + "]" * depth + "}")
+        with pytest.raises(CacheError, match="manifest.json is corrupted.*nested"):
+            load_avatar(path)
+    (path / MANIFEST).write_text(text[:-2] + ', "faces": {"kind": ' + json.dumps("x" * (2 << 20)) + "}}")
+    with pytest.raises(CacheError, match="manifest.json is corrupted.*MB"):
+        load_avatar(path)
+
+
+@pytest.mark.parametrize(
+    "key, edit",
+    [
+        ("M_c2o", lambda a: a["M_c2o"].__setitem__((0, 0, 0), np.nan)),
+        ("M_c2o", lambda a: a["M_c2o"].__setitem__((1, 0, 2), 1e30)),
+        ("scale", lambda a: a["scale"].__setitem__((0, 0), np.inf)),
+        ("f_s", lambda a: a["f_s"].__setitem__((1, 0, 0, 0, 5), np.nan)),
+        ("mask_crop", lambda a: a["mask_crop"].__setitem__((3, 3), -1.0)),
+        ("mask_crop", lambda a: a["mask_crop"].__setitem__((3, 3), 1.5)),
+    ],
+)
+def test_tensor_values_that_would_render_garbage_are_refused(saved: tuple[Path, dict[str, np.ndarray]], key: str, edit) -> None:
+    path, _ = saved
+    rewrite(path, tensor_edit=edit)
+    with pytest.raises(CacheError, match=f"tensor '{key}'"):
+        load_avatar(path)
+
+
+def _overlap(header: dict) -> None:
+    """'sc' (63 floats) pointed at the first row of 'kp', which it then shares."""
+    start = header["kp"]["data_offsets"][0]
+    header["sc"]["data_offsets"] = [start, start + 63 * 4]
+
+
+def _overflow(header: dict) -> None:
+    """A frames shape whose product is 3 * 2**65: 0 in int64, so it "fits" an empty range."""
+    start = header["frames"]["data_offsets"][0]
+    header["frames"].update(shape=[2, 2**62, 4, 3], data_offsets=[start, start])
+
+
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        (_overlap, "overlap or leave gaps"),
+        (_overflow, "entry 'frames' does not fit the file"),
+        (lambda h: h["kp"].update(shape=[2, 63.0]), "bad entry for 'kp'"),
+        (lambda h: h["kp"].update(shape=[2, "63"]), "bad entry for 'kp'"),
+        (lambda h: h["kp"].update(data_offsets=[True, 504]), "bad entry for 'kp'"),
+        (lambda h: h.update(extra=[1]), "bad entry for 'extra'"),
+    ],
+)
+def test_a_tensor_header_with_overlapping_or_overflowing_entries_is_refused(
+    saved: tuple[Path, dict[str, np.ndarray]], edit, message: str
+) -> None:
+    path, _ = saved
+    rewrite(path, header_edit=edit)
+    with pytest.raises(CacheError, match=message):
+        load_avatar(path)
+
+
+def test_a_deeply_nested_tensor_header_is_a_clear_error(saved: tuple[Path, dict[str, np.ndarray]]) -> None:
+    path, _ = saved
+    data = (path / TENSORS).read_bytes()
+    size = int.from_bytes(data[:8], "little")
+    header = data[8 : 8 + size].rstrip()[:-1] + b', "x": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
+    data = len(header).to_bytes(8, "little") + header + data[8 + size :]
+    (path / TENSORS).write_bytes(data)
+    rewrite(path)
+    with pytest.raises(CacheError, match="unreadable header: a tensor header is nested too deep"):
+        load_avatar(path)

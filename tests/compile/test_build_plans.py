@@ -167,3 +167,21 @@ def test_requested_hubert_that_is_absent_is_an_error(tmp_path: Path, capsys) -> 
     args = ["--checkpoints", str(tmp_path), "--out", str(tmp_path / "plans"), "--onnx-only", "--networks", "hubert"]
     assert main(args) == 2
     assert "aux_models/hubert_streaming_fix_kv.onnx" in capsys.readouterr().err
+
+
+def test_building_without_checkpoints_points_at_random_weights(tmp_path: Path, capsys) -> None:
+    assert main(["--onnx-only"]) == 2
+    assert "--random-weights" in capsys.readouterr().err
+    assert main(["--checkpoints", str(tmp_path / "none"), "--onnx-only"]) == 2
+    assert "is not a directory" in (error := capsys.readouterr().err) and "--random-weights" in error
+
+
+def test_check_of_an_onnx_folder_says_how_to_build_plans_from_it(tmp_path: Path, capsys) -> None:
+    from compile.manifest import Manifest, write_manifest
+
+    (tmp_path / "onnx").mkdir()
+    write_manifest(tmp_path / "onnx", Manifest(kind="onnx", checkpoints_dir="/ckpt", created="2026-01-01T00:00:00+00:00"))
+    assert main(["--check", str(tmp_path / "onnx")]) == 1
+    out = capsys.readouterr().out
+    assert f"python -m compile.build_plans --checkpoints /ckpt --out {tmp_path}" in out
+    assert f"--check {tmp_path}" in out

@@ -79,6 +79,11 @@ def test_round_trip_is_plain_json(tmp_path) -> None:
     assert raw["graphs"]["decoder"]["io"]["inputs"][0] == feature
 
 
+def _graph(raw: dict, **changes) -> str:
+    """The manifest with the decoder's entry changed."""
+    return json.dumps({**raw, "graphs": {**raw["graphs"], "decoder": {**raw["graphs"]["decoder"], **changes}}})
+
+
 @pytest.mark.parametrize(
     ("edit", "message"),
     [
@@ -92,6 +97,24 @@ def test_round_trip_is_plain_json(tmp_path) -> None:
         (lambda raw: json.dumps({**raw, "compute_capabilities": ["ada"]}), "compute capability 'ada'"),
         (lambda raw: json.dumps({**raw, "format": 1}), "format 1"),  # the format before builders and targets
         (lambda raw: json.dumps({**raw, "graphs": {"decoder": {**raw["graphs"]["decoder"], "seconds": "x"}}}), "'seconds'"),
+        (lambda raw: json.dumps({**raw, "compute_capabilities": [89]}), "compute capability 89"),
+        (lambda raw: json.dumps({**raw, "checkpoints_dir": "/ckpt\n--out /"}), "'checkpoints_dir'"),
+        (lambda raw: json.dumps({**raw, "build_flags": {"grid_sample": ["x"]}}), "'build_flags'"),
+        (lambda raw: json.dumps({**raw, "graphs": {"../decoder": raw["graphs"]["decoder"]}}), "graph '../decoder'"),
+        (lambda raw: _graph(raw, file="../../etc/hostname"), "'file' is '../../etc/hostname'"),
+        (lambda raw: _graph(raw, file="/etc/hostname"), "'file' is '/etc/hostname'"),
+        (lambda raw: _graph(raw, file=".."), "'file' is '..'"),
+        (lambda raw: _graph(raw, sha256="x"), "'sha256'"),
+        (lambda raw: _graph(raw, onnx_sha256=7), "'onnx_sha256'"),
+        (lambda raw: _graph(raw, checkpoints={"decoder.pth": 5}), "'checkpoints'"),
+        (lambda raw: _graph(raw, profiles={"feature": "1,256"}), "'profiles'"),
+        (lambda raw: _graph(raw, profiles={"feature": [[1, True, 64, 64]] * 3}), "'profiles'"),
+        (lambda raw: _graph(raw, io={"inputs": [{"name": 1, "shape": [1], "dtype": "float16"}], "outputs": []}), "'io'"),
+        (lambda raw: _graph(raw, io={"inputs": [{"name": "x", "shape": [1], "dtype": "load"}], "outputs": []}), "'io'"),
+        (lambda raw: _graph(raw, io={"inputs": "x"}), "'io'"),
+        (lambda raw: _graph(raw, seconds=float("nan")), "'seconds'"),
+        (lambda raw: _graph(raw, precision="fp16\x1b[2J"), "'precision'"),
+        (lambda raw: json.dumps(raw)[:-1] + ', "deep": ' + "[" * 100_000 + "]" * 100_000 + "}", "nested"),
     ],
 )
 def test_malformed_manifests_are_refused_by_name(tmp_path, edit, message) -> None:
@@ -190,3 +213,18 @@ def test_rebuild_command_of_tensorrt_rtx_plans_names_builder_and_targets() -> No
     assert rebuild_command(manifest, ["decoder"]) == (
         "python -m compile.build_plans --checkpoints /m --networks decoder --builder rtx --arch sm_89 sm_120"
     )
+
+
+def test_only_an_onnx_manifest_may_name_a_published_graph_outside_its_folder(tmp_path) -> None:
+    """build_plans records the published HuBERT graph it takes by its absolute path; a plan is always beside its manifest."""
+    published = {"file": str(tmp_path / "hubert.onnx"), "settings": {"source": "published"}, "io": {}}
+    manifest = make_plans(tmp_path / "onnx", kind="onnx", builder=None, builder_version=None, compute_capabilities=[])
+    raw = json.loads((tmp_path / "onnx" / MANIFEST_FILE).read_text())
+    (tmp_path / "onnx" / MANIFEST_FILE).write_text(_graph(raw, **published))
+    assert read_manifest(tmp_path / "onnx").graphs["decoder"].file == published["file"]
+    assert manifest.kind == "onnx"
+    make_plans(tmp_path / "plans")
+    raw = json.loads((tmp_path / "plans" / MANIFEST_FILE).read_text())
+    (tmp_path / "plans" / MANIFEST_FILE).write_text(_graph(raw, **published))
+    with pytest.raises(ManifestError, match="'file' is .*not a file name in the manifest's folder"):
+        read_manifest(tmp_path / "plans")
