@@ -43,7 +43,8 @@ rm -rf "$probe"
 if [[ "${1:-}" == "--wheels" ]]; then
     mkdir -p .whl
     for spec in av==18.1.0 aiortc==1.16.0 aioice==0.13.0 pyee==13.0.1 pylibsrtp==1.0.0 pyOpenSSL==26.4.0 \
-        cryptography==50.0.2 cffi==2.0.0 pycparser==3.0 google-crc32c==1.9.0 dnspython==2.9.2 ifaddr==0.2.0 soxr==1.1.0; do
+        cryptography==50.0.2 cffi==2.0.0 pycparser==3.0 google-crc32c==1.9.0 dnspython==2.9.2 ifaddr==0.2.0 soxr==1.1.0 \
+        pyzmq==27.3.0; do
         name=${spec%%==*}
         stem=$(echo "$name" | tr 'A-Z-' 'a-z_')
         if compgen -G ".whl/${stem}-*.whl" >/dev/null || compgen -G ".whl/${name}-*.whl" >/dev/null; then

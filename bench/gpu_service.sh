@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# The service targets on the lent GPU (issue 29): first picture, create/delete cycles, 12 streams for 10 min, 16 for 3.
+# Carry .whl (bash bench/glass_bundle.sh --wheels), .carry/glass (nginx) and .carry/avatars (a registered avatar).
+# Usage there (results and logs under $OUT):
+#   bash bench/gpu_service.sh start [bench.service args]   starts the run detached, follows it for 9 minutes
+#   bash bench/gpu_service.sh follow                       the next call, at once: follows it for 9.5 more minutes
+#   bash bench/gpu_service.sh collect                      waits for the run (9.5 min at most), returns its results
+set -uo pipefail
+mode=${1:?start, follow or collect}
+source bench/gpu_env.sh
+mkdir -p /var/log/nginx
+runs=/tmp/service-runs
+mkdir -p "$runs"
+follow() {
+    local limit=$1
+    while kill -0 "$(cat "$runs/pid")" 2>/dev/null && ((SECONDS < limit)); do sleep 5; done
+    grep -v "warming up\|aiohttp.access" "$runs/service.log" | tail -12
+    cp "$runs"/service* "$out"/ 2>/dev/null
+    kill -0 "$(cat "$runs/pid")" 2>/dev/null && echo "still running: call 'bash bench/gpu_service.sh follow' (or collect) now"
+}
+case $mode in
+start)
+    nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$runs/service_gpu.txt"
+    setsid nohup python3 -m bench.service --avatar .carry/avatars/demo --json "$runs/service.json" "${@:2}" \
+        >"$runs/service.log" 2>&1 </dev/null &
+    echo $! >"$runs/pid"
+    follow 540
+    ;;
+follow) follow 570 ;;
+collect) follow 570 ;;
+*)
+    echo "unknown mode $mode: start, follow or collect" >&2
+    exit 2
+    ;;
+esac

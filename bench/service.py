@@ -1,0 +1,235 @@
+"""The service under load, through its API only: first picture of a new session, create/delete cycles, N streams at once.
+
+``python -m bench.service [--avatar DIR] --sessions 12 16 --minutes 10 3 --cycles 100 --json OUT``
+
+Starts nginx-rtmp and one ``python -m streaming.serve --avatar DIR --sessions 0 --no-admission``
+(the service with the avatar served as ``anchor`` and no session), waits until it is warm, then:
+1. **first picture**: ``--first`` times, a session is created with ``POST /sessions`` (RTMP out) and
+   timed to the first video packet read back from nginx, then deleted;
+2. **cycles**: ``--cycles`` sessions created, run until their first frame is released, deleted; the
+   core's GPU memory and every process's resident memory before and after (from /metrics);
+3. **streams**: for each ``--sessions`` count (with its ``--minutes``), that many sessions at once,
+   the bundled speech pushed into each over the WebSocket in real time, every RTMP stream read back
+   (rate, drift, gaps, A/V offset; see ``bench.rtmp_sessions``), with the repeated (shed) frames,
+   deadline misses and the core's loop CPU per tick; then all deleted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import platform
+import time
+from pathlib import Path
+
+import aiohttp
+
+from bench.glass_to_glass import CPU_NOTICE, START, STALL, device_of
+from bench.live_server import LiveServer, metric, parse_metrics, run_keeping_server_log
+from bench.nginx import NginxRtmp, find_nginx, free_port
+from bench.rtmp_read import RtmpPacketLog
+from bench.rtmp_sessions import SETTLE, _feed, stream_report
+
+RUNTIME_KEYS = (
+    "tick_wall_ms_p50", "tick_wall_ms_p99", "tick_cpu_ms_p50", "tick_cpu_ms_p99", "tick_gpu_ms_p50", "tick_gpu_ms_p99", "gpu_busy",
+    "capacity", "cuda_allocated_mb", "cuda_reserved_mb", "core_rss_mb", "frontend_rss_mb", "workers_rss_mb",
+)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m bench.service", description=__doc__.splitlines()[0])
+    parser.add_argument("--avatar", help="cached avatar folder or portrait image (default: the demo portrait, registered at start)")
+    parser.add_argument("--sessions", type=int, nargs="*", default=[12], help="stream counts, one phase each")
+    parser.add_argument("--minutes", type=float, nargs="*", default=[10.0], help="measured minutes of each phase")
+    parser.add_argument("--first", type=int, default=5, help="sessions timed from creation to their first RTMP picture")
+    parser.add_argument("--cycles", type=int, default=100, help="create/delete cycles")
+    parser.add_argument("--steps", type=int, default=25)
+    parser.add_argument("--device", help="cuda or cpu (default: cuda when available)")
+    parser.add_argument("--json", type=Path, required=True)
+    args = parser.parse_args(argv)
+    if len(args.minutes) != len(args.sessions):
+        parser.error("give one --minutes per --sessions count")
+    return args
+
+
+class Api:
+    """The service's session API."""
+
+    def __init__(self, http: aiohttp.ClientSession, port: int) -> None:
+        self.http, self.base = http, f"http://127.0.0.1:{port}"
+
+    async def create(self, **body) -> dict:
+        async with self.http.post(f"{self.base}/sessions", json={"avatar": "anchor", **body}) as response:
+            if response.status != 201:
+                raise RuntimeError(f"POST /sessions: {response.status} {await response.text()}")
+            return await response.json()
+
+    async def get(self, session_id: str) -> dict:
+        async with self.http.get(f"{self.base}/sessions/{session_id}") as response:
+            return await response.json()
+
+    async def delete(self, session_id: str) -> dict:
+        async with self.http.delete(f"{self.base}/sessions/{session_id}") as response:
+            return await response.json()
+
+    async def metrics(self) -> dict:
+        async with self.http.get(f"{self.base}/metrics") as response:
+            return parse_metrics(await response.text())
+
+
+async def first_pictures(api: Api, nginx: NginxRtmp, count: int) -> list[float]:
+    """Seconds from ``POST /sessions`` to the first video packet read back from RTMP, ``count`` times."""
+    seconds = []
+    for i in range(count):
+        url = nginx.url(f"first-{i}")
+        reader = RtmpPacketLog(url, open_timeout=STALL, read_timeout=2.0).start()
+        await asyncio.sleep(0.5)  # the player is waiting on nginx before the session exists
+        started = time.monotonic()
+        session = await api.create(rtmp=url)
+        while not reader.log.video and time.monotonic() - started < 30:
+            await asyncio.sleep(0.005)
+        seconds.append(round(reader.log.video[0][1] - started, 3) if reader.log.video else None)
+        await api.delete(session["id"])
+        reader.join(10)
+    return seconds
+
+
+async def cycles(api: Api, nginx: NginxRtmp, count: int) -> dict:
+    """``count`` sessions created, run to their first released frame, deleted; memory before and after."""
+    before = runtime_figures(await api.metrics())
+    started = time.monotonic()
+    for i in range(count):
+        session = await api.create(rtmp=nginx.url(f"cycle-{i % 4}"))
+        while (await api.get(session["id"]))["counters"].get("frames_released", 0) < 1:
+            await asyncio.sleep(0.02)
+        await api.delete(session["id"])
+    await asyncio.sleep(2.0)
+    after = runtime_figures(await api.metrics())
+    keys = ("cuda_allocated_mb", "cuda_reserved_mb", "core_rss_mb", "frontend_rss_mb", "workers_rss_mb")
+    return {
+        "cycles": count,
+        "seconds": round(time.monotonic() - started, 1),
+        "before": {k: before.get(k) for k in keys},
+        "after": {k: after.get(k) for k in keys},
+    }
+
+
+async def streams(api: Api, nginx: NginxRtmp, port: int, count: int, minutes: float, speech, rate: int) -> dict:
+    """``count`` sessions at once for ``minutes``, each pushed the speech in real time and read back from RTMP."""
+    sessions = [await api.create(rtmp=nginx.url(f"phase{count}-{i}")) for i in range(count)]
+    ids = [s["id"] for s in sessions]
+    readers = [RtmpPacketLog(nginx.url(f"phase{count}-{i}"), open_timeout=STALL, read_timeout=STALL).start() for i in range(count)]
+    stop = asyncio.Event()
+    feeders = [asyncio.ensure_future(_feed(port, session_id, speech, rate, stop)) for session_id in ids]
+    deadline = time.monotonic() + START
+    while not all(r.log.video for r in readers) and time.monotonic() < deadline:
+        await asyncio.sleep(0.1)
+    start = max((r.log.video[0][1] for r in readers if r.log.video), default=time.monotonic()) + SETTLE
+    while time.monotonic() < start + minutes * 60:
+        await asyncio.sleep(1.0)
+    end = time.monotonic()
+    metrics = await api.metrics()
+    stop.set()
+    _, blocked = await asyncio.wait(feeders, timeout=10)
+    for feeder in blocked:
+        feeder.cancel()
+    for session_id in ids:
+        await api.delete(session_id)
+    logs = [r.join(30) for r in readers]
+    rows = []
+    for i, (session_id, log) in enumerate(zip(ids, logs)):
+        row = {"session": i, **stream_report(log, start, end)}
+        row.update(
+            repeated=metric(metrics, "ditto_frames_repeated_total", session=session_id),
+            skipped=metric(metrics, "ditto_frames_skipped_total", session=session_id),
+            released=metric(metrics, "ditto_frames_released_total", session=session_id),
+            deadline_misses=metric(metrics, "ditto_session_deadline_misses", session=session_id),
+            frames_dropped=metric(metrics, "ditto_session_frames_dropped", session=session_id),
+            resyncs=metric(metrics, "ditto_session_resyncs", session=session_id),
+            rtmp_dropped=metric(metrics, "ditto_frames_dropped_total", session=session_id, sink="rtmp"),
+            late_releases=metric(metrics, "ditto_deadline_misses_output_total", session=session_id),
+            reconnects=metric(metrics, "ditto_rtmp_reconnects_total", session=session_id),
+            encode_ms_p99=metric(metrics, "ditto_encode_milliseconds", quantile="0.99", session=session_id),
+        )
+        rows.append(row)
+    return {"sessions": count, "minutes": minutes, "pushers_blocked_at_end": len(blocked), "streams": rows, "runtime": runtime_figures(metrics)}
+
+
+def runtime_figures(metrics: dict) -> dict:
+    figures = {key: metric(metrics, f"ditto_runtime_{key}") for key in RUNTIME_KEYS}
+    figures["capacity_admitted"] = metric(metrics, "ditto_capacity", kind="admitted")
+    figures["capacity_outputs"] = metric(metrics, "ditto_capacity", kind="outputs")
+    return figures
+
+
+async def measure(args: argparse.Namespace, work: Path) -> dict:
+    from engine.assets import demo_audio, write_demo_portrait
+
+    device = device_of(args)
+    avatar = args.avatar or str(write_demo_portrait(work))
+    speech, rate = demo_audio()
+    nginx = NginxRtmp(work / "nginx", find_nginx())
+    port = free_port()
+    server = LiveServer(
+        ["--avatar", avatar, "--sessions", "0", "--no-admission", "--http", f"127.0.0.1:{port}", "--steps", str(args.steps), "--device", device],
+        port,
+        work / "serve.log",
+    )
+    result: dict = {
+        "what": "one streaming.serve service driven through its session API; every RTMP stream read back with PyAV",
+        "device": device, "steps": args.steps, "encoder": "x264", "random_weights": True, "python": platform.python_version(),
+        "audio": "the bundled speech on loop, pushed over the WebSocket in real time (200 ms chunks)",
+        "admission": "off (--no-admission); the capacity the service would admit is reported",
+    }
+    if device == "cpu":
+        result["notice"] = CPU_NOTICE
+    nginx.start()
+    try:
+        server.start()
+        await asyncio.to_thread(server.wait_ready, START)
+        result["ready_s"] = round(time.monotonic() - server.started_at, 2)
+        async with aiohttp.ClientSession() as http:
+            api = Api(http, port)
+            result["capacity"] = (await (await http.get(f"{api.base}/sessions")).json())["capacity"]
+            result["first_picture_s"] = await first_pictures(api, nginx, args.first)
+            result["cycles"] = await cycles(api, nginx, args.cycles) if args.cycles else None
+            result["phases"] = []
+            for count, minutes in zip(args.sessions, args.minutes):
+                result["phases"].append(await streams(api, nginx, port, count, minutes, speech, rate))
+                args.json.write_text(json.dumps(result, indent=2))
+    finally:
+        result["server_exit"] = await asyncio.to_thread(server.stop)
+        nginx.stop()
+    return result
+
+
+def table(result: dict) -> str:
+    lines = [f"service on {result['device']}: ready {result.get('ready_s')} s, capacity {result.get('capacity')}; random weights"]
+    lines.append(f"first RTMP picture after POST /sessions: {result.get('first_picture_s')} s")
+    if result.get("cycles"):
+        c = result["cycles"]
+        lines.append(f"{c['cycles']} create/delete cycles in {c['seconds']} s: before {c['before']}, after {c['after']}")
+    for phase in result.get("phases", []):
+        rows = phase["streams"]
+        fps = [r.get("fps") for r in rows]
+        drift = [r.get("drift_ms") for r in rows]
+        lines.append(
+            f"{phase['sessions']} streams, {phase['minutes']} min: fps {min(fps, default=None)}-{max(fps, default=None)}, "
+            f"drift ms {min(drift, default=None)}..{max(drift, default=None)}, gaps {sum(r.get('timestamp_gaps') or 0 for r in rows)}, "
+            f"A/V ms {[r.get('av_offset_ms') for r in rows]}, repeated {[r['repeated'] for r in rows]}, "
+            f"misses {[r['deadline_misses'] for r in rows]}, runtime {phase['runtime']}"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    result = run_keeping_server_log(measure, args, "service-")
+    args.json.write_text(json.dumps(result, indent=2))
+    print(table(result))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
