@@ -43,6 +43,11 @@ class ServiceCollector:
             for s in sessions.values()
         }
         yield from stream_families(snapshots, sum(s.live for s in sessions.values()), self.runtime)
+        degraded = GaugeMetricFamily("ditto_session_degraded", "1 while the session sheds more than a tenth of its frames", labels=["session"])
+        for s in sessions.values():
+            if s.live:
+                degraded.add_metric([s.id], int(s.degraded))
+        yield degraded
         capacity = GaugeMetricFamily("ditto_capacity", "Live sessions served in real time: runtime, outputs, admitted", labels=["kind"])
         for kind, value in self.service.capacity().items():
             if value is not None:

@@ -46,6 +46,7 @@ PUSH_SPLIT_SECONDS = 1.0
 """Pushed audio goes to the core in pieces of at most this much, so no piece waits for more room than a session has."""
 BACKPRESSURE_WAIT = 0.05
 DELETE_TIMEOUT = 10.0
+DEGRADED_SHARE = 0.1
 AVATAR_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 """A client names a registered avatar; never a path (the server reads no folder a client points it at)."""
 
@@ -119,6 +120,8 @@ class ServedSession:
     output_stats: dict[str, Any] = field(default_factory=dict)
     closed: asyncio.Event = field(default_factory=asyncio.Event)
     push: bool = True
+    degraded: bool = False
+    """Over the last second more than DEGRADED_SHARE of its output slots were repeats: the GPU cannot keep up with it."""
 
     @property
     def name(self) -> str:
@@ -144,6 +147,7 @@ class ServedSession:
             "overlap": self.spec.overlap,
             "seed": self.spec.seed,
             "created_at": self.created_at,
+            "degraded": self.degraded,
             "counters": {**self.core_stats, **{k: v for k, v in self.output_stats.items() if k != "sinks"}},
             "sinks": self.output_stats.get("sinks", {}),
         }
@@ -342,12 +346,12 @@ class Service:
     async def close(self) -> None:
         """End every session, stop the workers and the core (killed if they do not stop in time), remove the sockets."""
         self._closing = True
-        for session in list(self.sessions.values()):
-            if session.live and self.failure is None:
-                try:
-                    await self.delete(session.id, timeout=5.0)
-                except (SessionError, asyncio.TimeoutError):
-                    log.warning("session %s did not close in time", session.id)
+        if self.failure is None:
+            live = [s.id for s in self._live()]
+            results = await asyncio.gather(*(self.delete(i, timeout=5.0) for i in live), return_exceptions=True)
+            for session_id, result in zip(live, results):
+                if isinstance(result, BaseException):
+                    log.warning("session %s did not close in time: %s", session_id, result)
         for worker in self._workers:
             worker.inbox.send(pack({"type": "shutdown"}), zmq.NOBLOCK)
         if self.core is not None and self._core.poll() is None:
@@ -496,7 +500,7 @@ class Service:
         if kind == "stats":
             for session_id, values in message["streams"].items():
                 if session_id in self.sessions:
-                    self.sessions[session_id].output_stats = values
+                    self._degrade(self.sessions[session_id], values)
             return
         session = self.sessions.get(message.get("id"))
         if session is None:
@@ -521,6 +525,21 @@ class Service:
                 session.state = "ended"
             self._workers[session.worker].sessions.discard(session.id)
             session.closed.set()
+
+    def _degrade(self, session: ServedSession, stats: dict[str, Any]) -> None:
+        """Take a worker's counters; mark (and log, once) a session whose output has shed more than DEGRADED_SHARE of
+        its slots since the last report. The policy is to degrade, not to end it: the client decides."""
+        before = session.output_stats
+        slots = stats.get("frames_released", 0) - before.get("frames_released", 0)
+        repeats = stats.get("repeated", 0) - before.get("repeated", 0)
+        session.output_stats = stats
+        degraded = slots > 0 and repeats > DEGRADED_SHARE * slots
+        if degraded != session.degraded:
+            session.degraded = degraded
+            if degraded:
+                log.warning("session %s is shedding: %d of its last %d frames were repeats (the GPU is over capacity)", session.id, repeats, slots)
+            else:
+                log.info("session %s keeps up again", session.id)
 
     async def _watch(self) -> None:
         """Notice a dead core (every session fails, the service stops) or a dead worker (its sessions fail; replaced)."""

@@ -131,6 +131,7 @@ def test_an_overloaded_session_sheds_frames_and_its_stream_keeps_wall_time() -> 
             body = await (await http.get(f"{base}/sessions/{session['id']}")).json()
             assert body["counters"]["frames_released"] - start >= 45, "the output clock holds 25 fps"
             assert body["counters"]["repeated"] >= 15, "half the slots have no frame: shed and counted"
+            assert body["degraded"], "and the session is reported as shedding"
 
     asyncio.run(scenario())
 
