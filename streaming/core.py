@@ -253,6 +253,8 @@ class EngineCore:
             )
             if not core.announced:
                 return False
+        if core.session.clock_anchor is None:
+            return False  # its frames leave with the session's clock, once the runtime has started it
         frames = core.session.take_ready()
         if frames:
             self._stage(core, frames, stream)

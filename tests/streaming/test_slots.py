@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from streaming.slots import PERIOD, Fill, catch_up, fill, slot_time
 
 
@@ -53,3 +55,11 @@ def test_a_clock_that_restarts_later_holds_the_picture_until_its_frames_are_due(
     dues = {i: i * PERIOD for i in range(10)} | {i: (i + 5) * PERIOD for i in range(10, 20)}
     out = run({i: dues[i] - 0.1 for i in range(20)}, 25, dues)
     assert out[10:15] == [("repeat", None)] * 5 and out[15] == ("frame", 10)
+
+
+@pytest.mark.parametrize("phase", [0.3, 0.5, 0.7, -0.3])
+def test_a_source_clock_off_the_slot_grid_still_fills_one_slot_per_frame(phase: float) -> None:
+    """Found on the H200: a session clock 0 < phase < 1/2 slot after the output's grid alternated repeat and skip."""
+    dues = {i: (i + phase) * PERIOD for i in range(40)}
+    out = run({i: dues[i] - 0.15 for i in range(40)}, 40, dues)
+    assert sum(kind != "frame" for kind, _ in out[2:]) == 0, out
