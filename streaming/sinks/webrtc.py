@@ -51,6 +51,17 @@ def restrict_ice_to_loopback() -> None:
     aioice.ice.get_host_addresses = lambda use_ipv4, use_ipv6: ["127.0.0.1"] if use_ipv4 else []
 
 
+def loopback_candidates(sdp: str) -> str:
+    """The SDP without the ICE candidates not on 127.0.0.1 (a loopback server must not reach other addresses)."""
+    return "\r\n".join(line for line in sdp.splitlines() if not line.startswith("a=candidate") or _on_loopback(line)) + "\r\n"
+
+
+def _on_loopback(candidate: str) -> bool:
+    """Whether an ``a=candidate:`` line's connection address (its fifth field, RFC 8839) is 127.0.0.1."""
+    fields = candidate.split()
+    return len(fields) >= 8 and fields[4] == "127.0.0.1"
+
+
 class PacketTrack(MediaStreamTrack):
     """A track that hands aiortc pre-encoded packets from a bounded queue (the oldest is dropped when full)."""
 
@@ -182,12 +193,7 @@ class WebRtcPreview:
         if kind != "offer":
             raise ValueError(f"expected an SDP offer, got {kind!r}")
         if self._loopback_only:
-            sdp = (
-                "\r\n".join(
-                    line for line in sdp.splitlines() if not (line.startswith("a=candidate") and " 127.0.0.1 " not in line)
-                )
-                + "\r\n"
-            )
+            sdp = loopback_candidates(sdp)
         pc = RTCPeerConnection(RTCConfiguration(iceServers=[]))
         viewer = Viewer(pc, self._request_keyframe, self._queue_frames)
         video = pc.addTransceiver(viewer.video, direction="sendonly")

@@ -17,7 +17,7 @@ from bench.viewers import CHROMIUM_FLAGS
 from streaming.app import Stream, create_app
 from streaming.encoders.h264 import H264Settings
 from streaming.output import EncodedFrame, SessionOutput
-from streaming.sinks.webrtc import Viewer, WebRtcPreview
+from streaming.sinks.webrtc import Viewer, WebRtcPreview, loopback_candidates
 from tests.streaming.conftest import INSTALL_HINT, free_port
 from tests.streaming.synthetic import SyntheticSession
 
@@ -86,6 +86,23 @@ def test_browser_pli_reaches_the_shared_encoder() -> None:
         await client.close()
 
     asyncio.run(scenario())
+
+
+def test_only_candidates_whose_connection_address_is_127_0_0_1_are_kept() -> None:
+    sdp = "\r\n".join(
+        [
+            "v=0",
+            "a=candidate:1 1 udp 2130706431 127.0.0.1 50000 typ host",
+            "a=candidate:2 1 udp 1694498815 127.0.0.2 50001 typ srflx raddr 127.0.0.1 rport 50000",
+            "a=candidate:3 1 udp 2130706431 192.168.1.5 50002 typ host generation 0 127.0.0.1 ",
+            "a=candidate:4 1 udp 2130706431 abcd.local 50003 typ host",
+            "a=candidate:5 1 udp",
+            "a=end-of-candidates",
+        ]
+    )
+    kept = loopback_candidates(sdp).splitlines()
+    assert [line for line in kept if line.startswith("a=candidate")] == ["a=candidate:1 1 udp 2130706431 127.0.0.1 50000 typ host"]
+    assert kept[0] == "v=0" and kept[-1] == "a=end-of-candidates"
 
 
 @pytest.mark.slow
