@@ -125,8 +125,10 @@ def stream_app(
         try:
             body = await request.json()
             sdp, kind = body["sdp"], body.get("type", "offer")
-        except (ValueError, KeyError, TypeError) as exc:
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise web.HTTPBadRequest(text=f'POST {{"sdp": ..., "type": "offer"}} as JSON ({exc})') from exc
+        if not isinstance(sdp, str) or not isinstance(kind, str):
+            raise web.HTTPBadRequest(text='POST {"sdp": ..., "type": "offer"}: the offer\'s "sdp" and "type" must be strings')
         try:
             answer = await stream.preview.answer(sdp, kind)
         except ViewerRefused as exc:
@@ -161,6 +163,8 @@ def _token_middleware(token: str):
         header = request.headers.get("Authorization", "")
         if header.startswith("Bearer "):
             given = header[len("Bearer ") :]
+        if not given.isascii():
+            raise web.HTTPBadRequest(text="the token is ASCII: ?token=TOKEN or Authorization: Bearer TOKEN, as the server printed it")
         if not hmac.compare_digest(given.encode(), expected):
             raise web.HTTPUnauthorized(text="a token is required: ?token=TOKEN or Authorization: Bearer TOKEN")
         return await handler(request)

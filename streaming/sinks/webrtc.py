@@ -223,9 +223,9 @@ class WebRtcPreview:
         try:
             await pc.setRemoteDescription(RTCSessionDescription(sdp=sdp, type="offer"))
             await pc.setLocalDescription(await pc.createAnswer())
-        except Exception:
+        except Exception as exc:
             await pc.close()
-            raise
+            raise ValueError(f"the offer cannot be answered ({type(exc).__name__}: {exc}); send the browser's own SDP offer") from exc
         self._viewers.add(viewer)
         self.viewers_total += 1
         task = asyncio.ensure_future(self._expire_unconnected(viewer))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 
 from aiohttp.test_utils import TestClient, TestServer
 from prometheus_client.parser import text_string_to_metric_families
@@ -10,6 +11,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from streaming.app import Stream, create_app
 from streaming.output import SessionOutput
 from streaming.sinks.rtmp import RtmpSink
+from streaming.sinks.webrtc import WebRtcPreview
 from tests.streaming.synthetic import SyntheticSession
 from tests.streaming.test_output import Recorder
 
@@ -79,3 +81,60 @@ def test_metrics_report_sessions_frames_encode_time_sinks_and_the_runtime_stats(
 
     serve(app, scenario)
     output.stop()
+
+
+def test_malformed_offers_are_refused_with_400() -> None:
+    """An sdp that is not a string, an m= line without formats, a bad rtpmap: each a 400 naming the problem, never a 500."""
+
+    async def scenario() -> None:
+        from aiortc import RTCPeerConnection
+
+        peer = RTCPeerConnection()
+        peer.addTransceiver("video", direction="recvonly")
+        peer.addTransceiver("audio", direction="recvonly")
+        await peer.setLocalDescription(await peer.createOffer())
+        good = peer.localDescription.sdp
+        session = SyntheticSession(64, 64, frames=1)
+        preview = WebRtcPreview(asyncio.get_running_loop(), lambda: None)
+        client = TestClient(TestServer(create_app([Stream("0", session, SessionOutput(session), preview)])))
+        await client.start_server()
+        try:
+            bodies = [
+                {"sdp": 5, "type": "offer"},
+                {"sdp": ["v=0"], "type": "offer"},
+                {"sdp": good, "type": ["offer"]},
+                {"sdp": re.sub(r"(m=video \d+ UDP/TLS/RTP/SAVPF)[ 0-9]*", r"\1", good), "type": "offer"},
+                {"sdp": re.sub(r"a=rtpmap:97 \S+", "a=rtpmap:97 H264", good), "type": "offer"},
+                {"sdp": re.sub(r"a=rtpmap:97 \S+", "a=rtpmap:xx H264/abc", good), "type": "offer"},
+                {"sdp": "v=0\r\nm=video\r\n", "type": "offer"},
+                [1, 2],
+            ]
+            for body in bodies:
+                response = await client.post("/offer?session=0", json=body)
+                assert response.status == 400, (body, response.status, await response.text())
+                assert "offer" in await response.text()
+            assert preview.viewers == 0
+        finally:
+            await client.close()
+            await preview.aclose()
+            await peer.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_non_ascii_bearer_token_is_a_400() -> None:
+    session = SyntheticSession(64, 64, frames=1)
+    app = create_app([Stream("0", session, SessionOutput(session))], token="s3cret")
+
+    async def scenario(client: TestClient) -> None:
+        for encoding in ("utf-8", "latin-1"):
+            reader, writer = await asyncio.open_connection(client.server.host, client.server.port)
+            request = "GET /info HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer sécret\r\nConnection: close\r\n\r\n"
+            writer.write(request.encode(encoding))
+            await writer.drain()
+            answer = (await asyncio.wait_for(reader.read(), 5)).decode("latin-1")
+            writer.close()
+            assert answer.startswith("HTTP/1.1 400"), (encoding, answer)
+            assert "token" in answer
+
+    serve(app, scenario)
