@@ -187,7 +187,8 @@ async def serve(args: argparse.Namespace) -> int:
         print(f"the service could not start: {started.exception()}", file=sys.stderr)
         await service.close()
         return 1
-    runner = web.AppRunner(create_service_app(service, token, RANDOM_WEIGHTS_NOTICE if random_weights else ""), access_log=None)
+    app = create_service_app(service, token, RANDOM_WEIGHTS_NOTICE if random_weights else "", bound=(host, port))
+    runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     await web.TCPSite(runner, host, port).start()
     sessions, sources = await _open_at_start(args, service)

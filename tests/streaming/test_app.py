@@ -8,6 +8,7 @@ import re
 from aiohttp.test_utils import TestClient, TestServer
 from prometheus_client.parser import text_string_to_metric_families
 
+from streaming.api import create_service_app
 from streaming.app import Stream, create_app
 from streaming.output import SessionOutput
 from streaming.sinks.rtmp import RtmpSink
@@ -136,5 +137,68 @@ def test_a_non_ascii_bearer_token_is_a_400() -> None:
             writer.close()
             assert answer.startswith("HTTP/1.1 400"), (encoding, answer)
             assert "token" in answer
+
+    serve(app, scenario)
+
+
+def test_host_must_be_a_bound_name_and_origin_an_allowed_host() -> None:
+    """DNS rebinding (a foreign Host) and cross-origin pages (a foreign Origin on a WebSocket or POST) get a 403."""
+    session = SyntheticSession(64, 64, frames=1)
+    app = create_app([Stream("0", session, SessionOutput(session), push=True)], bound=("127.0.0.1", 8080))
+
+    async def scenario(client: TestClient) -> None:
+        for host in ("127.0.0.1:8080", "localhost:8080", "[::1]:8080", "LOCALHOST:8080"):
+            assert (await client.get("/info", headers={"Host": host})).status == 200, host
+        for host in ("evil.example:8080", "127.0.0.1:9999", "127.0.0.1", "evil.example"):
+            response = await client.get("/info", headers={"Host": host})
+            assert response.status == 403 and "Host" in await response.text(), host
+        local = {"Host": "127.0.0.1:8080"}
+        response = await client.post("/offer", json={"sdp": "v=0"}, headers={**local, "Origin": "http://evil.example"})
+        assert response.status == 403 and "Origin" in await response.text()
+        response = await client.get("/push?session=0", headers={**local, "Origin": "http://evil.example", "Connection": "Upgrade", "Upgrade": "websocket"})
+        assert response.status == 403
+        response = await client.get("/push?session=0", headers={**local, "Origin": "null", "Connection": "Upgrade", "Upgrade": "websocket"})
+        assert response.status == 403
+        for origin in ("http://127.0.0.1:8080", "http://localhost:8080"):
+            response = await client.post("/offer", json={"sdp": "v=0"}, headers={**local, "Origin": origin})
+            assert response.status == 404, origin  # past the check: this stream has no preview
+        assert (await client.post("/offer", json={"sdp": "v=0"}, headers=local)).status == 404, "no Origin: not a browser"
+        assert (await client.get("/info", headers={**local, "Origin": "http://evil.example"})).status == 200, "reads are CORS's"
+
+    serve(app, scenario)
+
+
+def test_bound_to_every_interface_any_host_with_a_token_but_origin_is_same_origin() -> None:
+    session = SyntheticSession(64, 64, frames=1)
+    app = create_app([Stream("0", session, SessionOutput(session), push=True)], token="s3cret", bound=("0.0.0.0", 8080))
+
+    async def scenario(client: TestClient) -> None:
+        auth = {"Authorization": "Bearer s3cret"}
+        assert (await client.get("/info", headers={**auth, "Host": "box.lan:8080"})).status == 200
+        response = await client.post("/offer", json={"sdp": "v=0"}, headers={**auth, "Host": "box.lan:8080", "Origin": "http://box.lan:8080"})
+        assert response.status == 404
+        response = await client.post("/offer", json={"sdp": "v=0"}, headers={**auth, "Host": "box.lan:8080", "Origin": "http://evil.example"})
+        assert response.status == 403
+
+    serve(app, scenario)
+
+
+def test_the_service_routes_get_the_host_check_too() -> None:
+    class Idle:
+        sessions: dict = {}
+        core_info: dict = {}
+
+        async def refresh(self) -> dict:
+            return {}
+
+        def capacity(self) -> dict:
+            return {}
+
+    app = create_service_app(Idle(), bound=("127.0.0.1", 8080))
+
+    async def scenario(client: TestClient) -> None:
+        response = await client.post("/sessions", json={"avatar": "anchor"}, headers={"Host": "evil.example:8080"})
+        assert response.status == 403
+        assert (await client.get("/sessions", headers={"Host": "127.0.0.1:8080"})).status == 200
 
     serve(app, scenario)
