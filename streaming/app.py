@@ -33,6 +33,8 @@ from streaming.sources.push import push_handler
 
 log = logging.getLogger(__name__)
 PAGE = files("streaming").joinpath("web", "preview.html")
+REQUEST_TIMEOUT = 10.0
+"""Seconds a connection has to send a whole request's headers (and may idle between requests) before it is closed."""
 
 
 class AsyncAudioSink(Protocol):
@@ -165,6 +167,12 @@ def stream_app(
     app.router.add_get("/push", push)
     app.router.add_get("/metrics", metrics)
     return app
+
+
+def app_runner(app: web.Application, timeout: float = REQUEST_TIMEOUT) -> web.AppRunner:
+    """A runner for ``app`` that closes connections idle or half-sent (no complete request) ``timeout`` s after they open
+    or since their last answer (aiohttp's keep-alive timer, which also covers the first request), without access log."""
+    return web.AppRunner(app, access_log=None, keepalive_timeout=timeout)
 
 
 def allowed_hosts(bound: tuple[str, int] | None, token: str | None) -> frozenset[str] | None:

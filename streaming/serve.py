@@ -30,6 +30,7 @@ from aiohttp import web
 from engine.control_flags import add_control_arguments, control_changes
 from engine.engine import LIVE_OVERLAP
 from streaming.api import create_service_app
+from streaming.app import app_runner
 from streaming.encoders.select import ENCODERS
 from streaming.service import Service, ServiceOptions, SessionSpec
 
@@ -188,7 +189,7 @@ async def serve(args: argparse.Namespace) -> int:
         await service.close()
         return 1
     app = create_service_app(service, token, RANDOM_WEIGHTS_NOTICE if random_weights else "", bound=(host, port))
-    runner = web.AppRunner(app, access_log=None)
+    runner = app_runner(app)
     await runner.setup()
     await web.TCPSite(runner, host, port).start()
     sessions, sources = await _open_at_start(args, service)

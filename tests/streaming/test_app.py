@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import asyncio
 import re
+import time
 
+from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 from prometheus_client.parser import text_string_to_metric_families
 
 from streaming.api import create_service_app
-from streaming.app import Stream, create_app
+from streaming.app import Stream, app_runner, create_app
 from streaming.output import SessionOutput
 from streaming.sinks.rtmp import RtmpSink
 from streaming.sinks.webrtc import WebRtcPreview
+from tests.streaming.conftest import free_port
 from tests.streaming.synthetic import SyntheticSession
 from tests.streaming.test_output import Recorder
 
@@ -202,3 +205,28 @@ def test_the_service_routes_get_the_host_check_too() -> None:
         assert (await client.get("/sessions", headers={"Host": "127.0.0.1:8080"})).status == 200
 
     serve(app, scenario)
+
+
+def test_a_connection_that_never_finishes_its_request_headers_is_closed() -> None:
+    session = SyntheticSession(64, 64, frames=1)
+
+    async def scenario() -> None:
+        runner = app_runner(create_app([Stream("0", session, SessionOutput(session))]), timeout=0.5)
+        await runner.setup()
+        port = free_port()
+        await web.TCPSite(runner, "127.0.0.1", port).start()
+        try:
+            half = []
+            for _ in range(5):
+                reader, writer = await asyncio.open_connection("127.0.0.1", port)
+                writer.write(b"GET /info HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ")
+                half.append((reader, writer))
+            started = time.monotonic()
+            for reader, writer in half:
+                assert await asyncio.wait_for(reader.read(), 3) == b"", "closed without an answer"
+                writer.close()
+            assert time.monotonic() - started < 2
+        finally:
+            await runner.cleanup()
+
+    asyncio.run(scenario())
