@@ -55,14 +55,17 @@ class ServiceCollector:
         yield capacity
 
 
-def create_service_app(service: Service, token: str | None = None, notice: str = "") -> web.Application:
-    """The service's application: the session API, and the preview, push and /metrics routes over its sessions."""
+def create_service_app(
+    service: Service, token: str | None = None, notice: str = "", bound: tuple[str, int] | None = None
+) -> web.Application:
+    """The service's application: the session API, and the preview, push and /metrics routes over its sessions;
+    ``bound`` (host, port) is the address served, for the Host and Origin checks (``streaming.app.allowed_hosts``)."""
     from prometheus_client import CollectorRegistry
 
     collector = ServiceCollector(service)
     registry = CollectorRegistry(auto_describe=False)
     registry.register(collector)
-    app = stream_app(lambda: {s.id: s for s in service.sessions.values() if s.live}, token, notice, registry)
+    app = stream_app(lambda: {s.id: s for s in service.sessions.values() if s.live}, token, notice, registry, bound)
 
     def urls(request: web.Request, session: ServedSession) -> dict[str, str]:
         base = f"{request.scheme}://{request.host}"

@@ -4,18 +4,22 @@ Routes: ``GET /`` the preview page (``?session=NAME``), ``GET /info`` the stream
 notice shown on the page, ``POST /offer?session=NAME`` an SDP offer in, the answer out,
 ``GET /push?session=NAME`` the WebSocket audio push (see sources/push.py), ``GET /metrics``.
 When the server has a token every route wants it, as ``Authorization: Bearer TOKEN`` or
-``?token=TOKEN`` (how the page's URL carries it to viewers).
+``?token=TOKEN`` (how the page's URL carries it to viewers). Given the address it is bound to, the
+server answers only a ``Host`` naming it (no DNS rebinding; any name when bound to every interface
+with a token), and a browser's WebSocket or POST only from a page of an allowed host (``Origin``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import hmac
+import ipaddress
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from importlib.resources import files
 from typing import Any, Protocol
+from urllib.parse import urlsplit
 
 import numpy as np
 from aiohttp import web
@@ -29,6 +33,8 @@ from streaming.sources.push import push_handler
 
 log = logging.getLogger(__name__)
 PAGE = files("streaming").joinpath("web", "preview.html")
+REQUEST_TIMEOUT = 10.0
+"""Seconds a connection has to send a whole request's headers (and may idle between requests) before it is closed."""
 
 
 class AsyncAudioSink(Protocol):
@@ -88,20 +94,29 @@ class Stream:
 
 
 def create_app(
-    streams: list[Stream], token: str | None = None, notice: str = "", runtime_metrics: Callable[[], dict] | None = None
+    streams: list[Stream],
+    token: str | None = None,
+    notice: str = "",
+    runtime_metrics: Callable[[], dict] | None = None,
+    bound: tuple[str, int] | None = None,
 ) -> web.Application:
     """The aiohttp application serving in-process ``streams``; ``runtime_metrics`` (the runtime's ``metrics``) adds its
-    figures to /metrics."""
+    figures to /metrics; ``bound`` (host, port) is the address served, for the Host check (None: any Host)."""
     by_name = {s.name: s for s in streams}
     registry = metrics_registry(lambda: streams, runtime_metrics)
-    return stream_app(lambda: by_name, token, notice, registry)
+    return stream_app(lambda: by_name, token, notice, registry, bound)
 
 
 def stream_app(
-    streams: Callable[[], Mapping[str, Served]], token: str | None, notice: str, registry: CollectorRegistry
+    streams: Callable[[], Mapping[str, Served]],
+    token: str | None,
+    notice: str,
+    registry: CollectorRegistry,
+    bound: tuple[str, int] | None = None,
 ) -> web.Application:
     """The routes every server has (preview page, info, offer, push, metrics) over the streams ``streams()`` names now."""
-    app = web.Application(middlewares=[_token_middleware(token)] if token else [])
+    middlewares = [_origin_middleware(allowed_hosts(bound, token))]
+    app = web.Application(middlewares=middlewares + ([_token_middleware(token)] if token else []))
 
     def stream_for(request: web.Request) -> Served:
         served = streams()
@@ -125,8 +140,10 @@ def stream_app(
         try:
             body = await request.json()
             sdp, kind = body["sdp"], body.get("type", "offer")
-        except (ValueError, KeyError, TypeError) as exc:
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise web.HTTPBadRequest(text=f'POST {{"sdp": ..., "type": "offer"}} as JSON ({exc})') from exc
+        if not isinstance(sdp, str) or not isinstance(kind, str):
+            raise web.HTTPBadRequest(text='POST {"sdp": ..., "type": "offer"}: the offer\'s "sdp" and "type" must be strings')
         try:
             answer = await stream.preview.answer(sdp, kind)
         except ViewerRefused as exc:
@@ -152,6 +169,63 @@ def stream_app(
     return app
 
 
+def app_runner(app: web.Application, timeout: float = REQUEST_TIMEOUT) -> web.AppRunner:
+    """A runner for ``app`` that closes connections idle or half-sent (no complete request) ``timeout`` s after they open
+    or since their last answer (aiohttp's keep-alive timer, which also covers the first request), without access log."""
+    return web.AppRunner(app, access_log=None, keepalive_timeout=timeout)
+
+
+def allowed_hosts(bound: tuple[str, int] | None, token: str | None) -> frozenset[str] | None:
+    """The ``Host`` values a server bound to ``bound`` answers (lower case, with the port); None: any.
+
+    Loopback and every-interface binds answer the loopback names; bound to every interface with a
+    token, any name (the machine's names are not known, the token guards it); no ``bound``: any.
+    """
+    if bound is None:
+        return None
+    host, port = bound
+    wildcard = host in ("", "0.0.0.0", "::")
+    if wildcard and token:
+        return None
+    names = {f"[{host}]" if ":" in host else host}
+    if wildcard or _is_loopback(host):
+        names |= {"127.0.0.1", "localhost", "[::1]"}
+    names -= {"", "0.0.0.0", "[::]"}
+    hosts = {f"{name}:{port}".lower() for name in names}
+    return frozenset(hosts | ({name.lower() for name in names} if port == 80 else set()))
+
+
+def _is_loopback(host: str) -> bool:
+    try:
+        return host == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _origin_middleware(hosts: frozenset[str] | None):
+    """403 for a Host not in ``hosts`` (None: any), and for a WebSocket or non-GET request from a page of another host."""
+
+    @web.middleware
+    async def check(request: web.Request, handler):
+        host = request.headers.get("Host", "").lower()
+        if hosts is not None and host not in hosts:
+            raise web.HTTPForbidden(
+                text=f"Host {host!r} is not a name this server is bound to; use one of: {', '.join(sorted(hosts))}"
+            )
+        origin = request.headers.get("Origin")
+        changes = request.method not in ("GET", "HEAD", "OPTIONS") or request.headers.get("Upgrade", "").lower() == "websocket"
+        if origin is not None and changes:
+            page = urlsplit(origin).netloc.lower() if origin != "null" else ""
+            if not page or (page != host and (hosts is None or page not in hosts)):
+                raise web.HTTPForbidden(
+                    text=f"Origin {origin!r} may not push, signal or open sessions here: open the page this server serves "
+                    f"(http://{host}/), or connect without a browser"
+                )
+        return await handler(request)
+
+    return check
+
+
 def _token_middleware(token: str):
     expected = token.encode()
 
@@ -161,6 +235,8 @@ def _token_middleware(token: str):
         header = request.headers.get("Authorization", "")
         if header.startswith("Bearer "):
             given = header[len("Bearer ") :]
+        if not given.isascii():
+            raise web.HTTPBadRequest(text="the token is ASCII: ?token=TOKEN or Authorization: Bearer TOKEN, as the server printed it")
         if not hmac.compare_digest(given.encode(), expected):
             raise web.HTTPUnauthorized(text="a token is required: ?token=TOKEN or Authorization: Bearer TOKEN")
         return await handler(request)

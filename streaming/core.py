@@ -172,8 +172,8 @@ class EngineCore:
                 return {}
         except Backpressure as exc:
             return {"error": str(exc), "kind": "backpressure"}
-        except SessionClosed as exc:
-            return {"error": str(exc), "kind": "closed"}
+        except SessionClosed:
+            return {"error": f"session {core_session.id} has ended; create a new one with POST /sessions", "kind": "closed"}
         except (AudioError, ControlError, TypeError, ValueError) as exc:
             return {"error": str(exc), "kind": "invalid"}
         return {"error": f"unknown request {kind!r}", "kind": "invalid"}

@@ -131,6 +131,7 @@ class Mp4Writer:
         for encoded in packets:
             packet = av.Packet(encoded.data)
             packet.pts = packet.dts = encoded.index
+            packet.duration = 1  # explicit, so the last frame's length (and the track's) never rests on the muxer's guess
             packet.time_base = Fraction(1, self.fps)
             packet.is_keyframe = encoded.keyframe
             packet.stream = self._video

@@ -30,6 +30,7 @@ from aiohttp import web
 from engine.control_flags import add_control_arguments, control_changes
 from engine.engine import LIVE_OVERLAP
 from streaming.api import create_service_app
+from streaming.app import app_runner
 from streaming.encoders.select import ENCODERS
 from streaming.service import Service, ServiceOptions, SessionSpec
 
@@ -187,7 +188,8 @@ async def serve(args: argparse.Namespace) -> int:
         print(f"the service could not start: {started.exception()}", file=sys.stderr)
         await service.close()
         return 1
-    runner = web.AppRunner(create_service_app(service, token, RANDOM_WEIGHTS_NOTICE if random_weights else ""), access_log=None)
+    app = create_service_app(service, token, RANDOM_WEIGHTS_NOTICE if random_weights else "", bound=(host, port))
+    runner = app_runner(app)
     await runner.setup()
     await web.TCPSite(runner, host, port).start()
     sessions, sources = await _open_at_start(args, service)

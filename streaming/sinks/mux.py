@@ -49,6 +49,7 @@ class Muxer:
         self._next_index = frame.index + 1
         packet = av.Packet(frame.video)
         packet.pts = packet.dts = frame.index - self.first_index
+        packet.duration = 1  # one frame, explicit: the track's length must not rest on the muxer's guess
         packet.time_base = VIDEO_TIME_BASE
         packet.is_keyframe = frame.keyframe
         packet.stream = self._video

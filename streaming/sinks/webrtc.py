@@ -36,6 +36,8 @@ log = logging.getLogger(__name__)
 VIDEO_TIME_BASE = Fraction(1, FPS)
 AUDIO_TIME_BASE = Fraction(1, AUDIO_RATE)
 H264_PROFILE = "42e01f"  # Constrained Baseline, level 3.1, packetization-mode 1: what the encoder makes
+CONNECT_TIMEOUT = 10.0
+"""Seconds an answered viewer has to connect (ICE + DTLS) before its slot is freed: offers never completed hold none."""
 
 
 class ViewerRefused(RuntimeError):
@@ -49,6 +51,17 @@ def restrict_ice_to_loopback() -> None:
     is reachable from elsewhere. It replaces aioice's address lookup for the whole process.
     """
     aioice.ice.get_host_addresses = lambda use_ipv4, use_ipv6: ["127.0.0.1"] if use_ipv4 else []
+
+
+def loopback_candidates(sdp: str) -> str:
+    """The SDP without the ICE candidates not on 127.0.0.1 (a loopback server must not reach other addresses)."""
+    return "\r\n".join(line for line in sdp.splitlines() if not line.startswith("a=candidate") or _on_loopback(line)) + "\r\n"
+
+
+def _on_loopback(candidate: str) -> bool:
+    """Whether an ``a=candidate:`` line's connection address (its fifth field, RFC 8839) is 127.0.0.1."""
+    fields = candidate.split()
+    return len(fields) >= 8 and fields[4] == "127.0.0.1"
 
 
 class PacketTrack(MediaStreamTrack):
@@ -134,7 +147,8 @@ def _packet(data: bytes, pts: int, time_base: Fraction) -> av.Packet:
 class WebRtcPreview:
     """The preview sink of one session output: answers offers and feeds every connected viewer.
 
-    ``loopback_only`` (the server is bound to 127.0.0.1) keeps ICE on 127.0.0.1 for the whole process.
+    ``loopback_only`` (the server is bound to 127.0.0.1) keeps ICE on 127.0.0.1 for the whole process;
+    a viewer not connected ``connect_timeout`` seconds after its answer is dropped.
     """
 
     name = "webrtc"
@@ -146,12 +160,15 @@ class WebRtcPreview:
         max_viewers: int = 16,
         queue_seconds: float = 0.5,
         loopback_only: bool = True,
+        connect_timeout: float = CONNECT_TIMEOUT,
     ) -> None:
         self._loop = loop
         self._request_keyframe = request_keyframe
         self.max_viewers = max_viewers
         self._queue_frames = max(2, round(queue_seconds * FPS))
         self._loopback_only = loopback_only
+        self.connect_timeout = connect_timeout
+        self._expiring: set[asyncio.Task] = set()
         if loopback_only:
             restrict_ice_to_loopback()
         self._viewers: set[Viewer] = set()
@@ -182,12 +199,7 @@ class WebRtcPreview:
         if kind != "offer":
             raise ValueError(f"expected an SDP offer, got {kind!r}")
         if self._loopback_only:
-            sdp = (
-                "\r\n".join(
-                    line for line in sdp.splitlines() if not (line.startswith("a=candidate") and " 127.0.0.1 " not in line)
-                )
-                + "\r\n"
-            )
+            sdp = loopback_candidates(sdp)
         pc = RTCPeerConnection(RTCConfiguration(iceServers=[]))
         viewer = Viewer(pc, self._request_keyframe, self._queue_frames)
         video = pc.addTransceiver(viewer.video, direction="sendonly")
@@ -211,13 +223,23 @@ class WebRtcPreview:
         try:
             await pc.setRemoteDescription(RTCSessionDescription(sdp=sdp, type="offer"))
             await pc.setLocalDescription(await pc.createAnswer())
-        except Exception:
+        except Exception as exc:
             await pc.close()
-            raise
+            raise ValueError(f"the offer cannot be answered ({type(exc).__name__}: {exc}); send the browser's own SDP offer") from exc
         self._viewers.add(viewer)
         self.viewers_total += 1
+        task = asyncio.ensure_future(self._expire_unconnected(viewer))
+        self._expiring.add(task)
+        task.add_done_callback(self._expiring.discard)
         log.info("webrtc: viewer %d joined (%d watching)", self.viewers_total, len(self._viewers))
         return pc.localDescription
+
+    async def _expire_unconnected(self, viewer: Viewer) -> None:
+        """Free ``viewer``'s slot if it has not connected within ``connect_timeout``."""
+        await asyncio.sleep(self.connect_timeout)
+        if not viewer.connected and viewer in self._viewers:
+            log.info("webrtc: a viewer did not connect within %.1f s; its slot is freed", self.connect_timeout)
+            await self._drop(viewer)
 
     async def _drop(self, viewer: Viewer) -> None:
         if viewer in self._viewers:
@@ -236,6 +258,8 @@ class WebRtcPreview:
     async def aclose(self) -> None:
         """End every viewer's tracks and close their connections."""
         self._closed = True
+        for task in tuple(self._expiring):
+            task.cancel()
         for viewer in tuple(self._viewers):
             await self._drop(viewer)
 

@@ -36,6 +36,7 @@ import numpy as np
 from aiohttp import WSMsgType, web
 
 from engine.audio.pcm import MAX_CHANNELS, PcmError, check_rate, to_float_mono
+from engine.runtime.errors import SessionClosed
 
 log = logging.getLogger(__name__)
 ENCODINGS = {"s16le": np.dtype("<i2"), "f32le": np.dtype("<f4")}
@@ -124,6 +125,9 @@ async def push_handler(request: web.Request, session) -> web.WebSocketResponse:
                     raise ProtocolError(f"unknown message type {kind!r}; expected format, controls, interrupt or end")
             elif message.type == WSMsgType.ERROR:
                 log.warning("push: connection error: %s", ws.exception())
+        except SessionClosed:
+            name = request.query.get("session", "")
+            await ws.send_json({"type": "error", "message": f"session {name!r} has ended; create a new one with POST /sessions"})
         except (ValueError, RuntimeError) as exc:
             await ws.send_json({"type": "error", "message": str(exc)})
     return ws

@@ -3,13 +3,19 @@
 from __future__ import annotations
 
 import asyncio
+import re
+import time
 
+from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 from prometheus_client.parser import text_string_to_metric_families
 
-from streaming.app import Stream, create_app
+from streaming.api import create_service_app
+from streaming.app import Stream, app_runner, create_app
 from streaming.output import SessionOutput
 from streaming.sinks.rtmp import RtmpSink
+from streaming.sinks.webrtc import WebRtcPreview
+from tests.streaming.conftest import free_port
 from tests.streaming.synthetic import SyntheticSession
 from tests.streaming.test_output import Recorder
 
@@ -79,3 +85,148 @@ def test_metrics_report_sessions_frames_encode_time_sinks_and_the_runtime_stats(
 
     serve(app, scenario)
     output.stop()
+
+
+def test_malformed_offers_are_refused_with_400() -> None:
+    """An sdp that is not a string, an m= line without formats, a bad rtpmap: each a 400 naming the problem, never a 500."""
+
+    async def scenario() -> None:
+        from aiortc import RTCPeerConnection
+
+        peer = RTCPeerConnection()
+        peer.addTransceiver("video", direction="recvonly")
+        peer.addTransceiver("audio", direction="recvonly")
+        await peer.setLocalDescription(await peer.createOffer())
+        good = peer.localDescription.sdp
+        session = SyntheticSession(64, 64, frames=1)
+        preview = WebRtcPreview(asyncio.get_running_loop(), lambda: None)
+        client = TestClient(TestServer(create_app([Stream("0", session, SessionOutput(session), preview)])))
+        await client.start_server()
+        try:
+            bodies = [
+                {"sdp": 5, "type": "offer"},
+                {"sdp": ["v=0"], "type": "offer"},
+                {"sdp": good, "type": ["offer"]},
+                {"sdp": re.sub(r"(m=video \d+ UDP/TLS/RTP/SAVPF)[ 0-9]*", r"\1", good), "type": "offer"},
+                {"sdp": re.sub(r"a=rtpmap:97 \S+", "a=rtpmap:97 H264", good), "type": "offer"},
+                {"sdp": re.sub(r"a=rtpmap:97 \S+", "a=rtpmap:xx H264/abc", good), "type": "offer"},
+                {"sdp": "v=0\r\nm=video\r\n", "type": "offer"},
+                [1, 2],
+            ]
+            for body in bodies:
+                response = await client.post("/offer?session=0", json=body)
+                assert response.status == 400, (body, response.status, await response.text())
+                assert "offer" in await response.text()
+            assert preview.viewers == 0
+        finally:
+            await client.close()
+            await preview.aclose()
+            await peer.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_non_ascii_bearer_token_is_a_400() -> None:
+    session = SyntheticSession(64, 64, frames=1)
+    app = create_app([Stream("0", session, SessionOutput(session))], token="s3cret")
+
+    async def scenario(client: TestClient) -> None:
+        for encoding in ("utf-8", "latin-1"):
+            reader, writer = await asyncio.open_connection(client.server.host, client.server.port)
+            request = "GET /info HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer sécret\r\nConnection: close\r\n\r\n"
+            writer.write(request.encode(encoding))
+            await writer.drain()
+            answer = (await asyncio.wait_for(reader.read(), 5)).decode("latin-1")
+            writer.close()
+            assert answer.startswith("HTTP/1.1 400"), (encoding, answer)
+            assert "token" in answer
+
+    serve(app, scenario)
+
+
+def test_host_must_be_a_bound_name_and_origin_an_allowed_host() -> None:
+    """DNS rebinding (a foreign Host) and cross-origin pages (a foreign Origin on a WebSocket or POST) get a 403."""
+    session = SyntheticSession(64, 64, frames=1)
+    app = create_app([Stream("0", session, SessionOutput(session), push=True)], bound=("127.0.0.1", 8080))
+
+    async def scenario(client: TestClient) -> None:
+        for host in ("127.0.0.1:8080", "localhost:8080", "[::1]:8080", "LOCALHOST:8080"):
+            assert (await client.get("/info", headers={"Host": host})).status == 200, host
+        for host in ("evil.example:8080", "127.0.0.1:9999", "127.0.0.1", "evil.example"):
+            response = await client.get("/info", headers={"Host": host})
+            assert response.status == 403 and "Host" in await response.text(), host
+        local = {"Host": "127.0.0.1:8080"}
+        response = await client.post("/offer", json={"sdp": "v=0"}, headers={**local, "Origin": "http://evil.example"})
+        assert response.status == 403 and "Origin" in await response.text()
+        response = await client.get("/push?session=0", headers={**local, "Origin": "http://evil.example", "Connection": "Upgrade", "Upgrade": "websocket"})
+        assert response.status == 403
+        response = await client.get("/push?session=0", headers={**local, "Origin": "null", "Connection": "Upgrade", "Upgrade": "websocket"})
+        assert response.status == 403
+        for origin in ("http://127.0.0.1:8080", "http://localhost:8080"):
+            response = await client.post("/offer", json={"sdp": "v=0"}, headers={**local, "Origin": origin})
+            assert response.status == 404, origin  # past the check: this stream has no preview
+        assert (await client.post("/offer", json={"sdp": "v=0"}, headers=local)).status == 404, "no Origin: not a browser"
+        assert (await client.get("/info", headers={**local, "Origin": "http://evil.example"})).status == 200, "reads are CORS's"
+
+    serve(app, scenario)
+
+
+def test_bound_to_every_interface_any_host_with_a_token_but_origin_is_same_origin() -> None:
+    session = SyntheticSession(64, 64, frames=1)
+    app = create_app([Stream("0", session, SessionOutput(session), push=True)], token="s3cret", bound=("0.0.0.0", 8080))
+
+    async def scenario(client: TestClient) -> None:
+        auth = {"Authorization": "Bearer s3cret"}
+        assert (await client.get("/info", headers={**auth, "Host": "box.lan:8080"})).status == 200
+        response = await client.post("/offer", json={"sdp": "v=0"}, headers={**auth, "Host": "box.lan:8080", "Origin": "http://box.lan:8080"})
+        assert response.status == 404
+        response = await client.post("/offer", json={"sdp": "v=0"}, headers={**auth, "Host": "box.lan:8080", "Origin": "http://evil.example"})
+        assert response.status == 403
+
+    serve(app, scenario)
+
+
+def test_the_service_routes_get_the_host_check_too() -> None:
+    class Idle:
+        sessions: dict = {}
+        core_info: dict = {}
+
+        async def refresh(self) -> dict:
+            return {}
+
+        def capacity(self) -> dict:
+            return {}
+
+    app = create_service_app(Idle(), bound=("127.0.0.1", 8080))
+
+    async def scenario(client: TestClient) -> None:
+        response = await client.post("/sessions", json={"avatar": "anchor"}, headers={"Host": "evil.example:8080"})
+        assert response.status == 403
+        assert (await client.get("/sessions", headers={"Host": "127.0.0.1:8080"})).status == 200
+
+    serve(app, scenario)
+
+
+def test_a_connection_that_never_finishes_its_request_headers_is_closed() -> None:
+    session = SyntheticSession(64, 64, frames=1)
+
+    async def scenario() -> None:
+        runner = app_runner(create_app([Stream("0", session, SessionOutput(session))]), timeout=0.5)
+        await runner.setup()
+        port = free_port()
+        await web.TCPSite(runner, "127.0.0.1", port).start()
+        try:
+            half = []
+            for _ in range(5):
+                reader, writer = await asyncio.open_connection("127.0.0.1", port)
+                writer.write(b"GET /info HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ")
+                half.append((reader, writer))
+            started = time.monotonic()
+            for reader, writer in half:
+                assert await asyncio.wait_for(reader.read(), 3) == b"", "closed without an answer"
+                writer.close()
+            assert time.monotonic() - started < 2
+        finally:
+            await runner.cleanup()
+
+    asyncio.run(scenario())

@@ -96,3 +96,30 @@ def test_bad_inputs_are_rejected(tmp_path: Path) -> None:
             writer.write_frames(np.zeros((H, W, 3), np.uint8))
         with pytest.raises(TypeError, match="48000 Hz"):
             writer.write_audio(np.zeros(100, np.int16))
+
+
+@pytest.mark.parametrize("order", ["audio_first", "video_first", "per_frame"])
+def test_a_short_file_reads_25_fps_whatever_reaches_the_muxer_first(tmp_path: Path, order: str) -> None:
+    """10 frames and 0.41 s of audio (a CPU demo render): 25 fps on average, 10 frames, 0.4 s, each frame 1/25 s; several runs."""
+    audio = (0.3 * np.sin(np.arange(int(0.41 * AUDIO_RATE)) / 10)).astype(np.float32)
+    frames = np.stack([colour(i) for i in range(10)])
+    for run in range(3):
+        path = tmp_path / f"{order}-{run}.mp4"
+        with Mp4Writer(path, W, H) as writer:
+            if order == "audio_first":
+                writer.write_audio(audio)
+                writer.write_frames(frames)
+            elif order == "video_first":
+                writer.write_frames(frames)
+                writer.write_audio(audio)
+            else:
+                for i, frame in enumerate(frames):
+                    writer.write_frames(frame[None])
+                    writer.write_audio(audio[i * 1920 : (i + 1) * 1920])
+        with av.open(str(path)) as container:
+            video = container.streams.video[0]
+            assert video.average_rate == 25 and video.frames == 10, (video.average_rate, video.frames)
+            assert float(video.duration * video.time_base) == pytest.approx(0.4, abs=1e-3)
+            durations = [p.duration * p.time_base for p in container.demux(video=0) if p.size]
+            assert durations == [Fraction(1, 25)] * 10
+        assert stream_seconds(path)["audio"] == pytest.approx(0.4, abs=0.03)

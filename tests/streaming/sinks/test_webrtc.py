@@ -17,7 +17,7 @@ from bench.viewers import CHROMIUM_FLAGS
 from streaming.app import Stream, create_app
 from streaming.encoders.h264 import H264Settings
 from streaming.output import EncodedFrame, SessionOutput
-from streaming.sinks.webrtc import Viewer, WebRtcPreview
+from streaming.sinks.webrtc import Viewer, ViewerRefused, WebRtcPreview, loopback_candidates
 from tests.streaming.conftest import INSTALL_HINT, free_port
 from tests.streaming.synthetic import SyntheticSession
 
@@ -84,6 +84,59 @@ def test_browser_pli_reaches_the_shared_encoder() -> None:
         assert requests.count == 2
         await preview.aclose()
         await client.close()
+
+    asyncio.run(scenario())
+
+
+def test_only_candidates_whose_connection_address_is_127_0_0_1_are_kept() -> None:
+    sdp = "\r\n".join(
+        [
+            "v=0",
+            "a=candidate:1 1 udp 2130706431 127.0.0.1 50000 typ host",
+            "a=candidate:2 1 udp 1694498815 127.0.0.2 50001 typ srflx raddr 127.0.0.1 rport 50000",
+            "a=candidate:3 1 udp 2130706431 192.168.1.5 50002 typ host generation 0 127.0.0.1 ",
+            "a=candidate:4 1 udp 2130706431 abcd.local 50003 typ host",
+            "a=candidate:5 1 udp",
+            "a=end-of-candidates",
+        ]
+    )
+    kept = loopback_candidates(sdp).splitlines()
+    assert [line for line in kept if line.startswith("a=candidate")] == ["a=candidate:1 1 udp 2130706431 127.0.0.1 50000 typ host"]
+    assert kept[0] == "v=0" and kept[-1] == "a=end-of-candidates"
+
+
+def test_a_viewer_that_never_connects_frees_its_slot() -> None:
+    """Offers whose ICE never completes hold a slot only for ``connect_timeout``: then new viewers are served again."""
+
+    async def scenario() -> None:
+        from aiortc import RTCPeerConnection
+
+        preview = WebRtcPreview(asyncio.get_running_loop(), Requests(), max_viewers=2, connect_timeout=0.5)
+        clients = []
+
+        async def offer_without_candidates() -> str:
+            client = RTCPeerConnection()
+            clients.append(client)
+            client.addTransceiver("video", direction="recvonly")
+            client.addTransceiver("audio", direction="recvonly")
+            await client.setLocalDescription(await client.createOffer())
+            # No candidates and the answer is never applied: this peer's ICE can never complete.
+            return "\r\n".join(l for l in client.localDescription.sdp.splitlines() if not l.startswith("a=candidate")) + "\r\n"
+
+        for _ in range(2):
+            await preview.answer(await offer_without_candidates())
+        with pytest.raises(ViewerRefused):
+            await preview.answer(await offer_without_candidates())
+        for _ in range(40):
+            if preview.viewers == 0:
+                break
+            await asyncio.sleep(0.05)
+        assert preview.viewers == 0, "slots of viewers that never connected are freed after connect_timeout"
+        await preview.answer(await offer_without_candidates())
+        assert preview.viewers == 1
+        await preview.aclose()
+        for client in clients:
+            await client.close()
 
     asyncio.run(scenario())
 

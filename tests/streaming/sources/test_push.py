@@ -143,3 +143,53 @@ def test_controls_messages_change_the_sessions_controls_and_bad_ones_change_noth
             assert await ws.receive_json(timeout=5) == {"type": "ended"}
 
     asyncio.run(scenario())
+
+
+def test_after_the_session_ended_a_websocket_client_is_told_what_to_do() -> None:
+    """The runtime's SessionClosed names runtime.open_session, which a WebSocket client cannot call: it is told the HTTP way."""
+    from aiohttp import web
+
+    from engine.runtime import SessionClosed
+    from streaming.sources.push import push_handler
+
+    class Ended:
+        async def interrupt(self) -> None:
+            raise SessionClosed("session 3 has ended; open a new one with runtime.open_session")
+
+    async def scenario() -> None:
+        app = web.Application()
+        async def push(request: web.Request) -> web.WebSocketResponse:
+            return await push_handler(request, Ended())
+
+        app.router.add_get("/push", push)
+        client = TestClient(TestServer(app))
+        await client.start_server()
+        try:
+            ws = await client.ws_connect("/push?session=anna")
+            await ws.send_json({"type": "interrupt"})
+            reply = await ws.receive_json(timeout=5)
+            assert reply["type"] == "error" and "runtime.open_session" not in reply["message"], reply
+            assert "'anna' has ended" in reply["message"] and "POST /sessions" in reply["message"], reply
+        finally:
+            await client.close()
+
+    asyncio.run(scenario())
+
+
+def test_the_engine_core_tells_service_clients_to_create_a_new_session_with_post() -> None:
+    """The service's core answers a request for an ended session with the HTTP API's way to go on."""
+    from streaming.core import EngineCore
+
+    core = EngineCore({"device": "cpu", "runtime": "tests.streaming.synthetic_runtime:build"})
+    try:
+        opened = core.handle({"type": "open", "id": "s1", "avatar": "anna", "overlap": 10, "seed": 0, "worker": "inproc://none"})
+        assert "error" not in opened, opened
+        assert core.handle({"type": "end", "id": "s1"}) == {}
+        reply = core.handle({"type": "end", "id": "s1"})
+        assert reply["kind"] == "closed", reply
+        assert reply["error"] == "session s1 has ended; create a new one with POST /sessions", reply
+    finally:
+        for core_session in list(core.sessions.values()):
+            core._release_ring(core_session)
+        core.runtime.close()
+        core.context.term()
