@@ -134,9 +134,8 @@ async def streams(api: Api, nginx: NginxRtmp, port: int, count: int, minutes: fl
     _, blocked = await asyncio.wait(feeders, timeout=10)
     for feeder in blocked:
         feeder.cancel()
-    for session_id in ids:
-        await api.delete(session_id)
-    logs = [r.join(30) for r in readers]
+    await asyncio.gather(*(api.delete(session_id) for session_id in ids))
+    logs = await asyncio.gather(*(asyncio.to_thread(r.join, 30) for r in readers))
     rows = []
     for i, (session_id, log) in enumerate(zip(ids, logs)):
         row = {"session": i, **stream_report(log, start, end)}

@@ -354,7 +354,9 @@ class Service:
                     log.warning("session %s did not close in time: %s", session_id, result)
         for worker in self._workers:
             worker.inbox.send(pack({"type": "shutdown"}), zmq.NOBLOCK)
-        if self.core is not None and self._core.poll() is None:
+        if not self.core_info and self._core is not None:
+            self._core.terminate()  # still warming up: nothing of its state is worth waiting for
+        elif self._core is not None and self._core.poll() is None:
             try:
                 await self.core.request({"type": "shutdown"}, timeout=5.0)
             except (asyncio.TimeoutError, SessionError):

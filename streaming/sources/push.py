@@ -27,7 +27,6 @@ has taken the previous one, so a client that sends faster than real time is slow
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 from dataclasses import dataclass
@@ -97,40 +96,62 @@ async def push_handler(request: web.Request, session) -> web.WebSocketResponse:
     """Serve one pushing client until it ends the session or disconnects (``session``: a ``streaming.app.AsyncAudioSink``)."""
     ws = web.WebSocketResponse(max_msg_size=16 * 1024 * 1024)
     await ws.prepare(request)
-    fmt: PushFormat | None = None
+    state = PushState(request.query.get("session", ""))
     async for message in ws:
         try:
-            if message.type == WSMsgType.BINARY:
-                if fmt is None:
-                    raise ProtocolError('send {"type": "format", ...} before any audio')
-                samples = decode_chunk(message.data, fmt)
-                await session.push_audio(samples, fmt.sample_rate)
-            elif message.type == WSMsgType.TEXT:
-                control = _control(message.data)
-                kind = control.get("type")
-                if kind == "format":
-                    fmt = parse_format(control)
-                    await ws.send_json({"type": "ready", **fmt.as_message()})
-                elif kind == "controls":
-                    fields = {k: v for k, v in control.items() if k != "type"}
-                    await ws.send_json({"type": "controls", "applied": await session.update_controls(**fields)})
-                elif kind == "interrupt":
-                    await session.interrupt()
-                    await ws.send_json({"type": "interrupted"})
-                elif kind == "end":
-                    await session.end()
-                    await ws.send_json({"type": "ended"})
-                    await ws.close()
-                else:
-                    raise ProtocolError(f"unknown message type {kind!r}; expected format, controls, interrupt or end")
-            elif message.type == WSMsgType.ERROR:
-                log.warning("push: connection error: %s", ws.exception())
+            await _handle(ws, message, session, state)
         except SessionClosed:
-            name = request.query.get("session", "")
-            await ws.send_json({"type": "error", "message": f"session {name!r} has ended; create a new one with POST /sessions"})
+            await _reply(ws, {"type": "error", "message": f"session {state.name!r} has ended; create a new one with POST /sessions"})
         except (ValueError, RuntimeError) as exc:
-            await ws.send_json({"type": "error", "message": str(exc)})
+            await _reply(ws, {"type": "error", "message": str(exc)})
+        if ws.closed:
+            break
     return ws
+
+
+@dataclass
+class PushState:
+    """One connection's session name and declared format."""
+
+    name: str
+    fmt: PushFormat | None = None
+
+
+async def _handle(ws: web.WebSocketResponse, message, session, state: PushState) -> None:
+    if message.type == WSMsgType.BINARY:
+        if state.fmt is None:
+            raise ProtocolError('send {"type": "format", ...} before any audio')
+        await session.push_audio(decode_chunk(message.data, state.fmt), state.fmt.sample_rate)
+    elif message.type == WSMsgType.TEXT:
+        control = _control(message.data)
+        kind = control.get("type")
+        if kind == "format":
+            state.fmt = parse_format(control)
+            await _reply(ws, {"type": "ready", **state.fmt.as_message()})
+        elif kind == "controls":
+            fields = {k: v for k, v in control.items() if k != "type"}
+            await _reply(ws, {"type": "controls", "applied": await session.update_controls(**fields)})
+        elif kind == "interrupt":
+            await session.interrupt()
+            await _reply(ws, {"type": "interrupted"})
+        elif kind == "end":
+            await session.end()
+            await _reply(ws, {"type": "ended"})
+            await ws.close()
+        else:
+            raise ProtocolError(f"unknown message type {kind!r}; expected format, controls, interrupt or end")
+    elif message.type == WSMsgType.ERROR:
+        log.warning("push: connection error: %s", ws.exception())
+
+
+async def _reply(ws: web.WebSocketResponse, message: dict) -> None:
+    """Answer the client, unless it has gone away meanwhile (a push answered after a disconnect is not an error)."""
+    if ws.closed:
+        return
+    try:
+        await ws.send_json(message)
+    except ConnectionResetError:
+        log.info("push: the client left before its answer")
 
 
 def _control(text: str) -> dict:

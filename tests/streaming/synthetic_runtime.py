@@ -50,7 +50,8 @@ class FakeAvatars:
 
 
 class FakeSession:
-    """Frames on a live clock from its opening (half speed for the ``slow`` avatar); records pushed audio."""
+    """Frames on a live clock from its opening (half speed for the ``slow`` avatar); takes pushed audio as a live
+    session does: up to 5 s ahead of its clock, then ``Backpressure`` until the clock catches up."""
 
     def __init__(self, avatar: FakeAvatar, seed: int) -> None:
         self.avatar, self.seed = avatar, seed
@@ -86,8 +87,8 @@ class FakeSession:
 
     def push_audio(self, pcm: np.ndarray, sample_rate: int, channels=None, block: bool = False) -> None:
         self._check_open()
-        if self.pushed_seconds > 5.0:
-            raise Backpressure("the synthetic session holds 5 s of audio")
+        if self.pushed_seconds - (time.monotonic() - self.clock_anchor) > 5.0:
+            raise Backpressure("the synthetic session holds 5 s of audio not yet spoken")
         self.pushed_seconds += pcm.size / sample_rate
 
     def update_controls(self, **changes: Any) -> Controls:
@@ -146,3 +147,9 @@ class FakeRuntime:
 def build(config: dict[str, Any]) -> tuple[FakeRuntime, FakeAvatars]:
     """The core's runtime and avatars (``ServiceOptions(runtime="tests.streaming.synthetic_runtime:build")``)."""
     return FakeRuntime(not config.get("no_admission")), FakeAvatars(config.get("avatars", {}))
+
+
+def build_slowly(config: dict[str, Any]) -> tuple[FakeRuntime, FakeAvatars]:
+    """``build`` after a minute: a core still warming up (the compile of a cold start)."""
+    time.sleep(60)
+    return build(config)

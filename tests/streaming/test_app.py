@@ -230,3 +230,29 @@ def test_a_connection_that_never_finishes_its_request_headers_is_closed() -> Non
             await runner.cleanup()
 
     asyncio.run(scenario())
+
+
+def test_the_token_never_reaches_a_log(caplog) -> None:
+    """Issue 28: a token passed as ?token= was written to the access log."""
+    import logging
+
+    import aiohttp
+
+    session = SyntheticSession(64, 64, frames=1)
+    app = create_app([Stream("0", session, SessionOutput(session))], token="s3cret-token")
+
+    async def scenario() -> None:
+        runner = app_runner(app)
+        await runner.setup()
+        port = free_port()
+        await web.TCPSite(runner, "127.0.0.1", port).start()
+        try:
+            async with aiohttp.ClientSession() as http:
+                assert (await http.get(f"http://127.0.0.1:{port}/info?token=s3cret-token")).status == 200
+                assert (await http.get(f"http://127.0.0.1:{port}/info?token=wrong")).status == 401
+        finally:
+            await runner.cleanup()
+
+    with caplog.at_level(logging.DEBUG):
+        asyncio.run(scenario())
+    assert caplog.records and not any("s3cret-token" in r.getMessage() for r in caplog.records)

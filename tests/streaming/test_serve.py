@@ -5,6 +5,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import os
+import signal
+import time
 
 import aiohttp
 import pytest
@@ -113,3 +116,22 @@ def test_serve_opens_its_sessions_through_the_service_and_ends_with_them(nginx_r
     got = readers[0].join()
     assert got.size == (128, 128) and len(got.indices) >= 20, got.error
     assert got.indices == list(range(got.indices[0], got.indices[0] + len(got.indices)))
+
+
+@pytest.mark.parametrize("runtime, while_", [(RUNTIME + "_slowly", "warming up"), (RUNTIME, "serving")])
+def test_ctrl_c_stops_the_server_within_seconds(runtime: str, while_: str, monkeypatch) -> None:
+    """Issue 28: Ctrl-C was ignored for 40 s or more during start-up and took 60-110 s after it."""
+    monkeypatch.setattr(serve_module, "ServiceOptions", functools.partial(ServiceOptions, runtime=runtime))
+    args = parse_args(["--avatar", "anna.png", "--sessions", "2", "--device", "cpu", "--http", f"127.0.0.1:{free_port()}", "--output-workers", "1"])
+
+    async def interrupted() -> tuple[int, float]:
+        server = asyncio.ensure_future(serve_module.serve(args))
+        await asyncio.sleep(8.0 if while_ == "serving" else 3.0)
+        assert not server.done(), server
+        os.kill(os.getpid(), signal.SIGINT)
+        started = time.monotonic()
+        code = await asyncio.wait_for(server, 30)
+        return code, time.monotonic() - started
+
+    code, seconds = asyncio.run(interrupted())
+    assert code == (130 if while_ == "warming up" else 0) and seconds < 8, (while_, code, seconds)

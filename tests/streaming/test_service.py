@@ -173,3 +173,28 @@ def test_a_dead_core_fails_every_session_and_the_service_says_so() -> None:
             assert response.status == 409 and "the service has failed" in await response.text()
 
     asyncio.run(scenario())
+
+
+def test_one_long_push_waits_for_room_without_holding_up_any_other_session() -> None:
+    """Issue 28: one WebSocket message of more than twice a session's lead used to park an executor thread forever."""
+
+    async def scenario() -> None:
+        async with running(workers=1) as (service, http, base):
+            long_id, other_id = [(await (await http.post(f"{base}/sessions", json={"avatar": "anna"})).json())["id"] for _ in range(2)]
+            fmt = {"type": "format", "sample_rate": 16000, "channels": 1, "encoding": "s16le"}
+            async with http.ws_connect(f"{base}/push?session={long_id}") as long_ws, http.ws_connect(f"{base}/push?session={other_id}") as ws:
+                for socket in (long_ws, ws):
+                    await socket.send_json(fmt)
+                    assert (await socket.receive_json(timeout=5))["type"] == "ready"
+                await long_ws.send_bytes(b"\x00\x01" * 16000 * 8)  # 8 s in one message: 3 s beyond the lead
+                await long_ws.send_json({"type": "controls", "yaw": 1})
+                for i in range(6):
+                    await ws.send_bytes(b"\x00\x01" * 1600)
+                    await ws.send_json({"type": "controls", "yaw": i})
+                    assert (await ws.receive_json(timeout=1))["type"] == "controls", "the other session is answered at once"
+                reply = await long_ws.receive_json(timeout=10)
+                assert reply == {"type": "controls", "applied": {"yaw": 1.0}}, "the long push went in once there was room"
+            body = await (await http.get(f"{base}/sessions/{long_id}")).json()
+            assert body["counters"]["pushed_seconds"] == 8.0
+
+    asyncio.run(scenario())
