@@ -17,6 +17,7 @@ from typing import Any
 import torch
 
 from avatars.errors import CacheError
+from engine.nesting import nested_over
 
 MAX_JSON_BYTES = 1 << 20
 """A manifest or tensor header larger than this is refused (a real one is a few KB)."""
@@ -43,21 +44,9 @@ def parse_json(raw: bytes | str, what: str) -> Any:
         value = json.loads(raw)
     except RecursionError:
         raise ValueError(f"{what} is nested too deep to read") from None
-    if _nested_over(value, MAX_DEPTH):
+    if nested_over(value, MAX_DEPTH):
         raise ValueError(f"{what} is nested more than {MAX_DEPTH} deep")
     return value
-
-
-def _nested_over(value: Any, limit: int) -> bool:
-    """True when ``value`` nests lists and objects more than ``limit`` deep (walked without recursion)."""
-    pending = [(value, 1)]
-    while pending:
-        item, depth = pending.pop()
-        if isinstance(item, (dict, list)):
-            if depth > limit:
-                return True
-            pending.extend((child, depth + 1) for child in (item.values() if isinstance(item, dict) else item))
-    return False
 
 
 def _int(lo: int, hi: int) -> Check:

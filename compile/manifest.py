@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.backends.base import BackendError
+from engine.nesting import nested_over
 
 FORMAT_VERSION = 2
 MANIFEST_FILE = "manifest.json"
@@ -177,7 +178,7 @@ def read_manifest(directory: str | Path) -> Manifest:
         if path.stat().st_size > MAX_MANIFEST_BYTES:
             raise ValueError(f"over {MAX_MANIFEST_BYTES >> 20} MB")
         raw = json.loads(path.read_text())
-        if _nested_over(raw, MAX_DEPTH):
+        if nested_over(raw, MAX_DEPTH):
             raise ValueError(f"nested more than {MAX_DEPTH} deep")
     except RecursionError:
         raise ManifestError(f"{path} is not readable JSON (nested too deep); delete {directory} and rebuild") from None
@@ -274,18 +275,6 @@ def _io(value: dict[str, Any]) -> bool:
         )
         for tensors in value.values()
     )
-
-
-def _nested_over(value: Any, limit: int) -> bool:
-    """True when ``value`` nests lists and objects more than ``limit`` deep (walked without recursion)."""
-    pending = [(value, 1)]
-    while pending:
-        item, depth = pending.pop()
-        if isinstance(item, (dict, list)):
-            if depth > limit:
-                return True
-            pending.extend((child, depth + 1) for child in (item.values() if isinstance(item, dict) else item))
-    return False
 
 
 def _shown(value: Any) -> str:

@@ -8,6 +8,7 @@ import functools
 import os
 import signal
 import time
+import types
 
 import aiohttp
 import pytest
@@ -135,3 +136,20 @@ def test_ctrl_c_stops_the_server_within_seconds(runtime: str, while_: str, monke
 
     code, seconds = asyncio.run(interrupted())
     assert code == (130 if while_ == "warming up" else 0) and seconds < 8, (while_, code, seconds)
+
+
+def test_duration_counts_from_the_first_frame_out() -> None:
+    """Issue 28: the CPU demo's 20 s were counted from start-up, so they were over before its first frame (136 s later)."""
+    session = types.SimpleNamespace(output_stats={})
+    service = types.SimpleNamespace(sessions={"0": session})
+
+    async def run() -> float:
+        waiting = asyncio.ensure_future(serve_module._after_first_frame(service, 0.3))
+        await asyncio.sleep(1.0)
+        assert not waiting.done(), "no frame yet: the clock has not started"
+        session.output_stats = {"frames_released": 1}
+        started = time.monotonic()
+        await asyncio.wait_for(waiting, 5)
+        return time.monotonic() - started
+
+    assert 0.2 < asyncio.run(run()) < 1.0
