@@ -206,8 +206,8 @@ def read_manifest(directory: str | Path) -> Manifest:
             raise ManifestError(f"{path}: compute capability {_shown(name)} is not sm_XY") from exc
     graphs = {}
     for name, entry in raw["graphs"].items():
-        if not re.fullmatch(r"[A-Za-z0-9_]{1,64}", name):
-            raise ManifestError(f"{path}: graph {_shown(name)} is not a graph name (letters, digits, '_')")
+        if not re.fullmatch(r"[A-Za-z0-9_]+(\.[A-Za-z0-9_]+)?", name) or len(name) > 64:
+            raise ManifestError(f"{path}: graph {_shown(name)} is not a graph name (letters, digits, '_', one '.': decoder.fp16)")
         _check_fields(path, f"graph {name!r}", entry, _ENTRY_TYPES)
         _check_entry(path, f"graph {name!r}", entry, raw["kind"])
         graphs[name] = GraphEntry(**entry)

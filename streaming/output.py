@@ -13,7 +13,9 @@ takes the frame due by then, or repeats the last picture with silence when none 
 encodes it and hands it to every sink ``playout_delay`` later. The output's timestamps are slot
 numbers, so they advance at exactly 25 fps of wall time even when the GPU falls behind. A
 frame is due when the session's own live clock shows it (the runtime has it ready by then); a
-source without a clock is paced from its first frame's arrival plus ``playout_delay``. Sinks
+source without a clock is paced from its first frame's arrival plus ``playout_delay``. A first
+frame ready only after it was due starts the output's clock when it is ready (every later frame
+is held that much later), so a slow start costs latency once instead of repeats. Sinks
 never block the release thread: each one queues and drops on its own, so a stalled viewer or
 a dead RTMP server slows nobody else.
 """
@@ -259,17 +261,18 @@ class SessionOutput:
             first = self._first()
             if first is None:
                 return
-            origin, slot, last = first.due - first.index * PERIOD, first.index, first
+            shift = max(0.0, time.monotonic() - first.due)
+            origin, slot, last = first.due + shift - first.index * PERIOD, first.index, first
             while not self._stop.is_set():
                 deadline = slot_time(origin, slot)
                 _sleep_until(deadline)
                 with self._ready:
                     if self._ended and not self._prepared:
                         break
-                    for _ in range(catch_up(deadline, [p.due for p in self._prepared])):
+                    for _ in range(catch_up(deadline, [p.due + shift for p in self._prepared])):
                         self._prepared.popleft()
                         self.stats.skipped += 1
-                    head = self._prepared[0].due if self._prepared else None
+                    head = self._prepared[0].due + shift if self._prepared else None
                     item = self._prepared.popleft() if fill(deadline, head) is Fill.FRAME else None
                     self._ready.notify_all()
                 if item is None:
