@@ -11,6 +11,7 @@ counters; when a stream has flushed and closed its outputs it says so.
 
 from __future__ import annotations
 
+import gc
 import json
 import logging
 import os
@@ -249,6 +250,7 @@ class Worker:
                 self.emit({"type": "closed", "id": session_id, "stats": stream_stats(stream)})
                 stream.source.ring.close()
                 del self.streams[session_id]
+                gc.collect()
 
 
 def stream_stats(stream: WorkerStream) -> dict[str, Any]:

@@ -20,7 +20,7 @@ import pytest
 from aiohttp import web
 
 from streaming.api import create_service_app
-from streaming.service import Service, ServiceOptions
+from streaming.service import Service, ServiceOptions, SessionSpec
 from tests.streaming.conftest import free_port
 
 pytestmark = pytest.mark.slow
@@ -198,3 +198,25 @@ def test_one_long_push_waits_for_room_without_holding_up_any_other_session() -> 
             assert body["counters"]["pushed_seconds"] == 8.0
 
     asyncio.run(scenario())
+
+
+def test_sessions_created_and_deleted_leave_the_workers_memory_flat(tmp_path: Path) -> None:
+    """Seen on the H200 (+1.2 MB per cycle over 100): a worker kept every closed MP4/FLV muxer until a full collection."""
+    from streaming.core import resident_mb
+
+    async def scenario() -> list[float]:
+        async with running(workers=1) as (service, http, base):
+            pid = service._workers[0].process.pid
+            sizes = []
+            for i in range(51):
+                if i in (20, 50):  # after the first sessions' allocations have settled
+                    sizes.append(resident_mb(pid))
+                session = await service.create(SessionSpec("anna", mp4=str(tmp_path / f"{i % 2}.mp4")))
+                while not session.output_stats.get("frames_released"):
+                    await asyncio.sleep(0.02)
+                await service.delete(session.id)
+                service.forget(session.id)
+            return sizes
+
+    before, after = asyncio.run(scenario())
+    assert after - before < 4.0, f"worker resident {before:.1f} -> {after:.1f} MB over 30 sessions"
