@@ -37,14 +37,14 @@ class ServiceCollector:
     def collect(self):
         from prometheus_client.core import GaugeMetricFamily
 
-        sessions = self.service.sessions
+        sessions = list(self.service.sessions.values())  # scraped on a worker thread while the loop may add one
         snapshots = {
             s.id: {**s.output_stats, "session": s.core_stats, "viewers": s.preview.viewers if s.preview else None}
-            for s in sessions.values()
+            for s in sessions
         }
-        yield from stream_families(snapshots, sum(s.live for s in sessions.values()), self.runtime)
+        yield from stream_families(snapshots, sum(s.live for s in sessions), self.runtime)
         degraded = GaugeMetricFamily("ditto_session_degraded", "1 while the session sheds more than a tenth of its frames", labels=["session"])
-        for s in sessions.values():
+        for s in sessions:
             if s.live:
                 degraded.add_metric([s.id], int(s.degraded))
         yield degraded

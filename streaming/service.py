@@ -47,6 +47,7 @@ PUSH_SPLIT_SECONDS = 1.0
 BACKPRESSURE_WAIT = 0.05
 DELETE_TIMEOUT = 10.0
 DEGRADED_SHARE = 0.1
+KEPT_ENDED = 100
 AVATAR_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 """A client names a registered avatar; never a path (the server reads no folder a client points it at)."""
 
@@ -527,6 +528,7 @@ class Service:
                 session.state = "ended"
             self._workers[session.worker].sessions.discard(session.id)
             session.closed.set()
+            self._prune()
 
     def _degrade(self, session: ServedSession, stats: dict[str, Any]) -> None:
         """Take a worker's counters; mark (and log, once) a session whose output has shed more than DEGRADED_SHARE of
@@ -542,6 +544,12 @@ class Service:
                 log.warning("session %s is shedding: %d of its last %d frames were repeats (the GPU is over capacity)", session.id, repeats, slots)
             else:
                 log.info("session %s keeps up again", session.id)
+
+    def _prune(self) -> None:
+        """Keep the records of the last KEPT_ENDED sessions that ended (GET shows how they ended), not of every one."""
+        ended = [i for i, s in self.sessions.items() if not s.live]
+        for session_id in ended[: max(0, len(ended) - KEPT_ENDED)]:
+            del self.sessions[session_id]
 
     async def _watch(self) -> None:
         """Notice a dead core (every session fails, the service stops) or a dead worker (its sessions fail; replaced)."""
