@@ -5,6 +5,8 @@
 #   bash bench/gpu_service.sh start [bench.service args]   starts the run detached, follows it for 9 minutes
 #   bash bench/gpu_service.sh follow                       the next call, at once: follows it for 9.5 more minutes
 #   bash bench/gpu_service.sh collect                      waits for the run (9.5 min at most), returns its results
+# Each call follows for up to 9.5 minutes: give every call timeout_s 600, or it is killed before it copies
+# anything back (what happened once). 12 streams x 10 min + 16 x 3 min with a cold compile cache is ~21 min.
 set -uo pipefail
 mode=${1:?start, follow or collect}
 source bench/gpu_env.sh
