@@ -541,7 +541,10 @@ class Service:
         if degraded != session.degraded:
             session.degraded = degraded
             if degraded:
-                log.warning("session %s is shedding: %d of its last %d frames were repeats (its frames are not ready in time: more sessions than the GPU serves)", session.id, repeats, slots)
+                log.warning(
+                    "session %s is shedding: %d of its last %d frames were repeats (its frames are not ready in time: "
+                    "more sessions than the GPU serves)", session.id, repeats, slots,
+                )
             else:
                 log.info("session %s keeps up again", session.id)
 
