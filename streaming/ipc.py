@@ -8,6 +8,7 @@ are ``ipc://`` paths in one private folder per service, so nothing listens on th
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Any
 
@@ -56,9 +57,14 @@ def socket(context: zmq.Context, kind: int, address: str, bind: bool) -> zmq.Soc
 
 
 def send_nowait(sock: zmq.Socket, message: dict[str, Any]) -> bool:
-    """Send without blocking; False when the receiver's queue is full (the message is dropped)."""
+    """Send without blocking; False when the receiver's queue is full (the message is dropped). An asyncio socket
+    reports that in the finished future it returns rather than by raising, so both kinds are looked at."""
     try:
-        sock.send(pack(message), zmq.NOBLOCK)
-        return True
+        sent = sock.send(pack(message), zmq.NOBLOCK)
     except zmq.Again:
         return False
+    if isinstance(sent, asyncio.Future):
+        if isinstance(sent.exception(), zmq.Again):
+            return False
+        sent.result()
+    return True

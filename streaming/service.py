@@ -35,7 +35,7 @@ import zmq.asyncio
 from engine.engine import LIVE_OVERLAP
 from streaming.core import resident_mb
 from streaming.frames import FPS
-from streaming.ipc import ServiceError, endpoint, pack, socket, unpack
+from streaming.ipc import ServiceError, endpoint, pack, send_nowait, socket, unpack
 from streaming.output import SILENCE, EncodedFrame
 from streaming.sinks.webrtc import WebRtcPreview
 
@@ -354,7 +354,7 @@ class Service:
                 if isinstance(result, BaseException):
                     log.warning("session %s did not close in time: %s", session_id, result)
         for worker in self._workers:
-            worker.inbox.send(pack({"type": "shutdown"}), zmq.NOBLOCK)
+            send_nowait(worker.inbox, {"type": "shutdown"})
         if not self.core_info and self._core is not None:
             self._core.terminate()  # still warming up: nothing of its state is worth waiting for
         elif self._core is not None and self._core.poll() is None:
@@ -435,9 +435,7 @@ class Service:
 
     def _to_worker(self, session: ServedSession, message: dict[str, Any]) -> None:
         worker = self._workers[session.worker]
-        try:
-            worker.inbox.send(pack(message), zmq.NOBLOCK)
-        except zmq.Again:
+        if not send_nowait(worker.inbox, message):
             log.warning("worker %d is not taking messages; %s for session %s dropped", worker.index, message["type"], session.id)
 
     def _live(self) -> list[ServedSession]:
