@@ -77,6 +77,23 @@ def stream_report(log: PacketLog, start: float, end: float) -> dict:
     }
 
 
+def server_counters(metrics: dict, session: str) -> dict:
+    """One stream's counters from the server's /metrics: shed and skipped slots, deadline misses, drops, resyncs,
+    late releases, reconnects, encode time."""
+    return {
+        "repeated": metric(metrics, "ditto_frames_repeated_total", session=session),
+        "skipped": metric(metrics, "ditto_frames_skipped_total", session=session),
+        "released": metric(metrics, "ditto_frames_released_total", session=session),
+        "deadline_misses": metric(metrics, "ditto_session_deadline_misses", session=session),
+        "frames_dropped": metric(metrics, "ditto_session_frames_dropped", session=session),
+        "resyncs": metric(metrics, "ditto_session_resyncs", session=session),
+        "rtmp_dropped": metric(metrics, "ditto_frames_dropped_total", session=session, sink="rtmp"),
+        "late_releases": metric(metrics, "ditto_deadline_misses_output_total", session=session),
+        "reconnects": metric(metrics, "ditto_rtmp_reconnects_total", session=session),
+        "encode_ms_p99": metric(metrics, "ditto_encode_milliseconds", quantile="0.99", session=session),
+    }
+
+
 def _offsets(offsets_ms: np.ndarray, at: np.ndarray, edge: float) -> dict:
     if not offsets_ms.size:
         return {"av_offset_ms": None}
@@ -168,15 +185,7 @@ async def measure(args: argparse.Namespace, work: Path) -> dict:
     for i, log in enumerate(logs):
         name = str(i)
         row = {"session": i, **stream_report(log, start, end)}
-        row.update(
-            deadline_misses=metric(metrics, "ditto_session_deadline_misses", session=name),
-            frames_dropped=metric(metrics, "ditto_session_frames_dropped", session=name),
-            resyncs=metric(metrics, "ditto_session_resyncs", session=name),
-            rtmp_dropped=metric(metrics, "ditto_frames_dropped_total", session=name, sink="rtmp"),
-            late_releases=metric(metrics, "ditto_deadline_misses_output_total", session=name),
-            reconnects=metric(metrics, "ditto_rtmp_reconnects_total", session=name),
-            encode_ms_p99=metric(metrics, "ditto_encode_milliseconds", quantile="0.99", session=name),
-        )
+        row.update(server_counters(metrics, name))
         result["streams"].append(row)
     result["runtime"] = {
         key: metric(metrics, f"ditto_runtime_{key}")

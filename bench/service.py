@@ -29,7 +29,7 @@ from bench.glass_to_glass import CPU_NOTICE, START, STALL, device_of
 from bench.live_server import LiveServer, metric, parse_metrics, run_keeping_server_log
 from bench.nginx import NginxRtmp, find_nginx, free_port
 from bench.rtmp_read import RtmpPacketLog
-from bench.rtmp_sessions import SETTLE, _feed, stream_report
+from bench.rtmp_sessions import SETTLE, _feed, server_counters, stream_report
 
 RUNTIME_KEYS = (
     "tick_wall_ms_p50", "tick_wall_ms_p99", "tick_cpu_ms_p50", "tick_cpu_ms_p99", "tick_gpu_ms_p50", "tick_gpu_ms_p99", "gpu_busy",
@@ -139,18 +139,7 @@ async def streams(api: Api, nginx: NginxRtmp, port: int, count: int, minutes: fl
     rows = []
     for i, (session_id, log) in enumerate(zip(ids, logs)):
         row = {"session": i, **stream_report(log, start, end)}
-        row.update(
-            repeated=metric(metrics, "ditto_frames_repeated_total", session=session_id),
-            skipped=metric(metrics, "ditto_frames_skipped_total", session=session_id),
-            released=metric(metrics, "ditto_frames_released_total", session=session_id),
-            deadline_misses=metric(metrics, "ditto_session_deadline_misses", session=session_id),
-            frames_dropped=metric(metrics, "ditto_session_frames_dropped", session=session_id),
-            resyncs=metric(metrics, "ditto_session_resyncs", session=session_id),
-            rtmp_dropped=metric(metrics, "ditto_frames_dropped_total", session=session_id, sink="rtmp"),
-            late_releases=metric(metrics, "ditto_deadline_misses_output_total", session=session_id),
-            reconnects=metric(metrics, "ditto_rtmp_reconnects_total", session=session_id),
-            encode_ms_p99=metric(metrics, "ditto_encode_milliseconds", quantile="0.99", session=session_id),
-        )
+        row.update(server_counters(metrics, session_id))
         rows.append(row)
     return {"sessions": count, "minutes": minutes, "pushers_blocked_at_end": len(blocked), "streams": rows, "runtime": runtime_figures(metrics)}
 
