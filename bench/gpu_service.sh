@@ -5,10 +5,12 @@
 #   bash bench/gpu_service.sh start [bench.service args]   starts the run detached, follows it for 9 minutes
 #   bash bench/gpu_service.sh follow                       the next call, at once: follows it for 9.5 more minutes
 #   bash bench/gpu_service.sh collect                      waits for the run (9.5 min at most), returns its results
+#   bash bench/gpu_service.sh after                        then, on the warm compile cache: the runtime alone at 12
+#                                                          sessions (the loop CPU baseline) and glass-to-glass
 # Each call follows for up to 9.5 minutes: give every call timeout_s 600, or it is killed before it copies
 # anything back (what happened once). 12 streams x 10 min + 16 x 3 min with a cold compile cache is ~21 min.
 set -uo pipefail
-mode=${1:?start, follow or collect}
+mode=${1:?start, follow, collect or after}
 source bench/gpu_env.sh
 mkdir -p /var/log/nginx
 runs=/tmp/service-runs
@@ -30,8 +32,14 @@ start)
     ;;
 follow) follow 570 ;;
 collect) follow 570 ;;
+after)
+    timeout 200 python3 -m bench.runtime --avatar .carry/avatars/demo --live-only --sessions 12 --seconds 30 \
+        --out "$out/runtime_12.json" 2>&1 | grep -v "warming up" | tail -6
+    timeout $((570 - SECONDS)) python3 -m bench.glass_to_glass --avatar .carry/avatars/demo --viewer aiortc --utterances 20 \
+        --json "$out/glass_to_glass.json" 2>&1 | grep -v "warming up" | tail -20
+    ;;
 *)
-    echo "unknown mode $mode: start, follow or collect" >&2
+    echo "unknown mode $mode: start, follow, collect or after" >&2
     exit 2
     ;;
 esac
