@@ -15,8 +15,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from engine.audio.hubert import CURRENT_FRAMES, FEATURE_DIM, FRAME_SAMPLES, AudioChunker
+from engine.audio.hubert import FEATURE_DIM, FRAME_SAMPLES, AudioChunker
 from engine.diffusion.windows import MotionWindows, WindowPlan, kp_cond_frame
+from engine.latency import FAITHFUL, LatencyMode
 from engine.motion.conditions import ConditionBuilder
 
 
@@ -46,8 +47,10 @@ class MotionStream:
         overlap: int,
         step_noise: torch.Tensor,
         seed: int = 0,
+        latency: LatencyMode = FAITHFUL,
     ) -> None:
-        """``step_noise`` (S−1,1,80,265): the per-step noise of ``seed``; x_T comes from this stream's own generator."""
+        """``step_noise`` (S−1,1,80,265): the per-step noise of ``seed``; x_T comes from this stream's own generator;
+        ``latency``: its HuBERT hop and whether windows release their frames before the next cross-fade."""
         self.device = source_motion.device
         self._generator = torch.Generator(self.device).manual_seed(seed)
         self._step_noise = step_noise
@@ -56,8 +59,8 @@ class MotionStream:
         self._source = source_motion
         self.fix_kp_cond = 0
         self.fix_kp_cond_dims: tuple[int, int] | None = None
-        self.chunker = AudioChunker()
-        self.windows = MotionWindows(source_motion, overlap)
+        self.chunker = AudioChunker(latency.hop_frames)
+        self.windows = MotionWindows(source_motion, overlap, early_release=latency.early_release)
         self._features = torch.empty(0, FEATURE_DIM, device=self.device)
         self._offset = 0
         self.samples_in = 0
@@ -101,18 +104,20 @@ class MotionStream:
     def samples_for_frames(self, total: int) -> int:
         """Samples still to commit before ``total`` frames in all can come out of a stream that goes on (0: none).
 
-        Frame f is emitted by the first window k with (k+1)·V − F > f, which needs features up
+        Frame f is emitted by the first window k with (k+1)·V − H > f (H: the frames it holds for the next
+        window's cross-fade, F, or none with early release), which needs features up
         to (k+1)·V, i.e. the HuBERT chunks up to there, look-ahead included. Live idling commits
         exactly this much silence, so that speech pushed next starts as early as it can.
         """
         if total <= self.frames_out:
             return 0
         windows = self.windows
-        needed = ((total - 1 + windows.fuse) // windows.valid + 1) * windows.valid
-        have = self.features_available + self.chunker.complete_chunks * CURRENT_FRAMES
+        needed = ((total - 1 + windows.held) // windows.valid + 1) * windows.valid
+        hop = self.chunker.current
+        have = self.features_available + self.chunker.complete_chunks * hop
         if needed <= have:
             return 0
-        chunks = self.chunker.complete_chunks + math.ceil((needed - have) / CURRENT_FRAMES)
+        chunks = self.chunker.complete_chunks + math.ceil((needed - have) / hop)
         return self.chunker.samples_for_chunks(chunks)
 
     def add_features(self, features: torch.Tensor) -> None:

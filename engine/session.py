@@ -23,6 +23,7 @@ import torch
 
 from engine.audio.pcm import PcmError, StreamingResampler, channel_axis, check_rate
 from engine.controls import Controls
+from engine.latency import FAITHFUL, LatencyMode
 from engine.runtime.config import RuntimeConfig
 from engine.runtime.errors import AudioError, Backpressure, SessionClosed
 
@@ -84,8 +85,10 @@ class Session:
         config: RuntimeConfig,
         wake: Callable[[], None],
         controls: Controls | None = None,
+        latency: LatencyMode = FAITHFUL,
     ) -> None:
         self.id = session_id
+        self.latency = latency
         self.avatar_name = avatar_name
         self.live = live
         self.overlap = overlap

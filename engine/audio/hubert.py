@@ -37,7 +37,6 @@ OFFICIAL_FILE = "hubert_streaming_fix_kv.onnx"
 INPUT_NAME = "input_values"
 OUTPUT_NAME = "encoding_out"
 MAX_BATCH = 32
-_FIRST_ROW = -(CURRENT_FRAMES + FUTURE_FRAMES) * ROWS_PER_FRAME
 _END_ROW = -FUTURE_FRAMES * ROWS_PER_FRAME
 
 
@@ -53,12 +52,14 @@ class HubertRunner(Protocol):
         """Chunks (B, N) -> encodings (B, T, 1024) float32."""
 
 
-def valid_features(encoding: torch.Tensor) -> torch.Tensor:
-    """Encodings (..., T, 1024) -> the current hop's features (..., 5, 1024): rows [-14:-4] averaged in pairs."""
-    if encoding.shape[-2] < -_FIRST_ROW or encoding.shape[-1] != FEATURE_DIM:
-        raise ValueError(f"encoding must be (..., T>={-_FIRST_ROW}, {FEATURE_DIM}), got {tuple(encoding.shape)}")
-    rows = encoding[..., _FIRST_ROW:_END_ROW, :]
-    return rows.reshape(*rows.shape[:-2], CURRENT_FRAMES, ROWS_PER_FRAME, FEATURE_DIM).mean(-2)
+def valid_features(encoding: torch.Tensor, current: int = CURRENT_FRAMES) -> torch.Tensor:
+    """Encodings (..., T, 1024) -> the current hop's features (..., current, 1024): the ``current`` frames before the
+    look-ahead (rows [-14:-4] at 5), each the mean of its two rows."""
+    first = -(current + FUTURE_FRAMES) * ROWS_PER_FRAME
+    if encoding.shape[-2] < -first or encoding.shape[-1] != FEATURE_DIM:
+        raise ValueError(f"encoding must be (..., T>={-first}, {FEATURE_DIM}), got {tuple(encoding.shape)}")
+    rows = encoding[..., first:_END_ROW, :]
+    return rows.reshape(*rows.shape[:-2], current, ROWS_PER_FRAME, FEATURE_DIM).mean(-2)
 
 
 def frames_for_samples(num_samples: int) -> int:
@@ -192,7 +193,8 @@ class _GraphedEncoder:
 
 
 class AudioChunker:
-    """Cuts one 16 kHz stream into HuBERT's 3-5-2 chunks, with no encoder attached.
+    """Cuts one 16 kHz stream into HuBERT's chunks, with no encoder attached: 3-5-2 frames (past, current, future) by
+    default; ``current`` frames per hop otherwise, the chunk keeping its 6480 samples (more past, the same look-ahead).
 
     ``take`` hands out the chunks completed so far (a hop's features need its 80 ms look-ahead);
     ``take_final`` ends the stream, zero-padding so every real video frame, ceil(samples / 640)
@@ -200,12 +202,17 @@ class AudioChunker:
     and keeps the first ``frames`` features of the result.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, current: int = CURRENT_FRAMES) -> None:
+        if not 1 <= current <= PAST_FRAMES + CURRENT_FRAMES:
+            raise ValueError(f"a HuBERT hop is 1 to {PAST_FRAMES + CURRENT_FRAMES} frames, got {current}")
+        self.current = current
+        self.hop_samples = current * FRAME_SAMPLES
+        self.lead_zeros = CHUNK_SAMPLES - (current + FUTURE_FRAMES) * FRAME_SAMPLES - 80
         self.reset()
 
     def reset(self) -> None:
         """Forget all audio: the next push starts a new stream."""
-        self._buffer = np.zeros(LEAD_ZEROS, dtype=np.float32)
+        self._buffer = np.zeros(self.lead_zeros, dtype=np.float32)
         self.samples_pushed = 0
         self.frames_emitted = 0
 
@@ -225,22 +232,22 @@ class AudioChunker:
         """Chunks whose audio, look-ahead included, has all arrived."""
         if self._buffer.size < CHUNK_SAMPLES:
             return 0
-        return (self._buffer.size - CHUNK_SAMPLES) // HOP_SAMPLES + 1
+        return (self._buffer.size - CHUNK_SAMPLES) // self.hop_samples + 1
 
     def samples_for_chunks(self, count: int) -> int:
         """Samples still to push before ``count`` chunks (those complete now included) are complete."""
-        return max(CHUNK_SAMPLES + HOP_SAMPLES * (count - 1) - self._buffer.size, 0) if count > 0 else 0
+        return max(CHUNK_SAMPLES + self.hop_samples * (count - 1) - self._buffer.size, 0) if count > 0 else 0
 
     def take(self, limit: int | None = None) -> tuple[np.ndarray, int]:
-        """Up to ``limit`` complete chunks (k, 6480) and the number of features they yield (5k)."""
+        """Up to ``limit`` complete chunks (k, 6480) and the number of features they yield (``current`` each)."""
         count = self.complete_chunks if limit is None else min(limit, self.complete_chunks)
-        return self._cut(count), count * CURRENT_FRAMES
+        return self._cut(count), count * self.current
 
     def take_final(self) -> tuple[np.ndarray, int]:
         """End of stream: the chunks for every remaining real frame and how many features to keep; then reset."""
         missing = frames_for_samples(self.samples_pushed) - self.frames_emitted
-        count = math.ceil(missing / CURRENT_FRAMES)
-        needed = (count - 1) * HOP_SAMPLES + CHUNK_SAMPLES if count else 0
+        count = math.ceil(missing / self.current)
+        needed = (count - 1) * self.hop_samples + CHUNK_SAMPLES if count else 0
         if self._buffer.size < needed:
             self._buffer = np.concatenate([self._buffer, np.zeros(needed - self._buffer.size, np.float32)])
         chunks = self._cut(count)
@@ -251,20 +258,24 @@ class AudioChunker:
         """The first ``count`` chunks of the buffer; drops the consumed hops."""
         if count == 0:
             return np.zeros((0, CHUNK_SAMPLES), np.float32)
-        starts = np.arange(count) * HOP_SAMPLES
+        starts = np.arange(count) * self.hop_samples
         chunks = np.ascontiguousarray(np.lib.stride_tricks.sliding_window_view(self._buffer, CHUNK_SAMPLES)[starts])
-        self._buffer = self._buffer[count * HOP_SAMPLES :]
-        self.frames_emitted += count * CURRENT_FRAMES
+        self._buffer = self._buffer[count * self.hop_samples :]
+        self.frames_emitted += count * self.current
         return chunks
 
 
-def encode_chunks(runner: HubertRunner, chunks: np.ndarray) -> torch.Tensor:
-    """Chunks (k, 6480) -> their features (5k, 1024) on ``runner.device``, encoded in batches of up to MAX_BATCH."""
+def encode_chunks(runner: HubertRunner, chunks: np.ndarray, current: int = CURRENT_FRAMES) -> torch.Tensor:
+    """Chunks (k, 6480) -> their features (k·current, 1024) on ``runner.device``."""
+    return valid_features(encodings(runner, chunks), current).reshape(-1, FEATURE_DIM)
+
+
+def encodings(runner: HubertRunner, chunks: np.ndarray) -> torch.Tensor:
+    """Chunks (k, 6480) -> their encodings (k, T, 1024) on ``runner.device``, in batches of up to MAX_BATCH."""
     if chunks.shape[0] == 0:
-        return torch.empty(0, FEATURE_DIM, device=runner.device)
+        return torch.empty(0, ROWS_PER_FRAME * (PAST_FRAMES + CURRENT_FRAMES + FUTURE_FRAMES), FEATURE_DIM, device=runner.device)
     tensor = torch.from_numpy(chunks)
-    parts = [valid_features(runner.encode_batch(tensor[i : i + MAX_BATCH])) for i in range(0, chunks.shape[0], MAX_BATCH)]
-    return torch.cat(parts).reshape(-1, FEATURE_DIM)
+    return torch.cat([runner.encode_batch(tensor[i : i + MAX_BATCH]) for i in range(0, chunks.shape[0], MAX_BATCH)])
 
 
 class HubertFeatureStream:
@@ -274,9 +285,9 @@ class HubertFeatureStream:
     every real video frame has exactly one feature. Features live on ``runner.device``.
     """
 
-    def __init__(self, runner: HubertRunner) -> None:
+    def __init__(self, runner: HubertRunner, current: int = CURRENT_FRAMES) -> None:
         self.runner = runner
-        self.chunker = AudioChunker()
+        self.chunker = AudioChunker(current)
 
     def reset(self) -> None:
         """Forget all audio: the next push starts a new stream."""
@@ -286,12 +297,12 @@ class HubertFeatureStream:
         """Add samples; return the features of every hop whose chunk is now complete (possibly none)."""
         self.chunker.push(samples)
         chunks, _ = self.chunker.take()
-        return encode_chunks(self.runner, chunks)
+        return encode_chunks(self.runner, chunks, self.chunker.current)
 
     def flush(self) -> torch.Tensor:
         """End of stream: features for the remaining real frames (zero audio after the end), then reset."""
         chunks, keep = self.chunker.take_final()
-        return encode_chunks(self.runner, chunks)[:keep]
+        return encode_chunks(self.runner, chunks, self.chunker.current)[:keep]
 
 
 def extract_features(runner: HubertRunner, samples: np.ndarray) -> torch.Tensor:

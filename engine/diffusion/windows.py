@@ -4,7 +4,10 @@ Stream frame r is the r-th real audio frame; the stream is preceded by ``overlap
 (r < 0) so the first window needs only ``valid`` real frames. Window k covers frames
 [k·V − O, (k+1)·V) with V = 80 − O. After window k, frames before (k+1)·V − F are final (the next
 window only cross-fades the last F = min(O, V)) and are emitted, so every real frame is emitted
-exactly once from frame 0, at any overlap; at the end of the stream the last window emits
+exactly once from frame 0, at any overlap. With ``early_release`` (the low-latency mode) frames
+before (k+1)·V are final after window k: the next window's own frames follow, the offset
+between its estimate of the last frame shown and that frame fading out over its first F frames
+(no frame shown is changed, the picture never jumps). At the end of the stream the last window emits
 everything up to the stream's length (its tail is padded by the caller, never emitted). A
 stream that ends exactly on a window boundary still gets that last window, all padding after
 its overlap, so its last F frames are cross-faded like every other frame.
@@ -31,6 +34,17 @@ def fuse_windows(history: torch.Tensor, prediction: torch.Tensor, valid: int, fu
     incoming = prediction[..., length - valid - fuse : length - valid, :]
     blended = history[..., kept:, :] * (1 - weight) + incoming * weight
     return torch.cat([history[..., :kept, :], blended, prediction[..., length - valid :, :]], dim=-2)
+
+
+def continue_from(history: torch.Tensor, prediction: torch.Tensor, valid: int, fuse: int) -> torch.Tensor:
+    """Append the prediction's (L,D) last ``valid`` frames to history (N,D), shifted so that they start from history's last
+    frame: the offset between it and the prediction's frame before them fades out linearly over ``fuse`` frames."""
+    length = prediction.shape[-2]
+    new = prediction[..., length - valid :, :]
+    offset = history[..., -1:, :] - prediction[..., length - valid - 1 : length - valid, :]
+    steps = torch.arange(1, valid + 1, device=history.device, dtype=history.dtype)
+    weight = (1 - steps / (fuse + 1)).clamp(min=0).unsqueeze(-1)
+    return torch.cat([history, new + offset * weight], dim=-2)
 
 
 def smooth_frames(sequence: torch.Tensor, start: int, stop: int, k: int = SMOOTH_FRAMES) -> torch.Tensor:
@@ -66,9 +80,15 @@ class MotionWindows:
     """Per-session window state: plan a window, sample it, ``push`` the prediction, get the final frames back."""
 
     def __init__(
-        self, source_motion: torch.Tensor, overlap: int, smooth_k: int = SMOOTH_FRAMES, seq_frames: int = SEQ_FRAMES
+        self,
+        source_motion: torch.Tensor,
+        overlap: int,
+        smooth_k: int = SMOOTH_FRAMES,
+        seq_frames: int = SEQ_FRAMES,
+        early_release: bool = False,
     ) -> None:
-        """``source_motion`` (265,): the avatar's motion vector, the first window's cond_frame; ``overlap`` O in [0, 80)."""
+        """``source_motion`` (265,): the avatar's motion vector, the first window's cond_frame; ``overlap`` O in [0, 80);
+        ``early_release``: a window's frames are final at once (see the module's docstring)."""
         if not 0 <= overlap < seq_frames:
             raise ValueError(f"overlap must be in [0, {seq_frames}), got {overlap}")
         if source_motion.shape != (MOTION_DIM,):
@@ -77,6 +97,9 @@ class MotionWindows:
         self.overlap = overlap
         self.valid = seq_frames - overlap
         self.fuse = min(overlap, self.valid)
+        self.early_release = early_release
+        self.held = 0 if early_release else self.fuse
+        """Frames a window keeps back for the next one's cross-fade."""
         self.smooth_k = smooth_k
         self.cond_frame = source_motion
         self.anchor: torch.Tensor | None = None
@@ -102,7 +125,7 @@ class MotionWindows:
             last = False
         else:
             return None
-        emit_stop = available if last else stop - self.fuse
+        emit_stop = available if last else stop - self.held
         self._pending = WindowPlan(k, k * valid - self.overlap, self.emitted, max(emit_stop, self.emitted), last)
         return self._pending
 
@@ -116,6 +139,10 @@ class MotionWindows:
         if self._history is None:
             history = smooth_frames(prediction, 0, self.seq_frames, self.smooth_k)
             self.anchor = history[0]
+        elif self.early_release:
+            history = continue_from(self._history, prediction, self.valid, self.fuse)
+            new_start = history.shape[0] - self.valid
+            history = smooth_frames(history, new_start, new_start + 1, self.smooth_k)
         else:
             history = fuse_windows(self._history, prediction, self.valid, self.fuse)
             new_start = history.shape[0] - self.valid

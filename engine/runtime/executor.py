@@ -13,7 +13,7 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
-from engine.audio.hubert import encode_chunks
+from engine.audio.hubert import encodings
 from engine.diffusion.graphed import BucketedSampler
 from engine.engine import Engine
 from engine.motion.stitching import Posed, join_frames
@@ -51,8 +51,9 @@ class Executor:
         self.counters = counters
 
     def encode(self, batch: list[ChunkJob]) -> torch.Tensor:
-        """The HuBERT features of every chunk of ``batch``, in one encoder call, in the batch's order."""
-        return encode_chunks(self.engine.hubert, np.concatenate([job.chunks for job in batch]))
+        """The HuBERT encodings of every chunk of ``batch``, in one encoder call, in the batch's order (each session cuts
+        its features at its own hop: ``update.add_features``)."""
+        return encodings(self.engine.hubert, np.concatenate([job.chunks for job in batch]))
 
     def sample(self, batch: list[WindowJob]) -> torch.Tensor | None:
         """The windows of ``batch`` in one sampler call (None after an out-of-memory error: retried next tick)."""

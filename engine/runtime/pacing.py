@@ -69,16 +69,17 @@ class Lead:
         return self.compute + self.margin / 2
 
 
-def speech_depth(valid: int, fuse: int) -> float:
-    """Frames of audio that must follow a frame before it is final, at worst (12.125 at overlap 75: 485 ms).
+def speech_depth(valid: int, held: int, hop: int = HOP_FRAMES) -> float:
+    """Frames of audio that must follow a frame before it is final, at worst (12.125 at overlap 75: 485 ms; 5.125 in the
+    low-latency mode: 205 ms).
 
-    A frame is emitted by the first window whose stop, less the cross-fade ``fuse``, lies beyond it;
-    that window needs features up to its stop, i.e. HuBERT hops up to there plus the look-ahead.
-    The worst case is a frame at the start of a window's emitted range: ``valid + fuse`` frames,
+    A frame is emitted by the first window whose stop, less the frames it ``held`` for the next cross-fade, lies
+    beyond it; that window needs features up to its stop, i.e. HuBERT hops (``hop`` frames each) up to there plus
+    the look-ahead. The worst case is a frame at the start of a window's emitted range: ``valid + held`` frames,
     up to one hop less one frame of rounding when ``valid`` is not a whole number of hops, and the look-ahead.
     """
-    rounding = 0 if valid % HOP_FRAMES == 0 else HOP_FRAMES - 1
-    return valid + fuse + rounding + LOOKAHEAD_FRAMES
+    rounding = 0 if valid % hop == 0 else hop - 1
+    return valid + held + rounding + LOOKAHEAD_FRAMES
 
 
 def needs_idle(produced: int, due: float, lead: Lead, speech_tail: bool) -> bool:

@@ -27,7 +27,7 @@ from engine.runtime.config import RuntimeConfig
 from engine.runtime.pacing import (
     FPS, RESYNC_FRAMES, Lead, frame_deadline, frames_due, needs_idle, on_grid, speech_depth, speech_start, window_due,
 )
-from engine.session import HOP_FRAMES, MODEL_RATE, Frame, Session, SessionPort
+from engine.session import MODEL_RATE, Frame, Session, SessionPort
 
 BLEND_FRAMES = 5
 """Frames over which the picture cross-fades from the last frame shown to the stream after an interrupt."""
@@ -60,7 +60,11 @@ class SessionPipeline:
         self.config = config
         self.device = avatar.f_s.device
         self.conditions = ConditionBuilder(avatar.canonical_kp, avatar.eye_open, avatar.eye_ball, cond_width)
-        self.motion = motion or MotionStream(self.conditions, avatar.source_motion, silence_feature, session.overlap, step_noise, session.seed)
+        self.motion = motion or MotionStream(
+            self.conditions, avatar.source_motion, silence_feature, session.overlap, step_noise, session.seed, session.latency
+        )
+        self.hop = session.latency.hop_frames
+        """Video frames per HuBERT hop: the granularity of its audio and of the silence committed while idle."""
         self.stitcher = MotionStitcher(
             avatar.source,
             stitch=stitch,
@@ -88,7 +92,9 @@ class SessionPipeline:
         """Set by the runtime from its load each tick."""
         self.grid: float | None = None
         """Origin of the runtime's window grid, set by a runtime that batches sessions: the clock starts on it."""
-        self.depth = speech_depth(self.motion.windows.valid, self.motion.windows.fuse) if isinstance(self.motion, MotionStream) else 0.0
+        self.depth = 0.0
+        if isinstance(self.motion, MotionStream):
+            self.depth = speech_depth(self.motion.windows.valid, self.motion.windows.held, self.hop)
         self.in_flight: deque[tuple[torch.cuda.Event | None, int, int]] = deque()
         self.ending = False
         self.closed = False
@@ -155,7 +161,7 @@ class SessionPipeline:
         Only as much as makes the next frames final (none while a hop of final motion still waits
         for the renderer: more silence would not help), so that speech pushed next is not queued behind it.
         """
-        if self.backlog.shape[0] >= HOP_FRAMES:
+        if self.backlog.shape[0] >= self.hop:
             return False
         produced = self.produced
         due = self._due(now)
@@ -168,7 +174,7 @@ class SessionPipeline:
         samples = min(self.motion.samples_for_frames(target), MAX_IDLE_SAMPLES)
         if samples > 0:
             self._commit(np.zeros(samples, np.float32), None, speech=False)
-            self.port.count("idle_hops", math.ceil(samples / HOP_SAMPLES))
+            self.port.count("idle_hops", math.ceil(samples / (self.hop * FRAME_SAMPLES)))
         return drained or samples > 0
 
     def _commit(self, model: np.ndarray, sink: np.ndarray | None, speech: bool) -> None:

@@ -35,6 +35,7 @@ from engine.diffusion.windows import SEQ_FRAMES
 from engine.diffusion.ddim import DEFAULT_STEPS
 from engine.diffusion.graphed import BucketedSampler
 from engine.engine import LIVE_OVERLAP, OFFLINE_OVERLAP, Engine
+from engine.latency import LOW, LatencyMode, latency_mode
 from engine.motion.conditions import ConditionBuilder
 from engine.motion.stitching import stitch_posed
 from engine.offline_motion import PrecomputedMotion, offline_motion, window_sampler
@@ -199,19 +200,23 @@ class Runtime:
         self,
         avatar: Avatar,
         live: bool = True,
-        overlap: int = LIVE_OVERLAP,
+        overlap: int | None = None,
         seed: int = 0,
         controls: Controls | None = None,
         motion: torch.Tensor | None = None,
+        latency: str = "faithful",
     ) -> Session:
         """A new session speaking with ``avatar``: ``live`` paces it on a 25 fps clock and idles on silence;
-        ``overlap`` is the latency knob (75: a window per 200 ms hop; 10 for offline renders); ``controls``
-        (default: the engine's, see ``engine.controls``) can be changed later through the session.
+        ``latency`` (``faithful`` or ``low``, see ``engine.latency``) sets its HuBERT hop, when its frames are released
+        and its default ``overlap`` (75 faithful: a window per 200 ms hop; 77 low; 10 for offline renders);
+        ``controls`` (default: the engine's, see ``engine.controls``) can be changed later through the session.
 
         ``motion`` (N,265), e.g. from ``offline_motion``: render these frames instead of sampling the
         pushed audio's (not live); push the same clip's audio, which the frames then carry. Its window
         controls (emotion, fix_kp_cond) are those it was computed with; the frame controls act as usual.
         """
+        mode = latency_mode(latency)
+        overlap = mode.overlap if overlap is None else overlap
         if not 0 <= overlap < SEQ_FRAMES:
             raise ValueError(f"overlap must be in [0, {SEQ_FRAMES}), got {overlap}")
         if motion is not None and live:
@@ -222,11 +227,11 @@ class Runtime:
         if self._stopping:
             raise SessionClosed("the runtime is closed")
         if live:
-            self._admit(overlap)
+            self._admit(overlap, mode)
         with self._ids:
             session_id = self._next_id
             self._next_id += 1
-        session = Session(session_id, avatar.name, live, overlap, seed, self.config, self._wake.set, controls)
+        session = Session(session_id, avatar.name, live, overlap, seed, self.config, self._wake.set, controls, mode)
 
         def build() -> None:
             shared = self.avatars.acquire(avatar)
@@ -275,15 +280,24 @@ class Runtime:
 
         return self._call(compute)
 
-    def _admit(self, overlap: int) -> None:
-        cap = self.capacity(overlap)
-        live = sum(1 for p in self._pipelines.values() if p.session.live)
-        if cap is not None and self.enforce_admission and live + 1 > cap:
+    def _admit(self, overlap: int, mode: LatencyMode) -> None:
+        """Refuse a live session the GPU cannot serve beside those open (their windows' rates as measured at warm-up)."""
+        if not self.window_ms or not self.render_ms or not self.enforce_admission:
+            return
+        groups: dict[int, int] = {}
+        for pipeline in self._pipelines.values():
+            if pipeline.session.live:
+                valid = SEQ_FRAMES - pipeline.session.overlap
+                groups[valid] = groups.get(valid, 0) + 1
+        live = sum(groups.values())
+        groups[SEQ_FRAMES - overlap] = groups.get(SEQ_FRAMES - overlap, 0) + 1
+        if not admission.fits(groups, self.window_ms, self.render_ms, self.config.utilization):
             name = torch.cuda.get_device_name(self.device) if self.device.type == "cuda" else str(self.device)
             raise AdmissionError(
-                f"this runtime serves at most {cap} live session(s) in real time at overlap {overlap} on {name} "
-                f"(measured at warm-up: {self.window_ms} ms per LMDM window batch, {self.render_ms} ms per render batch); "
-                f"{live} are open: close one, raise the overlap's hop, or serve it from another GPU's runtime"
+                f"this runtime serves at most {self.capacity(overlap)} live session(s) in real time at overlap {overlap} "
+                f"({mode.name} latency) on {name} (measured at warm-up: {self.window_ms} ms per LMDM window batch, "
+                f"{self.render_ms} ms per render batch); {live} are open: close one, use a longer hop (faithful latency, "
+                f"a lower overlap), or serve it from another GPU's runtime"
             )
 
     def _call(self, work: Callable[[], Any]) -> Any:
@@ -334,6 +348,7 @@ class Runtime:
             "sessions": len(pipelines),
             "live_sessions": sum(1 for p in pipelines if p.session.live),
             "capacity": self.capacity(),
+            "capacity_low_latency": self.capacity(LOW.overlap),
             "avatars_loaded": len(self.avatars),
             "warmup_seconds": round(self.warmup_seconds, 2),
             **self._times.summary(),

@@ -9,18 +9,19 @@ from __future__ import annotations
 
 import torch
 
-from engine.audio.hubert import CURRENT_FRAMES
+from engine.audio.hubert import FEATURE_DIM, valid_features
 from engine.runtime.executor import PosedJob, Rendered
 from engine.runtime.pipeline import SessionPipeline
 from engine.runtime.scheduler import ChunkJob, WindowJob
 
 
-def add_features(batch: list[ChunkJob], features: torch.Tensor) -> None:
-    """Give each session of ``batch`` the features of its own chunks (those it keeps)."""
+def add_features(batch: list[ChunkJob], encodings: torch.Tensor) -> None:
+    """Give each session of ``batch`` the features of its own chunks (those it keeps), cut from their encodings at its hop."""
     offset = 0
     for job in batch:
-        count = job.chunks.shape[0] * CURRENT_FRAMES
-        job.pipeline.motion.add_features(features[offset : offset + count][: job.keep])
+        count = job.chunks.shape[0]
+        features = valid_features(encodings[offset : offset + count], job.pipeline.hop).reshape(-1, FEATURE_DIM)
+        job.pipeline.motion.add_features(features[: job.keep])
         offset += count
 
 

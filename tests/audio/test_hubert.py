@@ -248,3 +248,37 @@ def test_graphed_runner_equals_eager_at_every_batch_and_runs_other_shapes_eagerl
         assert torch.allclose(graphed, runner.module(chunks.cuda()), rtol=1e-2, atol=5e-3)  # TF32 convs per batch size
     assert runner.encode_batch(torch.randn(2, CHUNK_SAMPLES + 640)).shape[0] == 2
     assert runner.encode_batch(torch.randn(9, CHUNK_SAMPLES)).shape[0] == 9
+
+
+def test_a_three_frame_hop_gives_each_frame_the_same_audio_and_look_ahead_with_more_past() -> None:
+    n = 16000 + 123
+    faithful = extract_features(SampleProbeRunner(), ramp(n))
+    stream = HubertFeatureStream(SampleProbeRunner(), current=3)
+    low = torch.cat([stream.push(ramp(n)), stream.flush()])
+    assert low.shape == faithful.shape == (-(-n // 640), FEATURE_DIM), "every real frame, exactly one feature"
+    torch.testing.assert_close(low, faithful, msg="frame f still averages the rows at real samples 640 f and 640 f + 320")
+
+
+def test_a_three_frame_hop_is_released_after_the_same_look_ahead_in_chunks_of_the_same_size() -> None:
+    stream = HubertFeatureStream(SampleProbeRunner(), current=3)
+    audio = ramp(20000)
+    # hop j's chunk covers 3200 zeros + real samples up to 1920 j + 3280: its 3 frames, 2 frames and 80 samples after
+    assert stream.push(audio[:3279]).shape[0] == 0
+    assert stream.push(audio[3279:3280]).shape[0] == 3
+    assert stream.push(audio[3280:5199]).shape[0] == 0
+    assert stream.push(audio[5199:5200]).shape[0] == 3
+    chunks, _ = AudioChunker(3).take()
+    assert chunks.shape[1] == CHUNK_SAMPLES
+    with pytest.raises(ValueError, match="1 to 8 frames"):
+        AudioChunker(9)
+
+
+def test_features_match_between_hops_where_both_cut_the_same_chunk() -> None:
+    """Both hops cut the chunk that starts 3200 samples before frame 12: frames 12-14 are the same whatever the encoder
+    (elsewhere the real HuBERT, which attends over its chunk, gives a low-latency frame more past to see)."""
+    runner = TorchHubertRunner(build_standin())
+    audio = demo_audio()[0][:32000].astype(np.float32)
+    faithful = extract_features(runner, audio)
+    stream = HubertFeatureStream(runner, current=3)
+    low = torch.cat([stream.push(audio), stream.flush()])
+    torch.testing.assert_close(low[12:15], faithful[12:15], rtol=0, atol=0)

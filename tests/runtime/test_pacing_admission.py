@@ -46,9 +46,9 @@ def test_a_clock_starts_on_the_next_point_of_the_grid() -> None:
 
 
 def test_a_frame_is_final_485_ms_of_audio_after_it_at_overlap_75() -> None:
-    assert speech_depth(valid=5, fuse=5) == 12.125
-    assert speech_depth(valid=70, fuse=10) == 82.125
-    assert speech_depth(valid=3, fuse=3) == 3 + 3 + 4 + 2.125, "a window that is not whole hops waits for the rest of a hop"
+    assert speech_depth(valid=5, held=5) == 12.125
+    assert speech_depth(valid=70, held=10) == 82.125
+    assert speech_depth(valid=3, held=3) == 3 + 3 + 4 + 2.125, "a window that is not whole hops waits for the rest of a hop"
 
 
 def test_speech_goes_right_after_the_committed_audio_when_that_is_far_enough_ahead() -> None:
@@ -78,3 +78,8 @@ def test_the_lead_covers_one_hop_of_every_live_session_batched() -> None:
     assert hop_latency(1, WINDOW_MS, RENDER_MS) == pytest.approx(26.9 + 23.6)
     assert hop_latency(4, WINDOW_MS, RENDER_MS) == pytest.approx(30.1 + 81.4)
     assert hop_latency(4, WINDOW_MS, RENDER_MS) >= hop_cost(4, 75, WINDOW_MS, RENDER_MS)
+
+
+def test_the_low_latency_mode_needs_two_fifths_of_the_audio_after_a_frame() -> None:
+    assert speech_depth(valid=3, held=0, hop=3) == 5.125, "a 3-frame hop, nothing held, the look-ahead: 205 ms"
+    assert speech_depth(valid=5, held=5, hop=5) == 12.125, "faithful: 485 ms"

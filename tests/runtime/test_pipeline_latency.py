@@ -55,9 +55,9 @@ class VirtualRuntime:
         self.avatar = avatar
         self.loops: list[LiveLoop] = []
 
-    def open(self, paced: bool = False) -> LiveLoop:
+    def open(self, paced: bool = False, latency: str = "faithful") -> LiveLoop:
         """A new live session, ticked from now on."""
-        loop = LiveLoop(self, self.runtime.open_session(self.avatar, live=True, overlap=75, seed=0), paced)
+        loop = LiveLoop(self, self.runtime.open_session(self.avatar, live=True, seed=0, latency=latency), paced)
         self.loops.append(loop)
         return loop
 
@@ -255,3 +255,29 @@ def test_an_interrupted_session_runs_its_windows_with_the_others_again(engine: E
     lead = speaker.lead_frames
     assert first_loud - 2.31 == pytest.approx((speech_depth(5, 5) + lead) / FPS, abs=0.001), "the new utterance keeps the latency"
     assert speaker.session.counters["deadline_misses"] == 0
+
+
+@pytest.mark.parametrize("phase", [0.0, 0.05])
+def test_a_low_latency_session_beside_a_faithful_one_shows_speech_after_its_shorter_depth(
+    engine: Engine, registered_avatar: Avatar, phase: float
+) -> None:
+    host = VirtualRuntime(engine, registered_avatar, batched=True)
+    faithful, low = host.open(), host.open(latency="low")
+    pushed = 1.0 + phase
+    host.run(pushed)
+    for loop in (faithful, low):
+        loop.say(utterance(0.6), start=pushed)
+    host.run(pushed + 1.5)
+
+    assert low.first_spoken_at() - pushed == pytest.approx((speech_depth(3, 0, 3) + low.lead_frames) / FPS, abs=0.001), (
+        "205 ms of audio after a frame (a 3-frame hop, nothing held, the look-ahead) plus the lead"
+    )
+    assert faithful.first_spoken_at() - pushed == pytest.approx((speech_depth(5, 5) + faithful.lead_frames) / FPS, abs=0.001)
+    assert low.first_spoken_at() < faithful.first_spoken_at() - 0.25
+    steady = sorted(t for t in low.window_ticks if t >= 0.5)
+    gaps = np.round(np.diff(steady), 6)
+    assert set(gaps) <= {0.11, 0.12, 0.13} and gaps.mean() == pytest.approx(0.12, abs=0.002), "a window every 120 ms (to a tick)"
+    for loop in (faithful, low):
+        frames = sorted(loop.audio)
+        assert frames == list(range(frames[0], frames[-1] + 1)) and not loop.late_frames()
+        assert loop.session.counters["deadline_misses"] == 0
