@@ -44,7 +44,7 @@ from bench.nginx import NginxRtmp, find_nginx, free_port
 from bench.push import Pusher
 from bench.rtmp_read import PlayerLog, RtmpPlayer
 from bench.viewers import AiortcViewer, ChromiumViewer, chromium_path
-from engine.engine import LIVE_OVERLAP
+from engine.latency import FAITHFUL, MODES
 
 PUSH_RATE = 16_000
 START = 1200.0
@@ -63,7 +63,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench.glass_to_glass", description=__doc__.splitlines()[0])
     parser.add_argument("--avatar", help="cached avatar folder or portrait image (default: the demo portrait, registered at start)")
     parser.add_argument("--steps", type=int, default=25, help="DDIM steps per window")
-    parser.add_argument("--overlap", type=int, default=LIVE_OVERLAP)
+    parser.add_argument("--latency", choices=sorted(MODES), default=FAITHFUL.name, help="the session's latency mode")
+    parser.add_argument("--overlap", type=int, help="default: the latency mode's (75 faithful, 77 low)")
     parser.add_argument("--encoder", default="x264", choices=("auto", "x264", "nvenc"))
     parser.add_argument("--device", help="cuda or cpu (default: cuda when available)")
     parser.add_argument("--utterances", type=int, default=10, help="utterances pushed, two markers each")
@@ -116,7 +117,8 @@ async def measure(args: argparse.Namespace, work: Path) -> dict:
     base = f"http://127.0.0.1:{http_port}"
     server = LiveServer(
         ["--avatar", avatar, "--listen", "--rtmp", nginx.url("glass"), "--webrtc", f"127.0.0.1:{http_port}"]
-        + ["--encoder", args.encoder, "--steps", str(args.steps), "--overlap", str(args.overlap), "--device", device],
+        + ["--encoder", args.encoder, "--steps", str(args.steps), "--latency", args.latency, "--device", device]
+        + (["--overlap", str(args.overlap)] if args.overlap is not None else []),
         http_port,
         work / "serve.log",
     )
@@ -124,7 +126,8 @@ async def measure(args: argparse.Namespace, work: Path) -> dict:
         "what": "glass-to-glass on loopback: a marker burst pushed over the WebSocket -> the frame that speaks it, decoded",
         "device": device,
         "steps": args.steps,
-        "overlap": args.overlap,
+        "latency": args.latency,
+        "overlap": args.overlap if args.overlap is not None else MODES[args.latency].overlap,
         "encoder": args.encoder,
         "utterances": args.utterances,
         "utterance_seconds": args.duration,

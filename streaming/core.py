@@ -208,7 +208,8 @@ class EngineCore:
             if request.get("controls"):
                 controls = controls.replace(**request["controls"])
             session = self.runtime.open_session(
-                avatar, live=True, overlap=request["overlap"], seed=request["seed"], controls=controls
+                avatar, live=True, overlap=request["overlap"], seed=request["seed"], controls=controls,
+                latency=request.get("latency", "faithful"),
             )
         except AdmissionError as exc:
             return {"error": str(exc), "kind": "admission"}

@@ -28,7 +28,7 @@ from pathlib import Path
 from aiohttp import web
 
 from engine.control_flags import add_control_arguments, control_changes
-from engine.engine import LIVE_OVERLAP
+from engine.latency import FAITHFUL, MODES
 from streaming.api import create_service_app
 from streaming.app import app_runner
 from streaming.encoders.select import ENCODERS
@@ -91,7 +91,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--token", help="required from viewers and pushers; generated when binding beyond loopback without one")
     parser.add_argument("--checkpoints", type=Path, help="official checkpoints folder (default: random stand-in weights)")
     parser.add_argument("--device", help="cuda or cpu (default: cuda when available)")
-    parser.add_argument("--overlap", type=int, default=LIVE_OVERLAP, help="frames shared by consecutive 80-frame windows")
+    parser.add_argument(
+        "--latency", choices=sorted(MODES), default=FAITHFUL.name,
+        help="faithful: the reference's 200 ms hop (speech shown ~540 ms after it is pushed); low: a 120 ms hop, frames "
+        "released before the next window's cross-fade (~280 ms), 5/3 the LMDM work per session (see README)",
+    )
+    parser.add_argument("--overlap", type=int, help="frames shared by consecutive 80-frame windows (default: 75 faithful, 77 low)")
     parser.add_argument("--steps", type=int, default=25, help="DDIM steps per window")
     parser.add_argument("--duration", type=float, help="stop this many seconds after the first frame is out (default: when every session has ended)")
     parser.add_argument("--seed", type=int, default=0, help="seed of session 0's diffusion noise (session i uses seed + i)")
@@ -241,6 +246,7 @@ async def _open_at_start(args: argparse.Namespace, service: Service) -> tuple[li
             overlap=args.overlap,
             seed=args.seed + i,
             controls=args.control_changes or None,
+            latency=args.latency,
         )
         session = await service.create(spec, session_id=str(i))
         session.push = args.listen

@@ -32,7 +32,7 @@ import numpy as np
 import zmq
 import zmq.asyncio
 
-from engine.engine import LIVE_OVERLAP
+from engine.latency import FAITHFUL, MODES
 from streaming.core import resident_mb
 from streaming.frames import FPS
 from streaming.ipc import ServiceError, endpoint, pack, send_nowait, socket, unpack
@@ -48,6 +48,8 @@ BACKPRESSURE_WAIT = 0.05
 DELETE_TIMEOUT = 10.0
 DEGRADED_SHARE = 0.1
 KEPT_ENDED = 100
+SPEC_FIELDS = ("avatar", "rtmp", "mp4", "preview", "latency", "overlap", "seed", "controls")
+"""The fields of a ``POST /sessions`` body."""
 AVATAR_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 """A client names a registered avatar; never a path (the server reads no folder a client points it at)."""
 
@@ -68,18 +70,20 @@ class SessionSpec:
     rtmp: tuple[str, ...] = ()
     mp4: str | None = None
     preview: bool = False
-    overlap: int = LIVE_OVERLAP
+    overlap: int | None = None
+    """None: the latency mode's (75 faithful, 77 low)."""
     seed: int = 0
     controls: dict[str, Any] | None = None
+    latency: str = FAITHFUL.name
 
     @classmethod
     def from_json(cls, body: Any) -> SessionSpec:
         """Validate a ``POST /sessions`` body; SessionError(invalid) naming the bad field."""
         if not isinstance(body, dict):
             raise SessionError('POST /sessions takes a JSON object, e.g. {"avatar": "anchor"}', "invalid")
-        unknown = set(body) - {"avatar", "rtmp", "mp4", "preview", "overlap", "seed", "controls"}
+        unknown = set(body) - set(SPEC_FIELDS)
         if unknown:
-            raise SessionError(f"unknown field(s) {sorted(unknown)}; known: avatar, rtmp, mp4, preview, overlap, seed, controls", "invalid")
+            raise SessionError(f"unknown field(s) {sorted(unknown)}; known: {', '.join(SPEC_FIELDS)}", "invalid")
         avatar = body.get("avatar")
         if not isinstance(avatar, str) or not AVATAR_NAME.fullmatch(avatar):
             raise SessionError('"avatar" (a registered avatar\'s name: letters, digits, ".", "_", "-") is required', "invalid")
@@ -91,7 +95,10 @@ class SessionSpec:
         if mp4 is not None and not isinstance(mp4, str):
             raise SessionError('"mp4" is a file path', "invalid")
         preview = body.get("preview", False)
-        overlap, seed = body.get("overlap", LIVE_OVERLAP), body.get("seed", 0)
+        latency = body.get("latency", FAITHFUL.name)
+        if latency not in MODES:
+            raise SessionError(f'"latency" is one of {", ".join(MODES)}, got {latency!r}', "invalid")
+        overlap, seed = body.get("overlap", MODES[latency].overlap), body.get("seed", 0)
         if not isinstance(preview, bool):
             raise SessionError('"preview" is true or false', "invalid")
         for key, value, low, high in (("overlap", overlap, 0, 79), ("seed", seed, 0, 2**31 - 1)):
@@ -100,7 +107,7 @@ class SessionSpec:
         controls = body.get("controls")
         if controls is not None and not isinstance(controls, dict):
             raise SessionError('"controls" is an object of control fields (see engine.controls)', "invalid")
-        return cls(avatar, tuple(rtmp), mp4, preview, overlap, seed, controls)
+        return cls(avatar, tuple(rtmp), mp4, preview, overlap, seed, controls, latency)
 
 
 @dataclass
@@ -145,7 +152,8 @@ class ServedSession:
             "avatar": self.spec.avatar,
             "size": [self.width, self.height],
             "outputs": {"rtmp": list(self.spec.rtmp), "mp4": self.spec.mp4, "preview": self.spec.preview},
-            "overlap": self.spec.overlap,
+            "latency": self.spec.latency,
+            "overlap": self.spec.overlap if self.spec.overlap is not None else MODES[self.spec.latency].overlap,
             "seed": self.spec.seed,
             "created_at": self.created_at,
             "degraded": self.degraded,
@@ -409,8 +417,8 @@ class Service:
         self._to_worker(session, {"type": "outputs", "id": session_id, "rtmp": list(spec.rtmp), "mp4": spec.mp4, "preview": spec.preview})
         try:
             reply = await self.core.request(
-                {"type": "open", "id": session_id, "avatar": spec.avatar, "overlap": spec.overlap, "seed": spec.seed,
-                 "controls": spec.controls, "worker": worker.address}
+                {"type": "open", "id": session_id, "avatar": spec.avatar, "overlap": spec.overlap, "latency": spec.latency,
+                 "seed": spec.seed, "controls": spec.controls, "worker": worker.address}
             )
         except BaseException:
             self._to_worker(session, {"type": "remove", "id": session_id})

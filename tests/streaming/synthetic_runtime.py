@@ -128,7 +128,9 @@ class FakeRuntime:
     def capacity(self) -> int:
         return CAPACITY
 
-    def open_session(self, avatar: FakeAvatar, live: bool, overlap: int, seed: int, controls: Controls) -> FakeSession:
+    def open_session(
+        self, avatar: FakeAvatar, live: bool, overlap: int | None, seed: int, controls: Controls, latency: str = "faithful"
+    ) -> FakeSession:
         live_sessions = [s for s in self.sessions if not s.finished]
         if self.admission and len(live_sessions) >= CAPACITY:
             raise AdmissionError(f"this synthetic runtime serves at most {CAPACITY} live sessions")

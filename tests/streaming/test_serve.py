@@ -24,7 +24,8 @@ from tests.streaming.test_service import RUNTIME
 def test_defaults_bind_loopback_and_demo_turns_on_the_preview() -> None:
     args = parse_args(["--avatar", "anna"])
     assert args.http == ("127.0.0.1", 8080) and args.webrtc is None
-    assert args.encoder == "auto" and args.sessions == 1 and args.overlap == 75 and not args.no_admission
+    assert args.encoder == "auto" and args.sessions == 1 and not args.no_admission
+    assert args.latency == "faithful" and args.overlap is None, "the latency mode picks the overlap (75 faithful)"
     assert args.output_workers >= 1
     demo = parse_args(["--demo"])
     assert demo.webrtc == ("127.0.0.1", 8080)

@@ -109,11 +109,15 @@ def test_bad_requests_get_clear_answers_and_capacity_is_a_503() -> None:
                 ({"avatar": "anna", "rtmp": "http://x"}, 400, "rtmp://"),
                 ({"avatar": "anna", "colour": "red"}, 400, "unknown field"),
                 ({"avatar": "anna", "overlap": 80}, 400, "overlap"),
+                ({"avatar": "anna", "latency": "fast"}, 400, "faithful, low"),
             ]:
                 response = await http.post(f"{base}/sessions", json=body)
                 assert response.status == status and text in await response.text(), body
             assert (await http.get(f"{base}/sessions/nope")).status == 404
-            for _ in range(4):
+            low = await (await http.post(f"{base}/sessions", json={"avatar": "anna", "latency": "low"})).json()
+            shown = await (await http.get(f"{base}/sessions/{low['id']}")).json()
+            assert (shown["latency"], shown["overlap"]) == ("low", 77), "the low-latency mode's own overlap unless given one"
+            for _ in range(3):
                 assert (await http.post(f"{base}/sessions", json={"avatar": "anna"})).status == 201
             response = await http.post(f"{base}/sessions", json={"avatar": "anna"})
             assert response.status == 503 and "at most 4" in await response.text()
