@@ -23,6 +23,7 @@ import numpy as np
 import torch
 
 from engine.assets import demo_audio
+from engine.latency import LOW, MODES
 from engine.runtime import Backpressure, Runtime, RuntimeConfig
 from engine.session import Session
 
@@ -89,8 +90,8 @@ def push_in_real_time(
     return time.monotonic() - started, refused
 
 
-def live_run(runtime: Runtime, avatar, count: int, seconds: float, stagger: bool = False) -> dict:
-    """``count`` live sessions fed in real time for ``seconds``; what the clock and the GPU saw.
+def live_run(runtime: Runtime, avatar, count: int, seconds: float, stagger: bool = False, latency: str = "faithful") -> dict:
+    """``count`` live sessions in ``latency`` mode fed in real time for ``seconds``; what the clock and the GPU saw.
 
     ``stagger``: sessions open ``1/count`` of a hop apart and push on their own phase (as a server's
     independent clients do) instead of all at once.
@@ -98,7 +99,7 @@ def live_run(runtime: Runtime, avatar, count: int, seconds: float, stagger: bool
     audio, rate = speech(seconds + 2)
     sessions = []
     for i in range(count):
-        sessions.append(runtime.open_session(avatar, live=True, overlap=75, seed=i))
+        sessions.append(runtime.open_session(avatar, live=True, seed=i, latency=latency))
         if stagger:
             time.sleep(HOP / count)
     received = [0] * count
@@ -262,6 +263,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--latency-only", action="store_true", help="measure the utterance latency of one live session and stop")
     parser.add_argument("--live-only", action="store_true", help="only the live-session runs")
     parser.add_argument("--stagger", action="store_true", help="each live run twice: sessions in phase, then opened and pushed out of phase")
+    parser.add_argument("--latency", choices=sorted(MODES), default="faithful", help="the live sessions' latency mode")
     args = parser.parse_args(argv)
     from avatars.cache import load_avatar
 
@@ -273,6 +275,7 @@ def main(argv: list[str] | None = None) -> int:
     result["warmup_seconds"] = runtime.warmup_seconds
     result["window_ms"], result["render_ms"] = runtime.window_ms, runtime.render_ms
     result["capacity_overlap75"] = runtime.capacity(75)
+    result["capacity_low_latency"] = runtime.capacity(LOW.overlap)
     save = lambda: args.out.write_text(json.dumps(result, indent=2))  # noqa: E731
     save()
     print(f"start {result['start_seconds']} s (warm-up {runtime.warmup_seconds:.1f} s); capacity {result['capacity_overlap75']}", flush=True)
@@ -293,7 +296,7 @@ def main(argv: list[str] | None = None) -> int:
     result["live"] = []
     for count in args.sessions:
         for stagger in (False, True) if args.stagger else (False,):
-            row = live_run(runtime, avatar, count, args.seconds, stagger)
+            row = {"latency": args.latency, **live_run(runtime, avatar, count, args.seconds, stagger, args.latency)}
             result["live"].append(row)
             save()
             print(row, flush=True)
