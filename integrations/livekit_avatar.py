@@ -180,6 +180,12 @@ class DittoAvatarRunner(AvatarRunner):
             self._answered = segment
         super()._on_clear_buffer()
 
+    async def aclose(self) -> None:
+        """Stop the runner, then close the generator's runtime session (its frames are no longer rendered)."""
+        await super().aclose()
+        if isinstance(self._video_gen, DittoVideoGenerator):
+            self._video_gen.session.close()
+
     def _open_segment(self) -> object:
         """An identity of the segment the receiver holds unfinished, or None."""
         receiver = self._audio_recv
@@ -198,7 +204,8 @@ def avatar_options(size: tuple[int, int]) -> AvatarOptions:
 
 async def run_in_process(room: rtc.Room, runtime, avatar, **session_options: Any) -> tuple[QueueAudioOutput, DittoAvatarRunner]:
     """In-process mode, inside the agent's job: returns the ``QueueAudioOutput`` to set as the agent session's audio
-    output (``session.output.audio = audio``) and the started runner publishing the avatar into ``room``."""
+    output (``session.output.audio = audio``) and the started runner publishing the avatar into ``room``
+    (``await runner.aclose()`` ends both it and the runtime session)."""
     session = runtime.open_session(avatar, live=True, **session_options)
     generator = DittoVideoGenerator(session, avatar.frames[0].cpu().numpy())
     audio = QueueAudioOutput(sample_rate=AVATAR_AUDIO_RATE)
@@ -263,7 +270,7 @@ class AvatarWorker:
             await asyncio.gather(entry.task, return_exceptions=True)
         if entry.runner is not None:
             await entry.runner.aclose()
-        entry.session.close()
+        entry.session.close()  # also when the runner never started
         await entry.room.disconnect()
 
     async def aclose(self) -> None:

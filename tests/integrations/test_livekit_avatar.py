@@ -25,7 +25,14 @@ from aiohttp import web
 from livekit import api, rtc
 from livekit.agents.voice.avatar import AudioSegmentEnd, AvatarRunner, QueueAudioOutput
 
-from integrations.livekit_avatar import AvatarWorker, DittoAvatarRunner, DittoAvatarSession, DittoVideoGenerator, avatar_options
+from integrations.livekit_avatar import (
+    AvatarWorker,
+    DittoAvatarRunner,
+    DittoAvatarSession,
+    DittoVideoGenerator,
+    avatar_options,
+    run_in_process,
+)
 from tests.integrations.fast_session import SIZE, FastSession, portrait
 from tests.streaming.conftest import free_port
 
@@ -264,5 +271,36 @@ def test_the_worker_api_refuses_bad_requests_and_says_why_it_cannot_join() -> No
                         assert response.status == 404
             finally:
                 await runner.cleanup()
+
+    asyncio.run(scenario())
+
+
+@pytest.mark.slow
+def test_in_process_mode_pushes_into_a_real_runtime_session_and_a_clear_interrupts_it_with_one_event(cpu_runtime, registered_avatar) -> None:
+    """The in-process mode over the real runtime: the agent's 24 kHz TTS reaches the session (resampled there), a clear
+    before any of it was shown interrupts the session and answers the agent once. (The room never connects: the
+    pictures wait to be published, the audio path and the events do not.)"""
+
+    async def scenario() -> None:
+        audio, runner = await run_in_process(rtc.Room(), cpu_runtime, registered_avatar)
+        session = runner._video_gen.session
+        finished_events = []
+        audio.on("playback_finished", finished_events.append)
+        try:
+            first = await runner._video_gen.__aiter__().__anext__()
+            assert (first.width, first.height) == (320, 320), "the portrait, before the runtime's first frame"
+            for _ in range(25):
+                await audio.capture_frame(tts_chunk())  # 0.5 s
+            audio.flush()
+            await asyncio.sleep(0.2)
+            assert session.stats()["lead_seconds"] >= 0.45, "the speech is in the session"
+            for _ in range(3):
+                audio.clear_buffer()
+            done = await asyncio.wait_for(audio.wait_for_playout(), 2)
+            assert done.interrupted and len(finished_events) == 1
+            assert session.stats()["interrupts"] == 3, "each clear interrupts the session; the agent hears of it once"
+        finally:
+            await runner.aclose()
+        assert session.finished
 
     asyncio.run(scenario())

@@ -10,10 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-import subprocess
-import sys
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -31,29 +28,13 @@ from pipecat.transports.base_transport import TransportParams
 from pipecat.transports.smallwebrtc.connection import SmallWebRTCConnection
 from pipecat.transports.smallwebrtc.transport import SmallWebRTCTransport
 
-from avatars.cache import load_avatar
 from bench.viewers import CHROMIUM_FLAGS, chromium_path
-from engine.audio.hubert import TorchHubertRunner
-from engine.audio.standin_hubert import build_standin
-from engine.backends.torch_backend import TorchBackend
-from engine.engine import Engine
-from engine.runtime import Runtime, RuntimeConfig
 from integrations.pipecat_video import DittoVideoService
 from streaming.sinks.webrtc import restrict_ice_to_loopback
 from tests.streaming.conftest import INSTALL_HINT, free_port
 
 pytestmark = pytest.mark.slow
-REPO = Path(__file__).resolve().parents[2]
 TTS_RATE = 24_000
-REGISTER = """
-import sys
-from PIL import Image
-from skimage import data
-from avatars.register import register
-folder, checkpoints = sys.argv[1], sys.argv[2]
-Image.fromarray(data.astronaut()[:320, 64:384]).save(f"{folder}/face.png")
-print(register(f"{folder}/face.png", "face", checkpoints, cache_dir=folder, progress=False))
-"""
 PAGE = """<!doctype html><html><body><video id="v" autoplay playsinline muted></video><audio id="a" autoplay></audio><script>
 const pc = new RTCPeerConnection({iceServers: []});
 pc.addTransceiver('audio', {direction: 'recvonly'});
@@ -101,23 +82,6 @@ connect();
 </script></body></html>"""
 
 
-@pytest.fixture(scope="module")
-def runtime_and_avatar(checkpoint_dir, tmp_path_factory):
-    """The real runtime on the CPU and a registered avatar (registered by the interpreter this environment was made
-    from: the face extra's mediapipe needs protobuf 4, pipecat and livekit protobuf 5 or later)."""
-    folder = tmp_path_factory.mktemp("pipecat-avatar")
-    checkpoints = checkpoint_dir()
-    done = subprocess.run(
-        [sys._base_executable, "-c", REGISTER, str(folder), str(checkpoints)],
-        cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True, timeout=300,
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
-    cache = done.stdout.strip().splitlines()[-1]
-    engine = Engine(TorchBackend(checkpoints, device="cpu"), TorchHubertRunner(build_standin()), steps=2)
-    with Runtime(engine, RuntimeConfig(progress=False, render_frames_per_tick=5)) as runtime:
-        yield runtime, load_avatar(cache, "cpu")
-
-
 def tts_frames(seconds: float) -> list:
     """What a TTS service pushes: started, 20 ms chunks of s16 audio (a 220 Hz tone), stopped."""
     t = np.arange(int(seconds * TTS_RATE)) / TTS_RATE
@@ -127,13 +91,13 @@ def tts_frames(seconds: float) -> list:
     return [TTSStartedFrame(), *chunks, TTSStoppedFrame()]
 
 
-def test_the_browser_sees_the_avatar_before_any_tts_and_no_speech_frame_after_an_interruption(runtime_and_avatar, tmp_path) -> None:
+def test_the_browser_sees_the_avatar_before_any_tts_and_no_speech_frame_after_an_interruption(cpu_runtime, registered_avatar, tmp_path) -> None:
     chromium = chromium_path()
     if chromium is None:
         pytest.skip(f"chromium is not installed ({INSTALL_HINT})")
     from playwright.async_api import async_playwright
 
-    runtime, avatar = runtime_and_avatar
+    runtime, avatar = cpu_runtime, registered_avatar
     home = tmp_path / "home"
     home.mkdir()
     env = {**os.environ, "HOME": str(home), "TMPDIR": str(tmp_path), "XDG_CONFIG_HOME": str(home / ".config"), "XDG_CACHE_HOME": str(home / ".cache")}
