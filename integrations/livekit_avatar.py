@@ -4,7 +4,7 @@ Three pieces, one protocol (``livekit.agents.voice.avatar``):
 
 - ``DittoVideoGenerator``: TTS audio in (``rtc.AudioFrame`` at any rate, ``AudioSegmentEnd`` closing a
   segment), the avatar's frames out at 25 fps (``rtc.VideoFrame`` RGBA, and for speech frames the exact 48 kHz
-  audio they speak as ``rtc.AudioFrame``), one ``AudioSegmentEnd`` per segment once its last speech frame has
+  audio they speak as ``rtc.AudioFrame``, at the session's audio rate), one ``AudioSegmentEnd`` per segment once its last speech frame has
   been handed out. ``clear_buffer`` interrupts the session and forgets every open segment, so no stale segment
   end can ever close the next one. ``AvatarRunner`` turns those into ``lk.playback_started`` and
   ``lk.playback_finished`` (``interrupted`` after a clear).
@@ -40,15 +40,13 @@ from livekit.agents.voice.avatar import (
     VideoGenerator,
 )
 
-from engine.runtime import Backpressure, SessionClosed
+from engine.runtime import AdmissionError, Backpressure, SessionClosed
 from engine.session import FPS
 from integrations.slots import SlotPicker
 
 log = logging.getLogger(__name__)
 SLOT_S = 1 / FPS
 BACKPRESSURE_RETRY_S = 0.02
-AVATAR_AUDIO_RATE = 48_000
-"""The rate of the audio a runtime session's frames carry (``RuntimeConfig.audio_rate``) and so of the avatar's track."""
 
 
 @dataclass
@@ -76,6 +74,7 @@ class DittoVideoGenerator(VideoGenerator):
         until the session's first frame."""
         self.session = session
         self.size = (portrait.shape[1], portrait.shape[0])
+        self.audio_rate: int = session.audio_rate
         self._picker = SlotPicker(session, max_held_frames)
         self._picture = self._idle_picture = _rgba(portrait)
         self._segments: list[_Segment] = []
@@ -105,12 +104,17 @@ class DittoVideoGenerator(VideoGenerator):
                 return
             except Backpressure:
                 await asyncio.sleep(BACKPRESSURE_RETRY_S)
+            except SessionClosed:
+                return
 
     def clear_buffer(self) -> None:
         """Interrupt: drop the session's pending speech, every frame held here and every open segment."""
         self._generation += 1
         self.clears += 1
-        self.session.interrupt()
+        try:
+            self.session.interrupt()
+        except SessionClosed:
+            pass
         self._picker.clear()
         self._segments.clear()
         self._open = None
@@ -141,7 +145,7 @@ class DittoVideoGenerator(VideoGenerator):
             yield self._picture
             if frame.speech:
                 audio = (np.clip(frame.audio, -1.0, 1.0) * 32767.0).astype(np.int16)
-                yield rtc.AudioFrame(audio.tobytes(), AVATAR_AUDIO_RATE, 1, audio.size)
+                yield rtc.AudioFrame(audio.tobytes(), self.audio_rate, 1, audio.size)
             if self._segment_done(frame.speech):
                 self._segments.pop(0)
                 yield AudioSegmentEnd()
@@ -197,9 +201,10 @@ class DittoAvatarRunner(AvatarRunner):
         return None
 
 
-def avatar_options(size: tuple[int, int]) -> AvatarOptions:
-    """The runner's track settings for frames of ``size`` (width, height): 25 fps, 48 kHz mono."""
-    return AvatarOptions(video_width=size[0], video_height=size[1], video_fps=FPS, audio_sample_rate=AVATAR_AUDIO_RATE, audio_channels=1)
+def avatar_options(generator: DittoVideoGenerator) -> AvatarOptions:
+    """The runner's track settings for ``generator``'s frames: their size, 25 fps, the session's audio rate, mono."""
+    width, height = generator.size
+    return AvatarOptions(video_width=width, video_height=height, video_fps=FPS, audio_sample_rate=generator.audio_rate, audio_channels=1)
 
 
 async def run_in_process(room: rtc.Room, runtime, avatar, **session_options: Any) -> tuple[QueueAudioOutput, DittoAvatarRunner]:
@@ -208,8 +213,8 @@ async def run_in_process(room: rtc.Room, runtime, avatar, **session_options: Any
     (``await runner.aclose()`` ends both it and the runtime session)."""
     session = runtime.open_session(avatar, live=True, **session_options)
     generator = DittoVideoGenerator(session, avatar.frames[0].cpu().numpy())
-    audio = QueueAudioOutput(sample_rate=AVATAR_AUDIO_RATE)
-    runner = DittoAvatarRunner(room, audio_recv=audio, video_gen=generator, options=avatar_options(generator.size))
+    audio = QueueAudioOutput()  # any rate: the session resamples, once
+    runner = DittoAvatarRunner(room, audio_recv=audio, video_gen=generator, options=avatar_options(generator))
     await runner.start()
     return audio, runner
 
@@ -226,6 +231,7 @@ class _Room:
     session: Any
     runner: DittoAvatarRunner | None = None
     task: asyncio.Task | None = field(default=None, repr=False)
+    started: bool = False
 
 
 class AvatarWorker:
@@ -250,27 +256,36 @@ class AvatarWorker:
     async def join(self, avatar_name: str, url: str, token: str) -> _Room:
         """Join the room ``token`` grants, publish the avatar there, and run it until the room ends or ``leave``."""
         avatar = self.avatars.get(avatar_name)
-        room = rtc.Room()
-        await room.connect(url, token)
         session = self.runtime.open_session(avatar, live=True, overlap=self.overlap)
+        room = rtc.Room()
+        try:
+            await room.connect(url, token)
+        except BaseException:
+            session.close()
+            raise
         entry = _Room(secrets.token_hex(4), avatar_name, room.local_participant.identity, room, session)
         generator = DittoVideoGenerator(session, avatar.frames[0].cpu().numpy())
         entry.runner = DittoAvatarRunner(
-            room, audio_recv=DataStreamAudioReceiver(room), video_gen=generator, options=avatar_options(generator.size)
+            room, audio_recv=DataStreamAudioReceiver(room), video_gen=generator, options=avatar_options(generator)
         )
         self.rooms[entry.id] = entry
         entry.task = asyncio.create_task(self._run(entry))
+        room.on("disconnected", lambda *_: entry.id in self.rooms and asyncio.ensure_future(self.leave(entry.id)))
         return entry
 
     async def leave(self, session_id: str) -> None:
         """End one avatar session: stop its runner, close its runtime session, leave the room."""
-        entry = self.rooms.pop(session_id)
+        entry = self.rooms.pop(session_id, None)
+        if entry is None:
+            return
         if entry.task is not None:
             entry.task.cancel()
             await asyncio.gather(entry.task, return_exceptions=True)
-        if entry.runner is not None:
+        if entry.started:
             await entry.runner.aclose()
-        entry.session.close()  # also when the runner never started
+        else:  # still waiting for the agent to join: only the synchronizer's task runs
+            await entry.runner.av_sync.aclose()
+        entry.session.close()
         await entry.room.disconnect()
 
     async def aclose(self) -> None:
@@ -281,6 +296,7 @@ class AvatarWorker:
     async def _run(self, entry: _Room) -> None:
         try:
             await entry.runner.start()
+            entry.started = True
             await entry.runner.wait_for_complete()
         except asyncio.CancelledError:
             raise
@@ -297,6 +313,8 @@ class AvatarWorker:
             entry = await self.join(avatar, url, token)
         except LookupError as exc:
             return web.json_response({"error": str(exc)}, status=404)
+        except AdmissionError as exc:
+            return web.json_response({"error": str(exc)}, status=503)
         except rtc.ConnectError as exc:
             return web.json_response({"error": f"could not join the room: {exc}"}, status=502)
         return web.json_response({"id": entry.id, "identity": entry.identity, "room": entry.room.name}, status=201)
@@ -373,7 +391,8 @@ class DittoAvatarSession(AvatarSession):
                 raise RuntimeError(f"the avatar worker answered {response.status}: {answer.get('error')}")
         self.session_id = answer["id"]
         agent_session.output.audio = DataStreamAudioOutput(
-            room, destination_identity=self._identity, sample_rate=AVATAR_AUDIO_RATE, wait_remote_track=rtc.TrackKind.KIND_VIDEO
+            room, destination_identity=self._identity, sample_rate=None,  # the TTS's own rate: the session resamples once
+            wait_remote_track=rtc.TrackKind.KIND_VIDEO,
         )
 
     async def aclose(self) -> None:

@@ -15,6 +15,7 @@ import time
 
 import numpy as np
 import pytest
+import torch
 
 from tests.integrations.conftest import INTEGRATIONS_HINT
 
@@ -25,6 +26,7 @@ from aiohttp import web
 from livekit import api, rtc
 from livekit.agents.voice.avatar import AudioSegmentEnd, AvatarRunner, QueueAudioOutput
 
+from engine.runtime import AdmissionError
 from integrations.livekit_avatar import (
     AvatarWorker,
     DittoAvatarRunner,
@@ -89,7 +91,7 @@ def tts_chunk(level: float = 0.3) -> rtc.AudioFrame:
 async def start_runner(session, immediate: bool) -> tuple[AgentAudio, DittoVideoGenerator, AvatarRunner]:
     audio = AgentAudio()
     generator = DittoVideoGenerator(session, portrait())
-    runner = RoomlessRunner(rtc.Room(), audio_recv=audio, video_gen=generator, options=avatar_options(generator.size))
+    runner = RoomlessRunner(rtc.Room(), audio_recv=audio, video_gen=generator, options=avatar_options(generator))
     if immediate:
         await runner._av_sync.aclose()
         runner._av_sync = ImmediateSync()
@@ -241,22 +243,31 @@ def test_the_avatar_token_joins_only_its_room_and_publishes_on_behalf_of_the_age
 def test_the_worker_api_refuses_bad_requests_and_says_why_it_cannot_join() -> None:
     class Avatars:
         def get(self, name: str):
-            raise LookupError(f"no avatar {name!r}; avatars available: anchor")
+            if name != "anchor":
+                raise LookupError(f"no avatar {name!r}; avatars available: anchor")
+            return FrameHolder()
 
-    class Frames:
-        frames = np.zeros((1, SIZE, SIZE, 3), np.uint8)
+    class FrameHolder:
+        frames = torch.zeros(1, SIZE, SIZE, 3, dtype=torch.uint8)
 
-    class OneAvatar:
-        def get(self, name: str):
-            return Frames()
+    class Runtime:
+        def __init__(self, full: bool) -> None:
+            self.full, self.sessions = full, []
+
+        def open_session(self, avatar, live: bool, overlap: int) -> FastSession:
+            if self.full:
+                raise AdmissionError("this runtime serves at most 0 live sessions")
+            self.sessions.append(FastSession())
+            return self.sessions[-1]
 
     async def scenario() -> None:
-        for avatars, body, status, says in [
-            (Avatars(), {"avatar": "x"}, 400, "livekit_url"),
-            (Avatars(), {"avatar": "nobody", "livekit_url": "ws://127.0.0.1:1", "livekit_token": "t"}, 404, "nobody"),
-            (OneAvatar(), {"livekit_url": f"ws://127.0.0.1:{free_port()}", "livekit_token": "t"}, 502, "could not join"),
+        for runtime, body, status, says in [
+            (Runtime(False), {"avatar": "x"}, 400, "livekit_url"),
+            (Runtime(False), {"avatar": "nobody", "livekit_url": "ws://127.0.0.1:1", "livekit_token": "t"}, 404, "nobody"),
+            (Runtime(True), {"livekit_url": "ws://127.0.0.1:1", "livekit_token": "t"}, 503, "at most 0"),
+            (Runtime(False), {"livekit_url": f"ws://127.0.0.1:{free_port()}", "livekit_token": "t"}, 502, "could not join"),
         ]:
-            worker = AvatarWorker(runtime=None, avatars=avatars)
+            worker = AvatarWorker(runtime, Avatars())
             runner = web.AppRunner(worker.app())
             await runner.setup()
             port = free_port()
@@ -271,6 +282,7 @@ def test_the_worker_api_refuses_bad_requests_and_says_why_it_cannot_join() -> No
                         assert response.status == 404
             finally:
                 await runner.cleanup()
+            assert all(s.closed for s in runtime.sessions), "a session whose room could not be joined is closed"
 
     asyncio.run(scenario())
 
