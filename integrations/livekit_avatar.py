@@ -22,8 +22,9 @@ import argparse
 import asyncio
 import logging
 import secrets
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import aiohttp
 import numpy as np
@@ -43,6 +44,12 @@ from livekit.agents.voice.avatar import (
 from engine.runtime import AdmissionError, Backpressure, SessionClosed
 from engine.session import FPS
 from integrations.slots import SlotPicker
+
+if TYPE_CHECKING:
+    from avatars.cache import Avatar
+    from engine.runtime.runtime import Runtime
+    from engine.session import Session
+    from livekit.agents import AgentSession
 
 log = logging.getLogger(__name__)
 SLOT_S = 1 / FPS
@@ -69,7 +76,7 @@ def _rgba(image: np.ndarray) -> rtc.VideoFrame:
 class DittoVideoGenerator(VideoGenerator):
     """The avatar's video and audio for ``AvatarRunner``, from a live runtime session (or anything with its contract)."""
 
-    def __init__(self, session, portrait: np.ndarray, *, max_held_frames: int = 25) -> None:
+    def __init__(self, session: Session, portrait: np.ndarray, *, max_held_frames: int = 25) -> None:
         """``session``: a live ``engine.session.Session``; ``portrait``: the avatar's (H, W, 3) uint8 frame, shown
         until the session's first frame."""
         self.session = session
@@ -120,10 +127,10 @@ class DittoVideoGenerator(VideoGenerator):
         self._open = None
         self._picture = self._idle_picture
 
-    def __aiter__(self):
+    def __aiter__(self) -> AsyncIterator[rtc.VideoFrame | rtc.AudioFrame | AudioSegmentEnd]:
         return self._frames()
 
-    async def _frames(self):
+    async def _frames(self) -> AsyncIterator[rtc.VideoFrame | rtc.AudioFrame | AudioSegmentEnd]:
         """One picture per slot (the last one again when no frame is due), speech audio, segment ends."""
         while True:
             try:
@@ -207,7 +214,7 @@ def avatar_options(generator: DittoVideoGenerator) -> AvatarOptions:
     return AvatarOptions(video_width=width, video_height=height, video_fps=FPS, audio_sample_rate=generator.audio_rate, audio_channels=1)
 
 
-async def run_in_process(room: rtc.Room, runtime, avatar, **session_options: Any) -> tuple[QueueAudioOutput, DittoAvatarRunner]:
+async def run_in_process(room: rtc.Room, runtime: Runtime, avatar: Avatar, **session_options: Any) -> tuple[QueueAudioOutput, DittoAvatarRunner]:
     """In-process mode, inside the agent's job: returns the ``QueueAudioOutput`` to set as the agent session's audio
     output (``session.output.audio = audio``) and the started runner publishing the avatar into ``room``
     (``await runner.aclose()`` ends both it and the runtime session)."""
@@ -228,7 +235,7 @@ class _Room:
     avatar: str
     identity: str
     room: rtc.Room
-    session: Any
+    session: Session
     runner: DittoAvatarRunner | None = None
     task: asyncio.Task | None = field(default=None, repr=False)
     started: bool = False
@@ -237,7 +244,7 @@ class _Room:
 class AvatarWorker:
     """Avatar sessions in LiveKit rooms, one runtime session each, created and ended through a small HTTP API."""
 
-    def __init__(self, runtime, avatars, *, overlap: int = 75) -> None:
+    def __init__(self, runtime: Runtime, avatars: Any, *, overlap: int = 75) -> None:
         """``avatars``: an ``engine.runtime.avatars``-like registry with ``get(name)`` (as ``streaming.serve`` loads them)."""
         self.runtime = runtime
         self.avatars = avatars
@@ -377,7 +384,7 @@ class DittoAvatarSession(AvatarSession):
             .to_jwt()
         )
 
-    async def start(self, agent_session, room: rtc.Room) -> None:
+    async def start(self, agent_session: AgentSession, room: rtc.Room) -> None:
         """Ask the worker for an avatar session in ``room``, then send the agent's audio to it."""
         await super().start(agent_session, room)
         body = {
@@ -414,6 +421,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--http", default="127.0.0.1:8090", help="host:port of the session API (binds 127.0.0.1 by default)")
     parser.add_argument("--overlap", type=int, default=75)
     args = parser.parse_args(argv)
+    host, port = args.http.rsplit(":", 1)
+    if host not in ("127.0.0.1", "localhost", "::1"):
+        parser.error("the worker's API has no token check: bind it to 127.0.0.1 and reach it from the agent's host")
 
     from avatars.cache import load_avatar
     from engine.runtime import Runtime
@@ -422,7 +432,6 @@ def main(argv: list[str] | None = None) -> int:
     if args.checkpoints is None:
         print("RANDOM WEIGHTS: the avatar's pictures are not faces")
     avatars = _Avatars({name: load_avatar(name, runtime.device) for name in args.avatar})
-    host, port = args.http.rsplit(":", 1)
     worker = AvatarWorker(runtime, avatars, overlap=args.overlap)
     try:
         web.run_app(worker.app(), host=host, port=int(port), access_log=None)
@@ -438,7 +447,7 @@ class _Avatars:
         self.loaded = dict(loaded)
         self.loaded.setdefault("anchor", next(iter(loaded.values())))
 
-    def get(self, name: str):
+    def get(self, name: str) -> Avatar:
         if name not in self.loaded:
             raise LookupError(f"no avatar {name!r}; avatars available: {', '.join(sorted(self.loaded))}")
         return self.loaded[name]

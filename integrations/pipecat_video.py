@@ -27,6 +27,7 @@ import asyncio
 import time
 from collections import deque
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 from pipecat.frames.frames import (
@@ -47,6 +48,10 @@ from engine.controls import Controls
 from engine.runtime import Backpressure, SessionClosed
 from engine.session import FPS
 from integrations.slots import SlotPicker
+
+if TYPE_CHECKING:
+    from avatars.cache import Avatar
+    from engine.runtime.runtime import Runtime
 
 NS_PER_FRAME = 1_000_000_000 // FPS
 BACKPRESSURE_RETRY_S = 0.02
@@ -82,8 +87,8 @@ class DittoVideoService(FrameProcessor):
 
     def __init__(
         self,
-        runtime,
-        avatar,
+        runtime: Runtime,
+        avatar: Avatar,
         *,
         overlap: int = 75,
         seed: int = 0,
