@@ -244,11 +244,11 @@ class _Room:
 class AvatarWorker:
     """Avatar sessions in LiveKit rooms, one runtime session each, created and ended through a small HTTP API."""
 
-    def __init__(self, runtime: Runtime, avatars: Any, *, overlap: int = 75) -> None:
-        """``avatars``: an ``engine.runtime.avatars``-like registry with ``get(name)`` (as ``streaming.serve`` loads them)."""
+    def __init__(self, runtime: Runtime, avatars: Any, *, latency: str = "faithful") -> None:
+        """``avatars``: a registry with ``get(name)``; ``latency``: the sessions' mode (``engine.latency``)."""
         self.runtime = runtime
         self.avatars = avatars
-        self.overlap = overlap
+        self.latency = latency
         self.rooms: dict[str, _Room] = {}
 
     def app(self) -> web.Application:
@@ -263,7 +263,7 @@ class AvatarWorker:
     async def join(self, avatar_name: str, url: str, token: str) -> _Room:
         """Join the room ``token`` grants, publish the avatar there, and run it until the room ends or ``leave``."""
         avatar = self.avatars.get(avatar_name)
-        session = self.runtime.open_session(avatar, live=True, overlap=self.overlap)
+        session = self.runtime.open_session(avatar, live=True, latency=self.latency)
         room = rtc.Room()
         try:
             await room.connect(url, token)
@@ -419,7 +419,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--checkpoints", default=None, help="official checkpoints (default: random weights, pictures are not faces)")
     parser.add_argument("--device", default=None)
     parser.add_argument("--http", default="127.0.0.1:8090", help="host:port of the session API (binds 127.0.0.1 by default)")
-    parser.add_argument("--overlap", type=int, default=75)
+    parser.add_argument("--latency", choices=("faithful", "low"), default="faithful", help="the sessions' latency mode")
     args = parser.parse_args(argv)
     host, port = args.http.rsplit(":", 1)
     if host not in ("127.0.0.1", "localhost", "::1"):
@@ -432,7 +432,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.checkpoints is None:
         print("RANDOM WEIGHTS: the avatar's pictures are not faces")
     avatars = _Avatars({name: load_avatar(name, runtime.device) for name in args.avatar})
-    worker = AvatarWorker(runtime, avatars, overlap=args.overlap)
+    worker = AvatarWorker(runtime, avatars, latency=args.latency)
     try:
         web.run_app(worker.app(), host=host, port=int(port), access_log=None)
     finally:

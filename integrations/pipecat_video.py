@@ -90,17 +90,19 @@ class DittoVideoService(FrameProcessor):
         runtime: Runtime,
         avatar: Avatar,
         *,
-        overlap: int = 75,
+        latency: str = "faithful",
+        overlap: int | None = None,
         seed: int = 0,
         controls: Controls | None = None,
         max_held_frames: int = 25,
         **kwargs,
     ) -> None:
-        """``runtime`` an ``engine.runtime.Runtime``; ``avatar`` as ``avatars.cache.load_avatar`` returns it."""
+        """``runtime`` an ``engine.runtime.Runtime``; ``avatar`` as ``avatars.cache.load_avatar`` returns it; ``latency``,
+        ``overlap``, ``seed`` and ``controls`` are the session's (``Runtime.open_session``)."""
         super().__init__(**kwargs)
         self._runtime = runtime
         self._avatar = avatar
-        self._overlap, self._seed, self._controls = overlap, seed, controls
+        self._options = {"latency": latency, "overlap": overlap, "seed": seed, "controls": controls}
         self._max_held = max_held_frames
         portrait = avatar.frames[0].cpu().numpy()
         self._portrait = np.ascontiguousarray(portrait).tobytes()
@@ -158,9 +160,7 @@ class DittoVideoService(FrameProcessor):
 
     def _start(self) -> None:
         if self.session is None:
-            self.session = self._runtime.open_session(
-                self._avatar, live=True, overlap=self._overlap, seed=self._seed, controls=self._controls
-            )
+            self.session = self._runtime.open_session(self._avatar, live=True, **self._options)
             self._picker = SlotPicker(self.session, self._max_held)
         if self._clock_task is None:
             self._clock_task = self.create_task(self._clock(), name="ditto-video-clock")

@@ -254,7 +254,7 @@ def test_the_worker_api_refuses_bad_requests_and_says_why_it_cannot_join() -> No
         def __init__(self, full: bool) -> None:
             self.full, self.sessions = full, []
 
-        def open_session(self, avatar, live: bool, overlap: int) -> FastSession:
+        def open_session(self, avatar, live: bool, latency: str) -> FastSession:
             if self.full:
                 raise AdmissionError("this runtime serves at most 0 live sessions")
             self.sessions.append(FastSession())

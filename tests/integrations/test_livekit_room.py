@@ -38,7 +38,7 @@ RATE = 24_000
 
 
 class FastRuntime:
-    def open_session(self, avatar, live: bool, overlap: int) -> FastSession:
+    def open_session(self, avatar, live: bool, latency: str) -> FastSession:
         return FastSession()
 
 
