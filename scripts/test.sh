@@ -10,6 +10,17 @@ fi
 # The streaming tests drive real nginx-rtmp, Chromium and PulseAudio (Debian packages; they skip, saying why, without them).
 bash scripts/install_system_deps.sh || echo "could not install the streaming tests' system packages; those tests will skip" >&2
 pins=(-c constraints.txt)
-if [[ "${DITTO_UNPINNED:-}" == 1 ]]; then pins=(); fi
+integration_pins=(-c constraints-integrations.txt)
+if [[ "${DITTO_UNPINNED:-}" == 1 ]]; then pins=(); integration_pins=(); fi
 python3 -m pip install --quiet "${pins[@]}" -e ".[dev,face]"
-exec python3 -m pytest "$@"
+# pipecat and LiveKit Agents need protobuf >= 5, the face extra's mediapipe protobuf < 5: pip cannot put both in one
+# environment. The integrations get a second one on top of this (it sees torch and the test tools from here).
+python3 -m venv --system-site-packages .venv-integrations
+.venv-integrations/bin/python -m pip install --quiet "${integration_pins[@]}" -e ".[pipecat,livekit]"
+status=0
+python3 -m pytest "$@" || status=$?
+# The same options (not paths) for tests/integrations, where their packages are.
+options=()
+for arg in "$@"; do [[ "$arg" == -* ]] && options+=("$arg"); done
+.venv-integrations/bin/python -m pytest "${options[@]}" tests/integrations || status=$?
+exit "$status"
