@@ -409,7 +409,10 @@ class Service:
         session = ServedSession(session_id, spec, worker.index)
         if spec.preview:
             session.preview = WebRtcPreview(
-                self._loop, lambda: self._to_worker(session, {"type": "keyframe", "id": session_id}), loopback_only=self.options.loopback_only
+                self._loop,
+                lambda: self._to_worker(session, {"type": "keyframe", "id": session_id}),
+                loopback_only=self.options.loopback_only,
+                on_watching=lambda on: self._to_worker(session, {"type": "watch", "id": session_id, "on": on}),
             )
         session.audio = RemoteSession(self.core, session_id, self._loop)
         self.sessions[session_id] = session

@@ -2,8 +2,8 @@
 
 ``python -m streaming.worker CONFIG_JSON`` (started by ``streaming.service``). It binds one PULL
 socket: the engine core announces each session's frame ring there and then each frame's slot;
-the front end says which outputs a session has (RTMP URLs, an MP4 path, the WebRTC preview) and
-asks for keyframes. Each session runs a ``SessionOutput`` over its ring (its own output clock:
+the front end says which outputs a session has (RTMP URLs, an MP4 path, the WebRTC preview),
+whether anyone watches the preview (its packets go to the front end only then) and asks for keyframes. Each session runs a ``SessionOutput`` over its ring (its own output clock:
 repeats when the GPU is late, never a late timeline). The preview's encoded packets go to the
 front end, which holds the browsers' peer connections. Once a second it reports every stream's
 counters; when a stream has flushed and closed its outputs it says so.
@@ -103,16 +103,20 @@ class RingSource:
 
 
 class PreviewRelay:
-    """The sink that forwards a session's encoded packets to the front end, where the WebRTC viewers are."""
+    """The sink that forwards a session's encoded packets to the front end, where the WebRTC viewers are, while
+    the front end says someone watches (``watching``): no viewer, no packets crossing processes."""
 
     name = "webrtc"
 
     def __init__(self, session_id: str, send) -> None:
         self.session_id, self._send = session_id, send
+        self.watching = False
         self.frames_sent = 0
         self.frames_dropped = 0
 
     def send(self, frame: EncodedFrame) -> None:
+        if not self.watching:
+            return
         message = {
             "type": "packet", "id": self.session_id, "index": frame.index, "width": frame.width, "height": frame.height,
             "video": frame.video, "keyframe": frame.keyframe, "opus": [list(p) for p in frame.opus], "speech": frame.speech,
@@ -138,6 +142,7 @@ class WorkerStream:
     ring: dict[str, Any] | None = None
     source: RingSource | None = None
     output: SessionOutput | None = None
+    relay: PreviewRelay | None = None
     early: list = field(default_factory=list)
 
 
@@ -210,6 +215,11 @@ class Worker:
                 stream.source.end()
         elif kind == "keyframe" and stream.output is not None:
             stream.output.request_keyframe()
+        elif kind == "watch":
+            if stream.output is None:
+                stream.early.append(message)
+            elif stream.relay is not None:
+                stream.relay.watching = message["on"]
         elif kind == "remove":
             if stream.output is not None:
                 stream.output.stop()
@@ -235,7 +245,8 @@ class Worker:
             if spec.get("mp4"):
                 output.add_sink(Mp4Sink(spec["mp4"], output.request_keyframe))
             if spec.get("preview"):
-                output.add_sink(PreviewRelay(stream.id, self.emit))
+                stream.relay = PreviewRelay(stream.id, self.emit)
+                output.add_sink(stream.relay)
         except ValueError as exc:
             self.emit({"type": "output_failed", "id": stream.id, "message": str(exc)})
         stream.output = output.start()
