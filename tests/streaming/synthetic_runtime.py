@@ -4,7 +4,8 @@ The service's core process builds it in place of the engine's (``ServiceOptions.
 tests run the real processes (front end, core, output workers), sockets and shared memory on two
 CPU cores in seconds. Each avatar name gives frames of its own size; frames are the streaming
 tests' synthetic pictures (index bits, flashes) on the session's live clock, ``LEAD`` ahead.
-A session whose avatar is ``slow`` makes frames at half speed: the overload case.
+A session whose avatar is ``slow`` makes frames at half speed (the overload case), ``crawl`` one frame every 2 s
+(the engine on a CPU).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from engine.session import Frame
 from streaming.frames import FPS
 from tests.streaming.synthetic import picture, sound
 
-AVATARS = {"anna": (64, 64), "ben": (96, 64), "slow": (64, 64)}
+AVATARS = {"anna": (64, 64), "ben": (96, 64), "slow": (64, 64), "crawl": (128, 128)}
 LEAD = 0.2
 CAPACITY = 4
 
@@ -50,14 +51,14 @@ class FakeAvatars:
 
 
 class FakeSession:
-    """Frames on a live clock from its opening (half speed for the ``slow`` avatar); takes pushed audio as a live
+    """Frames on a live clock from its opening (half speed for ``slow``, one every 2 s for ``crawl``); takes pushed audio as a live
     session does: up to 5 s ahead of its clock, then ``Backpressure`` until the clock catches up."""
 
     def __init__(self, avatar: FakeAvatar, seed: int) -> None:
         self.avatar, self.seed = avatar, seed
         self.height, self.width = avatar.frames.shape[1:3]
         self.clock_anchor = time.monotonic() + LEAD
-        self.period = 2 / FPS if avatar.name == "slow" else 1 / FPS
+        self.period = {"slow": 2 / FPS, "crawl": 2.0}.get(avatar.name, 1 / FPS)
         self.next_index = 0
         self.pushed_seconds = 0.0
         self.ending_at: int | None = None
