@@ -46,9 +46,13 @@ class AsyncAudioSink(Protocol):
 
     async def update_controls(self, **changes: Any) -> dict[str, Any]: ...
 
-    async def interrupt(self) -> None: ...
+    async def interrupt(self) -> int | None: ...
+
+    async def end_segment(self) -> int | None: ...
 
     async def end(self) -> None: ...
+
+    def subscribe(self, listener: Callable[[dict[str, Any]], None]) -> Callable[[], None]: ...
 
 
 class Served(Protocol):
@@ -74,11 +78,18 @@ class ThreadedAudioSink:
         controls = self.session.update_controls(**changes)
         return {k: v for k, v in controls.to_dict().items() if k in changes}
 
-    async def interrupt(self) -> None:
-        self.session.interrupt()
+    async def interrupt(self) -> int | None:
+        return self.session.interrupt()
+
+    async def end_segment(self) -> int | None:
+        return await asyncio.to_thread(self.session.end_segment)
 
     async def end(self) -> None:
         await asyncio.to_thread(self.session.end)
+
+    def subscribe(self, listener: Callable[[dict[str, Any]], None]) -> Callable[[], None]:
+        """In-process streams send no playback events (the service's output workers make them); nothing to undo."""
+        return lambda: None
 
 
 @dataclass
