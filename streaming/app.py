@@ -1,4 +1,4 @@
-"""The HTTP side of the server (aiohttp): preview page, WebRTC signalling, audio push, /metrics, token check.
+"""The HTTP side of the server (aiohttp): preview page, WHEP playback, audio push, /metrics, token check.
 
 Routes: ``GET /`` the preview page (``?session=NAME``), ``GET /info`` the stream names and the
 notice shown on the page, ``POST /whep/NAME`` and ``DELETE /whep/NAME/VIEWER`` WHEP playback
