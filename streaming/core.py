@@ -3,10 +3,10 @@
 ``python -m streaming.core CONFIG_JSON`` (started by ``streaming.service``; its ``runtime`` entry,
 ``module:function``, builds another runtime in place of the engine's: the tests' synthetic one). Three threads:
 the runtime's loop; this process's main thread, answering the front end's requests (open a
-session, pushed audio, controls, interrupt, end of a speech segment, end, close, stats) on a ROUTER socket; and the
-publisher, which takes every session's finished frames, converts them to I420 on the GPU
-straight into the session's shared-memory ring (``streaming.frame_ring``), and tells the
-session's output worker which frame is in which slot. No encoder, muxer, socket to a viewer
+session, pushed audio, controls, interrupt, end of a speech segment, end, close, stats) on a
+ROUTER socket; and the publisher, which takes every session's finished frames, converts them to
+I420 on the GPU straight into the session's shared-memory ring (``streaming.frame_ring``), and
+tells the session's output worker which frame is in which slot and which speech segments closed. No encoder, muxer, socket to a viewer
 or HTTP handler shares this interpreter, so the loop's Python work never waits behind theirs.
 """
 

@@ -31,7 +31,8 @@ server -> client, playback events (the service; see streaming.playback), per seg
       its last frame has been shown (or it was interrupted): exactly once per segment, also for one
       interrupted before any of it was shown (position 0, no playback_started). ``position``: seconds of
       its speech shown. A segment still open when the stream ends is finished then, as interrupted.
-      Every push connection of the session gets them.
+      Every push connection of the session gets them; ``end`` closes the socket at once, so a client that
+      wants the last segment's playback_finished waits for it before sending ``end``.
 
 To pause speaking, just stop sending: the avatar idles on silence until audio comes again.
 Audio is pushed with backpressure: the server reads the next message only once the session
