@@ -68,12 +68,14 @@ def test_two_chromium_viewers_over_whep_and_a_player_that_says_goodbye(tmp_path:
                         assert service.sessions[session_id].preview.viewers == 2
                         location = await second.evaluate("preview.location")
                         assert location.startswith(f"/whep/{session_id}/")
-                        await second.close()  # the page DELETEs its Location on the way out
-                        await until(lambda: service.sessions[session_id].preview.viewers == 1)
+                        assert (await http.delete(f"{base}{location}")).status == 200
+                        assert service.sessions[session_id].preview.viewers == 1, "DELETE ends that viewer, and only it"
+                        assert (await http.delete(f"{base}{location}")).status == 404
+                        await second.close()
                         before = (await poll(first, "true", 1))["framesDecoded"]
                         await asyncio.sleep(0.5)
                         assert (await poll(first, "true", 1))["framesDecoded"] - before >= 8, "the first viewer plays on"
-                        await first.close()
+                        await first.close()  # the page DELETEs its Location and closes its connection on the way out
                         await until(lambda: service.sessions[session_id].preview.viewers == 0)
                     finally:
                         await browser.close()
