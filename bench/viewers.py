@@ -1,6 +1,6 @@
 """The WebRTC preview seen from outside: a real headless Chromium on the preview page, or a Python aiortc viewer.
 
-Both connect the way a user's browser does (POST an offer to /offer) and note, on this
+Both connect the way a user's browser does (WHEP: POST an SDP offer to /whep/0) and note, on this
 process's monotonic clock, when each marker burst arrives in the received audio and when the
 video frames arrive. Chromium: an AudioWorklet finds the bursts in the audio the page plays
 and maps them to the moment they leave the audio output (``AudioContext.getOutputTimestamp``);
@@ -76,11 +76,12 @@ class ViewerLog:
         return votes.most_common(1)[0][0] if votes else None
 
 
-async def _offer(http: aiohttp.ClientSession, base: str, sdp: str) -> dict:
-    async with http.post(f"{base}/offer?session=0", json={"sdp": sdp, "type": "offer"}) as response:
-        if response.status != 200:
-            raise RuntimeError(f"/offer answered {response.status}: {await response.text()}")
-        return await response.json()
+async def _offer(http: aiohttp.ClientSession, base: str, sdp: str) -> str:
+    """The SDP answer to a WHEP offer for session 0."""
+    async with http.post(f"{base}/whep/0", data=sdp, headers={"Content-Type": "application/sdp"}) as response:
+        if response.status != 201:
+            raise RuntimeError(f"/whep/0 answered {response.status}: {await response.text()}")
+        return await response.text()
 
 
 class AiortcViewer:
@@ -110,7 +111,7 @@ class AiortcViewer:
         await pc.setLocalDescription(await pc.createOffer())
         async with aiohttp.ClientSession() as http:
             answer = await _offer(http, self.base_url, pc.localDescription.sdp)
-        await pc.setRemoteDescription(RTCSessionDescription(sdp=answer["sdp"], type=answer["type"]))
+        await pc.setRemoteDescription(RTCSessionDescription(sdp=answer, type="answer"))
 
     async def onsets_seen(self) -> int:
         """Marker bursts found so far."""

@@ -6,6 +6,12 @@ samples and returns at once; the runtime's one loop turns queued audio into fram
 them back through a bounded queue. Any thread may push (a microphone callback, a web
 handler) and any thread may take frames. Frame i is at i/25 s and carries exactly the
 audio it speaks, so sinks keep audio and video on one clock.
+
+Speech comes in segments (a TTS utterance): the audio pushed between two ``end_segment`` calls
+(or interrupts) is one, numbered 0, 1, 2, ... in push order; a close with nothing pushed since
+opens none. Every frame carries a segment number: that of the speech it speaks, or for silence
+the segment open when the silence was committed. So once a frame numbered above s is shown,
+every frame of segment s has been: what playback events are made of (``streaming.playback``).
 """
 
 from __future__ import annotations
@@ -30,6 +36,8 @@ from engine.runtime.errors import AudioError, Backpressure, SessionClosed
 FPS = 25
 HOP_FRAMES = 5
 MODEL_RATE = 16_000
+CLOSED_SEGMENTS_KEPT = 256
+"""Closed segments remembered for ``closed_segments`` until it is called (the oldest go first: bounded)."""
 
 
 @dataclass
@@ -42,6 +50,8 @@ class Frame:
     speech: bool
     ready: torch.cuda.Event | None = field(default=None, repr=False)
     motion: torch.Tensor | None = field(default=None, repr=False)
+    segment: int = 0
+    """The speech segment this frame speaks, or for silence the one open when it was committed (see the module)."""
 
     @property
     def pts(self) -> Fraction:
@@ -70,6 +80,10 @@ class Intake:
     generation: int
     controls: Controls | None = None
     """The session's controls when they changed since the loop last looked."""
+    segments: tuple[tuple[int, int], ...] = ()
+    """(model samples, segment number) runs of ``model``, in order."""
+    segment: int = 0
+    """The segment open now: the one silence committed from here on belongs to."""
 
 
 class Session:
@@ -101,6 +115,10 @@ class Session:
         self._changed = threading.Condition(self._lock)
         self._model_parts: list[np.ndarray] = []
         self._sink_parts: list[np.ndarray] = []
+        self._part_segments: list[tuple[int, int]] = []
+        self._segment = 0
+        self._segment_has_audio = False
+        self._segments_closed: deque[tuple[int, bool]] = deque(maxlen=CLOSED_SEGMENTS_KEPT)
         self._pending_model = 0
         self._format: tuple[int, int] | None = None
         self._to_model: StreamingResampler | None = None
@@ -172,29 +190,53 @@ class Session:
             except PcmError as exc:
                 raise AudioError(str(exc)) from exc
             self._append(model, sink)
+            self._segment_has_audio |= seconds > 0
         self._wake()
+
+    def end_segment(self) -> int | None:
+        """Close the speech segment pushed since the last close (all its audio goes to the model now, none waits in a
+        resampler); its number, or None when nothing was pushed since."""
+        with self._changed:
+            self._check_open()
+            self._flush_resamplers()
+            self._to_model = self._to_sink = None
+            self._format = None
+            closed = self._close_segment(interrupted=False)
+        self._wake()
+        return closed
+
+    def closed_segments(self) -> list[tuple[int, bool]]:
+        """(segment number, interrupted) of the segments closed since the last call, in order."""
+        with self._lock:
+            closed = list(self._segments_closed)
+            self._segments_closed.clear()
+            return closed
 
     def end(self) -> None:
         """End of input: every remaining frame is rendered, then ``next_frame`` returns None."""
         with self._changed:
             self._check_open()
             self._flush_resamplers()
+            self._close_segment(interrupted=False)
             self._end = True
         self._wake()
 
-    def interrupt(self) -> None:
-        """Drop pending speech and every frame not yet taken; the stream goes on from the current pose into idle."""
+    def interrupt(self) -> int | None:
+        """Drop pending speech and every frame not yet taken; the stream goes on from the current pose into idle.
+        Closes the open segment as interrupted: its number, or None when nothing was pushed since the last close."""
         with self._changed:
             self._check_open()
-            self._model_parts, self._sink_parts, self._pending_model = [], [], 0
+            self._model_parts, self._sink_parts, self._pending_model, self._part_segments = [], [], 0, []
             self._to_model = self._to_sink = None
             self._format = None
             self._queue.clear()
             self._interrupt = True
             self._generation += 1
             self.counters["interrupts"] += 1
+            closed = self._close_segment(interrupted=True)
             self._changed.notify_all()
         self._wake()
+        return closed
 
     # -- controls (any thread) ---------------------------------------------------------------
 
@@ -321,8 +363,10 @@ class Session:
                 self._close,
                 self._generation,
                 self._controls if self._controls_changed else None,
+                tuple(self._part_segments),
+                self._segment,
             )
-            self._model_parts, self._sink_parts, self._pending_model = [], [], 0
+            self._model_parts, self._sink_parts, self._pending_model, self._part_segments = [], [], 0, []
             self._interrupt = self._end = self._controls_changed = False
             self.committed_samples += intake.model.size
         return intake
@@ -398,7 +442,16 @@ class Session:
         if model.size or sink.size:
             self._model_parts.append(model)
             self._sink_parts.append(sink)
+            self._part_segments.append((model.size, self._segment))
             self._pending_model += model.size
+
+    def _close_segment(self, interrupted: bool) -> int | None:
+        """Close the open segment if anything was pushed into it (noted for ``closed_segments``); its number or None."""
+        if not self._segment_has_audio:
+            return None
+        closed, self._segment, self._segment_has_audio = self._segment, self._segment + 1, False
+        self._segments_closed.append((closed, interrupted))
+        return closed
 
     def _resamplers(self, fmt: tuple[int, int]) -> tuple[StreamingResampler, StreamingResampler]:
         """New resamplers from ``fmt`` (rate, channels) to the model's rate and to the sinks'."""

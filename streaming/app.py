@@ -1,7 +1,8 @@
-"""The HTTP side of the server (aiohttp): preview page, WebRTC signalling, audio push, /metrics, token check.
+"""The HTTP side of the server (aiohttp): preview page, WHEP playback, audio push, /metrics, token check.
 
 Routes: ``GET /`` the preview page (``?session=NAME``), ``GET /info`` the stream names and the
-notice shown on the page, ``POST /offer?session=NAME`` an SDP offer in, the answer out,
+notice shown on the page, ``POST /whep/NAME`` and ``DELETE /whep/NAME/VIEWER`` WHEP playback
+(``streaming.whep``: the page plays the preview through it, and so can any WHEP player),
 ``GET /push?session=NAME`` the WebSocket audio push (see sources/push.py), ``GET /metrics``.
 When the server has a token every route wants it, as ``Authorization: Bearer TOKEN`` or
 ``?token=TOKEN`` (how the page's URL carries it to viewers). Given the address it is bound to, the
@@ -28,8 +29,9 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry
 from streaming.frames import AudioSink
 from streaming.metrics import metrics_registry, render
 from streaming.output import SessionOutput
-from streaming.sinks.webrtc import ViewerRefused, WebRtcPreview
+from streaming.sinks.webrtc import WebRtcPreview
 from streaming.sources.push import push_handler
+from streaming.whep import add_whep_routes
 
 log = logging.getLogger(__name__)
 PAGE = files("streaming").joinpath("web", "preview.html")
@@ -44,9 +46,13 @@ class AsyncAudioSink(Protocol):
 
     async def update_controls(self, **changes: Any) -> dict[str, Any]: ...
 
-    async def interrupt(self) -> None: ...
+    async def interrupt(self) -> int | None: ...
+
+    async def end_segment(self) -> int | None: ...
 
     async def end(self) -> None: ...
+
+    def subscribe(self, listener: Callable[[dict[str, Any]], None]) -> Callable[[], None]: ...
 
 
 class Served(Protocol):
@@ -72,11 +78,18 @@ class ThreadedAudioSink:
         controls = self.session.update_controls(**changes)
         return {k: v for k, v in controls.to_dict().items() if k in changes}
 
-    async def interrupt(self) -> None:
-        self.session.interrupt()
+    async def interrupt(self) -> int | None:
+        return self.session.interrupt()
+
+    async def end_segment(self) -> int | None:
+        return await asyncio.to_thread(self.session.end_segment)
 
     async def end(self) -> None:
         await asyncio.to_thread(self.session.end)
+
+    def subscribe(self, listener: Callable[[dict[str, Any]], None]) -> Callable[[], None]:
+        """In-process streams send no playback events (the service's output workers make them); nothing to undo."""
+        return lambda: None
 
 
 @dataclass
@@ -114,7 +127,7 @@ def stream_app(
     registry: CollectorRegistry,
     bound: tuple[str, int] | None = None,
 ) -> web.Application:
-    """The routes every server has (preview page, info, offer, push, metrics) over the streams ``streams()`` names now."""
+    """The routes every server has (preview page, info, WHEP, push, metrics) over the streams ``streams()`` names now."""
     middlewares = [_origin_middleware(allowed_hosts(bound, token))]
     app = web.Application(middlewares=middlewares + ([_token_middleware(token)] if token else []))
 
@@ -133,24 +146,13 @@ def stream_app(
     async def info(request: web.Request) -> web.Response:
         return web.json_response({"sessions": list(streams()), "notice": notice})
 
-    async def offer(request: web.Request) -> web.Response:
-        stream = stream_for(request)
-        if stream.preview is None:
-            raise web.HTTPNotFound(text=f"session {stream.name!r} has no WebRTC preview")
-        try:
-            body = await request.json()
-            sdp, kind = body["sdp"], body.get("type", "offer")
-        except (ValueError, KeyError, TypeError, AttributeError) as exc:
-            raise web.HTTPBadRequest(text=f'POST {{"sdp": ..., "type": "offer"}} as JSON ({exc})') from exc
-        if not isinstance(sdp, str) or not isinstance(kind, str):
-            raise web.HTTPBadRequest(text='POST {"sdp": ..., "type": "offer"}: the offer\'s "sdp" and "type" must be strings')
-        try:
-            answer = await stream.preview.answer(sdp, kind)
-        except ViewerRefused as exc:
-            raise web.HTTPServiceUnavailable(text=str(exc)) from exc
-        except ValueError as exc:
-            raise web.HTTPBadRequest(text=str(exc)) from exc
-        return web.json_response({"sdp": answer.sdp, "type": answer.type})
+    def preview_for(name: str) -> WebRtcPreview:
+        served = streams()
+        if name not in served:
+            raise web.HTTPNotFound(text=f"no session {name!r}; sessions: {', '.join(served) or 'none'}")
+        if served[name].preview is None:
+            raise web.HTTPNotFound(text=f"session {name!r} has no WebRTC preview")
+        return served[name].preview
 
     async def push(request: web.Request) -> web.StreamResponse:
         stream = stream_for(request)
@@ -163,7 +165,7 @@ def stream_app(
 
     app.router.add_get("/", page)
     app.router.add_get("/info", info)
-    app.router.add_post("/offer", offer)
+    add_whep_routes(app, preview_for)
     app.router.add_get("/push", push)
     app.router.add_get("/metrics", metrics)
     return app

@@ -3,10 +3,10 @@
 ``python -m streaming.core CONFIG_JSON`` (started by ``streaming.service``; its ``runtime`` entry,
 ``module:function``, builds another runtime in place of the engine's: the tests' synthetic one). Three threads:
 the runtime's loop; this process's main thread, answering the front end's requests (open a
-session, pushed audio, controls, interrupt, end, close, stats) on a ROUTER socket; and the
-publisher, which takes every session's finished frames, converts them to I420 on the GPU
-straight into the session's shared-memory ring (``streaming.frame_ring``), and tells the
-session's output worker which frame is in which slot. No encoder, muxer, socket to a viewer
+session, pushed audio, controls, interrupt, end of a speech segment, end, close, stats) on a
+ROUTER socket; and the publisher, which takes every session's finished frames, converts them to
+I420 on the GPU straight into the session's shared-memory ring (``streaming.frame_ring``), and
+tells the session's output worker which frame is in which slot and which speech segments closed. No encoder, muxer, socket to a viewer
 or HTTP handler shares this interpreter, so the loop's Python work never waits behind theirs.
 """
 
@@ -162,8 +162,9 @@ class EngineCore:
             if kind == "controls":
                 return {"applied": _applied(session.update_controls(**request["changes"]), request["changes"])}
             if kind == "interrupt":
-                session.interrupt()
-                return {}
+                return {"segment": session.interrupt()}
+            if kind == "end_of_segment":
+                return {"segment": session.end_segment()}
             if kind == "end":
                 session.end()
                 return {}
@@ -257,6 +258,9 @@ class EngineCore:
         if core.session.clock_anchor is None:
             return False  # its frames leave with the session's clock, once the runtime has started it
         frames = core.session.take_ready()
+        closed = core.session.closed_segments()  # after the take: closed before any frame numbered above them was made
+        if closed:
+            send_nowait(worker, {"type": "segments", "id": core.id, "closed": closed})
         if frames:
             self._stage(core, frames, stream)
         sent = self._send_staged(core, worker)
@@ -306,7 +310,9 @@ class EngineCore:
             _, frames, anchor = core.staged.pop(0)
             for frame in frames:
                 core.ring.commit(frame.index)
-                send_nowait(worker, {"type": "frame", "id": core.id, "index": frame.index, "speech": frame.speech, "anchor": anchor})
+                send_nowait(
+                    worker, {"type": "frame", "id": core.id, "index": frame.index, "speech": frame.speech, "anchor": anchor, "segment": frame.segment}
+                )
             sent = True
         return sent
 

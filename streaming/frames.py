@@ -23,13 +23,14 @@ SAMPLES_PER_FRAME = AUDIO_RATE // FPS
 
 class FrameLike(Protocol):
     """One output frame: ``image`` (H, W, 3) uint8 RGB on any device, ``audio`` the 1920 samples it speaks,
-    ``ready`` the CUDA event after which the image is complete (None on the host)."""
+    ``ready`` the CUDA event after which the image is complete (None on the host), ``segment`` its speech segment."""
 
     index: int
     image: torch.Tensor
     audio: np.ndarray
     speech: bool
     ready: torch.cuda.Event | None
+    segment: int
 
     @property
     def pts(self) -> Fraction: ...
@@ -57,7 +58,9 @@ class AudioSink(Protocol):
 
     def update_controls(self, **changes) -> Controls: ...
 
-    def interrupt(self) -> None: ...
+    def interrupt(self) -> int | None: ...
+
+    def end_segment(self) -> int | None: ...
 
     def end(self) -> None: ...
 

@@ -56,8 +56,9 @@ def stream_families(streams: Mapping[str, Mapping], live: int, runtime: Mapping 
         for q in ("0.5", "0.99"):
             encode_ms.add_metric([name, q], stream.get(f"encode_ms_p{round(float(q) * 100)}", 0.0))
         for sink, stats in stream.get("sinks", {}).items():
-            sent.add_metric([name, sink], stats.get("frames_sent", 0))
-            dropped.add_metric([name, sink], stats.get("frames_dropped", 0))
+            if "frames_sent" in stats:  # not the playback events, which send no frames
+                sent.add_metric([name, sink], stats["frames_sent"])
+                dropped.add_metric([name, sink], stats.get("frames_dropped", 0))
             if "reconnects" in stats:
                 reconnects.add_metric([name], stats["reconnects"])
                 connected.add_metric([name], stats["connected"])

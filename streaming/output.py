@@ -50,7 +50,8 @@ SILENCE = np.zeros(SAMPLES_PER_FRAME, np.float32)
 @dataclass(frozen=True)
 class EncodedFrame:
     """Output frame ``index`` (its slot) encoded: its H.264 access unit, its own audio (48 kHz float32) and that audio
-    as Opus; ``repeat``: a stand-in for a frame that was not ready (the last picture again, silence)."""
+    as Opus; ``repeat``: a stand-in for a frame that was not ready (the last picture again, silence); ``segment``: the
+    speech segment of the session frame it shows (``engine.session``)."""
 
     index: int
     width: int
@@ -61,6 +62,7 @@ class EncodedFrame:
     opus: tuple[tuple[int, bytes], ...]
     speech: bool
     repeat: bool = False
+    segment: int = 0
 
     @property
     def pts(self) -> Fraction:
@@ -103,6 +105,7 @@ class Prepared:
     audio: np.ndarray
     speech: bool
     due: float
+    segment: int = 0
 
 
 def confine_torch_threads() -> None:
@@ -224,7 +227,9 @@ class SessionOutput:
                     break
                 self.stats.frames_in += 1
                 encoder = self.encoder or self._open_encoder(frame.image)
-                prepared = Prepared(frame.index, encoder.prepare(frame.image, frame.ready), frame.audio, frame.speech, self._due(frame.index))
+                prepared = Prepared(
+                    frame.index, encoder.prepare(frame.image, frame.ready), frame.audio, frame.speech, self._due(frame.index), frame.segment
+                )
                 with self._ready:
                     while len(self._prepared) >= MAX_PREPARED and not self._stop.is_set():
                         self._ready.wait(0.2)
@@ -256,7 +261,7 @@ class SessionOutput:
     # -- release thread -------------------------------------------------------------------
 
     def _release_loop(self) -> None:
-        pending: deque[tuple[int, np.ndarray, tuple[tuple[int, bytes], ...], bool, bool]] = deque()
+        pending: deque[tuple[int, np.ndarray, tuple[tuple[int, bytes], ...], bool, bool, int]] = deque()
         try:
             first = self._first()
             if first is None:
@@ -309,7 +314,7 @@ class SessionOutput:
         packets = self.encoder.encode_picture(picture.picture, slot)
         opus = tuple((int(p.pts), bytes(p)) for p in self._opus.encode(audio))
         self.stats.encode_seconds.append(time.perf_counter() - started)
-        pending.append((slot, audio, opus, picture.speech and not repeat, repeat))
+        pending.append((slot, audio, opus, picture.speech and not repeat, repeat, picture.segment))
         return packets
 
     def _match(self, packets: list[EncodedVideo], pending: deque) -> None:
@@ -320,9 +325,9 @@ class SessionOutput:
             if not pending or pending[0][0] != packet.index:
                 log.warning("output %s: dropping an access unit for unknown slot %d", self.name, packet.index)
                 continue
-            slot, audio, opus, speech, repeat = pending.popleft()
+            slot, audio, opus, speech, repeat, segment = pending.popleft()
             encoder = self.encoder
-            self._send(EncodedFrame(slot, encoder.width, encoder.height, packet.data, packet.keyframe, audio, opus, speech, repeat))
+            self._send(EncodedFrame(slot, encoder.width, encoder.height, packet.data, packet.keyframe, audio, opus, speech, repeat, segment))
 
     def _send(self, frame: EncodedFrame) -> None:
         for sink in self._sinks:

@@ -1,7 +1,7 @@
 """Serve avatars live: ``python -m streaming.serve [--http HOST:PORT] [--avatar NAME [--rtmp URL] [--audio FILE | --mic | --listen]]``.
 
 The service: an HTTP front end (the session API ``POST/GET/DELETE /sessions``, the preview page,
-WebRTC signalling, the audio push WebSocket, /metrics), an engine core process that owns the GPU,
+WHEP playback, the audio push WebSocket, /metrics), an engine core process that owns the GPU,
 and output worker processes that encode and send (``streaming.service``). With no ``--avatar``
 it starts with zero sessions and runs until stopped; sessions come and go through the API.
 ``--avatar`` (or ``--demo``) also opens ``--sessions N`` sessions at start through the same API,

@@ -24,6 +24,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -208,10 +209,12 @@ class RemoteSession:
 
     ``push_audio`` waits while the session holds its lead of audio (the core answers "backpressure"),
     so a client pushing faster than real time is slowed by TCP, and no thread is parked meanwhile.
+    The session's playback events (``streaming.playback``) go to every subscribed listener.
     """
 
     def __init__(self, core: CoreClient, session_id: str, loop: asyncio.AbstractEventLoop) -> None:
         self._core, self.id, self._loop = core, session_id, loop
+        self._listeners: list[Callable[[dict[str, Any]], None]] = []
 
     async def push_audio(self, pcm: np.ndarray, sample_rate: int) -> None:
         """Queue mono float32 PCM at ``sample_rate``, in pieces of at most PUSH_SPLIT_SECONDS."""
@@ -232,11 +235,26 @@ class RemoteSession:
         """Change some controls; the fields as now in force."""
         return (await self._core.request({"type": "controls", "id": self.id, "changes": changes}))["applied"]
 
-    async def interrupt(self) -> None:
-        await self._core.request({"type": "interrupt", "id": self.id})
+    async def interrupt(self) -> int | None:
+        """Drop speech not yet spoken; the number of the segment this interrupted (None: none was open)."""
+        return (await self._core.request({"type": "interrupt", "id": self.id}))["segment"]
+
+    async def end_segment(self) -> int | None:
+        """Close the speech segment pushed since the last close; its number (None: nothing was pushed since)."""
+        return (await self._core.request({"type": "end_of_segment", "id": self.id}))["segment"]
 
     async def end(self) -> None:
         await self._core.request({"type": "end", "id": self.id})
+
+    def subscribe(self, listener: Callable[[dict[str, Any]], None]) -> Callable[[], None]:
+        """Call ``listener`` (on the event loop) with each playback event; returns the call that unsubscribes it."""
+        self._listeners.append(listener)
+        return lambda: self._listeners.remove(listener)
+
+    def playback(self, event: dict[str, Any]) -> None:
+        """Hand one playback event from the session's worker to every listener."""
+        for listener in tuple(self._listeners):
+            listener(event)
 
     def blocking(self) -> BlockingSession:
         """The same session for threads (the file and microphone sources): each call waits for the event loop."""
@@ -260,8 +278,11 @@ class BlockingSession:
     def update_controls(self, **changes: Any) -> dict[str, Any]:
         return self._run(self._remote.update_controls(**changes))
 
-    def interrupt(self) -> None:
-        self._run(self._remote.interrupt())
+    def interrupt(self) -> int | None:
+        return self._run(self._remote.interrupt())
+
+    def end_segment(self) -> int | None:
+        return self._run(self._remote.end_segment())
 
     def end(self) -> None:
         self._run(self._remote.end())
@@ -409,7 +430,10 @@ class Service:
         session = ServedSession(session_id, spec, worker.index)
         if spec.preview:
             session.preview = WebRtcPreview(
-                self._loop, lambda: self._to_worker(session, {"type": "keyframe", "id": session_id}), loopback_only=self.options.loopback_only
+                self._loop,
+                lambda: self._to_worker(session, {"type": "keyframe", "id": session_id}),
+                loopback_only=self.options.loopback_only,
+                on_watching=lambda on: self._to_worker(session, {"type": "watch", "id": session_id, "on": on}),
             )
         session.audio = RemoteSession(self.core, session_id, self._loop)
         self.sessions[session_id] = session
@@ -519,6 +543,8 @@ class Service:
             session.preview.send(
                 EncodedFrame(message["index"], message["width"], message["height"], message["video"], message["keyframe"], SILENCE, opus, message["speech"])
             )
+        elif kind == "playback":
+            session.audio.playback({"type": message["event"], **{k: v for k, v in message.items() if k not in ("type", "id", "event")}})
         elif kind == "preview_end" and session.preview is not None:
             asyncio.ensure_future(session.preview.aclose())
         elif kind in ("ended", "failed"):

@@ -1,12 +1,14 @@
 """An output worker: the process that encodes some sessions' frames and sends them to their RTMP servers and files.
 
 ``python -m streaming.worker CONFIG_JSON`` (started by ``streaming.service``). It binds one PULL
-socket: the engine core announces each session's frame ring there and then each frame's slot;
-the front end says which outputs a session has (RTMP URLs, an MP4 path, the WebRTC preview) and
-asks for keyframes. Each session runs a ``SessionOutput`` over its ring (its own output clock:
-repeats when the GPU is late, never a late timeline). The preview's encoded packets go to the
-front end, which holds the browsers' peer connections. Once a second it reports every stream's
-counters; when a stream has flushed and closed its outputs it says so.
+socket: the engine core announces each session's frame ring there, then each frame's slot and the
+speech segments it closed (for the playback events, ``streaming.playback``); the front end says
+which outputs a session has (RTMP URLs, an MP4 path, the WebRTC preview), whether anyone watches
+the preview (its packets go to the front end only then) and asks for keyframes. Each session
+runs a ``SessionOutput`` over its ring (its own output clock: repeats when the GPU is late, never
+a late timeline). The preview's encoded packets and the playback events go to the front end,
+which holds the browsers' peer connections and the push WebSockets. Once a second it reports
+every stream's counters; when a stream has flushed and closed its outputs it says so.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from streaming.frame_ring import FrameRing, i420_bytes
 from streaming.frames import FPS, SAMPLES_PER_FRAME
 from streaming.ipc import send_nowait, socket, unpack
 from streaming.output import EncodedFrame, SessionOutput
+from streaming.playback import PlaybackEvents
 from streaming.sinks.mp4 import Mp4Sink
 from streaming.sinks.rtmp import RtmpSink
 
@@ -51,6 +54,7 @@ class RingFrame:
     image: np.ndarray
     audio: np.ndarray
     speech: bool
+    segment: int = 0
     ready: None = None
 
     @property
@@ -74,7 +78,7 @@ class RingSource:
         """When the session's live clock shows frame 0 (the core's runtime sets it; monotonic time is system-wide)."""
         return self._anchor
 
-    def put(self, index: int, speech: bool, anchor: float | None) -> None:
+    def put(self, index: int, speech: bool, anchor: float | None, segment: int) -> None:
         """Copy frame ``index`` out of its slot now (the core may reuse the slot a ring later)."""
         copied = self.ring.read(index)
         if copied is None:
@@ -82,7 +86,7 @@ class RingSource:
             return
         with self._changed:
             self._anchor = anchor
-            self._frames.append(RingFrame(index, copied[0], copied[1], speech))
+            self._frames.append(RingFrame(index, copied[0], copied[1], speech, segment))
             self._changed.notify_all()
 
     def end(self) -> None:
@@ -103,16 +107,20 @@ class RingSource:
 
 
 class PreviewRelay:
-    """The sink that forwards a session's encoded packets to the front end, where the WebRTC viewers are."""
+    """The sink that forwards a session's encoded packets to the front end, where the WebRTC viewers are, while
+    the front end says someone watches (``watching``): no viewer, no packets crossing processes."""
 
     name = "webrtc"
 
     def __init__(self, session_id: str, send) -> None:
         self.session_id, self._send = session_id, send
+        self.watching = False
         self.frames_sent = 0
         self.frames_dropped = 0
 
     def send(self, frame: EncodedFrame) -> None:
+        if not self.watching:
+            return
         message = {
             "type": "packet", "id": self.session_id, "index": frame.index, "width": frame.width, "height": frame.height,
             "video": frame.video, "keyframe": frame.keyframe, "opus": [list(p) for p in frame.opus], "speech": frame.speech,
@@ -138,6 +146,8 @@ class WorkerStream:
     ring: dict[str, Any] | None = None
     source: RingSource | None = None
     output: SessionOutput | None = None
+    relay: PreviewRelay | None = None
+    playback: PlaybackEvents | None = None
     early: list = field(default_factory=list)
 
 
@@ -202,7 +212,7 @@ class Worker:
             if stream.source is None:
                 stream.early.append(message)
             else:
-                stream.source.put(message["index"], message["speech"], message["anchor"])
+                stream.source.put(message["index"], message["speech"], message["anchor"], message["segment"])
         elif kind == "end":
             if stream.source is None:
                 stream.early.append(message)
@@ -210,6 +220,16 @@ class Worker:
                 stream.source.end()
         elif kind == "keyframe" and stream.output is not None:
             stream.output.request_keyframe()
+        elif kind == "segments":
+            if stream.playback is None:
+                stream.early.append(message)
+            else:
+                stream.playback.closed([(segment, interrupted) for segment, interrupted in message["closed"]])
+        elif kind == "watch":
+            if stream.output is None:
+                stream.early.append(message)
+            elif stream.relay is not None:
+                stream.relay.watching = message["on"]
         elif kind == "remove":
             if stream.output is not None:
                 stream.output.stop()
@@ -229,13 +249,16 @@ class Worker:
             return
         spec = stream.outputs
         output = SessionOutput(stream.source, encoder="x264", settings=H264Settings(), name=stream.id)
+        stream.playback = PlaybackEvents(lambda event: self.emit({"type": "playback", "id": stream.id, **event}))
+        output.add_sink(stream.playback)
         try:
             for url in spec.get("rtmp") or []:
                 output.add_sink(RtmpSink(url, output.request_keyframe))
             if spec.get("mp4"):
                 output.add_sink(Mp4Sink(spec["mp4"], output.request_keyframe))
             if spec.get("preview"):
-                output.add_sink(PreviewRelay(stream.id, self.emit))
+                stream.relay = PreviewRelay(stream.id, self.emit)
+                output.add_sink(stream.relay)
         except ValueError as exc:
             self.emit({"type": "output_failed", "id": stream.id, "message": str(exc)})
         stream.output = output.start()

@@ -82,7 +82,12 @@ class SessionPipeline:
         self.sink_ratio = session.audio_rate // MODEL_RATE if session.audio_rate % MODEL_RATE == 0 else None
         self.audio = np.zeros(0, np.float32)
         self.audio_start = 0
-        self.speech: list[tuple[int, int]] = []
+        self.speech: list[tuple[int, int, int]] = []
+        """(first, end, segment) model samples of committed speech, by segment (``engine.session``)."""
+        self.marks: list[tuple[int, int]] = [(0, 0)]
+        """(first model sample, segment) where the committed audio's segment changes: silence's segment."""
+        self.segment = 0
+        """The session's open segment as of the last intake."""
         self.tail_is_speech = False
         self.out_next = 0
         self.blend_from: torch.Tensor | None = None
@@ -106,6 +111,7 @@ class SessionPipeline:
         """Commit what the session queued, handle its commands, and add idle silence if live and short; True if anything changed."""
         intake = self.port.collect()
         self.generation = intake.generation
+        self.segment = intake.segment
         changed = False
         if intake.close:
             self.closed = True
@@ -118,8 +124,8 @@ class SessionPipeline:
             changed = True
         if intake.model.size:
             if self.session.live and not self.tail_is_speech and self.anchor is not None:
-                self._place_speech(now)
-            self._commit(intake.model, intake.sink, speech=True)
+                self._place_speech(now, intake.segments[0][1])
+            self._commit(intake.model, intake.sink, True, intake.segments)
             changed = True
         if intake.end and not self.ending:
             self.ending = True
@@ -148,12 +154,13 @@ class SessionPipeline:
         """Output frame index minus stream frame index (nonzero after an interrupt)."""
         return self.out_next - self.backlog_start
 
-    def _place_speech(self, now: float) -> None:
-        """Speech starting now (after silence): pad with silence so that it is shown as soon as its frames can be final, not earlier."""
+    def _place_speech(self, now: float, segment: int) -> None:
+        """Speech of ``segment`` starting now (after silence): pad with silence (of that segment) so that it is shown
+        as soon as its frames can be final, not earlier."""
         due = self._due(now) - self._stream_offset()
         gap = speech_start(self.motion.samples_in, due, self.lead, self.depth) - self.motion.samples_in
         if gap > 0:
-            self._commit(np.zeros(gap, np.float32), None, speech=False)
+            self._commit(np.zeros(gap, np.float32), None, False, ((gap, segment),))
 
     def _idle(self, now: float) -> bool:
         """Commit the silence a live session needs now to keep its final frames ``lead`` ahead of its clock; True if any.
@@ -169,15 +176,16 @@ class SessionPipeline:
             return False
         drained = self.tail_is_speech and (tail := self.port.drain_resamplers()) is not None
         if drained:
-            self._commit(tail[0], tail[1], speech=True)
+            self._commit(tail[0], tail[1], True, ((tail[0].size, self.segment),))
         target = math.ceil(due + self.lead.frames) - self._stream_offset()
         samples = min(self.motion.samples_for_frames(target), MAX_IDLE_SAMPLES)
         if samples > 0:
-            self._commit(np.zeros(samples, np.float32), None, speech=False)
+            self._commit(np.zeros(samples, np.float32), None, False, ((samples, self.segment),))
             self.port.count("idle_hops", math.ceil(samples / (self.hop * FRAME_SAMPLES)))
         return drained or samples > 0
 
-    def _commit(self, model: np.ndarray, sink: np.ndarray | None, speech: bool) -> None:
+    def _commit(self, model: np.ndarray, sink: np.ndarray | None, speech: bool, segments: tuple[tuple[int, int], ...]) -> None:
+        """Commit ``model`` (and its sink-rate audio; None: silence), whose (samples, segment) runs are ``segments``."""
         start = self.motion.samples_in
         if sink is None:
             self._align_sink(start)
@@ -186,8 +194,12 @@ class SessionPipeline:
             self._align_sink(start)
         self.motion.push(model)
         self.audio = np.concatenate([self.audio, sink])
-        if speech:
-            self.speech.append((start, start + model.size))
+        for samples, segment in segments:
+            if speech:
+                self.speech.append((start, start + samples, segment))
+            if segment != self.marks[-1][1]:
+                self.marks.append((start, segment))
+            start += samples
         self.tail_is_speech = speech
         self.port.set_committed(self.motion.samples_in)
 
@@ -218,7 +230,8 @@ class SessionPipeline:
         self.audio[max(silent_from, 0) :] = 0
         self._align_sink(self.motion.samples_in)
         cut = self.motion.frames_out * FRAME_SAMPLES
-        self.speech = [(a, min(b, cut)) for a, b in self.speech if a < cut]
+        self.speech = [(a, min(b, cut), s) for a, b, s in self.speech if a < cut]
+        self.marks = [m for m in self.marks if m[0] < cut] + [(cut, self.segment)]
         self.tail_is_speech = False
         self.port.set_committed(self.motion.samples_in)
         last = self.port.last_taken
@@ -353,7 +366,8 @@ class SessionPipeline:
         frames = []
         for j in range(count):
             m = self.backlog_start + j
-            frames.append(Frame(self.out_next + j, images[j], self._frame_audio(m), self._is_speech(m), ready, motion[j]))
+            speech, segment = self._segment_of(m)
+            frames.append(Frame(self.out_next + j, images[j], self._frame_audio(m), speech, ready, motion[j], segment))
         self.in_flight.append((ready, self.out_next, count))
         self.backlog = self.backlog[count:]
         self.backlog_start += count
@@ -366,9 +380,18 @@ class SessionPipeline:
         chunk = self.audio[max(lo, 0) : max(lo + self.sink_per_frame, 0)]
         return np.pad(chunk, (0, self.sink_per_frame - chunk.size)) if chunk.size < self.sink_per_frame else chunk.copy()
 
-    def _is_speech(self, motion_index: int) -> bool:
+    def _segment_of(self, motion_index: int) -> tuple[bool, int]:
+        """Whether stream frame ``motion_index`` speaks, and its segment: its speech's, else that of its last sample."""
         lo, hi = motion_index * FRAME_SAMPLES, (motion_index + 1) * FRAME_SAMPLES
-        return any(a < hi and b > lo for a, b in self.speech)
+        spoken = [s for a, b, s in self.speech if a < hi and b > lo]
+        if spoken:
+            return True, max(spoken)
+        segment = self.marks[0][1]
+        for first, marked in self.marks:
+            if first >= hi:
+                break
+            segment = marked
+        return False, segment
 
     def _trim_audio(self) -> None:
         drop = self.backlog_start * self.sink_per_frame - self.audio_start
@@ -376,7 +399,9 @@ class SessionPipeline:
             self.audio = self.audio[drop:]
             self.audio_start += drop
         floor = self.backlog_start * FRAME_SAMPLES
-        self.speech = [(a, b) for a, b in self.speech if b > floor]
+        self.speech = [(a, b, s) for a, b, s in self.speech if b > floor]
+        while len(self.marks) > 1 and self.marks[1][0] <= floor:
+            self.marks.pop(0)
 
     # -- the clock ------------------------------------------------------------------------
 

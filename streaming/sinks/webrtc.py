@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import secrets
 from collections.abc import Callable
 from fractions import Fraction
 
@@ -102,6 +103,7 @@ class Viewer:
     """One browser: its peer connection, its two packet tracks and whether it still waits for an IDR."""
 
     def __init__(self, pc: RTCPeerConnection, request_keyframe: Callable[[], None], queue_frames: int) -> None:
+        self.id = secrets.token_urlsafe(8)
         self.pc = pc
         self.video = PacketTrack("video", queue_frames)
         self.audio = PacketTrack("audio", 2 * queue_frames)
@@ -148,7 +150,9 @@ class WebRtcPreview:
     """The preview sink of one session output: answers offers and feeds every connected viewer.
 
     ``loopback_only`` (the server is bound to 127.0.0.1) keeps ICE on 127.0.0.1 for the whole process;
-    a viewer not connected ``connect_timeout`` seconds after its answer is dropped.
+    a viewer not connected ``connect_timeout`` seconds after its answer is dropped. ``on_watching(True)`` is called
+    when the first viewer joins and ``on_watching(False)`` when the last one leaves, so the encoded packets need to
+    reach this process only while someone watches.
     """
 
     name = "webrtc"
@@ -161,8 +165,10 @@ class WebRtcPreview:
         queue_seconds: float = 0.5,
         loopback_only: bool = True,
         connect_timeout: float = CONNECT_TIMEOUT,
+        on_watching: Callable[[bool], None] | None = None,
     ) -> None:
         self._loop = loop
+        self._on_watching = on_watching
         self._request_keyframe = request_keyframe
         self.max_viewers = max_viewers
         self._queue_frames = max(2, round(queue_seconds * FPS))
@@ -190,14 +196,13 @@ class WebRtcPreview:
         for viewer in tuple(self._viewers):
             viewer.offer(frame)
 
-    async def answer(self, sdp: str, kind: str = "offer") -> RTCSessionDescription:
-        """Accept a browser's offer and return the answer; once connected the viewer gets video from the next IDR."""
+    async def join(self, sdp: str) -> tuple[str, str]:
+        """Accept a viewer's SDP offer: its id (for ``leave``) and the SDP answer; once connected the viewer gets
+        video from an IDR it asks the shared encoder for. ViewerRefused when full or ended, ValueError for a bad offer."""
         if self._closed:
             raise ViewerRefused("the stream has ended")
         if len(self._viewers) >= self.max_viewers:
             raise ViewerRefused(f"the preview serves at most {self.max_viewers} viewers")
-        if kind != "offer":
-            raise ValueError(f"expected an SDP offer, got {kind!r}")
         if self._loopback_only:
             sdp = loopback_candidates(sdp)
         pc = RTCPeerConnection(RTCConfiguration(iceServers=[]))
@@ -228,11 +233,21 @@ class WebRtcPreview:
             raise ValueError(f"the offer cannot be answered ({type(exc).__name__}: {exc}); send the browser's own SDP offer") from exc
         self._viewers.add(viewer)
         self.viewers_total += 1
+        if len(self._viewers) == 1 and self._on_watching is not None:
+            self._on_watching(True)
         task = asyncio.ensure_future(self._expire_unconnected(viewer))
         self._expiring.add(task)
         task.add_done_callback(self._expiring.discard)
         log.info("webrtc: viewer %d joined (%d watching)", self.viewers_total, len(self._viewers))
-        return pc.localDescription
+        return viewer.id, pc.localDescription.sdp
+
+    async def leave(self, viewer_id: str) -> bool:
+        """End viewer ``viewer_id`` (its player said goodbye); False when no such viewer is here."""
+        viewer = next((v for v in self._viewers if v.id == viewer_id), None)
+        if viewer is None:
+            return False
+        await self._drop(viewer)
+        return True
 
     async def _expire_unconnected(self, viewer: Viewer) -> None:
         """Free ``viewer``'s slot if it has not connected within ``connect_timeout``."""
@@ -247,6 +262,8 @@ class WebRtcPreview:
             for key, value in _viewer_stats(viewer).items():
                 self._gone[key] += value
             log.info("webrtc: a viewer left (%d watching)", len(self._viewers))
+            if not self._viewers and self._on_watching is not None:
+                self._on_watching(False)
         viewer.end()
         await viewer.pc.close()
 

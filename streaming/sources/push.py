@@ -13,12 +13,26 @@ client -> server, text (JSON):
       fix_kp_cond_dims) act on the next LMDM window, the rest on the next frame rendered. Answered
       {"type": "controls", "applied": {the fields as now in force}}; a bad field or value changes nothing
       and is answered with an error.
-  {"type": "interrupt"}   drop speech not yet spoken (barge-in); answered {"type": "interrupted"}.
+  {"type": "end_of_segment"}
+                          the speech segment (an utterance: the audio since the last end_of_segment
+                          or interrupt) is complete; answered {"type": "end_of_segment", "segment": N},
+                          its number (segments are numbered 0, 1, 2, ... in push order; null when
+                          nothing was pushed since: no segment).
+  {"type": "interrupt"}   drop speech not yet spoken (barge-in), closing the open segment;
+                          answered {"type": "interrupted", "segment": N or null}.
   {"type": "end"}         end of input: the session speaks what it has, then ends (the stream
                           stops); answered {"type": "ended"} and the socket is closed.
 client -> server, binary: interleaved little-endian PCM in the declared format, any length
   that is a whole number of sample frames.
 server -> client on a bad message: {"type": "error", "message": "..."}; the stream goes on.
+server -> client, playback events (the service; see streaming.playback), per segment:
+  {"type": "playback_started", "segment": N}   its first speech frame is shown (released by the output clock);
+  {"type": "playback_finished", "segment": N, "position": SECONDS, "interrupted": BOOL}
+      its last frame has been shown (or it was interrupted): exactly once per segment, also for one
+      interrupted before any of it was shown (position 0, no playback_started). ``position``: seconds of
+      its speech shown. A segment still open when the stream ends is finished then, as interrupted.
+      Every push connection of the session gets them; ``end`` closes the socket at once, so a client that
+      wants the last segment's playback_finished waits for it before sending ``end``.
 
 To pause speaking, just stop sending: the avatar idles on silence until audio comes again.
 Audio is pushed with backpressure: the server reads the next message only once the session
@@ -27,6 +41,7 @@ has taken the previous one, so a client that sends faster than real time is slow
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from dataclasses import dataclass
@@ -97,16 +112,29 @@ async def push_handler(request: web.Request, session) -> web.WebSocketResponse:
     ws = web.WebSocketResponse(max_msg_size=16 * 1024 * 1024)
     await ws.prepare(request)
     state = PushState(request.query.get("session", ""))
-    async for message in ws:
-        try:
-            await _handle(ws, message, session, state)
-        except SessionClosed:
-            await _reply(ws, {"type": "error", "message": f"session {state.name!r} has ended; create a new one with POST /sessions"})
-        except (ValueError, RuntimeError) as exc:
-            await _reply(ws, {"type": "error", "message": str(exc)})
-        if ws.closed:
-            break
+    events: asyncio.Queue[dict] = asyncio.Queue()
+    unsubscribe = session.subscribe(events.put_nowait)
+    sender = asyncio.ensure_future(_send_events(ws, events))
+    try:
+        async for message in ws:
+            try:
+                await _handle(ws, message, session, state)
+            except SessionClosed:
+                await _reply(ws, {"type": "error", "message": f"session {state.name!r} has ended; create a new one with POST /sessions"})
+            except (ValueError, RuntimeError) as exc:
+                await _reply(ws, {"type": "error", "message": str(exc)})
+            if ws.closed:
+                break
+    finally:
+        unsubscribe()
+        sender.cancel()
     return ws
+
+
+async def _send_events(ws: web.WebSocketResponse, events: asyncio.Queue) -> None:
+    """Forward the session's playback events to this client, in order, while it is connected."""
+    while True:
+        await _reply(ws, await events.get())
 
 
 @dataclass
@@ -131,15 +159,16 @@ async def _handle(ws: web.WebSocketResponse, message, session, state: PushState)
         elif kind == "controls":
             fields = {k: v for k, v in control.items() if k != "type"}
             await _reply(ws, {"type": "controls", "applied": await session.update_controls(**fields)})
+        elif kind == "end_of_segment":
+            await _reply(ws, {"type": "end_of_segment", "segment": await session.end_segment()})
         elif kind == "interrupt":
-            await session.interrupt()
-            await _reply(ws, {"type": "interrupted"})
+            await _reply(ws, {"type": "interrupted", "segment": await session.interrupt()})
         elif kind == "end":
             await session.end()
             await _reply(ws, {"type": "ended"})
             await ws.close()
         else:
-            raise ProtocolError(f"unknown message type {kind!r}; expected format, controls, interrupt or end")
+            raise ProtocolError(f"unknown message type {kind!r}; expected format, controls, end_of_segment, interrupt or end")
     elif message.type == WSMsgType.ERROR:
         log.warning("push: connection error: %s", ws.exception())
 

@@ -92,6 +92,7 @@ class LiveLoop:
         self.ready_at: dict[int, float] = {}
         self.audio: dict[int, np.ndarray] = {}
         self.speech: dict[int, bool] = {}
+        self.segments: dict[int, int] = {}
         self.committed_ahead: list[float] = []
 
     @property
@@ -121,6 +122,7 @@ class LiveLoop:
             self.ready_at[frame.index] = now
             self.audio[frame.index] = frame.audio
             self.speech[frame.index] = frame.speech
+            self.segments[frame.index] = frame.segment
         if self.anchor is not None and self.sent == 0:
             self.committed_ahead.append(self.session.committed_samples / 640 - (now - self.anchor) * FPS)
 

@@ -4,7 +4,8 @@ The service's core process builds it in place of the engine's (``ServiceOptions.
 tests run the real processes (front end, core, output workers), sockets and shared memory on two
 CPU cores in seconds. Each avatar name gives frames of its own size; frames are the streaming
 tests' synthetic pictures (index bits, flashes) on the session's live clock, ``LEAD`` ahead.
-A session whose avatar is ``slow`` makes frames at half speed: the overload case.
+A session whose avatar is ``slow`` makes frames at half speed (the overload case), ``crawl`` one frame every 2 s
+(the engine on a CPU).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from engine.session import Frame
 from streaming.frames import FPS
 from tests.streaming.synthetic import picture, sound
 
-AVATARS = {"anna": (64, 64), "ben": (96, 64), "slow": (64, 64)}
+AVATARS = {"anna": (64, 64), "ben": (96, 64), "slow": (64, 64), "crawl": (128, 128)}
 LEAD = 0.2
 CAPACITY = 4
 
@@ -50,20 +51,26 @@ class FakeAvatars:
 
 
 class FakeSession:
-    """Frames on a live clock from its opening (half speed for the ``slow`` avatar); takes pushed audio as a live
-    session does: up to 5 s ahead of its clock, then ``Backpressure`` until the clock catches up."""
+    """Frames on a live clock from its opening (half speed for ``slow``, one every 2 s for ``crawl``); takes pushed
+    audio as a live session does: up to 5 s ahead of its clock, then ``Backpressure`` until the clock catches up.
+    Pushed audio becomes speech frames (one per 40 ms pushed), numbered by segment as the engine's frames are."""
 
     def __init__(self, avatar: FakeAvatar, seed: int) -> None:
         self.avatar, self.seed = avatar, seed
         self.height, self.width = avatar.frames.shape[1:3]
         self.clock_anchor = time.monotonic() + LEAD
-        self.period = 2 / FPS if avatar.name == "slow" else 1 / FPS
+        self.period = {"slow": 2 / FPS, "crawl": 2.0}.get(avatar.name, 1 / FPS)
         self.next_index = 0
         self.pushed_seconds = 0.0
         self.ending_at: int | None = None
         self.closed = False
         self.interrupts = 0
         self.controls = Controls()
+        self.speaking: deque[int] = deque()
+        """The segment of each speech frame pushed and not yet made."""
+        self.segment = 0
+        self.segment_has_audio = False
+        self.closed_log: list[tuple[int, bool]] = []
         self._lock = threading.Lock()
 
     @property
@@ -76,7 +83,9 @@ class FakeSession:
             due = (time.monotonic() - self.clock_anchor + LEAD) / self.period
             while self.next_index <= due and not self.finished:
                 i = self.next_index
-                frames.append(Frame(i, picture(i, self.width, self.height), sound(i), speech=False))
+                speech = bool(self.speaking)
+                segment = self.speaking.popleft() if speech else self.segment
+                frames.append(Frame(i, picture(i, self.width, self.height), sound(i), speech=speech, segment=segment))
                 self.next_index += 1
             return frames
 
@@ -90,19 +99,43 @@ class FakeSession:
         if self.pushed_seconds - (time.monotonic() - self.clock_anchor) > 5.0:
             raise Backpressure("the synthetic session holds 5 s of audio not yet spoken")
         self.pushed_seconds += pcm.size / sample_rate
+        with self._lock:
+            self.speaking.extend([self.segment] * max(1, round(pcm.size / sample_rate * FPS)))
+            self.segment_has_audio = True
 
     def update_controls(self, **changes: Any) -> Controls:
         self._check_open()
         self.controls = self.controls.replace(**changes)
         return self.controls
 
-    def interrupt(self) -> None:
+    def interrupt(self) -> int | None:
         self.interrupts += 1
+        with self._lock:
+            self.speaking.clear()
+            return self._close_segment(interrupted=True)
+
+    def end_segment(self) -> int | None:
+        self._check_open()
+        with self._lock:
+            return self._close_segment(interrupted=False)
+
+    def closed_segments(self) -> list[tuple[int, bool]]:
+        with self._lock:
+            closed, self.closed_log = self.closed_log, []
+            return closed
+
+    def _close_segment(self, interrupted: bool) -> int | None:
+        if not self.segment_has_audio:
+            return None
+        closed, self.segment, self.segment_has_audio = self.segment, self.segment + 1, False
+        self.closed_log.append((closed, interrupted))
+        return closed
 
     def end(self) -> None:
         self._check_open()
         with self._lock:
-            self.ending_at = self.next_index + FPS // 5
+            self._close_segment(interrupted=False)
+            self.ending_at = self.next_index + len(self.speaking) + FPS // 5
 
     def close(self) -> None:
         self.closed = True

@@ -19,6 +19,8 @@ from tests.streaming.conftest import free_port
 from tests.streaming.synthetic import SyntheticSession
 from tests.streaming.test_output import Recorder
 
+SDP = {"Content-Type": "application/sdp"}
+
 
 def serve(app, scenario) -> None:
     async def run() -> None:
@@ -44,8 +46,10 @@ def test_with_a_token_every_route_wants_it() -> None:
         assert (await client.get("/info", headers={"Authorization": "Bearer wrong"})).status == 401
         assert (await client.get("/info?token=s3cret")).status == 200
         assert (await client.get("/metrics", headers={"Authorization": "Bearer s3cret"})).status == 200
-        response = await client.post("/offer?token=s3cret", json={"sdp": "v=0", "type": "offer"})
+        response = await client.post("/whep/0?token=s3cret", data="v=0", headers={"Content-Type": "application/sdp"})
         assert response.status == 404 and "no WebRTC preview" in await response.text()
+        assert (await client.post("/whep/0", data="v=0", headers={"Content-Type": "application/sdp"})).status == 401
+        assert (await client.delete("/whep/0/someone")).status == 401
 
     serve(app, scenario)
 
@@ -87,8 +91,8 @@ def test_metrics_report_sessions_frames_encode_time_sinks_and_the_runtime_stats(
     output.stop()
 
 
-def test_malformed_offers_are_refused_with_400() -> None:
-    """An sdp that is not a string, an m= line without formats, a bad rtpmap: each a 400 naming the problem, never a 500."""
+def test_malformed_whep_offers_are_refused_with_400_and_other_bodies_with_415() -> None:
+    """An m= line without formats, a bad rtpmap, no SDP at all: each a 400 naming the problem, never a 500."""
 
     async def scenario() -> None:
         from aiortc import RTCPeerConnection
@@ -102,21 +106,23 @@ def test_malformed_offers_are_refused_with_400() -> None:
         preview = WebRtcPreview(asyncio.get_running_loop(), lambda: None)
         client = TestClient(TestServer(create_app([Stream("0", session, SessionOutput(session), preview)])))
         await client.start_server()
+        sdp = {"Content-Type": "application/sdp"}
         try:
             bodies = [
-                {"sdp": 5, "type": "offer"},
-                {"sdp": ["v=0"], "type": "offer"},
-                {"sdp": good, "type": ["offer"]},
-                {"sdp": re.sub(r"(m=video \d+ UDP/TLS/RTP/SAVPF)[ 0-9]*", r"\1", good), "type": "offer"},
-                {"sdp": re.sub(r"a=rtpmap:97 \S+", "a=rtpmap:97 H264", good), "type": "offer"},
-                {"sdp": re.sub(r"a=rtpmap:97 \S+", "a=rtpmap:xx H264/abc", good), "type": "offer"},
-                {"sdp": "v=0\r\nm=video\r\n", "type": "offer"},
-                [1, 2],
+                re.sub(r"(m=video \d+ UDP/TLS/RTP/SAVPF)[ 0-9]*", r"\1", good),
+                re.sub(r"a=rtpmap:97 \S+", "a=rtpmap:97 H264", good),
+                re.sub(r"a=rtpmap:97 \S+", "a=rtpmap:xx H264/abc", good),
+                "v=0\r\nm=video\r\n",
+                "",
             ]
             for body in bodies:
-                response = await client.post("/offer?session=0", json=body)
+                response = await client.post("/whep/0", data=body, headers=sdp)
                 assert response.status == 400, (body, response.status, await response.text())
                 assert "offer" in await response.text()
+            response = await client.post("/whep/0", json={"sdp": good, "type": "offer"})
+            assert response.status == 415 and "application/sdp" in await response.text()
+            assert (await client.post("/whep/nobody", data=good, headers=sdp)).status == 404
+            assert (await client.delete("/whep/0/nobody")).status == 404
             assert preview.viewers == 0
         finally:
             await client.close()
@@ -156,16 +162,16 @@ def test_host_must_be_a_bound_name_and_origin_an_allowed_host() -> None:
             response = await client.get("/info", headers={"Host": host})
             assert response.status == 403 and "Host" in await response.text(), host
         local = {"Host": "127.0.0.1:8080"}
-        response = await client.post("/offer", json={"sdp": "v=0"}, headers={**local, "Origin": "http://evil.example"})
+        response = await client.post("/whep/0", data="v=0", headers={**local, **SDP, "Origin": "http://evil.example"})
         assert response.status == 403 and "Origin" in await response.text()
         response = await client.get("/push?session=0", headers={**local, "Origin": "http://evil.example", "Connection": "Upgrade", "Upgrade": "websocket"})
         assert response.status == 403
         response = await client.get("/push?session=0", headers={**local, "Origin": "null", "Connection": "Upgrade", "Upgrade": "websocket"})
         assert response.status == 403
         for origin in ("http://127.0.0.1:8080", "http://localhost:8080"):
-            response = await client.post("/offer", json={"sdp": "v=0"}, headers={**local, "Origin": origin})
+            response = await client.post("/whep/0", data="v=0", headers={**local, **SDP, "Origin": origin})
             assert response.status == 404, origin  # past the check: this stream has no preview
-        assert (await client.post("/offer", json={"sdp": "v=0"}, headers=local)).status == 404, "no Origin: not a browser"
+        assert (await client.post("/whep/0", data="v=0", headers={**local, **SDP})).status == 404, "no Origin: not a browser"
         assert (await client.get("/info", headers={**local, "Origin": "http://evil.example"})).status == 200, "reads are CORS's"
 
     serve(app, scenario)
@@ -178,9 +184,9 @@ def test_bound_to_every_interface_any_host_with_a_token_but_origin_is_same_origi
     async def scenario(client: TestClient) -> None:
         auth = {"Authorization": "Bearer s3cret"}
         assert (await client.get("/info", headers={**auth, "Host": "box.lan:8080"})).status == 200
-        response = await client.post("/offer", json={"sdp": "v=0"}, headers={**auth, "Host": "box.lan:8080", "Origin": "http://box.lan:8080"})
+        response = await client.post("/whep/0", data="v=0", headers={**auth, **SDP, "Host": "box.lan:8080", "Origin": "http://box.lan:8080"})
         assert response.status == 404
-        response = await client.post("/offer", json={"sdp": "v=0"}, headers={**auth, "Host": "box.lan:8080", "Origin": "http://evil.example"})
+        response = await client.post("/whep/0", data="v=0", headers={**auth, **SDP, "Host": "box.lan:8080", "Origin": "http://evil.example"})
         assert response.status == 403
 
     serve(app, scenario)

@@ -104,7 +104,7 @@ def test_bad_requests_get_clear_answers_and_capacity_is_a_503() -> None:
     async def scenario() -> None:
         async with running() as (service, http, base):
             for body, status, text in [
-                ({"avatar": "nobody"}, 404, "avatars available: anna, ben, slow"),
+                ({"avatar": "nobody"}, 404, "avatars available: anna, ben, crawl, slow"),
                 ({}, 400, '"avatar"'),
                 ({"avatar": "anna", "rtmp": "http://x"}, 400, "rtmp://"),
                 ({"avatar": "anna", "colour": "red"}, 400, "unknown field"),
@@ -197,6 +197,8 @@ def test_one_long_push_waits_for_room_without_holding_up_any_other_session() -> 
                     await ws.send_json({"type": "controls", "yaw": i})
                     assert (await ws.receive_json(timeout=1))["type"] == "controls", "the other session is answered at once"
                 reply = await long_ws.receive_json(timeout=10)
+                while reply["type"].startswith("playback_"):  # its speech is being shown meanwhile
+                    reply = await long_ws.receive_json(timeout=10)
                 assert reply == {"type": "controls", "applied": {"yaw": 1.0}}, "the long push went in once there was room"
             body = await (await http.get(f"{base}/sessions/{long_id}")).json()
             assert body["counters"]["pushed_seconds"] == 8.0
@@ -224,3 +226,40 @@ def test_sessions_created_and_deleted_leave_the_workers_memory_flat(tmp_path: Pa
 
     before, after = asyncio.run(scenario())
     assert after - before < 4.0, f"worker resident {before:.1f} -> {after:.1f} MB over 30 sessions"
+
+
+def test_the_push_websocket_tells_when_each_segment_is_shown_and_when_it_ends_or_is_cut() -> None:
+    async def scenario() -> None:
+        async with running(workers=1) as (service, http, base):
+            session_id = (await (await http.post(f"{base}/sessions", json={"avatar": "anna"})).json())["id"]
+            async with http.ws_connect(f"{base}/push?session={session_id}") as ws:
+
+                backlog: list[dict] = []
+
+                async def next_of(kind: str) -> dict:
+                    """The next message of ``kind``; those of other kinds wait in order for their own call."""
+                    while not any(m["type"] == kind for m in backlog):
+                        backlog.append(await ws.receive_json(timeout=10))
+                    return backlog.pop(next(i for i, m in enumerate(backlog) if m["type"] == kind))
+
+                await ws.send_json({"type": "format", "sample_rate": 16000, "channels": 1, "encoding": "s16le"})
+                await next_of("ready")
+                await ws.send_bytes(b"\x00\x10" * 6400)  # 0.4 s
+                await ws.send_json({"type": "end_of_segment"})
+                assert await next_of("end_of_segment") == {"type": "end_of_segment", "segment": 0}
+                assert await next_of("playback_started") == {"type": "playback_started", "segment": 0}
+                assert await next_of("playback_finished") == {"type": "playback_finished", "segment": 0, "position": 0.4, "interrupted": False}
+
+                await ws.send_bytes(b"\x00\x10" * 32000)  # 2 s, cut after it starts
+                assert await next_of("playback_started") == {"type": "playback_started", "segment": 1}
+                await ws.send_json({"type": "interrupt"})
+                assert await next_of("interrupted") == {"type": "interrupted", "segment": 1}
+                await ws.send_json({"type": "interrupt"})
+                assert await next_of("interrupted") == {"type": "interrupted", "segment": None}, "nothing open: no segment"
+                finished = await next_of("playback_finished")
+                assert finished["segment"] == 1 and finished["interrupted"] and 0 < finished["position"] < 2.0, finished
+                await ws.send_bytes(b"\x00\x10" * 1600)
+                await ws.send_json({"type": "end_of_segment"})
+                assert (await next_of("playback_finished"))["segment"] == 2, "exactly one finish each, in order"
+
+    asyncio.run(scenario())

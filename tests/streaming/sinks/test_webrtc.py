@@ -64,7 +64,7 @@ def test_browser_pli_reaches_the_shared_encoder() -> None:
     """aiortc routes PLI/FIR to RTCRtpSender._send_keyframe; the preview turns that into an encoder request."""
 
     async def scenario() -> None:
-        from aiortc import RTCPeerConnection
+        from aiortc import RTCPeerConnection, RTCSessionDescription
 
         requests = Requests()
         preview = WebRtcPreview(asyncio.get_running_loop(), requests)
@@ -72,7 +72,8 @@ def test_browser_pli_reaches_the_shared_encoder() -> None:
         client.addTransceiver("video", direction="recvonly")
         client.addTransceiver("audio", direction="recvonly")
         await client.setLocalDescription(await client.createOffer())
-        await client.setRemoteDescription(await preview.answer(client.localDescription.sdp))
+        _, answer = await preview.join(client.localDescription.sdp)
+        await client.setRemoteDescription(RTCSessionDescription(sdp=answer, type="answer"))
         viewer = next(iter(preview._viewers))
         for _ in range(100):
             if viewer.connected:
@@ -124,15 +125,15 @@ def test_a_viewer_that_never_connects_frees_its_slot() -> None:
             return "\r\n".join(l for l in client.localDescription.sdp.splitlines() if not l.startswith("a=candidate")) + "\r\n"
 
         for _ in range(2):
-            await preview.answer(await offer_without_candidates())
+            await preview.join(await offer_without_candidates())
         with pytest.raises(ViewerRefused):
-            await preview.answer(await offer_without_candidates())
+            await preview.join(await offer_without_candidates())
         for _ in range(40):
             if preview.viewers == 0:
                 break
             await asyncio.sleep(0.05)
         assert preview.viewers == 0, "slots of viewers that never connected are freed after connect_timeout"
-        await preview.answer(await offer_without_candidates())
+        await preview.join(await offer_without_candidates())
         assert preview.viewers == 1
         await preview.aclose()
         for client in clients:

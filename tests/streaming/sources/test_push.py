@@ -58,7 +58,7 @@ def test_the_push_protocol_end_to_end() -> None:
             frames_before = len(recorder.frames)
             assert "format" in await error_for(b"\x00\x00" * 100)
             assert "JSON" in await error_for("not json")
-            assert "expected format, controls, interrupt or end" in await error_for(json.dumps({"type": "dance"}))
+            assert "expected format, controls, end_of_segment, interrupt or end" in await error_for(json.dumps({"type": "dance"}))
             assert "outside" in await error_for(json.dumps({"type": "format", "sample_rate": 5}))
             assert "8000..192000" in await error_for(json.dumps({"type": "format", "sample_rate": 4000}))
             assert "number of Hz" in await error_for(json.dumps({"type": "format", "sample_rate": "24k"}))
@@ -84,7 +84,7 @@ def test_the_push_protocol_end_to_end() -> None:
             assert np.allclose(session.pushed[1][0], 0.3) and session.pushed[1][1] == 16000
 
             await ws.send_str(json.dumps({"type": "interrupt"}))
-            assert await ws.receive_json(timeout=5) == {"type": "interrupted"}
+            assert await ws.receive_json(timeout=5) == {"type": "interrupted", "segment": None}
             assert session.interrupts == 1
             await until(lambda: len(recorder.frames) > frames_before + 5)  # frames kept flowing through all of this
 
@@ -155,6 +155,9 @@ def test_after_the_session_ended_a_websocket_client_is_told_what_to_do() -> None
     class Ended:
         async def interrupt(self) -> None:
             raise SessionClosed("session 3 has ended; open a new one with runtime.open_session")
+
+        def subscribe(self, listener):
+            return lambda: None
 
     async def scenario() -> None:
         app = web.Application()
