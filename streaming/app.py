@@ -42,6 +42,9 @@ REQUEST_TIMEOUT = 10.0
 class AsyncAudioSink(Protocol):
     """What the push WebSocket drives: a session's audio side, awaited (never parking a thread of the event loop's)."""
 
+    latency: str
+    """The session's latency mode (``engine.latency``), told to the pushing client."""
+
     async def push_audio(self, pcm: np.ndarray, sample_rate: int) -> None: ...
 
     async def update_controls(self, **changes: Any) -> dict[str, Any]: ...
@@ -70,6 +73,7 @@ class ThreadedAudioSink:
 
     def __init__(self, session: AudioSink) -> None:
         self.session = session
+        self.latency = session.latency.name
 
     async def push_audio(self, pcm: np.ndarray, sample_rate: int) -> None:
         await asyncio.to_thread(self.session.push_audio, pcm, sample_rate, None, True)

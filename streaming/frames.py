@@ -14,6 +14,7 @@ import numpy as np
 import torch
 
 from engine.controls import Controls
+from engine.latency import LatencyMode
 from engine.runtime.config import RuntimeConfig
 from engine.session import FPS
 
@@ -53,6 +54,8 @@ class FrameSource(Protocol):
 
 class AudioSink(Protocol):
     """A live session seen from the audio side (what sources push into)."""
+
+    latency: LatencyMode
 
     def push_audio(self, pcm: np.ndarray, sample_rate: int, channels: int | None = None, block: bool = False) -> None: ...
 

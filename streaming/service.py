@@ -212,8 +212,9 @@ class RemoteSession:
     The session's playback events (``streaming.playback``) go to every subscribed listener.
     """
 
-    def __init__(self, core: CoreClient, session_id: str, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, core: CoreClient, session_id: str, loop: asyncio.AbstractEventLoop, latency: str = FAITHFUL.name) -> None:
         self._core, self.id, self._loop = core, session_id, loop
+        self.latency = latency
         self._listeners: list[Callable[[dict[str, Any]], None]] = []
 
     async def push_audio(self, pcm: np.ndarray, sample_rate: int) -> None:
@@ -435,7 +436,7 @@ class Service:
                 loopback_only=self.options.loopback_only,
                 on_watching=lambda on: self._to_worker(session, {"type": "watch", "id": session_id, "on": on}),
             )
-        session.audio = RemoteSession(self.core, session_id, self._loop)
+        session.audio = RemoteSession(self.core, session_id, self._loop, spec.latency)
         self.sessions[session_id] = session
         worker.sessions.add(session_id)
         self._to_worker(session, {"type": "outputs", "id": session_id, "rtmp": list(spec.rtmp), "mp4": spec.mp4, "preview": spec.preview})

@@ -6,7 +6,8 @@ Protocol (one WebSocket per session, ``/push?session=NAME``):
 client -> server, text (JSON):
   {"type": "format", "sample_rate": 24000, "channels": 1, "encoding": "s16le" | "f32le"}
       declares the format of the binary messages that follow; may be sent again to change it.
-      The server answers {"type": "ready", "sample_rate": ..., "channels": ..., "encoding": ...}.
+      The server answers {"type": "ready", "sample_rate": ..., "channels": ..., "encoding": ..., "latency": ...}
+      (the session's latency mode, "faithful" or "low", chosen when it was created).
   {"type": "controls", "yaw": 10, "emotion": "happy", ...}
       changes the named session controls (fields of engine.controls.Controls, JSON values; tables as
       lists of rows); the others keep their values. Window controls (emotion, fix_kp_cond,
@@ -155,7 +156,7 @@ async def _handle(ws: web.WebSocketResponse, message, session, state: PushState)
         kind = control.get("type")
         if kind == "format":
             state.fmt = parse_format(control)
-            await _reply(ws, {"type": "ready", **state.fmt.as_message()})
+            await _reply(ws, {"type": "ready", **state.fmt.as_message(), "latency": session.latency})
         elif kind == "controls":
             fields = {k: v for k, v in control.items() if k != "type"}
             await _reply(ws, {"type": "controls", "applied": await session.update_controls(**fields)})

@@ -16,6 +16,7 @@ import numpy as np
 import torch
 
 from engine.controls import Controls
+from engine.latency import FAITHFUL
 from engine.session import Frame
 from streaming.frames import AUDIO_RATE, FPS, SAMPLES_PER_FRAME
 
@@ -80,6 +81,7 @@ class SyntheticSession:
         self.pushed: list[tuple[np.ndarray, int, int | None]] = []
         self.interrupts = 0
         self.controls = Controls()
+        self.latency = FAITHFUL
         self.ended = False
         self.closed = False
         self._lock = threading.Lock()

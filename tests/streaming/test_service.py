@@ -117,6 +117,9 @@ def test_bad_requests_get_clear_answers_and_capacity_is_a_503() -> None:
             low = await (await http.post(f"{base}/sessions", json={"avatar": "anna", "latency": "low"})).json()
             shown = await (await http.get(f"{base}/sessions/{low['id']}")).json()
             assert (shown["latency"], shown["overlap"]) == ("low", 77), "the low-latency mode's own overlap unless given one"
+            async with http.ws_connect(f"{base}/push?session={low['id']}") as ws:
+                await ws.send_json({"type": "format", "sample_rate": 16000})
+                assert (await ws.receive_json(timeout=5))["latency"] == "low", "the pusher is told the session's mode"
             for _ in range(3):
                 assert (await http.post(f"{base}/sessions", json={"avatar": "anna"})).status == 201
             response = await http.post(f"{base}/sessions", json={"avatar": "anna"})

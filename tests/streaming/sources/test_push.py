@@ -66,7 +66,7 @@ def test_the_push_protocol_end_to_end() -> None:
             assert "encoding" in await error_for(json.dumps({"type": "format", "sample_rate": 16000, "encoding": "mp3"}))
 
             await ws.send_str(json.dumps({"type": "format", "sample_rate": 24000, "channels": 1, "encoding": "s16le"}))
-            assert await ws.receive_json(timeout=5) == {"type": "ready", "sample_rate": 24000, "channels": 1, "encoding": "s16le"}
+            assert await ws.receive_json(timeout=5) == {"type": "ready", "sample_rate": 24000, "channels": 1, "encoding": "s16le", "latency": "faithful"}
             assert "whole sample frames" in await error_for(b"\x01\x02\x03")
             await ws.send_bytes(np.full(2400, 16384, "<i2").tobytes())
             await until(lambda: len(session.pushed) == 1)
