@@ -16,6 +16,7 @@ from typing import Any
 from cluster.ingress import ATTEMPTS, SessionsIngress
 from cluster.replica import DRAIN_SECONDS, HEALTH_TIMEOUT, EngineReplica, ReplicaConfig
 from cluster.router import CapacityRouter
+from streaming.serve import is_loopback
 
 APP_NAME = "ditto"
 SHUTDOWN_MARGIN = 30.0
@@ -23,6 +24,8 @@ SHUTDOWN_MARGIN = 30.0
 ROUTING_PERIOD = 1.0
 """Seconds between two capacity reports of a replica."""
 HEALTH_PERIOD = 5.0
+SERVICE_ARGS = ("checkpoints", "device", "steps", "workers", "admission", "avatars", "cache_dir", "runtime")
+"""The serve config's ``args`` that are ``streaming.service.ServiceOptions`` fields of every replica's engine."""
 
 
 @dataclass(frozen=True)
@@ -61,14 +64,28 @@ def application(options: ClusterOptions):
 
 
 def build(args: dict[str, Any]):
-    """``serve deploy``'s application builder (``import_path: cluster.app:build``); ``args`` as in cluster/serve.yaml."""
+    """``serve deploy``'s application builder (``import_path: cluster.app:build``); ``args`` as in cluster/serve.yaml.
+
+    Beyond loopback a token is required here (it cannot be generated and shown: the builder runs on the cluster).
+    """
     host, _, port = str(args.get("http", "127.0.0.1:8000")).rpartition(":")
-    service = {k: args[k] for k in ("checkpoints", "device", "steps", "workers", "avatars") if k in args}
+    replica_host = str(args.get("host", "127.0.0.1"))
+    token = args.get("token")
+    for bound in (host, replica_host):
+        if not is_loopback(bound) and not token:
+            raise ValueError(f"serving {bound} (beyond loopback) needs a token: set args.token in the serve config")
+    service = {k: args[k] for k in SERVICE_ARGS if k in args}
     replica = ReplicaConfig(
-        service=service, host=args.get("host", "127.0.0.1"), token=args.get("token"),
+        service=service, host=replica_host, token=token,
         drain_seconds=float(args.get("drain_seconds", DRAIN_SECONDS)), health_timeout=float(args.get("health_timeout", HEALTH_TIMEOUT)),
     )
-    return application(ClusterOptions(replica=replica, replicas=int(args.get("replicas", 1)), http=(host, int(port))))
+    gpus = 1.0 if service.get("device", "cuda") == "cuda" else 0.0
+    return application(
+        ClusterOptions(
+            replica=replica, replicas=int(args.get("replicas", 1)), gpus_per_replica=float(args.get("gpus_per_replica", gpus)),
+            http=(host, int(port)), health_period=float(args.get("health_period", HEALTH_PERIOD)),
+        )
+    )
 
 
 def run(args: argparse.Namespace) -> int:

@@ -33,11 +33,12 @@ ATTEMPTS = 3
 class SessionsIngress:
     """The Serve deployment class of ``/sessions``: places sessions through the engine deployment's handle."""
 
-    def __init__(self, engines: Any, token: str | None, bound: tuple[str, int], attempts: int = ATTEMPTS) -> None:
+    async def __init__(self, engines: Any, token: str | None, bound: tuple[str, int], attempts: int = ATTEMPTS) -> None:
         self.engines, self.token, self.attempts = engines, token, attempts
         self.hosts = allowed_hosts(bound, token)
         self.placed = 0
         self.refused = 0
+        await engines.figures.remote()  # the handle's router starts with its first call: from now on it has the reports
 
     async def __call__(self, request: Request) -> Response:
         refused = self._refuse(request)
