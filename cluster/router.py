@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ray.serve.request_router import FIFOMixin, PendingRequest, ReplicaID, ReplicaResult, RequestRouter, RunningReplica
+from ray.serve.request_router import FIFOMixin, PendingRequest, ReplicaID, RequestRouter, RunningReplica
 
 from cluster import reports
 
@@ -34,6 +34,8 @@ class CapacityRouter(FIFOMixin, RequestRouter):
             return [candidate_replicas]
         self._publish()
         ranked = sorted(candidate_replicas, key=self.free, reverse=True)
+        if ranked:
+            self._count(ranked[0])
         return [[replica] for replica in ranked]
 
     def update_replicas(self, replicas: list[RunningReplica]) -> None:
@@ -52,10 +54,9 @@ class CapacityRouter(FIFOMixin, RequestRouter):
         seq, sent = self._sent.get(replica.replica_id, (None, 0))
         return stats["free"] - (sent if seq == stats["seq"] else 0)
 
-    def on_request_routed(self, pending_request: PendingRequest, replica_id: ReplicaID, result: ReplicaResult) -> None:
-        if pending_request.metadata.call_method != PLACING:
-            return
-        replica = self.curr_replicas.get(replica_id)
-        seq = replica.routing_stats.get("seq") if replica is not None else None
-        last, sent = self._sent.get(replica_id, (seq, 0))
-        self._sent[replica_id] = (seq, sent + 1 if last == seq else 1)
+    def _count(self, replica: RunningReplica) -> None:
+        """One more session sent to ``replica`` since its last report. Counted when chosen, not once routed: the
+        requests of a burst are ranked concurrently, and each must see the ones ranked before it."""
+        seq = replica.routing_stats.get("seq")
+        last, sent = self._sent.get(replica.replica_id, (seq, 0))
+        self._sent[replica.replica_id] = (seq, sent + 1 if last == seq else 1)
