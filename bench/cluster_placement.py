@@ -1,6 +1,6 @@
 """Placement on a Ray Serve cluster: the capacity router against Serve's default router with refusal and retry.
 
-    python -m bench.cluster_placement [--rounds 5] [--out bench/results/cluster_placement.json]
+    python -m bench.cluster_placement [--rounds 5] [--out bench/results/DATE_cpu2_cluster_placement.json]
 
 A local Ray cluster with two fake GPUs runs the application twice, once per placement: two engine
 replicas of ``--runtime`` (default: the tests' synthetic runtime admitting 2 sessions each, so the
