@@ -6,7 +6,8 @@
     GET  /sessions   the replicas as last reported: capacity, live sessions, free, draining
 
 A refusal from a replica (its report was stale, or it just started draining) is retried on
-another, at most ``attempts`` times in all. Everything else about a session (GET, DELETE, push,
+another: ``attempts`` times, and on until every replica reported has refused once (the 503 then
+names figures each replica gave just now). Everything else about a session (GET, DELETE, push,
 signalling, preview) is on the replica's own URLs, which stay the same for the session's life.
 Same token rules as the single server: the token (``Authorization: Bearer`` or ``?token=``)
 is required when one is set, a ``Host`` the proxy is not bound to is refused, and a browser
@@ -27,7 +28,7 @@ from cluster.reports import REPORTED
 from streaming.app import allowed_hosts
 
 ATTEMPTS = 3
-"""Replicas one POST may be offered to before the answer is 503."""
+"""Offers of one POST to replicas before the answer may be 503 (more while a reported replica has not refused)."""
 
 
 class SessionsIngress:
@@ -60,7 +61,9 @@ class SessionsIngress:
         except ValueError as exc:
             return PlainTextResponse(f"POST /sessions takes JSON: {exc}", status_code=400)
         refusals: dict[str, dict[str, Any]] = {}
-        for _ in range(self.attempts):
+        tries = 0
+        while tries < self.attempts or (set(REPORTED) - set(refusals) and tries < self.attempts + len(REPORTED)):
+            tries += 1
             reply = await self.engines.create.remote(body)
             if reply["status"] != 503:
                 if reply["status"] == 201:

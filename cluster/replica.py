@@ -39,6 +39,25 @@ WEBSOCKET_REASON_BYTES = 123
 """The longest close reason a WebSocket close frame carries (RFC 6455)."""
 
 
+class TickWatch:
+    """Whether the runtime loop still ticks: with live sessions its ``ticks`` counter must move (every live session
+    has work every hop, speech or idle); a counter still for ``seconds`` means a loop stuck inside a tick while the
+    core's request thread still answers. Runtimes without the counter (the tests' synthetic one) are not watched."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self._last: tuple[Any, float] = (None, 0.0)
+
+    def stalled(self, ticks: int | None, live: int, now: float) -> str | None:
+        """The reason the loop counts as stopped, or None; called with each health check's figures."""
+        if ticks is None or not live or ticks != self._last[0]:
+            self._last = (ticks, now)
+            return None
+        if now - self._last[1] > self.seconds:
+            return f"its runtime loop has not ticked for {now - self._last[1]:.0f} s with {live} live session(s)"
+        return None
+
+
 @dataclass(frozen=True)
 class ReplicaConfig:
     """What every replica of the engine deployment is started with (plain data: Serve sends it to each replica)."""
@@ -65,6 +84,7 @@ class EngineReplica:
         self.failure: str | None = None
         self.draining = False
         self._reports = 0
+        self._ticks = TickWatch(self.config.health_timeout)
         self._sockets: weakref.WeakSet[web.WebSocketResponse] = weakref.WeakSet()
         host = self.config.host
         if not is_loopback(host) and not self.config.token:
@@ -106,18 +126,23 @@ class EngineReplica:
         return {**self.figures()["capacity"], "seq": self._reports}
 
     async def check_health(self) -> None:
-        """Raise when the engine core does not answer in ``health_timeout`` s (its loop stopped ticking) or has failed;
-        the sessions then end at once with that reason, and Serve replaces this replica."""
+        """Raise when the engine core does not answer in ``health_timeout`` s, its runtime loop's tick counter stood
+        still that long with live sessions, or the core has failed; the sessions then end at once with that reason,
+        and Serve replaces this replica."""
         if self.failure is None and self.service.failure is not None:
             self._fail(f"replica {self.id}: {self.service.failure}")
         if self.failure is None:
             try:
-                await asyncio.wait_for(self.service.refresh(), self.config.health_timeout)
+                figures = await asyncio.wait_for(self.service.refresh(), self.config.health_timeout)
             except asyncio.TimeoutError:
                 self._fail(
                     f"replica {self.id}: its engine core did not answer for {self.config.health_timeout:g} s "
                     "(its loop stopped ticking); the replica is being replaced"
                 )
+            else:
+                stalled = self._ticks.stalled(figures.get("ticks"), self._live(), time.monotonic())
+                if stalled:
+                    self._fail(f"replica {self.id}: {stalled}; the replica is being replaced")
         if self.failure is not None:
             await self._close_websockets(1011, self.failure)
             raise RuntimeError(self.failure)
