@@ -101,6 +101,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--duration", type=float, help="stop this many seconds after the first frame is out (default: when every session has ended)")
     parser.add_argument("--seed", type=int, default=0, help="seed of session 0's diffusion noise (session i uses seed + i)")
     parser.add_argument("--demo", action="store_true", help="the demo portrait speaking the bundled clip on loop, random weights")
+    parser.add_argument(
+        "--ray", action="store_true",
+        help="serve on a Ray cluster (RAY_ADDRESS, or a local one): one engine per GPU as Ray Serve replicas, sessions placed by capacity (cluster/)",
+    )
     add_control_arguments(parser)
     args = parser.parse_args(argv)
     args.control_changes = control_changes(args, parser)
@@ -112,6 +116,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error("--avatar is required for sessions opened at start (or use --demo, or none: open them with POST /sessions)")
     if args.demo and (args.audio or args.mic is not None or args.listen):
         parser.error("--demo speaks the bundled clip; it takes no --audio, --mic or --listen")
+    if args.ray and (args.demo or args.audio or args.mic is not None or args.listen or args.rtmp or args.mp4 or args.duration):
+        parser.error("--ray serves the sessions clients open with POST /sessions; sessions at start (--demo, --audio, --mic, --listen, --rtmp, --mp4, --duration) are the single server's")
     if args.encoder == "nvenc":
         parser.error("--encoder nvenc: the service's output workers take frames in host memory and encode with x264 (see README)")
     if args.demo and args.webrtc is None:
@@ -304,7 +310,12 @@ def _announce(args: argparse.Namespace, host: str, port: int, token: str | None,
 
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
-    return asyncio.run(serve(parse_args(argv)))
+    args = parse_args(argv)
+    if args.ray:
+        from cluster.app import run
+
+        return run(args)
+    return asyncio.run(serve(args))
 
 
 if __name__ == "__main__":

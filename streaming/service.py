@@ -342,6 +342,8 @@ class Service:
         self._tasks: list[asyncio.Task] = []
         self._loop: asyncio.AbstractEventLoop | None = None
         self._closing = False
+        self.refusing: str | None = None
+        """Set to a reason to stop admitting new sessions while the live ones go on (a cluster replica draining)."""
 
     # -- start and stop ---------------------------------------------------------------------
 
@@ -424,6 +426,8 @@ class Service:
         """Open a session: its outputs on the least loaded worker with room, then the session on the core."""
         if self.failure is not None:
             raise SessionError(f"the service has failed: {self.failure}", "closed")
+        if self.refusing is not None:
+            raise SessionError(self.refusing, "admission")
         session_id = session_id or secrets.token_hex(4)
         if session_id in self.sessions and self.sessions[session_id].live:
             raise SessionError(f"session {session_id!r} exists", "invalid")
@@ -610,6 +614,21 @@ class Service:
             session.state, session.error = "failed", self.failure
             self._to_worker(session, {"type": "remove", "id": session.id})
             session.closed.set()
+        self.failed.set()
+
+    def abort(self, reason: str) -> None:
+        """Fail every live session with ``reason`` and kill the core and the workers now, without asking them (they may
+        be stuck): what a cluster replica does when its loop stopped ticking, before it is replaced."""
+        self._closing = True
+        self.failure = reason
+        if self.core is not None:
+            self.core.fail_all(SessionError(reason, "closed"))
+        for session in self._live():
+            session.state, session.error = "failed", reason
+            session.closed.set()
+        for process in [self._core, *(w.process for w in self._workers)]:
+            if process is not None and process.poll() is None:
+                process.kill()
         self.failed.set()
 
     def _worker_died(self, worker: WorkerProcess, code: int) -> None:

@@ -1,0 +1,114 @@
+"""The cluster's front door: ``POST /sessions`` through Ray Serve's HTTP proxy, placed on an engine replica with room.
+
+    POST /sessions   the body of the single-server API (``streaming.api``) -> 201 from the replica that took it,
+                     with URLs of that replica (push, preview, self) and ``replica`` (its id and address);
+                     503 naming the cluster's capacity when no replica has room
+    GET  /sessions   the replicas as last reported: capacity, live sessions, free, draining
+
+A refusal from a replica (its report was stale, or it just started draining) is retried on
+another: ``attempts`` times, and on until every replica reported has refused once (the 503 then
+names figures each replica gave just now). Everything else about a session (GET, DELETE, push,
+signalling, preview) is on the replica's own URLs, which stay the same for the session's life.
+Same token rules as the single server: the token (``Authorization: Bearer`` or ``?token=``)
+is required when one is set, a ``Host`` the proxy is not bound to is refused, and a browser
+page of another host may not open sessions.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+from typing import Any
+from urllib.parse import urlsplit
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, PlainTextResponse, Response
+
+from cluster.reports import REPORTED
+from streaming.app import allowed_hosts
+
+ATTEMPTS = 3
+"""Offers of one POST to replicas before the answer may be 503 (more while a reported replica has not refused)."""
+
+
+class SessionsIngress:
+    """The Serve deployment class of ``/sessions``: places sessions through the engine deployment's handle."""
+
+    async def __init__(self, engines: Any, token: str | None, bound: tuple[str, int], attempts: int = ATTEMPTS) -> None:
+        self.engines, self.token, self.attempts = engines, token, attempts
+        self.hosts = allowed_hosts(bound, token)
+        self.placed = 0
+        self.refused = 0
+        await engines.figures.remote()  # the handle's router starts with its first call: from now on it has the reports
+
+    async def __call__(self, request: Request) -> Response:
+        refused = self._refuse(request)
+        if refused is not None:
+            return refused
+        path = request.url.path[len(request.scope.get("root_path", "")) :].rstrip("/") or "/"
+        if path == "/sessions" and request.method == "POST":
+            return await self.create(await request.body())
+        if path == "/sessions" and request.method == "GET":
+            return JSONResponse({"replicas": REPORTED, "capacity": cluster_capacity(REPORTED), "placed": self.placed, "refused": self.refused})
+        return PlainTextResponse(
+            "the cluster answers POST /sessions and GET /sessions; a session's other routes are on its replica (its urls)", status_code=404
+        )
+
+    async def create(self, body: bytes) -> Response:
+        """Offer the session to replicas (the router ranks them by reported room) until one takes it."""
+        try:
+            json.loads(body)
+        except ValueError as exc:
+            return PlainTextResponse(f"POST /sessions takes JSON: {exc}", status_code=400)
+        refusals: dict[str, dict[str, Any]] = {}
+        tries = 0
+        while tries < self.attempts or (set(REPORTED) - set(refusals) and tries < self.attempts + len(REPORTED)):
+            tries += 1
+            reply = await self.engines.create.remote(body)
+            if reply["status"] != 503:
+                if reply["status"] == 201:
+                    self.placed += 1
+                    return JSONResponse({**json.loads(reply["body"]), "replica": reply["replica"]}, status_code=201)
+                return Response(reply["body"], status_code=reply["status"], media_type="application/json" if reply["json"] else "text/plain")
+            self.refused += 1
+            refusals[reply["replica"]["id"]] = reply["capacity"]
+        return PlainTextResponse(full_message({**REPORTED, **refusals}), status_code=503)
+
+    def _refuse(self, request: Request) -> Response | None:
+        """401/403 for a request the token, Host or Origin rules do not let in (as ``streaming.app``'s middlewares)."""
+        host = request.headers.get("host", "").lower()
+        if self.hosts is not None and host not in self.hosts:
+            return PlainTextResponse(f"Host {host!r} is not a name this server is bound to", status_code=403)
+        origin = request.headers.get("origin")
+        if origin is not None and request.method != "GET" and (origin == "null" or urlsplit(origin).netloc.lower() != host):
+            return PlainTextResponse(f"Origin {origin!r} may not open sessions here", status_code=403)
+        if self.token:
+            given = request.query_params.get("token", "")
+            header = request.headers.get("authorization", "")
+            if header.startswith("Bearer "):
+                given = header[len("Bearer ") :]
+            if not given.isascii() or not hmac.compare_digest(given.encode(), self.token.encode()):
+                return PlainTextResponse("a token is required: ?token=TOKEN or Authorization: Bearer TOKEN", status_code=401)
+        return None
+
+
+def cluster_capacity(replicas: dict[str, dict[str, Any]]) -> dict[str, int]:
+    """The replicas' reports summed: sessions admitted in all, live, free, and how many replicas reported."""
+    return {
+        "replicas": len(replicas),
+        "admitted": sum(r.get("admitted", 0) for r in replicas.values()),
+        "live": sum(r.get("live", 0) for r in replicas.values()),
+        "free": sum(r.get("free", 0) for r in replicas.values()),
+    }
+
+
+def full_message(replicas: dict[str, dict[str, Any]]) -> str:
+    """The 503 text: the cluster's capacity and each replica's, and what to do."""
+    total = cluster_capacity(replicas)
+    each = ", ".join(
+        f"{rid}: {r.get('live', 0)} of {r.get('admitted', 0)}{' (draining)' if r.get('draining') else ''}" for rid, r in sorted(replicas.items())
+    )
+    return (
+        f"the cluster is full: {total['replicas']} engine replica(s) serve {total['live']} live session(s) of the "
+        f"{total['admitted']} they admit ({each}); end a session, or add a GPU (one more replica)"
+    )

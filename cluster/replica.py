@@ -1,0 +1,198 @@
+"""One engine per GPU as a Ray Serve replica: the service's core and output workers, and its own HTTP server.
+
+A replica holds one ``streaming.service.Service`` (an engine core on the GPU Ray gave it, through
+``CUDA_VISIBLE_DEVICES``, and its output workers) and serves that service's whole HTTP side on an
+address of its node (``streaming.api``: sessions, push WebSocket, WebRTC signalling, /metrics), so
+a session's push, signalling and media stay on the replica that holds it, and RTMP and WebRTC
+leave from its node. Through Serve it answers only what placement needs: ``create`` (a session
+here, answered with URLs of this replica), ``record_routing_stats`` (its free capacity, from the
+engine's own admission), ``check_health`` (the engine core still answers) and the drain when
+Serve removes it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+import time
+import weakref
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+
+from streaming.api import create_service_app
+from streaming.app import app_runner
+from streaming.serve import is_loopback
+from streaming.service import Service, ServiceOptions
+
+log = logging.getLogger("cluster.replica")
+DRAIN_SECONDS = 600.0
+"""How long a replica chosen for removal waits for its live sessions to end before it ends them (10 minutes)."""
+HEALTH_TIMEOUT = 5.0
+"""Seconds the engine core has to answer a health check; a core that does not has stopped ticking."""
+DRAIN_POLL = 0.5
+WEBSOCKET_REASON_BYTES = 123
+"""The longest close reason a WebSocket close frame carries (RFC 6455)."""
+
+
+class TickWatch:
+    """Whether the runtime loop still ticks: with live sessions its ``ticks`` counter must move (every live session
+    has work every hop, speech or idle); a counter still for ``seconds`` means a loop stuck inside a tick while the
+    core's request thread still answers. Runtimes without the counter (the tests' synthetic one) are not watched."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self._last: tuple[Any, float] = (None, 0.0)
+
+    def stalled(self, ticks: int | None, live: int, now: float) -> str | None:
+        """The reason the loop counts as stopped, or None; called with each health check's figures."""
+        if ticks is None or not live or ticks != self._last[0]:
+            self._last = (ticks, now)
+            return None
+        if now - self._last[1] > self.seconds:
+            return f"its runtime loop has not ticked for {now - self._last[1]:.0f} s with {live} live session(s)"
+        return None
+
+
+@dataclass(frozen=True)
+class ReplicaConfig:
+    """What every replica of the engine deployment is started with (plain data: Serve sends it to each replica)."""
+
+    service: dict[str, Any] = field(default_factory=dict)
+    """``streaming.service.ServiceOptions`` fields (checkpoints, device, steps, admission, workers, avatars, runtime)."""
+    host: str = "127.0.0.1"
+    """Where the replica's HTTP server binds; 0.0.0.0 serves remote clients (then a token is required) at the node's IP."""
+    token: str | None = None
+    notice: str = ""
+    drain_seconds: float = DRAIN_SECONDS
+    health_timeout: float = HEALTH_TIMEOUT
+
+
+class EngineReplica:
+    """The Serve deployment class: one engine (core + output workers) and its HTTP server, per GPU."""
+
+    async def __init__(self, config: dict[str, Any]) -> None:
+        from ray import serve
+        from ray.util import get_node_ip_address
+
+        self.config = ReplicaConfig(**config)
+        self.id = serve.get_replica_context().replica_id.unique_id
+        self.failure: str | None = None
+        self.draining = False
+        self._reports = 0
+        self._ticks = TickWatch(self.config.health_timeout)
+        self._sockets: weakref.WeakSet[web.WebSocketResponse] = weakref.WeakSet()
+        host = self.config.host
+        if not is_loopback(host) and not self.config.token:
+            raise ValueError(f"a replica serving {host} (beyond loopback) needs a token")
+        wildcard = host in ("", "0.0.0.0", "::")
+        self.service = Service(ServiceOptions(**self.config.service, loopback_only=is_loopback(host)))
+        await self.service.start()
+        listener = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+        listener.bind((host, 0))
+        port = listener.getsockname()[1]
+        advertised = get_node_ip_address() if wildcard else host
+        self.netloc = f"[{advertised}]:{port}" if ":" in advertised else f"{advertised}:{port}"
+        self._local = f"http://{'127.0.0.1' if wildcard else self.netloc}"
+        app = create_service_app(self.service, self.config.token, self.config.notice, bound=(host, port))
+        app.on_response_prepare.append(self._track_websocket)
+        app.router.add_get("/replica", self._replica_route)
+        self._runner = app_runner(app)
+        await self._runner.setup()
+        await web.SockSite(self._runner, listener).start()
+        self._http = aiohttp.ClientSession()
+        log.info("replica %s: %s, serving http://%s", self.id, self.service.core_info.get("device"), self.netloc)
+
+    # -- what Serve calls -------------------------------------------------------------------
+
+    async def create(self, body: bytes) -> dict[str, Any]:
+        """``POST /sessions`` on this replica's own API, so the answer (and its URLs) is the replica's: status, body,
+        and this replica's figures (a refusal carries them to the ingress, which names the cluster's capacity)."""
+        headers = {"Host": self.netloc, "Content-Type": "application/json"}
+        if self.config.token:
+            headers["Authorization"] = f"Bearer {self.config.token}"
+        async with self._http.post(f"{self._local}/sessions", data=body, headers=headers) as response:
+            text = await response.text()
+            return {"status": response.status, "body": text, "json": response.content_type == "application/json", **self.figures()}
+
+    async def record_routing_stats(self) -> dict[str, Any]:
+        """What the capacity router places by; ``seq`` numbers the reports, so the router knows which placements a
+        report already counts."""
+        self._reports += 1
+        return {**self.figures()["capacity"], "seq": self._reports}
+
+    async def check_health(self) -> None:
+        """Raise when the engine core does not answer in ``health_timeout`` s, its runtime loop's tick counter stood
+        still that long with live sessions, or the core has failed; the sessions then end at once with that reason,
+        and Serve replaces this replica."""
+        if self.failure is None and self.service.failure is not None:
+            self._fail(f"replica {self.id}: {self.service.failure}")
+        if self.failure is None:
+            try:
+                figures = await asyncio.wait_for(self.service.refresh(), self.config.health_timeout)
+            except asyncio.TimeoutError:
+                self._fail(
+                    f"replica {self.id}: its engine core did not answer for {self.config.health_timeout:g} s "
+                    "(its loop stopped ticking); the replica is being replaced"
+                )
+            else:
+                stalled = self._ticks.stalled(figures.get("ticks"), self._live(), time.monotonic())
+                if stalled:
+                    self._fail(f"replica {self.id}: {stalled}; the replica is being replaced")
+        if self.failure is not None:
+            await self._close_websockets(1011, self.failure)
+            raise RuntimeError(self.failure)
+
+    async def __del__(self) -> None:
+        """Serve removes this replica (scale-down, redeploy, failed health): stop admitting, let the live sessions end
+        for up to ``drain_seconds``, end what is left with that reason, then stop the engine."""
+        if self.failure is None:
+            self.draining = True
+            self.service.refusing = f"replica {self.id} is draining for removal; it admits no new session"
+            deadline = time.monotonic() + self.config.drain_seconds
+            log.info("replica %s: draining %d live session(s), for at most %g s", self.id, self._live(), self.config.drain_seconds)
+            while self._live() and time.monotonic() < deadline:
+                await asyncio.sleep(DRAIN_POLL)
+            if self._live():
+                reason = f"replica {self.id} was removed: its sessions had {self.config.drain_seconds:g} s to end and did not"
+                log.warning("%s", reason)
+                await self._close_websockets(1001, reason)
+        await self._http.close()
+        await self._runner.cleanup()
+        await self.service.close()
+
+    # -- the replica's own figures and routes -----------------------------------------------
+
+    def figures(self) -> dict[str, Any]:
+        """This replica: its id, node address and process, and its capacity (the engine's admission) and use."""
+        admitted = self.service.capacity()["admitted"]
+        live = self._live()
+        free = 0 if self.draining or self.failure else max(0, admitted - live)
+        return {
+            "replica": {"id": self.id, "url": f"http://{self.netloc}", "pid": os.getpid()},
+            "capacity": {"admitted": admitted, "live": live, "free": free, "draining": self.draining},
+        }
+
+    def _live(self) -> int:
+        return sum(s.live for s in self.service.sessions.values())
+
+    async def _replica_route(self, request: web.Request) -> web.Response:
+        return web.json_response(self.figures())
+
+    async def _track_websocket(self, request: web.Request, response: web.StreamResponse) -> None:
+        if isinstance(response, web.WebSocketResponse):
+            self._sockets.add(response)
+
+    def _fail(self, reason: str) -> None:
+        log.error("%s", reason)
+        self.failure = reason
+        self.service.abort(reason)
+
+    async def _close_websockets(self, code: int, reason: str) -> None:
+        """Close every open push WebSocket saying why (clients see the code and the reason, not a dropped connection)."""
+        message = reason.encode()[:WEBSOCKET_REASON_BYTES]
+        await asyncio.gather(*(ws.close(code=code, message=message) for ws in list(self._sockets) if not ws.closed), return_exceptions=True)

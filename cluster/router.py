@@ -1,0 +1,62 @@
+"""A Serve request router that places new sessions by the capacity each engine replica reports.
+
+Every replica reports its free capacity (``EngineReplica.record_routing_stats``: the engine's own
+admission less its live sessions) every ``request_routing_stats_period_s``. A report is up to a
+period old when a burst of sessions arrives, so the router also counts the sessions it has sent
+to each replica since that replica's last report and takes them off. ``create`` calls go to the
+replica with the most room first; every other call to any replica. When no replica has room the
+ranking still names one (a full replica refuses at once, and the ingress answers 503): a router
+that named none would leave the request waiting.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ray.serve.request_router import FIFOMixin, PendingRequest, ReplicaID, RequestRouter, RunningReplica
+
+from cluster import reports
+
+PLACING = "create"
+"""The engine replica's method that opens a session: the only call placed by capacity."""
+
+
+class CapacityRouter(FIFOMixin, RequestRouter):
+    """Rank replicas for a new session by their reported free capacity, less the sessions sent since that report."""
+
+    def initialize_state(self, **kwargs: Any) -> None:
+        self._sent: dict[ReplicaID, tuple[Any, int]] = {}
+
+    async def choose_replicas(
+        self, candidate_replicas: list[RunningReplica], pending_request: PendingRequest | None = None
+    ) -> list[list[RunningReplica]]:
+        if pending_request is None or pending_request.metadata.call_method != PLACING:
+            return [candidate_replicas]
+        self._publish()
+        ranked = sorted(candidate_replicas, key=self.free, reverse=True)
+        if ranked:
+            self._count(ranked[0])
+        return [[replica] for replica in ranked]
+
+    def update_replicas(self, replicas: list[RunningReplica]) -> None:
+        super().update_replicas(replicas)
+        self._publish()
+
+    def _publish(self) -> None:
+        reports.REPORTED.clear()
+        reports.REPORTED.update({r.replica_id.unique_id: dict(r.routing_stats) for r in self.curr_replicas.values() if r.routing_stats})
+
+    def free(self, replica: RunningReplica) -> int:
+        """Sessions ``replica`` can still take: its last report less what was sent to it since."""
+        stats = replica.routing_stats
+        if "free" not in stats:
+            return 0  # not reported yet (just started): after every replica that has room
+        seq, sent = self._sent.get(replica.replica_id, (None, 0))
+        return stats["free"] - (sent if seq == stats["seq"] else 0)
+
+    def _count(self, replica: RunningReplica) -> None:
+        """One more session sent to ``replica`` since its last report. Counted when chosen, not once routed: the
+        requests of a burst are ranked concurrently, and each must see the ones ranked before it."""
+        seq = replica.routing_stats.get("seq")
+        last, sent = self._sent.get(replica.replica_id, (seq, 0))
+        self._sent[replica.replica_id] = (seq, sent + 1 if last == seq else 1)
