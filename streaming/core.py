@@ -256,6 +256,9 @@ class EngineCore:
             if not core.announced:
                 return False
         if core.session.clock_anchor is None:
+            if core.session.finished:  # closed before its first frame
+                self._finish(core, worker, events)
+                return True
             return False  # its frames leave with the session's clock, once the runtime has started it
         frames = core.session.take_ready()
         closed = core.session.closed_segments()  # after the take: closed before any frame numbered above them was made

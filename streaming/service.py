@@ -561,6 +561,8 @@ class Service:
             session.error = message["message"]
         elif kind == "closed":
             session.output_stats = message.get("stats") or session.output_stats
+            if session.state == "live":  # its outputs closed on their own (a frame ring it could not attach): end it
+                asyncio.ensure_future(self._close_quietly(session.id))
             if session.state != "failed":
                 session.state = "ended"
             self._workers[session.worker].sessions.discard(session.id)

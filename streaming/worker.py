@@ -244,7 +244,9 @@ class Worker:
         try:
             stream.source = RingSource(FrameRing(ring["ring"], ring["width"], ring["height"], ring["slots"]))
         except (OSError, ValueError) as exc:
+            # The core frees a ring when its session ends: one deleted before this worker caught up has none left.
             self.emit({"type": "output_failed", "id": stream.id, "message": f"cannot attach the frame ring: {exc}"})
+            self.emit({"type": "closed", "id": stream.id, "stats": {}})
             self.streams.pop(stream.id, None)
             return
         spec = stream.outputs
