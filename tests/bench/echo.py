@@ -20,6 +20,7 @@ from aiohttp import web
 from bench.live_server import LiveServer
 from bench.nginx import wait_listening
 from engine.audio.pcm import StreamingResampler
+from engine.latency import FAITHFUL
 from engine.session import Frame
 from streaming.app import Stream, create_app
 from streaming.frames import AUDIO_RATE, FPS, SAMPLES_PER_FRAME
@@ -42,6 +43,7 @@ class EchoSession:
         self.start: float | None = None
         self.resampler: StreamingResampler | None = None
         self.ended = False
+        self.latency = FAITHFUL
         self._lock = threading.Lock()
 
     @property
