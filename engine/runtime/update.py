@@ -16,11 +16,13 @@ from engine.runtime.scheduler import ChunkJob, WindowJob
 
 
 def add_features(batch: list[ChunkJob], encodings: torch.Tensor) -> None:
-    """Give each session of ``batch`` the features of its own chunks (those it keeps), cut from their encodings at its hop."""
+    """Give each session of ``batch`` the features of its own chunks (those it keeps), cut from their encodings at its
+    hop: one cut of the whole batch per hop in use, each session's a view of it."""
+    by_hop = {hop: valid_features(encodings, hop) for hop in {job.pipeline.hop for job in batch}}
     offset = 0
     for job in batch:
         count = job.chunks.shape[0]
-        features = valid_features(encodings[offset : offset + count], job.pipeline.hop).reshape(-1, FEATURE_DIM)
+        features = by_hop[job.pipeline.hop][offset : offset + count].reshape(-1, FEATURE_DIM)
         job.pipeline.motion.add_features(features[: job.keep])
         offset += count
 
