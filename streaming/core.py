@@ -255,11 +255,8 @@ class EngineCore:
             )
             if not core.announced:
                 return False
-        if core.session.clock_anchor is None:
-            if core.session.finished:  # closed before its first frame
-                self._finish(core, worker, events)
-                return True
-            return False  # its frames leave with the session's clock, once the runtime has started it
+        if core.session.clock_anchor is None and not core.session.finished:
+            return False  # its frames leave with the session's clock, once the runtime has started it (or it is closed)
         frames = core.session.take_ready()
         closed = core.session.closed_segments()  # after the take: closed before any frame numbered above them was made
         if closed:
