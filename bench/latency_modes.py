@@ -24,29 +24,23 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from bench.steps import load_bench_avatar, psnr
-from engine.assets import demo_audio
+from bench.steps import add_comparison_arguments, comparison_inputs, psnr, psnr_summary, session_frames
 from engine.diffusion.windows import SEQ_FRAMES, MotionWindows
 from engine.engine import Engine
 from engine.latency import FAITHFUL, LOW, MODES, LatencyMode
 from engine.motion.vector import MOTION_DIM, SMOOTHED_DIMS
-from engine.runtime import Runtime, RuntimeConfig, admission
+from engine.runtime import RuntimeConfig, admission
 from engine.runtime.pacing import FPS, speech_depth
 
+CPU_SECONDS = 0.8
+"""Seconds of speech through both modes on the CPU by default."""
 COSTS = Path(__file__).parent / "results" / "2026-12-01_h200_runtime_12_sessions_loop_baseline.json"
 RANDOM_NOTE = "RANDOM WEIGHTS: jitter and PSNR check the plumbing only; rerun with --checkpoints and --avatar."
 
 
 def run_mode(engine: Engine, avatar, audio: np.ndarray, rate: int, seed: int, latency: str) -> tuple[np.ndarray, np.ndarray]:
     """Frames (N,H,W,3) uint8 and the motion (N,265) each was rendered from, for one session in ``latency`` mode."""
-    config = RuntimeConfig(progress=False, admission=False, max_lead_seconds=len(audio) / rate + 1)
-    with Runtime(engine, config) as runtime:
-        session = runtime.open_session(avatar, live=False, seed=seed, latency=latency)
-        session.push_audio(audio, rate, block=True)
-        session.end()
-        frames = []
-        while (frame := session.next_frame()) is not None:
-            frames.append(frame)
+    frames = session_frames(engine, avatar, audio, rate, seed=seed, latency=latency)
     images = np.stack([f.image.cpu().numpy() for f in frames])
     motion = torch.stack([f.motion for f in frames]).float().cpu().numpy()
     return images, motion
@@ -82,32 +76,19 @@ def modelled_costs(costs: dict, counts: list[int]) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.latency_modes", description=__doc__.splitlines()[0])
-    parser.add_argument("--checkpoints", type=Path, help="official checkpoints (default: random weights)")
-    parser.add_argument("--avatar", help="cached avatar name or folder (default: register the astronaut)")
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument("--seconds", type=float, help="the first S seconds of the bundled speech (default all; CPU 0.8)")
+    add_comparison_arguments(parser, CPU_SECONDS)
     parser.add_argument("--steps", type=int, default=25)
-    parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--costs", type=Path, default=COSTS, help="a bench.runtime result with window_ms and render_ms (default: the H200's)")
-    parser.add_argument("--out", type=Path, help="also write the JSON result here")
     args = parser.parse_args(argv)
-    if args.checkpoints and not args.avatar:
-        parser.error("--checkpoints needs --avatar: an avatar registered with those weights")
-    device = torch.device(args.device)
-    audio, rate = demo_audio()
-    seconds = args.seconds or (0.8 if device.type == "cpu" else None)
-    if seconds:
-        audio = audio[: int(seconds * rate)]
-    avatar = load_bench_avatar(args.avatar, device)
+    device, audio, rate, avatar = comparison_inputs(parser, args, CPU_SECONDS)
     engine = Engine.from_checkpoints(args.checkpoints, device=device, steps=args.steps, compile_networks=False)
     runs = {}
     for mode in (FAITHFUL, LOW):
         started = time.perf_counter()
         runs[mode.name] = run_mode(engine, avatar, audio, rate, args.seed, mode.name)
         print(f"{mode.name}: {len(runs[mode.name][0])} frames in {time.perf_counter() - started:.1f} s", file=sys.stderr)
-    (faithful_images, faithful_motion), (low_images, low_motion) = runs["faithful"], runs["low"]
+    faithful_images, low_images = runs["faithful"][0], runs["low"][0]
     per_frame = [psnr(a, b) for a, b in zip(low_images, faithful_images)]
-    finite = [p for p in per_frame if np.isfinite(p)]
     costs = json.loads(args.costs.read_text())
     result = {
         "benchmark": "latency_modes",
@@ -127,11 +108,7 @@ def main(argv: list[str] | None = None) -> int:
             }
             for mode in (FAITHFUL, LOW)
         },
-        "low_vs_faithful_psnr_db": {
-            "mean": float(np.mean(finite)) if finite else None,
-            "min": min(per_frame) if per_frame else None,
-            "identical_frames": len(per_frame) - len(finite),
-        },
+        "low_vs_faithful_psnr_db": psnr_summary(per_frame),
         "gpu_cost_model": {"from": str(args.costs.name), "gpu": costs.get("gpu"), **modelled_costs(costs, [1, 4, 8, 12])},
         "date": time.strftime("%Y-%m-%d %H:%M:%S"),
     }

@@ -27,6 +27,8 @@ from engine.assets import demo_audio
 from engine.engine import OFFLINE_OVERLAP, Engine
 from engine.runtime import Runtime, RuntimeConfig
 
+CPU_SECONDS = 0.4
+"""Seconds of speech rendered on the CPU by default (10 frames: minutes there)."""
 RANDOM_NOTE = (
     "RANDOM WEIGHTS: these numbers check the plumbing only (same audio, avatar and seed rendered end to end at "
     "both step counts); they say nothing about the quality of 25 steps. Rerun with --checkpoints and --avatar."
@@ -67,6 +69,53 @@ def load_bench_avatar(name: str | None, device: torch.device):
     return load_avatar(cache, device)
 
 
+def psnr_summary(per_frame: list[float]) -> dict:
+    """Mean (over frames that differ), min and count of identical frames of per-frame PSNRs."""
+    finite = [p for p in per_frame if np.isfinite(p)]
+    return {
+        "mean": float(np.mean(finite)) if finite else None,
+        "min": min(per_frame) if per_frame else None,
+        "identical_frames": len(per_frame) - len(finite),
+    }
+
+
+def session_frames(engine: Engine, avatar, audio: np.ndarray, rate: int, warm: Callable[[], None] | None = None, **session) -> list:
+    """Every frame of one offline session speaking ``audio`` (``session``: ``open_session``'s keywords); ``warm`` is
+    called once the runtime has warmed up, before the session opens."""
+    with Runtime(engine, RuntimeConfig(progress=False, admission=False, max_lead_seconds=len(audio) / rate + 1)) as runtime:
+        if warm is not None:
+            warm()
+        handle = runtime.open_session(avatar, live=False, **session)
+        handle.push_audio(audio, rate, block=True)
+        handle.end()
+        frames = []
+        while (frame := handle.next_frame()) is not None:
+            frames.append(frame)
+    return frames
+
+
+def add_comparison_arguments(parser: argparse.ArgumentParser, cpu_seconds: float) -> None:
+    """The options of a same-audio, same-seed comparison: weights, avatar, device, clip length, seed, output."""
+    parser.add_argument("--checkpoints", type=Path, help="official checkpoints (default: random weights)")
+    parser.add_argument("--avatar", help="cached avatar name or folder (default: register the astronaut)")
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--seconds", type=float, help=f"the first S seconds of the bundled speech (default all; CPU {cpu_seconds})")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", type=Path, help="also write the JSON result here")
+
+
+def comparison_inputs(parser: argparse.ArgumentParser, args: argparse.Namespace, cpu_seconds: float):
+    """(device, audio, rate, avatar) of a comparison: the bundled speech, cut to ``--seconds`` (``cpu_seconds`` on the CPU)."""
+    if args.checkpoints and not args.avatar:
+        parser.error("--checkpoints needs --avatar: an avatar registered with those weights")
+    device = torch.device(args.device)
+    audio, rate = demo_audio()
+    seconds = args.seconds or (cpu_seconds if device.type == "cpu" else None)
+    if seconds:
+        audio = audio[: int(seconds * rate)]
+    return device, audio, rate, load_bench_avatar(args.avatar, device)
+
+
 def render(engine: Engine, avatar, audio: np.ndarray, rate: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
     """Frames (N, H, W, 3) uint8 and the driving keypoints (N, 21, 3) the renderer was given, for one session."""
     backend = engine.backend
@@ -77,15 +126,11 @@ def render(engine: Engine, avatar, audio: np.ndarray, rate: int, seed: int) -> t
         seen.append(kp_driving.detach().float().cpu())
         return original(feature_3d, kp_source, kp_driving)
 
+    def record() -> None:
+        backend.render = recording
+
     try:
-        with Runtime(engine, RuntimeConfig(progress=False, admission=False, max_lead_seconds=len(audio) / rate + 1)) as runtime:
-            backend.render = recording
-            session = runtime.open_session(avatar, live=False, overlap=OFFLINE_OVERLAP, seed=seed)
-            session.push_audio(audio, rate, block=True)
-            session.end()
-            frames = []
-            while (frame := session.next_frame()) is not None:
-                frames.append(frame)
+        frames = session_frames(engine, avatar, audio, rate, record, overlap=OFFLINE_OVERLAP, seed=seed)
     finally:
         vars(backend).pop("render", None)
     images = np.stack([f.image.cpu().numpy() for f in frames])
@@ -100,22 +145,10 @@ def render(engine: Engine, avatar, audio: np.ndarray, rate: int, seed: int) -> t
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.steps", description=__doc__.splitlines()[0])
-    parser.add_argument("--checkpoints", type=Path, help="official checkpoints (default: random weights)")
-    parser.add_argument("--avatar", help="cached avatar name or folder (default: register the astronaut)")
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument("--seconds", type=float, help="render the first S seconds of the bundled speech (default all; CPU 0.4)")
+    add_comparison_arguments(parser, CPU_SECONDS)
     parser.add_argument("--steps", type=int, nargs=2, default=[25, 50], metavar=("FEW", "MANY"))
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", type=Path, help="also write the JSON result here")
     args = parser.parse_args(argv)
-    if args.checkpoints and not args.avatar:
-        parser.error("--checkpoints needs --avatar: an avatar registered with those weights")
-    device = torch.device(args.device)
-    audio, rate = demo_audio()
-    seconds = args.seconds or (0.4 if device.type == "cpu" else None)
-    if seconds:
-        audio = audio[: int(seconds * rate)]
-    avatar = load_bench_avatar(args.avatar, device)
+    device, audio, rate, avatar = comparison_inputs(parser, args, CPU_SECONDS)
     runs = {}
     for steps in args.steps:
         engine = Engine.from_checkpoints(args.checkpoints, device=device, steps=steps, compile_networks=False)
@@ -125,7 +158,6 @@ def main(argv: list[str] | None = None) -> int:
         del engine
     (few_images, few_kp), (many_images, many_kp) = runs[args.steps[0]], runs[args.steps[1]]
     per_frame = [psnr(a, b) for a, b in zip(few_images, many_images)]
-    finite = [p for p in per_frame if np.isfinite(p)]
     result = {
         "benchmark": "steps",
         "weights": "official" if args.checkpoints else "random (plumbing check only)",
@@ -134,11 +166,7 @@ def main(argv: list[str] | None = None) -> int:
         "frames": len(per_frame),
         "steps": args.steps,
         "seed": args.seed,
-        "psnr_db": {
-            "mean": float(np.mean(finite)) if finite else None,
-            "min": min(per_frame),
-            "identical_frames": len(per_frame) - len(finite),
-        },
+        "psnr_db": psnr_summary(per_frame),
         "keypoint_correlation": keypoint_correlation(few_kp, many_kp),
         "keypoint_max_abs_diff": float(np.abs(few_kp - many_kp).max()),
         "date": time.strftime("%Y-%m-%d %H:%M:%S"),
