@@ -2,7 +2,8 @@
 
 Both integrations (pipecat, LiveKit) emit one picture per slot. A live session's frames come in hop batches,
 ready a little ahead of the session's own clock; on a CPU or an overloaded GPU they come late. ``SlotPicker``
-hands out the oldest frame once the session's clock shows it (a late frame at once), or None when there is
+hands out the oldest frame once this slot is the nearest to its due time on the session's clock (the output
+clock's rule, ``streaming.slots.fill``; a late frame at once), or None when there is
 none yet (the integration repeats its last picture), and holds at most ``max_held`` frames.
 """
 
@@ -12,6 +13,7 @@ import time
 from collections import deque
 
 from engine.session import FPS, Frame
+from streaming.slots import Fill, fill
 
 
 class SlotPicker:
@@ -32,7 +34,7 @@ class SlotPicker:
         if not self._held:
             return None
         anchor = self.session.clock_anchor
-        if anchor is not None and anchor + self._held[0].index / FPS > time.monotonic() + 0.5 / FPS:
+        if anchor is not None and fill(time.monotonic(), anchor + self._held[0].index / FPS) is Fill.REPEAT:
             return None
         return self._held.popleft()
 
