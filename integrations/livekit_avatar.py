@@ -218,7 +218,7 @@ async def run_in_process(room: rtc.Room, runtime: Runtime, avatar: Avatar, **ses
     """In-process mode, inside the agent's job: returns the ``QueueAudioOutput`` to set as the agent session's audio
     output (``session.output.audio = audio``) and the started runner publishing the avatar into ``room``
     (``await runner.aclose()`` ends both it and the runtime session)."""
-    session = runtime.open_session(avatar, live=True, **session_options)
+    session = await asyncio.to_thread(runtime.open_session, avatar, live=True, **session_options)  # it waits for the runtime's tick
     generator = DittoVideoGenerator(session, avatar.frames[0].cpu().numpy())
     audio = QueueAudioOutput()  # any rate: the session resamples, once
     runner = DittoAvatarRunner(room, audio_recv=audio, video_gen=generator, options=avatar_options(generator))
@@ -263,7 +263,7 @@ class AvatarWorker:
     async def join(self, avatar_name: str, url: str, token: str) -> _Room:
         """Join the room ``token`` grants, publish the avatar there, and run it until the room ends or ``leave``."""
         avatar = self.avatars.get(avatar_name)
-        session = self.runtime.open_session(avatar, live=True, latency=self.latency)
+        session = await asyncio.to_thread(self.runtime.open_session, avatar, live=True, latency=self.latency)  # off the event loop
         room = rtc.Room()
         try:
             await room.connect(url, token)

@@ -14,7 +14,8 @@ slot (RGB, pts = slot index / 25) and, for speech frames, the exact audio that f
 ``OutputAudioRawFrame``. Idle frames carry no audio, so silence never keeps the bot "speaking".
 
 Frames flow from ``StartFrame`` on, before any TTS audio: the avatar's own portrait until the runtime's first
-frame, then the runtime's idle motion. When the runtime has no frame ready for a slot (a CPU, an overloaded
+frame, then the runtime's idle motion. The session opens off the event loop (it waits for the runtime's current
+tick); TTS audio that arrives meanwhile waits for it. A session the runtime cannot admit is an ``ErrorFrame``. When the runtime has no frame ready for a slot (a CPU, an overloaded
 GPU) the last picture is shown again. ``InterruptionFrame`` interrupts the session (pending speech and untaken
 frames dropped) and drops every speech frame this service still holds at once; until the runtime's next frame
 the slot shows the last idle picture, never a speech frame of the interrupted segment. Memory is bounded: the
@@ -45,7 +46,7 @@ from pipecat.frames.frames import (
 from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
 
 from engine.controls import Controls
-from engine.runtime import Backpressure, SessionClosed
+from engine.runtime import AdmissionError, Backpressure, SessionClosed
 from engine.session import FPS
 from integrations.slots import SlotPicker
 
@@ -115,6 +116,7 @@ class DittoVideoService(FrameProcessor):
         self._segment: int | None = None
         self._generation = 0
         self._clock_task: asyncio.Task | None = None
+        self._opening: asyncio.Task | None = None
 
     async def process_frame(self, frame: Frame, direction: FrameDirection) -> None:
         """TTS audio goes into the session; interruptions clear it; every other frame passes on."""
@@ -159,16 +161,34 @@ class DittoVideoService(FrameProcessor):
     # -- internals ---------------------------------------------------------------------------
 
     def _start(self) -> None:
-        if self.session is None:
-            self.session = self._runtime.open_session(self._avatar, live=True, **self._options)
-            self._picker = SlotPicker(self.session, self._max_held)
         if self._clock_task is None:
             self._clock_task = self.create_task(self._clock(), name="ditto-video-clock")
+        if self.session is None and self._opening is None:
+            self._opening = self.create_task(self._open(), name="ditto-video-open")
+
+    async def _open(self) -> None:
+        """Open the runtime session on a worker thread: opening waits for the runtime loop's current tick (seconds on a
+        CPU), and meanwhile this event loop must go on carrying the transport and the portrait's slots."""
+        try:
+            session = await asyncio.to_thread(self._runtime.open_session, self._avatar, live=True, **self._options)
+        except (AdmissionError, SessionClosed) as exc:
+            await self.push_error(f"the avatar's runtime session could not be opened: {exc}", exc)
+            return
+        self.session, self._picker = session, SlotPicker(session, self._max_held)
+
+    async def _opened(self) -> bool:
+        """Whether a session is open, once the one being opened is."""
+        if self.session is None and self._opening is not None:
+            await asyncio.shield(self._opening)
+        return self.session is not None
 
     async def _stop(self) -> None:
         if self._clock_task is not None:
             await self.cancel_task(self._clock_task)
             self._clock_task = None
+        if self._opening is not None:
+            await asyncio.wait([self._opening])  # a thread cannot be cancelled: let the opening end, then close its session
+            self._opening = None
         if self.session is not None:
             self.session.close()
             self.session = self._picker = None
@@ -179,7 +199,7 @@ class DittoVideoService(FrameProcessor):
 
     async def _push_audio(self, frame: TTSAudioRawFrame) -> None:
         """Queue one TTS chunk (s16 PCM), waiting while the session holds its lead; an interruption meanwhile drops it."""
-        if self.session is None:
+        if not await self._opened():
             return
         if self._segment is None:
             self._begin_segment()
