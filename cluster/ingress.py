@@ -6,8 +6,9 @@
     GET  /sessions   the replicas as last reported: capacity, live sessions, free, draining
 
 A refusal from a replica (its report was stale, or it just started draining) is retried on
-another: ``attempts`` times, and on until every replica reported has refused once (the 503 then
-names figures each replica gave just now). Everything else about a session (GET, DELETE, push,
+another: each retry names the replicas that refused so far, and the router offers it to one that
+has not; ``attempts`` offers at least, and on until every replica reported has refused once (the
+503 then names figures each replica gave just now). Everything else about a session (GET, DELETE, push,
 signalling, preview) is on the replica's own URLs, which stay the same for the session's life.
 Same token rules as the single server: the token (``Authorization: Bearer`` or ``?token=``)
 is required when one is set, a ``Host`` the proxy is not bound to is refused, and a browser
@@ -64,7 +65,7 @@ class SessionsIngress:
         tries = 0
         while tries < self.attempts or (set(REPORTED) - set(refusals) and tries < self.attempts + len(REPORTED)):
             tries += 1
-            reply = await self.engines.create.remote(body)
+            reply = await self.engines.create.remote(body, sorted(refusals))
             if reply["status"] != 503:
                 if reply["status"] == 201:
                     self.placed += 1

@@ -18,6 +18,7 @@ import os
 import socket
 import time
 import weakref
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -109,9 +110,10 @@ class EngineReplica:
 
     # -- what Serve calls -------------------------------------------------------------------
 
-    async def create(self, body: bytes) -> dict[str, Any]:
+    async def create(self, body: bytes, refused: Sequence[str] = ()) -> dict[str, Any]:
         """``POST /sessions`` on this replica's own API, so the answer (and its URLs) is the replica's: status, body,
-        and this replica's figures (a refusal carries them to the ingress, which names the cluster's capacity)."""
+        and this replica's figures (a refusal carries them to the ingress, which names the cluster's capacity).
+        ``refused`` (the replicas that refused this POST before) is for the router, which ranks them last."""
         headers = {"Host": self.netloc, "Content-Type": "application/json"}
         if self.config.token:
             headers["Authorization"] = f"Bearer {self.config.token}"

@@ -4,14 +4,17 @@ Every replica reports its free capacity (``EngineReplica.record_routing_stats``:
 admission less its live sessions) every ``request_routing_stats_period_s``. A report is up to a
 period old when a burst of sessions arrives, so the router also counts the sessions it has sent
 to each replica since that replica's last report and takes them off. ``create`` calls go to the
-replica with the most room first; every other call to any replica. When no replica has room the
-ranking still names one (a full replica refuses at once, and the ingress answers 503): a router
-that named none would leave the request waiting.
+replica with the most room first, after every replica that has not yet refused this POST (the
+ingress names those in the call, so a retry never lands on a replica that just said no while
+another is untried); every other call to any replica. When no replica has room the ranking still
+names one (a full replica refuses at once, and the ingress answers 503): a router that named none
+would leave the request waiting.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable, Collection, Sequence
+from typing import Any, TypeVar
 
 from ray.serve.request_router import FIFOMixin, PendingRequest, ReplicaID, RequestRouter, RunningReplica
 
@@ -19,6 +22,13 @@ from cluster import reports
 
 PLACING = "create"
 """The engine replica's method that opens a session: the only call placed by capacity."""
+Replica = TypeVar("Replica")
+
+
+def placement_order(replicas: Sequence[Replica], free: Callable[[Replica], int], refused: Collection[str], key: Callable[[Replica], str]) -> list[Replica]:
+    """``replicas`` in the order a new session is offered to them: those that have not refused it yet first, each
+    group by ``free`` room, most first."""
+    return sorted(replicas, key=lambda r: (key(r) not in refused, free(r)), reverse=True)
 
 
 class CapacityRouter(FIFOMixin, RequestRouter):
@@ -33,7 +43,8 @@ class CapacityRouter(FIFOMixin, RequestRouter):
         if pending_request is None or pending_request.metadata.call_method != PLACING:
             return [candidate_replicas]
         self._publish()
-        ranked = sorted(candidate_replicas, key=self.free, reverse=True)
+        refused = pending_request.args[1] if len(pending_request.args) > 1 else ()
+        ranked = placement_order(candidate_replicas, self.free, refused, key=lambda r: r.replica_id.unique_id)
         if ranked:
             self._count(ranked[0])
         return [[replica] for replica in ranked]
