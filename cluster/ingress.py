@@ -3,7 +3,8 @@
     POST /sessions   the body of the single-server API (``streaming.api``) -> 201 from the replica that took it,
                      with URLs of that replica (push, preview, self) and ``replica`` (its id and address);
                      503 naming the cluster's capacity when no replica has room
-    GET  /sessions   the replicas as last reported: capacity, live sessions, free, draining
+    GET  /sessions   every replica: capacity, live sessions, free, draining, from its last report or its
+                     last answer to a POST, whichever is newer ("reported": false before either)
 
 A refusal from a replica (its report was stale, or it just started draining) is retried on
 another: each retry names the replicas that refused so far, and the router offers it to one that
@@ -40,6 +41,8 @@ class SessionsIngress:
         self.hosts = allowed_hosts(bound, token)
         self.placed = 0
         self.refused = 0
+        self.answered: dict[str, tuple[int, dict[str, Any]]] = {}
+        """Replica id -> (the seq of its report current then, its capacity) from its last answer to a POST."""
         await engines.figures.remote()  # the handle's router starts with its first call: from now on it has the reports
 
     async def __call__(self, request: Request) -> Response:
@@ -50,7 +53,8 @@ class SessionsIngress:
         if path == "/sessions" and request.method == "POST":
             return await self.create(await request.body())
         if path == "/sessions" and request.method == "GET":
-            return JSONResponse({"replicas": REPORTED, "capacity": cluster_capacity(REPORTED), "placed": self.placed, "refused": self.refused})
+            replicas = self.replicas()
+            return JSONResponse({"replicas": replicas, "capacity": cluster_capacity(replicas), "placed": self.placed, "refused": self.refused})
         return PlainTextResponse(
             "the cluster answers POST /sessions and GET /sessions; a session's other routes are on its replica (its urls)", status_code=404
         )
@@ -66,14 +70,29 @@ class SessionsIngress:
         while tries < self.attempts or (set(REPORTED) - set(refusals) and tries < self.attempts + len(REPORTED)):
             tries += 1
             reply = await self.engines.create.remote(body, sorted(refusals))
+            replica = reply["replica"]["id"]
+            self.answered[replica] = (REPORTED.get(replica, {}).get("seq", 0), reply["capacity"])
             if reply["status"] != 503:
                 if reply["status"] == 201:
                     self.placed += 1
                     return JSONResponse({**json.loads(reply["body"]), "replica": reply["replica"]}, status_code=201)
                 return Response(reply["body"], status_code=reply["status"], media_type="application/json" if reply["json"] else "text/plain")
             self.refused += 1
-            refusals[reply["replica"]["id"]] = reply["capacity"]
-        return PlainTextResponse(full_message({**REPORTED, **refusals}), status_code=503)
+            refusals[replica] = reply["capacity"]
+        return PlainTextResponse(full_message({**self.replicas(), **refusals}), status_code=503)
+
+    def replicas(self) -> dict[str, dict[str, Any]]:
+        """Each replica the router routes to, as its last report or its last answer here says, whichever is newer."""
+        for gone in set(self.answered) - set(REPORTED):
+            del self.answered[gone]
+        newest = {}
+        for replica, report in REPORTED.items():
+            seq, answer = self.answered.get(replica, (-1, None))
+            if answer is not None and report.get("seq", 0) <= seq:
+                newest[replica] = answer
+            else:
+                newest[replica] = report or {"reported": False}
+        return newest
 
     def _refuse(self, request: Request) -> Response | None:
         """401/403 for a request the token, Host or Origin rules do not let in (as ``streaming.app``'s middlewares)."""

@@ -10,4 +10,5 @@ from __future__ import annotations
 from typing import Any
 
 REPORTED: dict[str, dict[str, Any]] = {}
-"""Replica id -> its last report (admitted, live, free, draining, seq)."""
+"""Replica id -> its last report (admitted, live, free, draining, seq), for every replica the router routes to;
+``{}`` for one that has not reported yet."""

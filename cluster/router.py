@@ -55,7 +55,7 @@ class CapacityRouter(FIFOMixin, RequestRouter):
 
     def _publish(self) -> None:
         reports.REPORTED.clear()
-        reports.REPORTED.update({r.replica_id.unique_id: dict(r.routing_stats) for r in self.curr_replicas.values() if r.routing_stats})
+        reports.REPORTED.update({r.replica_id.unique_id: dict(r.routing_stats) for r in self.curr_replicas.values()})
 
     def free(self, replica: RunningReplica) -> int:
         """Sessions ``replica`` can still take: its last report less what was sent to it since."""
