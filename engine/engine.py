@@ -81,7 +81,8 @@ class Engine:
         default to the controls of the official cfg beside them (``engine.official_cfg``) when there is one.
 
         ``compile_networks`` (torch backend, CUDA): fuse kernels with torch.compile; the runtime
-        compiles at warm-up only, with an on-disk cache so the next start is quick.
+        compiles at warm-up only, with an on-disk cache so the next start is quick. ``plans``: the TensorRT
+        backend's plans; for the torch backend, where its ahead-of-time compiled packages are (used when they match).
         """
         device = torch.device(device) if device is not None else default_device()
         folder = models_dir(checkpoints) if checkpoints is not None else random_checkpoints()
@@ -89,6 +90,8 @@ class Engine:
             backend = "tensorrt" if plans is not None else "torch"
         if backend == "torch":
             nets = TorchBackend(folder, device=device, compile_networks=compile_networks)
+            if plans is not None:
+                nets.load_packages(plans, steps)
         elif backend == "tensorrt":
             from engine.backends.tensorrt_backend import TensorRTBackend
 

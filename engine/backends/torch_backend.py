@@ -13,14 +13,21 @@ start of the same configuration skips most of the compile time.
 
 from __future__ import annotations
 
+import logging
 import os
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import torch
 
+from engine.backends.aot_calls import contiguous
+from engine.backends.aot_packages import StalePackages, Target, load_packages
 from engine.backends.base import Backend, BackendError
 from engine.networks import OFFICIAL_FILENAMES, load_network
 from engine.networks.lmdm_fused import FusedLMDMStep, FusedWindow
+
+log = logging.getLogger(__name__)
 
 _MOTION_KEYS = ("pitch", "yaw", "roll", "t", "exp", "scale", "kp")
 _CONV_NETWORKS = ("appearance_extractor", "warp_network", "decoder")
@@ -51,6 +58,7 @@ class TorchBackend(Backend):
             raise BackendError("the torch backend was asked for CUDA, but torch sees no CUDA device")
         self.dtype = dtype or (torch.float16 if self.device.type == "cuda" else torch.float32)
         checkpoints = Path(checkpoints)
+        self._checkpoints = checkpoints
         self._nets: dict[str, torch.nn.Module] = {}
         for name in networks:
             # The motion extractor's LayerNorm/GRN and the LMDM's DDIM tail need fp32 (facts §9).
@@ -88,6 +96,27 @@ class TorchBackend(Backend):
         self._graphs: dict[int, _GraphedRender] = {}
         self._pool = None
         self.captures = 0
+        self._packages: dict[tuple[str, int], Callable[..., Any]] = {}
+        self.package_calls = 0
+        """Calls served by a compiled package (the rest ran torch's own path)."""
+        compiled = self.device.type == "cuda" and compile_networks
+        self.packages_status = "torch.compile at warm-up (no compiled packages asked for)" if compiled else "eager (no compiled packages asked for)"
+
+    def load_packages(self, plans: str | Path, steps: int) -> str:
+        """Use the ahead-of-time compiled packages under ``plans`` for this device (``compile.aot_build``) when they
+        match this process, these checkpoints and ``steps``; otherwise keep torch.compile. Returns what was used, and why."""
+        target = Target.here(self.device, self.dtype)
+        files = {name: self._checkpoints / OFFICIAL_FILENAMES[name] for name in self._nets}
+        try:
+            self._packages = load_packages(Path(plans), target, steps, files)
+        except StalePackages as exc:
+            self.packages_status = f"compiled packages not used: {exc}"
+            log.warning("%s", self.packages_status)
+        else:
+            calls = sorted({f"{call} x{batch}" for call, batch in self._packages})
+            self.packages_status = f"{len(self._packages)} compiled packages for {target.device} ({', '.join(calls)})"
+            log.info("%s", self.packages_status)
+        return self.packages_status
 
     def network(self, name: str) -> torch.nn.Module:
         """The loaded module for ``name`` (for export, benchmarks and parity checks)."""
@@ -102,11 +131,19 @@ class TorchBackend(Backend):
     @torch.inference_mode()
     def lmdm_prepare(self, cond: torch.Tensor, times: torch.Tensor) -> FusedWindow:
         """Encode a window's condition once for all its denoiser calls at ``times`` (see ``FusedLMDMStep.prepare_window``)."""
+        package = self._packages.get(("lmdm_prepare", cond.shape[0]))
+        if package is not None:
+            self.package_calls += 1
+            return FusedWindow(*package(*contiguous((cond, times))))
         return self._lmdm_prepare(cond, times)
 
     @torch.inference_mode()
     def lmdm_step(self, x, cond_frame, prepared: FusedWindow, time_cond, coefficients, noise):
         """One DDIM step (``ddim.DDIMStep``) of a window encoded by ``lmdm_prepare``: ``lmdm`` plus the update, fused."""
+        package = self._packages.get(("lmdm_step", x.shape[0]))
+        if package is not None and noise.shape == x.shape:
+            self.package_calls += 1
+            return package(*contiguous((x, cond_frame, *prepared, time_cond.expand(x.shape[0]), coefficients, noise)))
         return self._lmdm_step(x, cond_frame, prepared, time_cond, coefficients, noise)
 
     @torch.inference_mode()
@@ -141,7 +178,17 @@ class TorchBackend(Backend):
             # One frame per call: bit-identical, and 11-14% faster per frame than 5 in one call on a 2-core AVX2 CPU
             # (bench/results/2026-12-01_cpu_render_per_frame.json).
             frames = zip(feature_3d.split(1), kp_source.split(1), kp_driving.split(1))
-            return torch.cat([self.decode(self.warp(*frame)) for frame in frames])
+            return torch.cat([self.warp_decode(*frame) for frame in frames])
+        return self.warp_decode(feature_3d, kp_source, kp_driving)
+
+    @torch.inference_mode()
+    def warp_decode(self, feature_3d: torch.Tensor, kp_source: torch.Tensor, kp_driving: torch.Tensor) -> torch.Tensor:
+        """``decode(warp(...))`` of one batch, in its compiled package when there is one for this batch size."""
+        package = self._packages.get(("render", kp_source.shape[0]))
+        if package is not None:
+            self.package_calls += 1
+            dt = self.dtype
+            return package(*contiguous((feature_3d.to(dt), kp_source.to(dt), kp_driving.to(dt))))
         return self.decode(self.warp(feature_3d, kp_source, kp_driving))
 
     def capture_render(self, batch_sizes: tuple[int, ...]) -> None:
@@ -186,11 +233,11 @@ class _GraphedRender:
         warm.wait_stream(torch.cuda.current_stream(dev))
         with torch.cuda.stream(warm), torch.inference_mode():
             for _ in range(2):
-                backend.decode(backend.warp(self.feature, self.kp_s, self.kp_d))
+                backend.warp_decode(self.feature, self.kp_s, self.kp_d)
         torch.cuda.current_stream(dev).wait_stream(warm)
         self.graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(self.graph, pool=pool), torch.inference_mode():
-            self.out = backend.decode(backend.warp(self.feature, self.kp_s, self.kp_d))
+            self.out = backend.warp_decode(self.feature, self.kp_s, self.kp_d)
 
     def __call__(self, feature_3d: torch.Tensor, kp_source: torch.Tensor, kp_driving: torch.Tensor) -> torch.Tensor:
         n = kp_source.shape[0]

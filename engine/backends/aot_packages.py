@@ -1,0 +1,169 @@
+"""Ahead-of-time compiled packages of the torch backend's bucketed calls (AOTInductor): found, checked, loaded.
+
+A package is native code (a shared library in a ``.pt2`` archive) built by ``compile.aot_build`` for one torch
+release, one device (a GPU architecture, or the CPU) and one set of checkpoints, for one call at one batch bucket.
+The JSON manifest beside the packages records all of that and each file's sha256. The loader takes a package only
+when every field matches this process and the file hashes to the manifest's value, so it never runs a library it
+was not handed on purpose; otherwise it says why and the backend keeps its torch.compile path.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from engine.backends.base import BackendError
+
+log = logging.getLogger(__name__)
+
+FORMAT = 1
+MANIFEST_FILE = "manifest.json"
+CALLS = ("lmdm_prepare", "lmdm_step", "render")
+"""The calls packaged, one package per batch bucket: the LMDM window preparation and DDIM step, warp + decode."""
+CHECKPOINTS_OF = {"lmdm_prepare": "lmdm", "lmdm_step": "lmdm", "render": ("warp_network", "decoder")}
+MAX_MANIFEST_BYTES = 1 << 20
+
+
+class StalePackages(BackendError):
+    """Packages that are missing, do not fit this process or these checkpoints, or were altered: the reason says which."""
+
+
+@dataclass(frozen=True)
+class Target:
+    """What a package is native code for: the torch release, the device kind and architecture, the networks' dtype."""
+
+    torch: str
+    cuda: str | None
+    device: str
+    """``sm_XY`` for a CUDA GPU, ``cpu`` for the CPU."""
+    dtype: str
+
+    @classmethod
+    def here(cls, device: torch.device, dtype: torch.dtype) -> Target:
+        """This process's target for ``device``."""
+        arch = "cpu"
+        if device.type == "cuda":
+            major, minor = torch.cuda.get_device_capability(device)
+            arch = f"sm_{major}{minor}"
+        return cls(torch.__version__, torch.version.cuda if device.type == "cuda" else None, arch, str(dtype).removeprefix("torch."))
+
+    def folder(self) -> str:
+        """The packages' folder name under a plans directory (one per device architecture)."""
+        return f"torch-aot-{self.device}"
+
+
+@dataclass
+class Package:
+    """One call at one batch bucket: its file and sha256, and how long it took to build."""
+
+    call: str
+    batch: int
+    file: str
+    sha256: str
+    seconds: float = 0.0
+
+
+@dataclass
+class PackageManifest:
+    """Everything the packages of one folder were built from, and the packages themselves."""
+
+    target: Target
+    steps: int
+    """DDIM steps of the sampler the LMDM packages were exported for (the window preparation tabulates each step)."""
+    checkpoints: dict[str, str]
+    """Network name -> sha256 of its checkpoint file."""
+    packages: list[Package] = field(default_factory=list)
+    built_at: str = ""
+    format: int = FORMAT
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=2)
+
+    @classmethod
+    def from_json(cls, text: str, where: Path) -> PackageManifest:
+        """Parse a manifest; plain JSON only (nothing in it is run). A malformed one is a ``StalePackages``."""
+        try:
+            raw = json.loads(text)
+            if raw.get("format") != FORMAT:
+                raise StalePackages(f"{where}: format {raw.get('format')!r}, this engine reads format {FORMAT}: rebuild the packages")
+            packages = [Package(**p) for p in raw["packages"]]
+            for p in packages:
+                if p.call not in CALLS or not isinstance(p.batch, int) or Path(p.file).name != p.file or not p.file.endswith(".pt2"):
+                    raise StalePackages(f"{where}: a package entry is not one this engine makes: {p}")
+            return cls(Target(**raw["target"]), int(raw["steps"]), dict(raw["checkpoints"]), packages, str(raw.get("built_at", "")))
+        except StalePackages:
+            raise
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise StalePackages(f"{where}: not a package manifest ({type(exc).__name__}: {exc}): rebuild the packages") from exc
+
+
+def file_sha256(path: Path) -> str:
+    """The sha256 of a file, read in 1 MiB blocks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def read_manifest(folder: Path) -> PackageManifest:
+    """The manifest of a packages folder, or ``StalePackages`` saying why there is none to use."""
+    path = folder / MANIFEST_FILE
+    if not path.is_file():
+        raise StalePackages(f"no compiled packages for {folder.name.removeprefix('torch-aot-')} in {folder.parent} (build them: python -m compile.build_plans --aot)")
+    if path.stat().st_size > MAX_MANIFEST_BYTES:
+        raise StalePackages(f"{path}: larger than any package manifest: refused")
+    return PackageManifest.from_json(path.read_text(), path)
+
+
+def check_manifest(manifest: PackageManifest, target: Target, steps: int, checkpoints: Mapping[str, str], where: Path) -> None:
+    """Raise ``StalePackages`` naming the first field where ``manifest`` differs from this process."""
+    for name in ("torch", "cuda", "device", "dtype"):
+        built, here = getattr(manifest.target, name), getattr(target, name)
+        if built != here:
+            raise StalePackages(f"{where}: built for {name} {built}, this process has {here}: rebuild the packages")
+    if manifest.steps != steps:
+        raise StalePackages(f"{where}: built for {manifest.steps} DDIM steps, this engine samples {steps}: rebuild with --steps {steps}")
+    for name, digest in checkpoints.items():
+        if manifest.checkpoints.get(name) != digest:
+            raise StalePackages(f"{where}: built from another {name} checkpoint: rebuild the packages")
+
+
+def load_packages(
+    plans: Path, target: Target, steps: int, checkpoint_files: Mapping[str, Path]
+) -> dict[tuple[str, int], Callable[..., Any]]:
+    """Every package under ``plans`` for ``target``, keyed (call, batch): checked against the manifest and
+    ``checkpoint_files`` (network -> file), each file's sha256 verified before it is loaded. ``StalePackages`` otherwise."""
+    folder = Path(plans) / target.folder()
+    manifest = read_manifest(folder)
+    needed = {name for p in manifest.packages for name in networks_of(p.call)}
+    missing = needed - set(checkpoint_files)
+    if missing:
+        raise StalePackages(f"{folder}: packages need the {', '.join(sorted(missing))} network(s), which this backend did not load")
+    check_manifest(manifest, target, steps, {name: file_sha256(checkpoint_files[name]) for name in sorted(needed)}, folder)
+    loaded = {}
+    for package in manifest.packages:
+        path = folder / package.file
+        if not path.is_file():
+            raise StalePackages(f"{path}: named by the manifest but missing: rebuild the packages")
+        if file_sha256(path) != package.sha256:
+            raise StalePackages(f"{path}: its sha256 is not the manifest's (altered or replaced): refused; rebuild the packages")
+        try:
+            loaded[(package.call, package.batch)] = torch._inductor.aoti_load_package(str(path))
+        except Exception as exc:  # a library that cannot load here (another toolkit, a missing symbol) is one more reason
+            raise StalePackages(f"{path}: could not be loaded ({type(exc).__name__}: {exc}): rebuild the packages") from exc
+    log.info("loaded %d compiled packages from %s", len(loaded), folder)
+    return loaded
+
+
+def networks_of(call: str) -> tuple[str, ...]:
+    """The networks whose checkpoints a package of ``call`` is compiled from."""
+    names = CHECKPOINTS_OF[call]
+    return (names,) if isinstance(names, str) else names
