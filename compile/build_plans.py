@@ -5,7 +5,9 @@ derived there and proven against PyTorch in onnxruntime first. Plans go to
 ``<out>/rtx<version>/`` (TensorRT-RTX, the default: built on any machine, no GPU needed, for
 ``--arch`` compute capabilities) or ``<out>/<sm_XY>-trt<version>/`` (full TensorRT, built on the
 GPU that runs them), each directory with a JSON manifest. A second run redoes only what changed.
-``--onnx-only`` needs no TensorRT; ``--check PLANS`` says for each plan whether it runs here.
+``--onnx-only`` needs no TensorRT; ``--check PLANS`` says for each plan whether it runs here. On a
+CUDA GPU the torch backend's ahead-of-time compiled packages follow, into ``<out>/torch-aot-<sm_XY>/``
+(``compile.aot_build``; ``--aot only`` builds just those, ``--aot no`` none).
 """
 
 from __future__ import annotations
@@ -17,7 +19,10 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+import torch
+
 from compile import fp16, profiles
+from compile.aot_build import build_packages
 from compile.export import (
     GRID_SAMPLE_OPSETS,
     ExportError,
@@ -60,7 +65,10 @@ from compile.trt_build import (
 from engine.audio.hubert import OFFICIAL_FILE as HUBERT_FILE
 from engine.audio.hubert import find_official_hubert
 from engine.backends.base import BackendError
+from engine.backends.torch_backend import TorchBackend
 from engine.engine import models_dir
+from engine.runtime.buckets import RENDER_BUCKETS, WINDOW_BUCKETS
+from engine.timebase import DEFAULT_STEPS
 from engine.networks import OFFICIAL_FILENAMES, CheckpointError, write_random_checkpoints
 
 TIMING_CACHE = "timing.cache"
@@ -101,7 +109,15 @@ def _parser() -> argparse.ArgumentParser:
     add("--random-weights", action="store_true",
         help="first write deterministic random checkpoints where files are missing (the pictures are not faces)")
     add("--opt-level", type=int, choices=range(6), help="builder optimisation level (default: the builder's)")
+    add("--aot", choices=("auto", "only", "no"), default="auto",
+        help="the torch backend's ahead-of-time compiled packages for this machine's device (docs/startup.md): "
+        "auto: after the plans, when torch sees a CUDA GPU (default); only: just the packages (a CPU too); no: none")
+    add("--steps", type=int, default=DEFAULT_STEPS, help="DDIM steps the LMDM packages are compiled for (default: %(default)s)")
     return parser
+
+
+AOT_NETWORKS = ("lmdm", "warp_network", "decoder")
+"""The networks of the packaged calls."""
 
 
 def _log(message: str) -> None:
@@ -349,6 +365,9 @@ def run(args: argparse.Namespace) -> int:
             f"--checkpoints {checkpoints} is not a directory: give the official download, "
             "or add --random-weights to write random stand-ins there"
         )
+    if args.aot == "only":
+        build_aot(checkpoints, args.out, args.steps)
+        return 0
     hubert = find_official_hubert(checkpoints)
     names = list(dict.fromkeys(args.networks or DEFAULT_GRAPHS))
     if "warp_decoder" in names:  # composed from these two graphs, which are exported (and built) first
@@ -368,7 +387,22 @@ def run(args: argparse.Namespace) -> int:
     onnx = derive_fp16(specs, onnx, args.out, checkpoints)
     plan_dir = build_all(specs, onnx, args.out, options, args.grid_sample, gpu)
     _log(f"done: plans and manifest in {plan_dir}; check them with: python -m compile.build_plans --check {plan_dir}")
+    if args.aot == "auto" and torch.cuda.is_available():
+        build_aot(checkpoints, args.out, args.steps)
     return 0
+
+
+def build_aot(checkpoints: Path, out: Path, steps: int) -> None:
+    """The torch backend's compiled packages for every runtime bucket, on the GPU when torch sees one, else the CPU."""
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    backend = TorchBackend(checkpoints, device=device, networks=AOT_NETWORKS, compile_networks=False)
+    started = time.perf_counter()
+    manifest = build_packages(backend, checkpoints, out, steps, WINDOW_BUCKETS, RENDER_BUCKETS)
+    built = sum(p.seconds for p in manifest.packages)
+    _log(
+        f"done: {len(manifest.packages)} compiled packages for {manifest.target.device} in {out / manifest.target.folder()} "
+        f"({time.perf_counter() - started:.0f} s; {built:.0f} s of it compiling); the torch backend uses them with plans={out}"
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
