@@ -22,7 +22,7 @@ from typing import Any
 import aiohttp
 import numpy as np
 
-from bench.nginx import free_port
+from harness.nginx import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 RUNTIME = "tests.cluster.small_runtime:build"
@@ -107,14 +107,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--runtime", default=RUNTIME, help="module:function building each core's runtime")
     parser.add_argument("--capacity", type=int, default=4, help="sessions the whole cluster admits (2 replicas)")
-    parser.add_argument("--out", type=Path)
+    parser.add_argument("--out", type=Path, help="write the results here as JSON")
     args = parser.parse_args(argv)
     found = measure(args.rounds, args.runtime, args.capacity)
-    text = json.dumps(found, indent=2)
-    print(text)
     if args.out:
-        args.out.write_text(text + "\n")
+        args.out.write_text(json.dumps(found, indent=2) + "\n")
+    print(table(found))
     return 0
+
+
+def table(found: dict[str, Any]) -> str:
+    """One row per router and kind of round: placed, wrong 503s, refusals retried, POST time."""
+    lines = ["| router | rounds | posts | placed | wrong 503 | refusals retried | POST ms p50/p99 |", "|---|---|---|---|---|---|---|"]
+    for mode, kinds in found.items():
+        for kind, r in kinds.items():
+            lines.append(
+                f"| {mode} | {kind} | {r['posts']} | {r['placed']} | {r['misplaced_503']} | {r['refusals_retried']} | "
+                f"{r['post_ms_p50']}/{r['post_ms_p99']} |"
+            )
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

@@ -26,15 +26,15 @@ from pathlib import Path
 
 import torch
 
-from bench.reference import wall_times
+from bench.common.stats import wall_times
 from bench.runtime import HOP, push_in_real_time, speech
 from bench.steps import load_bench_avatar
 from engine.controls import ControlError, Controls, stitch_controls
 from engine.motion.stitching import MotionStitcher, blink_schedule, fade_alphas
+from engine.motion.vector import MOTION_DIM
 from engine.runtime import Runtime, RuntimeConfig, SessionClosed
+from engine.timebase import DEFAULT_STEPS, HOP_FRAMES
 from engine.timing import gpu_time
-
-HOP_FRAMES = 5
 
 
 def every_control(rng: random.Random) -> Controls:
@@ -47,7 +47,7 @@ def every_control(rng: random.Random) -> Controls:
         emotion=rng.choice(["happy", "sad", "neutral", ("happy", "surprise")]),
         blink_table=torch.randn(15, 63, generator=g) * 0.01, blink_gaps=rng.choice([0, 20, (10, 40)]),
         fade_in=rng.choice([0, 10]), fade_target=rng.choice(["source", "first"]),
-        clip_range=torch.stack([-torch.ones(265) * 5, torch.ones(265) * 5]),
+        clip_range=torch.stack([-torch.ones(MOTION_DIM) * 5, torch.ones(MOTION_DIM) * 5]),
         fix_kp_cond=rng.choice([0, 1, 3]), fix_kp_cond_dims=rng.choice([None, (0, 202)]),
     )
 
@@ -57,7 +57,7 @@ def stitch_cost(runtime: Runtime, avatar, repeat: int = 50) -> dict:
     device = runtime.device
     loaded = runtime.avatars.acquire(avatar)
     try:
-        motion = loaded.source_motion.expand(HOP_FRAMES, -1).contiguous() + 0.01 * torch.randn(HOP_FRAMES, 265, device=device)
+        motion = loaded.source_motion.expand(HOP_FRAMES, -1).contiguous() + 0.01 * torch.randn(HOP_FRAMES, MOTION_DIM, device=device)
         rows = torch.zeros(HOP_FRAMES, dtype=torch.int64, device=device)
         busy = every_control(random.Random(0))
         table = torch.tensor(busy.blink_table, device=device)
@@ -152,8 +152,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--sessions", type=int, default=4)
     parser.add_argument("--seconds", type=float, default=10.0)
-    parser.add_argument("--steps", type=int, default=25)
-    parser.add_argument("--out", type=Path, default=Path("controls.json"))
+    parser.add_argument("--steps", type=int, default=DEFAULT_STEPS)
+    parser.add_argument("--out", type=Path, help="write the results here as JSON")
     args = parser.parse_args(argv)
     device = torch.device(args.device)
     config = RuntimeConfig(admission=False, progress=device.type == "cuda")
@@ -163,7 +163,8 @@ def main(argv: list[str] | None = None) -> int:
         avatar = load_bench_avatar(None, device)
         result["stitch_ms_per_hop"] = stitch_cost(runtime, avatar)
         result["live"] = [live_run(runtime, avatar, args.sessions, args.seconds, change) for change in (False, True)]
-    args.out.write_text(json.dumps(result, indent=2))
+    if args.out:
+        args.out.write_text(json.dumps(result, indent=2))
     print(f"\nstitch one {HOP_FRAMES}-frame hop: " + ", ".join(f"{k} {v} ms" for k, v in result["stitch_ms_per_hop"].items()))
     print("| controls | sessions | frames/s/session | deadline misses | failures | changes (bad refused) | tick GPU p50/p99 ms | captures/graphs after warm-up |")
     print("|---|---|---|---|---|---|---|---|")
@@ -174,7 +175,6 @@ def main(argv: list[str] | None = None) -> int:
             f"{row['control_changes']} ({row['bad_changes_refused']}) | {row['tick_gpu_ms_p50']}/{row['tick_gpu_ms_p99']} | "
             f"{row['captures_after_warmup']}/{row['dynamo_graphs_after_warmup']} |"
         )
-    print(f"wrote {args.out}")
     return 0
 
 

@@ -15,7 +15,6 @@ import argparse
 import json
 import os
 import platform
-import statistics
 import threading
 import time
 from pathlib import Path
@@ -25,12 +24,14 @@ import numpy as np
 import soxr
 import torch
 
+from bench.common.stats import summary
 from engine.assets import demo_audio
+from engine.timebase import FPS
 from streaming.encoders.colour import rgb_to_i420
 from streaming.encoders.h264 import H264Settings
 from streaming.encoders.nvenc import NvencUnavailable
 from streaming.encoders.select import open_video_encoder
-from streaming.frames import AUDIO_RATE, FPS, SAMPLES_PER_FRAME
+from streaming.frames import AUDIO_RATE, SAMPLES_PER_FRAME
 from streaming.output import EncodedFrame, confine_torch_threads
 from streaming.sinks.mux import Muxer
 
@@ -56,16 +57,6 @@ def bundled_speech_48k() -> np.ndarray:
     """The bundled speech at the sinks' 48 kHz: each frame carries its 40 ms of it, looped, as a speaking stream does."""
     pcm, rate = demo_audio()
     return soxr.resample(pcm, rate, AUDIO_RATE).astype(np.float32)
-
-
-def summary(ms: list[float]) -> dict[str, float]:
-    ordered = sorted(ms)
-    return {
-        "p50": statistics.median(ordered),
-        "p99": ordered[min(len(ordered) - 1, round(0.99 * (len(ordered) - 1)))],
-        "max": ordered[-1],
-        "n": len(ordered),
-    }
 
 
 def convert_times(frames: list[torch.Tensor], count: int) -> list[float]:
@@ -175,7 +166,7 @@ def main() -> None:
         args.out.write_text(json.dumps(report, indent=2))
     print(f"\n{report['device']}, {width}x{height}, torch {report['torch']}, av {report['av']}")
     c = report["convert_ms"]
-    print(f"colour conversion + host copy alone: p50 {c['p50']:.2f} ms, p99 {c['p99']:.2f} ms")
+    print(f"colour conversion + host copy alone: p50 {c['p50_ms']:.2f} ms, p99 {c['p99_ms']:.2f} ms")
     print(
         f"{'encoder':8} {'threads':>7} {'sessions':>8} {'encode p50':>11} {'encode p99':>11} {'mux p99':>8} {'total p50':>10} {'total p99':>10} {'max':>8}"
     )
@@ -186,7 +177,7 @@ def main() -> None:
         e, m, t = r["encode_ms"], r["mux_ms"], r["total_ms"]
         threads = "" if r["x264_threads"] is None else r["x264_threads"]
         print(
-            f"{r['encoder']:8} {threads:>7} {r['sessions']:>8} {e['p50']:>11.2f} {e['p99']:>11.2f} {m['p99']:>8.2f} {t['p50']:>10.2f} {t['p99']:>10.2f} {t['max']:>8.2f}"
+            f"{r['encoder']:8} {threads:>7} {r['sessions']:>8} {e['p50_ms']:>11.2f} {e['p99_ms']:>11.2f} {m['p99_ms']:>8.2f} {t['p50_ms']:>10.2f} {t['p99_ms']:>10.2f} {t['max_ms']:>8.2f}"
         )
 
 

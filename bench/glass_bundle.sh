@@ -5,7 +5,7 @@
 #
 # Into .carry/glass/root (ignored by git: /.carry/ is in .git/info/exclude): Debian's nginx, its
 # RTMP module and the libraries nginx links against beyond glibc (OpenSSL 3, PCRE2, libcrypt),
-# fetched with apt-get download and unpacked with dpkg -x; bench/nginx.py runs that nginx with
+# fetched with apt-get download and unpacked with dpkg -x; harness/nginx.py runs that nginx with
 # LD_LIBRARY_PATH pointing there when the machine has no nginx of its own. It needs glibc 2.34 or
 # newer (the GPU image's Python 3.12.3 is Ubuntu 24.04's, glibc 2.39).
 # With --wheels it also downloads into .whl/ the streaming wheels for CPython 3.12 (av, aiortc and

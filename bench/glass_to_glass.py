@@ -1,6 +1,6 @@
 """Glass-to-glass latency on loopback, end to end: a marker pushed over the WebSocket -> the frame that speaks it, decoded.
 
-``python -m bench.glass_to_glass [--avatar DIR] [--steps 25] [--utterances 10] [--duration 2] [--viewer auto] --json OUT``
+``python -m bench.glass_to_glass [--avatar DIR] [--steps 25] [--utterances 10] [--duration 2] [--viewer auto] --out FILE.json``
 
 Starts nginx-rtmp and ``python -m streaming.serve --listen --rtmp ... --webrtc ...`` (the real
 server over the real runtime, random weights), then plays the part of a TTS engine: utterances
@@ -37,32 +37,29 @@ import sys
 import time
 from pathlib import Path
 
-from bench.glass_report import analyse, table
-from bench.live_server import LiveServer, run_keeping_server_log
-from bench.markers import utterance
-from bench.nginx import NginxRtmp, find_nginx, free_port
-from bench.push import Pusher
-from bench.rtmp_read import PlayerLog, RtmpPlayer
-from bench.viewers import AiortcViewer, ChromiumViewer, chromium_path
+from bench.common.glass_report import analyse, table
+from bench.common.live import CPU_NOTICE, PUSH_RATE, START, STALL, device_of
 from engine.latency import FAITHFUL, MODES
+from engine.timebase import DEFAULT_STEPS
+from harness.live_server import LiveServer, run_keeping_server_log
+from harness.markers import utterance
+from harness.nginx import NginxRtmp, find_nginx, free_port
+from harness.push import Pusher
+from harness.rtmp_read import PlayerLog, RtmpPlayer
+from harness.viewers import AiortcViewer, ChromiumViewer, chromium_path
 
-PUSH_RATE = 16_000
-START = 1200.0
-"""Seconds the server may take to answer and to stream its first frames (a cold compile, or the CPU)."""
-STALL = 1200.0
-"""Seconds the RTMP readers wait for data (a CPU stream stalls for minutes between hops); stopping nginx ends them."""
 CHUNK_SECONDS = 0.02
 IDLE_GAP = 1.5
 MID_STEP = 0.04
 """Each utterance's middle marker sits one frame further into the 200 ms hop than the last (cycling), so the in-speech
 markers sample every phase of the hop; a marker pushed after idle starts a hop."""
-CPU_NOTICE = "CPU run: these numbers are NOT the target (the CPU renders far below 25 fps); the run only proves the script works."
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m bench.glass_to_glass", description=__doc__.splitlines()[0])
+def parse_args(argv: list[str] | None = None, parser: argparse.ArgumentParser | None = None) -> argparse.Namespace:
+    """This benchmark's options, parsed; ``parser`` (a caller's, with options of its own) receives them."""
+    parser = parser or argparse.ArgumentParser(prog="python -m bench.glass_to_glass", description=__doc__.splitlines()[0])
     parser.add_argument("--avatar", help="cached avatar folder or portrait image (default: the demo portrait, registered at start)")
-    parser.add_argument("--steps", type=int, default=25, help="DDIM steps per window")
+    parser.add_argument("--steps", type=int, default=DEFAULT_STEPS, help="DDIM steps per window")
     parser.add_argument("--latency", choices=sorted(MODES), default=FAITHFUL.name, help="the session's latency mode")
     parser.add_argument("--overlap", type=int, help="default: the latency mode's (75 faithful, 77 low)")
     parser.add_argument("--encoder", default="x264", choices=("auto", "x264", "nvenc"))
@@ -77,7 +74,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="WebRTC viewers (auto: Chromium where installed, else the aiortc viewer)",
     )
     parser.add_argument("--wait", type=float, help="seconds to wait for the markers after the last push (default 15; CPU 900)")
-    parser.add_argument("--json", type=Path, required=True, help="write the results here")
+    parser.add_argument("--out", type=Path, required=True, help="write the results here as JSON")
     args = parser.parse_args(argv)
     if args.utterances < 1:
         parser.error("--utterances must be at least 1")
@@ -88,15 +85,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error("--viewer chromium: no chromium here (apt-get install chromium); use --viewer aiortc")
     args.viewers = sorted(viewers)
     return args
-
-
-def device_of(args: argparse.Namespace) -> str:
-    """The device the server is told to use: --device, else cuda when this machine has one."""
-    if args.device:
-        return args.device
-    import torch
-
-    return "cuda" if torch.cuda.is_available() else "cpu"
 
 
 async def measure(args: argparse.Namespace, work: Path) -> dict:
@@ -200,11 +188,11 @@ async def _until(condition, timeout: float, failure: str | None) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     result = run_keeping_server_log(measure, args, "glass-")
-    args.json.write_text(json.dumps(result, indent=2))
+    args.out.write_text(json.dumps(result, indent=2))
     print(table(result))
     missing = result["markers_pushed"] - max((p["n"] for p in result["paths"].values()), default=0)
     if missing:
-        print(f"{missing} marker(s) not found on some path within the wait; see {args.json}", file=sys.stderr)
+        print(f"{missing} marker(s) not found on some path within the wait; see {args.out}", file=sys.stderr)
     return 0
 
 

@@ -16,11 +16,11 @@ case $mode in
 latency)
     nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$out/gpu.txt"
     timeout 570 python3 -m bench.glass_to_glass --avatar "${2:?cached avatar folder}" --viewer aiortc --utterances 20 \
-        --json "$out/glass_to_glass.json" 2>&1 | grep -v "warming up" | tail -30
+        --out "$out/glass_to_glass.json" 2>&1 | grep -v "warming up" | tail -30
     ;;
 sessions)
     setsid nohup python3 -m bench.rtmp_sessions --avatar "${2:?cached avatar folder}" --sessions 8 --minutes 10 \
-        --json "$runs/rtmp_sessions.json" >"$runs/rtmp_sessions.log" 2>&1 </dev/null &
+        --out "$runs/rtmp_sessions.json" >"$runs/rtmp_sessions.log" 2>&1 </dev/null &
     echo $! >"$runs/pid"
     while kill -0 "$(cat "$runs/pid")" 2>/dev/null && ((SECONDS < 540)); do sleep 10; done
     grep -v "warming up" "$runs/rtmp_sessions.log" | tail -5

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The service targets on the lent GPU (issue 29): first picture, create/delete cycles, 12 streams for 10 min, 16 for 3.
+# The service targets on the lent GPU: first picture, create/delete cycles, 12 streams for 10 min, 16 for 3.
 # Carry .whl (bash bench/glass_bundle.sh --wheels), .carry/glass (nginx) and .carry/avatars (a registered avatar).
 # Usage there (results and logs under $OUT):
 #   bash bench/gpu_service.sh start [bench.service args]   starts the run detached, follows it for 9 minutes
@@ -25,7 +25,7 @@ follow() {
 case $mode in
 start)
     nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$runs/service_gpu.txt"
-    setsid nohup python3 -m bench.service --avatar .carry/avatars/demo --json "$runs/service.json" "${@:2}" \
+    setsid nohup python3 -m bench.service --avatar .carry/avatars/demo --out "$runs/service.json" "${@:2}" \
         >"$runs/service.log" 2>&1 </dev/null &
     echo $! >"$runs/pid"
     follow 540
@@ -36,7 +36,7 @@ after)
     timeout 200 python3 -m bench.runtime --avatar .carry/avatars/demo --live-only --sessions 12 --seconds 30 \
         --out "$out/runtime_12.json" 2>&1 | grep -v "warming up" | tail -6
     timeout $((570 - SECONDS)) python3 -m bench.glass_to_glass --avatar .carry/avatars/demo --viewer aiortc --utterances 20 \
-        --json "$out/glass_to_glass.json" 2>&1 | grep -v "warming up" | tail -20
+        --out "$out/glass_to_glass.json" 2>&1 | grep -v "warming up" | tail -20
     ;;
 *)
     echo "unknown mode $mode: start, follow, collect or after" >&2

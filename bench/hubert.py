@@ -27,7 +27,7 @@ import numpy as np
 import onnxruntime as ort
 import torch
 
-from bench.reference import wall_times
+from bench.common.stats import wall_times
 from engine.audio.hubert import CHUNK_SAMPLES, HOP_SAMPLES, INPUT_NAME, OUTPUT_NAME, SAMPLE_RATE
 from engine.audio.hubert_torch import HUBERT_LARGE, HubertConfig, HubertEncoder, export_official_contract, random_hubert
 

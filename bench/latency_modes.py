@@ -24,13 +24,15 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from bench.steps import add_comparison_arguments, comparison_inputs, psnr, psnr_summary, session_frames
-from engine.diffusion.windows import SEQ_FRAMES, MotionWindows
+from bench.common.stats import psnr
+from bench.steps import add_comparison_arguments, comparison_inputs, psnr_summary, session_frames
+from engine.diffusion.windows import MotionWindows
 from engine.engine import Engine
 from engine.latency import FAITHFUL, LOW, MODES, LatencyMode
 from engine.motion.vector import MOTION_DIM, SMOOTHED_DIMS
 from engine.runtime import RuntimeConfig, admission
-from engine.runtime.pacing import FPS, speech_depth
+from engine.runtime.pacing import speech_depth
+from engine.timebase import DEFAULT_STEPS, FPS, SEQ_FRAMES
 
 CPU_SECONDS = 0.8
 """Seconds of speech through both modes on the CPU by default."""
@@ -77,7 +79,7 @@ def modelled_costs(costs: dict, counts: list[int]) -> dict:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.latency_modes", description=__doc__.splitlines()[0])
     add_comparison_arguments(parser, CPU_SECONDS)
-    parser.add_argument("--steps", type=int, default=25)
+    parser.add_argument("--steps", type=int, default=DEFAULT_STEPS)
     parser.add_argument("--costs", type=Path, default=COSTS, help="a bench.runtime result with window_ms and render_ms (default: the H200's)")
     args = parser.parse_args(argv)
     device, audio, rate, avatar = comparison_inputs(parser, args, CPU_SECONDS)

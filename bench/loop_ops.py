@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from bench.lmdm_ops import AtenCounter
+from bench.common.lmdm_ops import AtenCounter
 from bench.runtime import HOP, speech
 from engine.render.paste_back import PasteBack
 from engine.runtime import runtime as runtime_module

@@ -33,14 +33,17 @@ from torch import nn
 from torch.profiler import ProfilerActivity, profile
 from torch.utils.flop_counter import FlopCounterMode
 
-from bench import lmdm_ops
+from bench.common import lmdm_ops
+from bench.common.stats import psnr
 from engine.backends.torch_backend import TorchBackend
 from engine.diffusion.ddim import denoiser_step
 from engine.diffusion.graphed import BucketedSampler
 from engine.diffusion.schedule import ddim_schedule
 from engine.engine import Engine, random_checkpoints
+from engine.motion.vector import MOTION_DIM
 from engine.networks.depth_planes import as_planes, shifted_sum, stacked_weight
 from engine.networks.lmdm_fused import FusedLMDMStep
+from engine.timebase import DEFAULT_STEPS, SEQ_FRAMES
 from engine.timing import gpu_time
 
 BATCH = 16
@@ -218,7 +221,7 @@ def lmdm_sampler(backend: TorchBackend, variant: str, buckets: tuple[int, ...]) 
     preparation as the runtime runs them; "autotuned" the runtime's step compiled with max-autotune
     (Triton GEMMs with fused epilogues, no cuBLAS split-K), its preparation as the runtime's."""
     net = backend.network("lmdm")
-    schedule = ddim_schedule(25, backend.device)
+    schedule = ddim_schedule(DEFAULT_STEPS, backend.device)
     times = schedule.times
     compiled = (lambda fn, **kw: torch.compile(fn, **kw)) if backend.device.type == "cuda" else (lambda fn, **kw: fn)
     if variant == "plain":
@@ -230,7 +233,7 @@ def lmdm_sampler(backend: TorchBackend, variant: str, buckets: tuple[int, ...]) 
         autotuned = variant == "autotuned"
         step = compiled(fused.ddim_step, mode="max-autotune-no-cudagraphs" if autotuned else None)
         prepare = backend.lmdm_prepare if autotuned else fused.prepare_window
-    sampler = BucketedSampler(schedule, step, net.cond_dim, (80, 265), lambda c: prepare(c, times))
+    sampler = BucketedSampler(schedule, step, net.cond_dim, (SEQ_FRAMES, MOTION_DIM), lambda c: prepare(c, times))
     sampler.capture(buckets)
     # The graphs are captured, so this variant's compiled code is not called again: the next variant's
     # compiles (the same code objects) start from a clean cache instead of running into its limit.
@@ -309,7 +312,7 @@ def lmdm_profile(out: Path, batches: tuple[int, ...], variants: tuple[str, ...])
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     result: dict = {"device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu", "steps": 25}
     counts_net = TorchBackend(random_checkpoints(), device=device, networks=("lmdm",), compile_networks=False).network("lmdm")
-    schedule = ddim_schedule(25, device)
+    schedule = ddim_schedule(DEFAULT_STEPS, device)
     for variant in ("plain", "fused"):
         steps = (lmdm_ops.plain_variant if variant == "plain" else lmdm_ops.fused_variant)(counts_net)
         with torch.inference_mode():
@@ -322,10 +325,10 @@ def lmdm_profile(out: Path, batches: tuple[int, ...], variants: tuple[str, ...])
     backend = TorchBackend(random_checkpoints(), device=device, networks=("lmdm",))
     g = torch.Generator(device=device).manual_seed(0)
     top = max(max(batches), 2)
-    x = torch.randn(top, 80, 265, device=device, generator=g)
-    cond_frame = torch.randn(top, 265, device=device, generator=g) * 0.3
-    cond = torch.randn(top, 80, 1103, device=device, generator=g)
-    noise = torch.randn(24, top, 80, 265, device=device, generator=g)
+    x = torch.randn(top, SEQ_FRAMES, MOTION_DIM, device=device, generator=g)
+    cond_frame = torch.randn(top, MOTION_DIM, device=device, generator=g) * 0.3
+    cond = torch.randn(top, SEQ_FRAMES, 1103, device=device, generator=g)
+    noise = torch.randn(DEFAULT_STEPS - 1, top, SEQ_FRAMES, MOTION_DIM, device=device, generator=g)
     windows = {}
     for variant in variants:
         sampler = lmdm_sampler(backend, variant, batches)
@@ -370,13 +373,7 @@ def fp32_cpu_window(x: torch.Tensor, cond_frame: torch.Tensor, cond: torch.Tenso
 
     lmdm = load_network("lmdm", random_checkpoints() / OFFICIAL_FILENAMES["lmdm"], "cpu", torch.float32)
     with torch.inference_mode():
-        return ddim_loop(lmdm, x.cpu(), cond_frame.cpu(), cond.cpu(), ddim_schedule(25, torch.device("cpu")), noise.cpu())
-
-
-def psnr(a: torch.Tensor, b: torch.Tensor) -> float:
-    """PSNR in dB of images in [0,1]."""
-    mse = float(((a.float() - b.float()) ** 2).mean())
-    return 10 * math.log10(1.0 / max(mse, 1e-20))
+        return ddim_loop(lmdm, x.cpu(), cond_frame.cpu(), cond.cpu(), ddim_schedule(DEFAULT_STEPS, torch.device("cpu")), noise.cpu())
 
 
 def speed_table(out: Path) -> dict:
@@ -402,17 +399,17 @@ def speed_table(out: Path) -> dict:
         decoder = load_network("decoder", folder / OFFICIAL_FILENAMES["decoder"], "cuda", torch.float32, fold_batchnorm=True)
         reference = decoder(warp(feature[:5], kp_s[:5], kp_d[:5]))
     torch.backends.cudnn.allow_tf32 = True
-    result["render_psnr_vs_fp32_db"] = psnr(fast, reference)
+    result["render_psnr_vs_fp32_db"] = psnr(fast, reference, peak=1.0)
     print(f"render fp16 (graphed, depth planes) vs fp32 plain modules: PSNR {result['render_psnr_vs_fp32_db']:.1f} dB", flush=True)
     del backend, warp, decoder
 
-    engine = Engine.from_checkpoints(None, device="cuda", steps=25)
+    engine = Engine.from_checkpoints(None, device="cuda", steps=DEFAULT_STEPS)
     sampler = engine.sampler()
     sampler.capture((1, 4, 16))
-    x = torch.randn(16, 80, 265, device="cuda", generator=g)
-    cond_frame = torch.randn(16, 265, device="cuda", generator=g) * 0.3
-    cond = torch.randn(16, 80, engine.cond_width, device="cuda", generator=g)
-    noise = torch.randn(24, 16, 80, 265, device="cuda", generator=g)
+    x = torch.randn(16, SEQ_FRAMES, MOTION_DIM, device="cuda", generator=g)
+    cond_frame = torch.randn(16, MOTION_DIM, device="cuda", generator=g) * 0.3
+    cond = torch.randn(16, SEQ_FRAMES, engine.cond_width, device="cuda", generator=g)
+    noise = torch.randn(DEFAULT_STEPS - 1, 16, SEQ_FRAMES, MOTION_DIM, device="cuda", generator=g)
     for batch in (1, 4, 16):
         ms = median_ms(lambda: sampler(x[:batch], cond_frame[:batch], cond[:batch], noise[:, :batch]))
         result[f"lmdm_window_ms_b{batch}"] = ms
@@ -500,7 +497,7 @@ def decoder_variants(out: Path, device: torch.device, batches: list[int], repeat
         for name, net in variants.items():
             decoded = net(feature[:2]).float()
             result[f"{name}_max_abs_err_vs_fp32_plain"] = float((decoded - reference).abs().max())
-            result[f"{name}_psnr_vs_fp32_plain_db"] = psnr(decoded, reference)
+            result[f"{name}_psnr_vs_fp32_plain_db"] = psnr(decoded, reference, peak=1.0)
     torch.backends.cudnn.allow_tf32 = True
     del reference_net
     for name in variants:

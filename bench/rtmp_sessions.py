@@ -1,6 +1,6 @@
 """Many sessions streaming to RTMP at once from one process: frames, rate, drift and A/V offset of every stream, read back.
 
-``python -m bench.rtmp_sessions [--avatar DIR] --sessions 8 --minutes 10 --json OUT``
+``python -m bench.rtmp_sessions [--avatar DIR] --sessions 8 --minutes 10 --out FILE.json``
 
 Starts nginx-rtmp and ``python -m streaming.serve --listen --sessions N --rtmp ... --no-admission``
 (one process, one runtime), pushes the bundled speech on loop into every session over the
@@ -25,15 +25,14 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.glass_to_glass import CPU_NOTICE, START, STALL, device_of
-from bench.live_server import LiveServer, metric, run_keeping_server_log
-from bench.nginx import NginxRtmp, find_nginx, free_port
-from bench.push import Pusher
-from bench.rtmp_read import PacketLog, RtmpPacketLog
-from streaming.frames import FPS
+from bench.common.live import CPU_NOTICE, START, STALL, device_of
+from engine.timebase import DEFAULT_STEPS, FPS
+from harness.live_server import LiveServer, metric, run_keeping_server_log
+from harness.nginx import NginxRtmp, find_nginx, free_port
+from harness.push import Pusher
+from harness.rtmp_read import PacketLog, RtmpPacketLog
 from streaming.serve import numbered
 
-PUSH_RATE = 16_000
 CHUNK_SECONDS = 0.2
 EDGE_SECONDS = 10.0
 SETTLE = 2.0
@@ -110,10 +109,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--avatar", help="cached avatar folder or portrait image (default: the demo portrait, registered at start)")
     parser.add_argument("--sessions", type=int, default=8)
     parser.add_argument("--minutes", type=float, default=10.0, help="length of the measured window")
-    parser.add_argument("--steps", type=int, default=25, help="DDIM steps per window")
+    parser.add_argument("--steps", type=int, default=DEFAULT_STEPS, help="DDIM steps per window")
     parser.add_argument("--encoder", default="x264", choices=("auto", "x264", "nvenc"))
     parser.add_argument("--device", help="cuda or cpu (default: cuda when available)")
-    parser.add_argument("--json", type=Path, required=True, help="write the results here")
+    parser.add_argument("--out", type=Path, required=True, help="write the results here as JSON")
     args = parser.parse_args(argv)
     if args.sessions < 1 or args.minutes <= 0:
         parser.error("--sessions must be at least 1 and --minutes positive")
@@ -157,7 +156,7 @@ async def measure(args: argparse.Namespace, work: Path) -> dict:
         server.start()
         await asyncio.to_thread(server.wait_ready, START)
         result["metrics_answer_s"] = round(time.monotonic() - server.started_at, 2)
-        feeders = [asyncio.ensure_future(_feed(port, i, speech, rate, stop)) for i in range(args.sessions)]
+        feeders = [asyncio.ensure_future(feed(port, i, speech, rate, stop)) for i in range(args.sessions)]
         deadline = time.monotonic() + START
         while not all(r.log.video for r in readers) and time.monotonic() < deadline:
             await asyncio.sleep(0.1)
@@ -194,7 +193,7 @@ async def measure(args: argparse.Namespace, work: Path) -> dict:
     return result
 
 
-async def _feed(port: int, session: int, speech: np.ndarray, rate: int, stop: asyncio.Event) -> str | None:
+async def feed(port: int, session: int, speech: np.ndarray, rate: int, stop: asyncio.Event) -> str | None:
     """Push the clip on loop into one session until ``stop``; the push errors the server reported, if any."""
     async with Pusher(f"ws://127.0.0.1:{port}/push?session={session}", rate, round(CHUNK_SECONDS * rate)) as pusher:
         while not stop.is_set():
@@ -226,7 +225,7 @@ def table(result: dict) -> str:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     result = run_keeping_server_log(measure, args, "rtmp-sessions-")
-    args.json.write_text(json.dumps(result, indent=2))
+    args.out.write_text(json.dumps(result, indent=2))
     print(table(result))
     return 0
 

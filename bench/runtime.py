@@ -22,18 +22,15 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from bench.common.stats import psnr
 from engine.assets import demo_audio
 from engine.latency import LOW, MODES
 from engine.runtime import Backpressure, Runtime, RuntimeConfig
 from engine.session import Session
+from engine.timebase import FPS, HOP_FRAMES
 
-HOP = 0.2
-
-
-def psnr(a: torch.Tensor, b: torch.Tensor) -> float:
-    """PSNR in dB between two uint8 image stacks."""
-    mse = (a.float() - b.float()).pow(2).mean().item()
-    return math.inf if mse == 0 else 10 * math.log10(255.0**2 / mse)
+HOP = HOP_FRAMES / FPS
+"""Seconds of speech per push: one encoder hop."""
 
 
 def speech(seconds: float) -> tuple[np.ndarray, int]:

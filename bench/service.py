@@ -1,6 +1,6 @@
 """The service under load, through its API only: first picture of a new session, create/delete cycles, N streams at once.
 
-``python -m bench.service [--avatar DIR] --sessions 12 16 --minutes 10 3 --cycles 100 --json OUT``
+``python -m bench.service [--avatar DIR] --sessions 12 16 --minutes 10 3 --cycles 100 --out FILE.json``
 
 Starts nginx-rtmp and one ``python -m streaming.serve --avatar DIR --sessions 0 --no-admission``
 (the service with the avatar served as ``anchor`` and no session), waits until it is warm, then:
@@ -25,11 +25,12 @@ from pathlib import Path
 
 import aiohttp
 
-from bench.glass_to_glass import CPU_NOTICE, START, STALL, device_of
-from bench.live_server import LiveServer, metric, parse_metrics, run_keeping_server_log
-from bench.nginx import NginxRtmp, find_nginx, free_port
-from bench.rtmp_read import RtmpPacketLog
-from bench.rtmp_sessions import SETTLE, _feed, server_counters, stream_report
+from bench.common.live import CPU_NOTICE, START, STALL, device_of
+from bench.rtmp_sessions import SETTLE, feed, server_counters, stream_report
+from engine.timebase import DEFAULT_STEPS
+from harness.live_server import LiveServer, metric, parse_metrics, run_keeping_server_log
+from harness.nginx import NginxRtmp, find_nginx, free_port
+from harness.rtmp_read import RtmpPacketLog
 
 RUNTIME_KEYS = (
     "tick_wall_ms_p50", "tick_wall_ms_p99", "tick_cpu_ms_p50", "tick_cpu_ms_p99", "tick_gpu_ms_p50", "tick_gpu_ms_p99", "gpu_busy",
@@ -44,9 +45,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--minutes", type=float, nargs="*", default=[10.0], help="measured minutes of each phase")
     parser.add_argument("--first", type=int, default=5, help="sessions timed from creation to their first RTMP picture")
     parser.add_argument("--cycles", type=int, default=100, help="create/delete cycles")
-    parser.add_argument("--steps", type=int, default=25)
+    parser.add_argument("--steps", type=int, default=DEFAULT_STEPS)
     parser.add_argument("--device", help="cuda or cpu (default: cuda when available)")
-    parser.add_argument("--json", type=Path, required=True)
+    parser.add_argument("--out", type=Path, required=True, help="write the results here as JSON")
     args = parser.parse_args(argv)
     if len(args.minutes) != len(args.sessions):
         parser.error("give one --minutes per --sessions count")
@@ -121,7 +122,7 @@ async def streams(api: Api, nginx: NginxRtmp, port: int, count: int, minutes: fl
     ids = [s["id"] for s in sessions]
     readers = [RtmpPacketLog(nginx.url(f"phase{count}-{i}"), open_timeout=STALL, read_timeout=STALL).start() for i in range(count)]
     stop = asyncio.Event()
-    feeders = [asyncio.ensure_future(_feed(port, session_id, speech, rate, stop)) for session_id in ids]
+    feeders = [asyncio.ensure_future(feed(port, session_id, speech, rate, stop)) for session_id in ids]
     deadline = time.monotonic() + START
     while not all(r.log.video for r in readers) and time.monotonic() < deadline:
         await asyncio.sleep(0.1)
@@ -185,7 +186,7 @@ async def measure(args: argparse.Namespace, work: Path) -> dict:
             result["phases"] = []
             for count, minutes in zip(args.sessions, args.minutes):
                 result["phases"].append(await streams(api, nginx, port, count, minutes, speech, rate))
-                args.json.write_text(json.dumps(result, indent=2))
+                args.out.write_text(json.dumps(result, indent=2))
     finally:
         result["server_exit"] = await asyncio.to_thread(server.stop)
         nginx.stop()
@@ -214,7 +215,7 @@ def table(result: dict) -> str:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     result = run_keeping_server_log(measure, args, "service-")
-    args.json.write_text(json.dumps(result, indent=2))
+    args.out.write_text(json.dumps(result, indent=2))
     print(table(result))
     return 0
 

@@ -23,22 +23,20 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from bench.common.stats import psnr
 from engine.assets import demo_audio
 from engine.engine import OFFLINE_OVERLAP, Engine
 from engine.runtime import Runtime, RuntimeConfig
+from engine.timebase import DEFAULT_STEPS
 
+REFERENCE_STEPS = 50
+"""The reference implementation's own default step count, the one the engine's default is compared with."""
 CPU_SECONDS = 0.4
 """Seconds of speech rendered on the CPU by default (10 frames: minutes there)."""
 RANDOM_NOTE = (
     "RANDOM WEIGHTS: these numbers check the plumbing only (same audio, avatar and seed rendered end to end at "
     "both step counts); they say nothing about the quality of 25 steps. Rerun with --checkpoints and --avatar."
 )
-
-
-def psnr(a: np.ndarray, b: np.ndarray) -> float:
-    """Peak signal-to-noise ratio of two uint8 images in dB (inf when identical)."""
-    mse = float(np.mean((a.astype(np.float64) - b.astype(np.float64)) ** 2))
-    return float("inf") if mse == 0 else 10 * np.log10(255.0**2 / mse)
 
 
 def keypoint_correlation(a: np.ndarray, b: np.ndarray) -> float:
@@ -146,7 +144,7 @@ def render(engine: Engine, avatar, audio: np.ndarray, rate: int, seed: int) -> t
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.steps", description=__doc__.splitlines()[0])
     add_comparison_arguments(parser, CPU_SECONDS)
-    parser.add_argument("--steps", type=int, nargs=2, default=[25, 50], metavar=("FEW", "MANY"))
+    parser.add_argument("--steps", type=int, nargs=2, default=[DEFAULT_STEPS, REFERENCE_STEPS], metavar=("FEW", "MANY"))
     args = parser.parse_args(argv)
     device, audio, rate, avatar = comparison_inputs(parser, args, CPU_SECONDS)
     runs = {}

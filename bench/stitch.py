@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from bench.lmdm_ops import AtenCounter
+from bench.common.lmdm_ops import AtenCounter
 from engine.motion.stitching import MotionStitcher, stitch_posed
 from engine.motion.vector import join_motion
 from engine.networks.stitch_network import StitchingNetwork

@@ -17,11 +17,11 @@ from pathlib import Path
 import numpy as np
 from aiohttp import web
 
-from bench.live_server import LiveServer
-from bench.nginx import wait_listening
 from engine.audio.pcm import StreamingResampler
 from engine.latency import FAITHFUL
 from engine.session import Frame
+from harness.live_server import LiveServer
+from harness.nginx import wait_listening
 from streaming.app import Stream, create_app
 from streaming.frames import AUDIO_RATE, FPS, SAMPLES_PER_FRAME
 from streaming.output import SessionOutput

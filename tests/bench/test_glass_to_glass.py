@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from bench.glass_report import RELEASE_MS, rest_ms
+from bench.common.glass_report import RELEASE_MS, rest_ms
 from bench.glass_to_glass import parse_args
-from bench.viewers import ViewerLog
+from harness.viewers import ViewerLog
 
 
 def test_the_rest_is_what_a_path_adds_after_the_clock_showed_the_speech_and_the_output_released_it() -> None:
@@ -26,12 +26,12 @@ def test_viewers_default_to_chromium_where_installed_else_aiortc(monkeypatch: py
     import bench.glass_to_glass as glass
 
     monkeypatch.setattr(glass, "chromium_path", lambda: None)
-    assert parse_args(["--json", "x.json"]).viewers == ["aiortc"]
-    assert parse_args(["--json", "x.json", "--viewer", "none"]).viewers == []
+    assert parse_args(["--out", "x.json"]).viewers == ["aiortc"]
+    assert parse_args(["--out", "x.json", "--viewer", "none"]).viewers == []
     with pytest.raises(SystemExit):
-        parse_args(["--json", "x.json", "--viewer", "chromium"])
+        parse_args(["--out", "x.json", "--viewer", "chromium"])
     monkeypatch.setattr(glass, "chromium_path", lambda: "/usr/bin/chromium")
-    assert parse_args(["--json", "x.json", "--viewer", "auto", "aiortc"]).viewers == ["aiortc", "chromium"]
+    assert parse_args(["--out", "x.json", "--viewer", "auto", "aiortc"]).viewers == ["aiortc", "chromium"]
 
 
 @pytest.mark.slow
@@ -40,15 +40,15 @@ def test_the_harness_finds_every_marker_on_rtmp_in_chromium_and_in_the_aiortc_vi
     import asyncio
 
     import bench.glass_to_glass as glass
-    from bench.nginx import SYSTEM_MODULE
-    from bench.viewers import chromium_path
+    from harness.nginx import SYSTEM_MODULE
+    from harness.viewers import chromium_path
     from tests.bench.echo import DELAY_FRAMES, EchoServer
 
     if chromium_path() is None or not SYSTEM_MODULE.exists():
         pytest.skip("needs chromium and nginx with libnginx-mod-rtmp (scripts/install_system_deps.sh)")
     monkeypatch.setattr(glass, "LiveServer", EchoServer)
     args = parse_args(["--avatar", "echo", "--device", "cpu", "--utterances", "2", "--duration", "1.2", "--wait", "5"]
-                      + ["--viewer", "chromium", "aiortc", "--json", str(tmp_path / "out.json")])
+                      + ["--viewer", "chromium", "aiortc", "--out", str(tmp_path / "out.json")])
     result = asyncio.run(glass.measure(args, tmp_path))
     assert result["markers_pushed"] == 4
     paths = result["paths"]
@@ -57,6 +57,6 @@ def test_the_harness_finds_every_marker_on_rtmp_in_chromium_and_in_the_aiortc_vi
         assert path["n"] == 4, (name, result["markers"])
         assert DELAY_FRAMES / 25 - 0.15 < path["p50_ms"] / 1000 < 1.0, (name, path)
     assert result["viewers"]["aiortc"]["rtmp_frame_offset"] is not None
-    from bench.glass_report import table
+    from bench.common.glass_report import table
 
     assert "Chromium" in table(result) and "jitter buffer" in table(result)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from bench.rtmp_read import PacketLog
 from bench.rtmp_sessions import stream_report
+from harness.rtmp_read import PacketLog
 
 
 def packets(seconds: float, rate: float, skip: set[int] = frozenset(), audio_lead: float = 0.0) -> PacketLog:
@@ -48,13 +48,13 @@ def test_two_echo_sessions_stream_at_25_fps_without_drift_and_are_read_back(tmp_
     import asyncio
 
     import bench.rtmp_sessions as sessions
-    from bench.nginx import SYSTEM_MODULE
+    from harness.nginx import SYSTEM_MODULE
     from tests.bench.echo import EchoServer
 
     if not SYSTEM_MODULE.exists():
         pytest.skip("needs nginx with libnginx-mod-rtmp (scripts/install_system_deps.sh)")
     monkeypatch.setattr(sessions, "LiveServer", EchoServer)
-    args = sessions.parse_args(["--avatar", "echo", "--device", "cpu", "--sessions", "2", "--minutes", "0.1", "--json", "x.json"])
+    args = sessions.parse_args(["--avatar", "echo", "--device", "cpu", "--sessions", "2", "--minutes", "0.1", "--out", "x.json"])
     result = asyncio.run(sessions.measure(args, tmp_path))
     assert [s["session"] for s in result["streams"]] == [0, 1] and result["push_errors"] == []
     for stream in result["streams"]:

@@ -28,7 +28,7 @@ from pipecat.transports.base_transport import TransportParams
 from pipecat.transports.smallwebrtc.connection import SmallWebRTCConnection
 from pipecat.transports.smallwebrtc.transport import SmallWebRTCTransport
 
-from bench.viewers import CHROMIUM_FLAGS, chromium_path
+from harness.viewers import CHROMIUM_FLAGS, chromium_path
 from integrations.pipecat_video import DittoVideoService
 from streaming.sinks.webrtc import restrict_ice_to_loopback
 from tests.streaming.conftest import INSTALL_HINT, free_port

@@ -11,7 +11,7 @@ from types import ModuleType
 import pytest
 import torch
 
-from bench.reference_code import ReferenceUnavailable, import_reference, reference_root
+from harness.reference_code import ReferenceUnavailable, import_reference, reference_root
 
 
 def reference_modules() -> ModuleType:

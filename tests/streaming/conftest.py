@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.nginx import NginxRtmp, find_nginx, free_port
+from harness.nginx import NginxRtmp, find_nginx, free_port
 
 __all__ = ["INSTALL_HINT", "NginxRtmp", "free_port"]
 INSTALL_HINT = "run scripts/install_system_deps.sh"

@@ -13,7 +13,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from bench.viewers import CHROMIUM_FLAGS, chromium_path
+from harness.viewers import CHROMIUM_FLAGS, chromium_path
 from streaming.api import create_service_app
 from streaming.service import Service, ServiceOptions
 from tests.streaming.conftest import INSTALL_HINT, free_port

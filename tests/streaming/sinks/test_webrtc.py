@@ -13,7 +13,7 @@ import pytest
 from aiohttp import web
 from aiortc.rtp import RTCP_PSFB_PLI, RtcpPsfbPacket
 
-from bench.viewers import CHROMIUM_FLAGS
+from harness.viewers import CHROMIUM_FLAGS
 from streaming.app import Stream, create_app
 from streaming.encoders.h264 import H264Settings
 from streaming.output import EncodedFrame, SessionOutput

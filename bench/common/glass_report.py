@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import math
 
-from bench.live_server import Metrics, metric
-from bench.markers import Onset, pair, summary
-from bench.rtmp_read import PlayerLog
-from bench.viewers import ViewerLog
-from streaming.frames import FPS
+from bench.common.stats import summary
+from engine.timebase import FPS
+from harness.live_server import Metrics, metric
+from harness.markers import Onset, pair
+from harness.rtmp_read import PlayerLog
+from harness.viewers import ViewerLog
 from streaming.output import PLAYOUT_DELAY
 
 RELEASE_MS = PLAYOUT_DELAY * 1000
@@ -77,17 +78,17 @@ def analyse(rtmp: PlayerLog, viewers: list[ViewerLog], pushed: list[float], metr
     shown = metric(metrics, "ditto_session_speech_latency_ms", session="0")
     results = {}
     for key, label in paths.items():
-        values = [m[key] / 1000 for m in markers if key in m]
+        values = [m[key] for m in markers if key in m]
         if not values:
             continue
-        rest = [rest_ms(m[key], shown) / 1000 for m in markers if key in m] if shown is not None else []
+        rest = [rest_ms(m[key], shown) for m in markers if key in m] if shown is not None else []
         results[key.removesuffix("_ms")] = {
             "label": label,
-            **summary(values),
+            **summary(values, digits=1),
             "first_push_ms": markers[0].get(key),
-            "after_idle": summary([m[key] / 1000 for m in markers if key in m and m["number"] % 2 == 0]),
-            "in_speech": summary([m[key] / 1000 for m in markers if key in m and m["number"] % 2 == 1]),
-            "rest_ms": summary(rest),
+            "after_idle": summary([m[key] for m in markers if key in m and m["number"] % 2 == 0], digits=1),
+            "in_speech": summary([m[key] for m in markers if key in m and m["number"] % 2 == 1], digits=1),
+            "rest_ms": summary(rest, digits=1),
         }
     return {
         "markers_pushed": len(pushed),

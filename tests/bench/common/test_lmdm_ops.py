@@ -1,11 +1,11 @@
-"""bench.lmdm_ops: the operators one LMDM DDIM step dispatches, plain prepared step against the fused one."""
+"""bench.common.lmdm_ops: the operators one LMDM DDIM step dispatches, plain prepared step against the fused one."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from bench import lmdm_ops
+from bench.common import lmdm_ops
 from engine.diffusion.schedule import ddim_schedule
 from engine.networks import lmdm
 

@@ -144,15 +144,3 @@ def pair(onsets: Iterable[Onset], pushed: Sequence[float], arrived: Sequence[flo
             next_marker = match + 1
     return result
 
-
-def summary(values: Sequence[float]) -> dict[str, float | int | None]:
-    """n, p50, p99 and max of latencies in seconds, reported in milliseconds."""
-    if not values:
-        return {"n": 0, "p50_ms": None, "p99_ms": None, "max_ms": None}
-    ms = np.asarray(values, np.float64) * 1000
-    return {
-        "n": int(ms.size),
-        "p50_ms": round(float(np.percentile(ms, 50)), 1),
-        "p99_ms": round(float(np.percentile(ms, 99)), 1),
-        "max_ms": round(float(ms.max()), 1),
-    }

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from bench.markers import (
+from engine.assets import demo_audio
+from harness.markers import (
     AAC_PRIMING,
     CODES,
     Onset,
@@ -14,10 +15,8 @@ from bench.markers import (
     burst_seconds,
     find_onsets,
     pair,
-    summary,
     utterance,
 )
-from engine.assets import demo_audio
 from streaming.frames import AUDIO_RATE, SAMPLES_PER_FRAME
 
 RATE = 16_000
@@ -96,7 +95,3 @@ def test_pairing_survives_a_lost_marker_and_never_pairs_an_onset_heard_before_it
     assert pair(heard, pushed, [10.5, 12.5, 13.5, 14.5]) == [0, 2, 3, 4]
     assert pair(heard[:1], pushed, [9.0]) == [None]
 
-
-def test_summary_reports_milliseconds() -> None:
-    assert summary([0.1, 0.2, 0.3]) == {"n": 3, "p50_ms": 200.0, "p99_ms": 298.0, "max_ms": 300.0}
-    assert summary([])["n"] == 0

@@ -26,9 +26,9 @@ from pathlib import Path
 import aiohttp
 import numpy as np
 
-from bench.markers import LOUD_FRACTION, QUIET, THRESHOLD, Onset, OnsetDetector
-from bench.rtmp_read import ArrivalLog, luma_hash
-from streaming.frames import FPS
+from engine.timebase import FPS
+from harness.markers import LOUD_FRACTION, QUIET, THRESHOLD, Onset, OnsetDetector
+from harness.rtmp_read import ArrivalLog, luma_hash
 
 CHROMIUM_FLAGS = [
     "--no-sandbox",

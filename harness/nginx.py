@@ -1,6 +1,6 @@
 """nginx with the RTMP module on a free loopback port, from the system (Debian's packages) or from the carried bundle.
 
-Used by the benchmarks and by the streaming tests (tests/streaming/conftest.py).
+Used by the benchmarks (bench/) and by the streaming tests (tests/streaming/conftest.py).
 
 ``bench/glass_bundle.sh`` unpacks Debian's nginx, its RTMP module and the libraries nginx
 links against into ``.carry/glass/root`` for machines where apt cannot run (the lent GPU);

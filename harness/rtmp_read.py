@@ -22,9 +22,10 @@ from dataclasses import dataclass, field
 import av
 import numpy as np
 
-from bench.markers import AAC_PRIMING, Onset, OnsetDetector
+from engine.timebase import FPS
+from harness.markers import AAC_PRIMING, Onset, OnsetDetector
 from streaming.encoders.audio import AAC_BLOCK
-from streaming.frames import AUDIO_RATE, FPS
+from streaming.frames import AUDIO_RATE
 
 OPEN_OPTIONS = {"rtmp_live": "live", "analyzeduration": "100000"}
 
