@@ -1,8 +1,8 @@
 """Time registering scikit-image's astronaut and loading the cached avatar onto a device.
 
-Run from the repository root: ``python3 -m bench.avatar_load [--device cuda] [--runs 20] [--out FILE]``.
+Run from the repository root: ``python -m bench.avatar_load [--device cuda] [--runs 20] [--out FILE]``.
 Weights are deterministic random ones in the official layout (the timings do not depend on
-the values; the avatar's features are not a face's). Prints one JSON object.
+the values; the avatar's features are not a face's). Prints a short table last.
 """
 
 from __future__ import annotations
@@ -10,16 +10,16 @@ from __future__ import annotations
 import argparse
 import json
 import platform
-import statistics
 import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
 import torch
 
 from avatars.cache import load_avatar
 from avatars.register import register
+from bench.common.stats import summary
+from bench.common.targets import AVATAR_LOAD_MS
 from engine.assets import write_demo_portrait
 from engine.networks import write_random_checkpoints
 
@@ -29,7 +29,7 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def time_loads(path: Path, device: torch.device, runs: int, verify: bool) -> list[float]:
+def time_loads(path: str | Path, device: torch.device, runs: int, verify: bool) -> list[float]:
     """Wall milliseconds of ``runs`` loads (after one untimed warm-up), synchronized on the device."""
     load_avatar(path, device, verify=verify)
     _sync(device)
@@ -41,14 +41,6 @@ def time_loads(path: Path, device: torch.device, runs: int, verify: bool) -> lis
         times.append((time.perf_counter() - start) * 1e3)
         del avatar
     return times
-
-
-def summary(times: list[float]) -> dict[str, float]:
-    return {
-        "median_ms": round(statistics.median(times), 3),
-        "p90_ms": round(float(np.percentile(times, 90)), 3),
-        "min_ms": round(min(times), 3),
-    }
 
 
 def main() -> None:
@@ -84,11 +76,23 @@ def main() -> None:
             "register_s": {"first": register_s[0], "second": register_s[1]},
             "weights": "random (official layout); not a face",
         }
-    text = json.dumps(result, indent=2)
-    print(text)
     if args.out is not None:
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(text + "\n")
+        args.out.write_text(json.dumps(result, indent=2) + "\n")
+    print(table(result))
+
+
+def table(result: dict) -> str:
+    """The short table: registration and load times against the README's target."""
+    verified, unverified = result["load_verified"], result["load_unverified"]
+    return "\n".join(
+        [
+            f"{result['device']}, torch {result['torch']}, {result['avatar']}, cache {result['cache_bytes']} bytes",
+            f"register, first / second call: {result['register_s']['first']} / {result['register_s']['second']} s",
+            f"load, CRC checked: p50 {verified['p50_ms']} ms, p90 {verified['p90_ms']} ms (target < {AVATAR_LOAD_MS:.0f} ms)",
+            f"load, unchecked:   p50 {unverified['p50_ms']} ms, p90 {unverified['p90_ms']} ms",
+        ]
+    )
 
 
 if __name__ == "__main__":

@@ -29,45 +29,25 @@ import contextlib
 import json
 import os
 import platform
-import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from bench.reference_code import ENV, ReferenceUnavailable, import_reference, reference_root
-from bench.latency import engine_window_sampler
+from bench.common.stats import wall_ms
+from bench.compute import engine_window_sampler
 from engine.engine import Engine, models_dir, random_checkpoints
+from engine.motion.vector import MOTION_DIM
 from engine.networks import OFFICIAL_FILENAMES
+from engine.timebase import DEFAULT_STEPS, SEQ_FRAMES
+from harness.reference_code import ENV, ReferenceUnavailable, import_reference, reference_root
 
 FEATURE_SHAPE = (32, 16, 64, 64)
 NUM_KP = 21
-MOTION_DIM = 265
-SEQ_FRAMES = 80
-
-
-def wall_times(fn: Callable[[], object], device: torch.device, runs: int, warmup: int = 3) -> list[float]:
-    """Wall milliseconds per call of ``fn``, synchronized on ``device`` (works on the CPU too), after ``warmup`` calls."""
-    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
-    for _ in range(warmup):
-        fn()
-    sync()
-    times = []
-    for _ in range(runs):
-        start = time.perf_counter()
-        fn()
-        sync()
-        times.append((time.perf_counter() - start) * 1e3)
-    return times
-
-
-def wall_ms(fn: Callable[[], object], device: torch.device, runs: int, warmup: int) -> float:
-    """Median of ``wall_times``."""
-    return statistics.median(wall_times(fn, device, runs, warmup))
 
 
 def render_inputs(batch: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -190,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.reference", description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--checkpoints", type=Path, help="official checkpoints (default: random weights)")
-    parser.add_argument("--steps", type=int, default=25)
+    parser.add_argument("--steps", type=int, default=DEFAULT_STEPS)
     parser.add_argument("--batch", type=int, help="our render batch (default 16 on a GPU, 1 on a CPU)")
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--warmup", type=int, default=3)
