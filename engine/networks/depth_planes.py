@@ -11,7 +11,7 @@ channels, one output) rides along in the mask's 2-D convolution: each plane's co
 is one more output channel per depth, summed along the diagonal. That 7×7 convolution (144 -> 184
 channels) runs in cuDNN's sm80 "indexed" kernel at ~280 TFLOP/s; with the input's 7 column shifts
 stacked as channels (1008) it becomes a 7×1 convolution that cuDNN runs at ~530 TFLOP/s
-(``bench.mask_conv``: 0.55 -> 0.29 ms per frame for the convolution, plus the stacking copy,
+(bench/results/2026-11-30_h200_mask_conv_variants.json: 0.55 -> 0.29 ms per frame for the convolution, plus the stacking copy,
 which torch.compile fuses into the producer of the input).
 
 Only the PyTorch backend on CUDA swaps these in (``use_depth_planes``); checkpoints, the CPU
