@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One call on the lent GPU for the audio encoder and the side-by-side numbers: HuBERT per hop (1 and 16 sessions),
 # the reference's own modules beside ours, 25 against 50 DDIM steps.
-# Usage there: bash bench/gpu_issue11.sh AVATAR_DIR REFERENCE_DIR [hubert]   (results and logs under $OUT)
+# Usage there: bash bench/gpu_side_by_side.sh AVATAR_DIR REFERENCE_DIR [hubert]   (results and logs under $OUT)
 set -uo pipefail
 avatar=${1:?cached avatar folder}
 reference=${2:?reference checkout}

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One call on the lent GPU for the live path: the newsroom render, encode + mux per frame, utterance latency.
-# Usage there: bash bench/gpu_live.sh AVATAR_DIR   (results and logs under $OUT)
+# Usage there: bash bench/gpu_live_path.sh AVATAR_DIR   (results and logs under $OUT)
 set -uo pipefail
 avatar=${1:?cached avatar folder}
 source bench/gpu_env.sh
