@@ -26,9 +26,8 @@ from pathlib import Path
 
 import torch
 
+from bench.common.sessions import HOP, load_bench_avatar, push_in_real_time, speech
 from bench.common.stats import wall_times
-from bench.runtime import HOP, push_in_real_time, speech
-from bench.steps import load_bench_avatar
 from engine.controls import ControlError, Controls, stitch_controls
 from engine.motion.stitching import MotionStitcher, blink_schedule, fade_alphas
 from engine.motion.vector import MOTION_DIM

@@ -24,8 +24,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from bench.common.stats import psnr
-from bench.steps import add_comparison_arguments, comparison_inputs, psnr_summary, session_frames
+from bench.common.comparison import add_comparison_arguments, comparison_inputs, session_frames
+from bench.common.stats import psnr, psnr_summary
 from engine.diffusion.windows import MotionWindows
 from engine.engine import Engine
 from engine.latency import FAITHFUL, LOW, MODES, LatencyMode

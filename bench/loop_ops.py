@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 from bench.common.lmdm_ops import AtenCounter
-from bench.runtime import HOP, speech
+from bench.common.sessions import HOP, speech
 from engine.render.paste_back import PasteBack
 from engine.runtime import runtime as runtime_module
 from engine.runtime.config import RuntimeConfig

@@ -12,33 +12,19 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import platform
 import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 
-import numpy as np
 import torch
 
+from bench.common.sessions import HOP, push_in_real_time, speech
 from bench.common.stats import psnr
-from engine.assets import demo_audio
 from engine.latency import LOW, MODES
-from engine.runtime import Backpressure, Runtime, RuntimeConfig
+from engine.runtime import Runtime, RuntimeConfig
 from engine.session import Session
-from engine.timebase import FPS, HOP_FRAMES
-
-HOP = HOP_FRAMES / FPS
-"""Seconds of speech per push: one encoder hop."""
-
-
-def speech(seconds: float) -> tuple[np.ndarray, int]:
-    """The bundled clip, looped to ``seconds``."""
-    audio, rate = demo_audio()
-    reps = math.ceil(seconds * rate / len(audio))
-    return np.concatenate([audio] * reps)[: int(seconds * rate)], rate
-
 
 def offline_frames(runtime: Runtime, avatar, seeds: list[int], seconds: float) -> list[torch.Tensor]:
     """Offline sessions side by side on the same audio; each one's frames, stacked."""
@@ -59,32 +45,6 @@ def offline_frames(runtime: Runtime, avatar, seeds: list[int], seconds: float) -
     for t in threads:
         t.join()
     return [torch.stack(r) for r in results]
-
-
-def push_schedule(sessions: int, pushes: int, stagger: bool) -> list[tuple[float, int, int]]:
-    """(seconds from the start, hop k, session i) of every push, in time order; staggered, session i runs i/sessions of a hop late."""
-    offsets = [i * HOP / sessions if stagger else 0.0 for i in range(sessions)]
-    return sorted((k * HOP + offsets[i], k, i) for k in range(pushes) for i in range(sessions))
-
-
-def push_in_real_time(
-    sessions: list[Session], audio: np.ndarray, rate: int, pushes: int, stagger: bool = False
-) -> tuple[float, int]:
-    """Push ``pushes`` hops of ``audio`` into every session on the hop clock; (seconds taken, pushes refused).
-
-    ``stagger``: session i pushes ``i / len(sessions)`` of a hop later than session 0, as independent clients do.
-    """
-    hop = int(HOP * rate)
-    started = time.monotonic()
-    refused = 0
-    for at, k, i in push_schedule(len(sessions), pushes, stagger):
-        time.sleep(max(0.0, started + at - time.monotonic()))
-        try:
-            sessions[i].push_audio(audio[k * hop : (k + 1) * hop], rate)
-        except Backpressure:
-            refused += 1
-    time.sleep(max(0.0, started + pushes * HOP - time.monotonic()))
-    return time.monotonic() - started, refused
 
 
 def live_run(runtime: Runtime, avatar, count: int, seconds: float, stagger: bool = False, latency: str = "faithful") -> dict:

@@ -26,7 +26,7 @@ from pathlib import Path
 import aiohttp
 
 from bench.common.live import CPU_NOTICE, START, STALL, device_of
-from bench.rtmp_sessions import SETTLE, feed, server_counters, stream_report
+from bench.common.streams import SETTLE, feed, server_counters, stream_report
 from engine.timebase import DEFAULT_STEPS
 from harness.live_server import LiveServer, metric, parse_metrics, run_keeping_server_log
 from harness.nginx import NginxRtmp, find_nginx, free_port

@@ -15,18 +15,15 @@ import argparse
 import json
 import platform
 import sys
-import tempfile
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 import numpy as np
 import torch
 
-from bench.common.stats import psnr
-from engine.assets import demo_audio
+from bench.common.comparison import add_comparison_arguments, comparison_inputs, session_frames
+from bench.common.stats import psnr, psnr_summary
 from engine.engine import OFFLINE_OVERLAP, Engine
-from engine.runtime import Runtime, RuntimeConfig
 from engine.timebase import DEFAULT_STEPS
 
 REFERENCE_STEPS = 50
@@ -50,68 +47,6 @@ def keypoint_correlation(a: np.ndarray, b: np.ndarray) -> float:
     if not moving.any():
         raise ValueError("no keypoint coordinate moves in both tracks")
     return float(((x * y).sum(0)[moving] / spread[moving]).mean())
-
-
-def load_bench_avatar(name: str | None, device: torch.device):
-    """A cached avatar, or scikit-image's astronaut registered now (random weights)."""
-    from avatars.cache import load_avatar
-
-    if name:
-        return load_avatar(name, device)
-    from avatars.register import register
-    from engine.assets import write_demo_portrait
-    from engine.engine import random_checkpoints
-
-    folder = Path(tempfile.mkdtemp())
-    cache = register(write_demo_portrait(folder), "bench", random_checkpoints(), device=device, cache_dir=folder, random_weights=True)
-    return load_avatar(cache, device)
-
-
-def psnr_summary(per_frame: list[float]) -> dict:
-    """Mean (over frames that differ), min and count of identical frames of per-frame PSNRs."""
-    finite = [p for p in per_frame if np.isfinite(p)]
-    return {
-        "mean": float(np.mean(finite)) if finite else None,
-        "min": min(per_frame) if per_frame else None,
-        "identical_frames": len(per_frame) - len(finite),
-    }
-
-
-def session_frames(engine: Engine, avatar, audio: np.ndarray, rate: int, warm: Callable[[], None] | None = None, **session) -> list:
-    """Every frame of one offline session speaking ``audio`` (``session``: ``open_session``'s keywords); ``warm`` is
-    called once the runtime has warmed up, before the session opens."""
-    with Runtime(engine, RuntimeConfig(progress=False, admission=False, max_lead_seconds=len(audio) / rate + 1)) as runtime:
-        if warm is not None:
-            warm()
-        handle = runtime.open_session(avatar, live=False, **session)
-        handle.push_audio(audio, rate, block=True)
-        handle.end()
-        frames = []
-        while (frame := handle.next_frame()) is not None:
-            frames.append(frame)
-    return frames
-
-
-def add_comparison_arguments(parser: argparse.ArgumentParser, cpu_seconds: float) -> None:
-    """The options of a same-audio, same-seed comparison: weights, avatar, device, clip length, seed, output."""
-    parser.add_argument("--checkpoints", type=Path, help="official checkpoints (default: random weights)")
-    parser.add_argument("--avatar", help="cached avatar name or folder (default: register the astronaut)")
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument("--seconds", type=float, help=f"the first S seconds of the bundled speech (default all; CPU {cpu_seconds})")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", type=Path, help="also write the JSON result here")
-
-
-def comparison_inputs(parser: argparse.ArgumentParser, args: argparse.Namespace, cpu_seconds: float):
-    """(device, audio, rate, avatar) of a comparison: the bundled speech, cut to ``--seconds`` (``cpu_seconds`` on the CPU)."""
-    if args.checkpoints and not args.avatar:
-        parser.error("--checkpoints needs --avatar: an avatar registered with those weights")
-    device = torch.device(args.device)
-    audio, rate = demo_audio()
-    seconds = args.seconds or (cpu_seconds if device.type == "cpu" else None)
-    if seconds:
-        audio = audio[: int(seconds * rate)]
-    return device, audio, rate, load_bench_avatar(args.avatar, device)
 
 
 def render(engine: Engine, avatar, audio: np.ndarray, rate: int, seed: int) -> tuple[np.ndarray, np.ndarray]:

@@ -1,2 +1,2 @@
-"""What several benchmarks share: statistics and timing (``stats``), the live benchmarks' push and start-up settings (``live``),
-the README's targets (``targets``), and the helpers of one benchmark that another reuses."""
+"""What several benchmarks share, one place each: statistics and timing, targets, the registry, session and stream
+helpers, the glass-to-glass analysis; bench/README.md lists them."""

@@ -57,3 +57,13 @@ def wall_times(fn: Callable[[], object], device: torch.device, runs: int, warmup
 def wall_ms(fn: Callable[[], object], device: torch.device, runs: int, warmup: int) -> float:
     """Median of ``wall_times``."""
     return statistics.median(wall_times(fn, device, runs, warmup))
+
+
+def psnr_summary(per_frame: list[float]) -> dict:
+    """Mean (over frames that differ), min and count of identical frames of per-frame PSNRs."""
+    finite = [p for p in per_frame if np.isfinite(p)]
+    return {
+        "mean": float(np.mean(finite)) if finite else None,
+        "min": min(per_frame) if per_frame else None,
+        "identical_frames": len(per_frame) - len(finite),
+    }

@@ -1,17 +1,11 @@
-"""bench.steps' two measures: frame PSNR and the correlation over time of keypoint tracks."""
+"""bench.steps' measure of motion: the correlation over time of keypoint tracks."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from bench.steps import keypoint_correlation, psnr
-
-
-def test_psnr_is_infinite_for_equal_frames_and_20_db_for_an_rms_error_of_a_tenth_of_full_scale() -> None:
-    frame = np.random.default_rng(0).integers(0, 256, (8, 8, 3), dtype=np.uint8)
-    assert psnr(frame, frame) == float("inf")
-    assert psnr(np.zeros((4, 4), np.uint8), np.full((4, 4), 25.5)) == pytest.approx(20.0)
+from bench.steps import keypoint_correlation
 
 
 def test_keypoint_correlation_follows_motion_not_offset_or_scale() -> None:

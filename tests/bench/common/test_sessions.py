@@ -1,10 +1,10 @@
-"""The live benchmark's push clock: every session pushes every hop, together or on its own phase."""
+"""bench.common.sessions: the push clock of the benchmarks that drive live sessions; every session pushes every hop, together or on its own phase."""
 
 from __future__ import annotations
 
 import pytest
 
-from bench.runtime import HOP, push_schedule
+from bench.common.sessions import HOP, push_schedule
 
 
 def test_sessions_in_phase_push_every_hop_at_the_same_instant() -> None:
