@@ -16,31 +16,12 @@ from pathlib import Path
 
 import torch
 
-from avatars.cache import load_avatar
 from avatars.register import register
+from bench.common.parts import sync, time_loads
 from bench.common.stats import summary
 from bench.common.targets import AVATAR_LOAD_MS
 from engine.assets import write_demo_portrait
 from engine.networks import write_random_checkpoints
-
-
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-def time_loads(path: str | Path, device: torch.device, runs: int, verify: bool) -> list[float]:
-    """Wall milliseconds of ``runs`` loads (after one untimed warm-up), synchronized on the device."""
-    load_avatar(path, device, verify=verify)
-    _sync(device)
-    times = []
-    for _ in range(runs):
-        start = time.perf_counter()
-        avatar = load_avatar(path, device, verify=verify)
-        _sync(device)
-        times.append((time.perf_counter() - start) * 1e3)
-        del avatar
-    return times
 
 
 def main() -> None:
@@ -61,7 +42,7 @@ def main() -> None:
         for _ in range(2):  # the first includes imports and model initialisation
             start = time.perf_counter()
             path = register(portrait, "astronaut", checkpoints, device=device, cache_dir=root / "cache", progress=False)
-            _sync(device)
+            sync(device)
             register_s.append(round(time.perf_counter() - start, 3))
 
         result = {

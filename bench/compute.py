@@ -17,11 +17,10 @@ from pathlib import Path
 
 import torch
 
-from bench.avatar_load import time_loads
+from bench.common.parts import engine_window_sampler, time_loads
 from bench.common.stats import summary
 from bench.common.targets import AVATAR_LOAD_MS, LMDM_WINDOW_MS, RENDER_MS_PER_FRAME
 from engine.diffusion.ddim import DDIMSampler
-from engine.diffusion.graphed import BucketedSampler
 from engine.engine import Engine
 from engine.motion.vector import MOTION_DIM
 from engine.timebase import DEFAULT_STEPS, SEQ_FRAMES
@@ -39,22 +38,6 @@ def ceilings(device: torch.device) -> dict[str, float]:
     dst = torch.empty_like(src)
     cp = statistics.median(gpu_time(lambda: dst.copy_(src), 10))
     return {"fp16_matmul_tflops": 2 * 8192**3 / mm / 1e9, "copy_gbps": 2 * src.numel() * 4 / cp / 1e6}
-
-
-def engine_window_sampler(engine: Engine, batches: tuple[int, ...] = (1, 4)):
-    """``sample(cond_frame, cond, x=None)`` through the sampler the runtime uses (window conditions prepared once)."""
-    return _seeded(engine.sampler(), DDIMSampler(engine.steps, seed=0, device=engine.device), batches)
-
-
-def _seeded(sampler: BucketedSampler, ddim: DDIMSampler, batches: tuple[int, ...]):
-    sampler.capture(batches)
-
-    def sample(cond_frame: torch.Tensor, cond: torch.Tensor, x: torch.Tensor | None = None) -> torch.Tensor:
-        batch = cond.shape[0]
-        x = ddim.initial_noise(batch) if x is None else x
-        return sampler(x, cond_frame, cond, ddim.step_noise.expand(-1, batch, -1, -1))
-
-    return sample
 
 
 def bench_lmdm(engine: Engine, repeat: int) -> dict[str, dict[str, float]]:

@@ -38,8 +38,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from bench.common.parts import engine_window_sampler
 from bench.common.stats import wall_ms
-from bench.compute import engine_window_sampler
 from engine.engine import Engine, models_dir, random_checkpoints
 from engine.motion.vector import MOTION_DIM
 from engine.networks import OFFICIAL_FILENAMES
