@@ -1,4 +1,4 @@
-# Sourced by the bench/gpu_*.sh scripts on the lent GPU: carried wheels on the path, caches, $out.
+# Sourced by the bench/gpu_*.sh scripts on the lent GPU: carried wheels on the path, caches, $out, the newsroom clip.
 out=${OUT:-/tmp/out}
 mkdir -p "$out"
 if compgen -G ".whl/*.whl" >/dev/null; then
@@ -7,3 +7,15 @@ if compgen -G ".whl/*.whl" >/dev/null; then
 fi
 export DITTO_CACHE_DIR=/tmp/ditto-cache PYTHONUNBUFFERED=1
 since() { python3 -c "print(round($EPOCHREALTIME - $1, 2))"; }
+# The newsroom clip: the bundled speech looped to 7.84 s, as /tmp/newsroom.wav.
+newsroom_clip() {
+    python3 - <<'PY'
+import numpy as np, wave
+from engine.assets import demo_audio
+audio, rate = demo_audio()
+clip = np.concatenate([audio] * 3)[: int(7.84 * rate)]
+with wave.open("/tmp/newsroom.wav", "wb") as w:
+    w.setnchannels(1); w.setsampwidth(2); w.setframerate(rate)
+    w.writeframes((np.clip(clip, -1, 1) * 32767).astype(np.int16).tobytes())
+PY
+}

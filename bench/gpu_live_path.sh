@@ -4,15 +4,7 @@
 set -uo pipefail
 avatar=${1:?cached avatar folder}
 source bench/gpu_env.sh
-python3 - <<'PY'
-import numpy as np, wave
-from engine.assets import demo_audio
-audio, rate = demo_audio()
-clip = np.concatenate([audio] * 3)[: int(7.84 * rate)]
-with wave.open("/tmp/newsroom.wav", "wb") as w:
-    w.setnchannels(1); w.setsampwidth(2); w.setframerate(rate)
-    w.writeframes((np.clip(clip, -1, 1) * 32767).astype(np.int16).tobytes())
-PY
+newsroom_clip
 for run in 1 2; do
     start=$EPOCHREALTIME
     timeout 120 python3 -m engine.render --avatar "$avatar" --audio /tmp/newsroom.wav --out /tmp/newsroom.mp4 2>&1 | tail -2 | tee -a "$out/newsroom.log"

@@ -5,16 +5,7 @@ set -uo pipefail
 avatar=${1:?cached avatar folder}
 source bench/gpu_env.sh
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$out/gpu.txt"
-python3 - <<'PY'
-import numpy as np, wave
-from engine.assets import demo_audio
-audio, rate = demo_audio()
-n = int(7.84 * rate)
-clip = np.concatenate([audio] * 3)[:n]
-with wave.open("/tmp/newsroom.wav", "wb") as w:
-    w.setnchannels(1); w.setsampwidth(2); w.setframerate(rate)
-    w.writeframes((np.clip(clip, -1, 1) * 32767).astype(np.int16).tobytes())
-PY
+newsroom_clip
 for run in cold; do
     start=$EPOCHREALTIME
     python3 -m bench.runtime --avatar "$avatar" --out "$out/start_$run.json" --start-only 2>&1 | grep -v "^warming" | tail -3 | tee -a "$out/starts.log"
