@@ -13,7 +13,9 @@ from harness.push import Pusher
 from harness.rtmp_read import PacketLog
 
 CHUNK_SECONDS = 0.2
+"""Seconds of speech per WebSocket message of the feed."""
 EDGE_SECONDS = 10.0
+"""Drift and A/V change compare the first and the last this many seconds of a stream (a third of it when shorter)."""
 SETTLE = 2.0
 """The window starts this long after the last stream's first frame: frames queued while connecting arrive at once."""
 
@@ -73,6 +75,7 @@ def server_counters(metrics: dict, session: str) -> dict:
 
 
 def _offsets(offsets_ms: np.ndarray, at: np.ndarray, edge: float) -> dict:
+    """The A/V offset's median, range, and change from the first ``edge`` seconds to the last."""
     if not offsets_ms.size:
         return {"av_offset_ms": None}
     first, last = offsets_ms[at <= at[0] + edge], offsets_ms[at >= at[-1] - edge]
