@@ -201,7 +201,7 @@ def main(argv: list[str] | None = None) -> int:
             "backend": "torch",
             "dtype": str(engine.backend.dtype),
             "cuda_graphs": device.type == "cuda",
-            "torch_compile": device.type == "cuda",  # Engine.from_checkpoints compiles on CUDA, as bench.latency runs it
+            "torch_compile": device.type == "cuda",  # Engine.from_checkpoints compiles on CUDA, as bench.compute runs it
         },
         "date": time.strftime("%Y-%m-%d %H:%M:%S"),
     }
