@@ -217,6 +217,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sessions", type=int, nargs="+", default=[1, 2, 4, 8, 12, 16, 24])
     parser.add_argument("--start-only", action="store_true", help="measure the start (warm-up) and stop")
     parser.add_argument("--no-compile", action="store_true")
+    parser.add_argument("--plans", type=Path, help="a plans folder with the torch backend's compiled packages (docs/startup.md)")
     parser.add_argument("--latency-only", action="store_true", help="measure the utterance latency of one live session and stop")
     parser.add_argument("--live-only", action="store_true", help="only the live-session runs")
     parser.add_argument("--stagger", action="store_true", help="each live run twice: sessions in phase, then opened and pushed out of phase")
@@ -227,15 +228,18 @@ def main(argv: list[str] | None = None) -> int:
     process_start = time.perf_counter()
     device = torch.device("cuda")
     result: dict = {"gpu": torch.cuda.get_device_name(0), "torch": torch.__version__, "python": platform.python_version()}
-    runtime = Runtime.from_checkpoints(None, device=device, config=RuntimeConfig(admission=False), compile_networks=not args.no_compile)
+    runtime = Runtime.from_checkpoints(
+        None, device=device, config=RuntimeConfig(admission=False), compile_networks=not args.no_compile, plans=args.plans
+    )
     result["start_seconds"] = round(time.perf_counter() - process_start, 2)
+    result["networks"] = runtime.engine.backend.packages_status
     result["warmup_seconds"] = runtime.warmup_seconds
     result["window_ms"], result["render_ms"] = runtime.window_ms, runtime.render_ms
     result["capacity_overlap75"] = runtime.capacity(75)
     result["capacity_low_latency"] = runtime.capacity(LOW.overlap)
     save = lambda: args.out.write_text(json.dumps(result, indent=2))  # noqa: E731
     save()
-    print(f"start {result['start_seconds']} s (warm-up {runtime.warmup_seconds:.1f} s); capacity {result['capacity_overlap75']}", flush=True)
+    print(f"start {result['start_seconds']} s (warm-up {runtime.warmup_seconds:.1f} s; {result['networks']}); capacity {result['capacity_overlap75']}", flush=True)
     if args.start_only:
         runtime.close()
         return 0

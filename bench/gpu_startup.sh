@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Start-up with the torch backend's compiled packages (docs/startup.md), in calls on the lent GPU that chain:
+#   bash bench/gpu_startup.sh build           compile the packages for this GPU in the background (minutes)
+#   bash bench/gpu_startup.sh follow          the build's progress; returns once it is done or after ~9 min
+#   bash bench/gpu_startup.sh measure AVATAR  process start to a warmed runtime with the packages (twice), the live
+#                                             curve with them, and the newsroom clip rendered with them
+# Results and logs under $OUT; the packages under /tmp/plans (kept while the machine stays warm).
+set -uo pipefail
+source bench/gpu_env.sh
+plans=/tmp/plans
+checkpoints=$DITTO_CACHE_DIR/random-weights-seed0
+case "${1:?build, follow or measure}" in
+build)
+    nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$out/gpu.txt"
+    nohup python3 -m compile.build_plans --checkpoints "$checkpoints" --random-weights --aot only --out "$plans" \
+        > /tmp/aot_build.log 2>&1 &
+    echo $! > /tmp/aot_build.pid
+    sleep 60; tail -c 2000 /tmp/aot_build.log ;;
+follow)
+    for _ in $(seq 54); do kill -0 "$(cat /tmp/aot_build.pid)" 2>/dev/null || break; sleep 10; done
+    tail -c 4000 /tmp/aot_build.log | tee "$out/aot_build.log"
+    cp "$plans"/torch-aot-*/manifest.json "$out/aot_manifest.json" 2>/dev/null ;;
+measure)
+    avatar=${2:?cached avatar folder}
+    for run in 1 2; do
+        start=$EPOCHREALTIME
+        python3 -m bench.runtime --avatar "$avatar" --start-only --plans "$plans" --out "$out/start_packages_$run.json" 2>&1 | tail -3
+        echo "process start to warmed runtime with packages (run $run): $(since "$start") s" | tee -a "$out/startup.txt"
+    done
+    python3 -m bench.runtime --avatar "$avatar" --live-only --sessions 8 12 --seconds 20 --plans "$plans" \
+        --out "$out/runtime_packages.json" 2>&1 | tail -6
+    newsroom_clip
+    start=$EPOCHREALTIME
+    python3 -m apps.render --avatar "$avatar" --audio /tmp/newsroom.wav --plans "$plans" --out "$out/newsroom.mp4" 2>&1 | tail -3
+    echo "newsroom 7.84 s clip, process start to MP4 with packages: $(since "$start") s" | tee -a "$out/startup.txt"
+    cat "$out/startup.txt" ;;
+esac
