@@ -16,7 +16,7 @@ from typing import Any
 from cluster.ingress import ATTEMPTS, SessionsIngress
 from cluster.replica import DRAIN_SECONDS, HEALTH_TIMEOUT, EngineReplica, ReplicaConfig
 from cluster.router import CapacityRouter
-from streaming.serve import is_loopback
+from streaming.access import is_loopback, resolve_token
 
 APP_NAME = "ditto"
 SHUTDOWN_MARGIN = 30.0
@@ -95,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
     from ray import serve
 
     from engine.engine import RANDOM_WEIGHTS_NOTICE
-    from streaming.serve import AVATAR_AT_START, resolve_token
+    from streaming.serve import AVATAR_AT_START
 
     host, port = args.webrtc or args.http
     token, generated = resolve_token(host, args.token)

@@ -16,10 +16,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import ipaddress
 import logging
 import os
-import secrets
 import signal
 import sys
 import tempfile
@@ -29,6 +27,7 @@ from aiohttp import web
 
 from engine.control_flags import add_control_arguments, control_changes
 from engine.latency import FAITHFUL, MODES
+from streaming.access import is_loopback, resolve_token
 from streaming.api import create_service_app
 from streaming.app import app_runner
 from streaming.encoders.select import ENCODERS
@@ -128,23 +127,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def default_workers() -> int:
     """Half the cores, at least 1, at most 8: each worker is a process with its encoders' threads."""
     return max(1, min(8, (os.cpu_count() or 2) // 2))
-
-
-def is_loopback(host: str) -> bool:
-    """Whether ``host`` is only reachable from this machine."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
-def resolve_token(host: str, token: str | None) -> tuple[str | None, bool]:
-    """(token to require, whether it was generated): beyond loopback a token is mandatory."""
-    if token or is_loopback(host):
-        return token or None, False
-    return secrets.token_urlsafe(16), True
 
 
 def numbered(text: str, index: int, count: int) -> str:

@@ -1,4 +1,4 @@
-"""The server: loopback by default, a token beyond it, one name per session, and its wiring over the runtime contract."""
+"""The server: its command line, one name per session, and its wiring over the runtime contract."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import aiohttp
 import pytest
 
 import streaming.serve as serve_module
-from streaming.serve import is_loopback, numbered, parse_args, resolve_token
+from streaming.serve import numbered, parse_args
 from streaming.service import ServiceOptions
 from tests.streaming.conftest import free_port
 from tests.streaming.media import LiveReader
@@ -50,15 +50,6 @@ def test_bad_command_lines_say_what_is_wrong(argv: list[str], message: str, caps
     with pytest.raises(SystemExit):
         parse_args(argv)
     assert message in capsys.readouterr().err
-
-
-def test_a_token_is_required_beyond_loopback() -> None:
-    assert resolve_token("127.0.0.1", None) == (None, False)
-    assert resolve_token("localhost", "given") == ("given", False)
-    assert resolve_token("0.0.0.0", "given") == ("given", False)
-    token, generated = resolve_token("0.0.0.0", None)
-    assert generated and len(token) >= 16
-    assert resolve_token("::", None)[1] and not is_loopback("192.0.2.7") and is_loopback("::1")
 
 
 def test_each_session_gets_its_own_url_and_file() -> None:
