@@ -71,19 +71,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def load_or_register(avatar: str, checkpoints: Path, device: torch.device, random_weights: bool):
-    """A cached avatar by name, or register an image/video path on the fly into a temporary cache."""
-    from avatars.cache import load_avatar
-    from avatars.register import register
-
-    path = Path(avatar)
-    if path.is_file():
-        cache = Path(tempfile.mkdtemp(prefix="ditto-avatar-"))
-        folder = register(path, "oneshot", checkpoints, device=device, cache_dir=cache, random_weights=random_weights)
-        return load_avatar(folder, device)
-    return load_avatar(avatar, device, checkpoints=checkpoints)
-
-
 def feed(session: Session, audio: np.ndarray, rate: int, errors: list[BaseException]) -> None:
     """Push the clip in 200 ms pieces as fast as the session's lead allows, then end it (close it on an error)."""
     hop = rate // 5
@@ -135,6 +122,7 @@ def main(argv: list[str] | None = None) -> int:
         audio = audio[: int(args.max_seconds * rate)]
 
     started = time.perf_counter()
+    from avatars.load import load_or_register
     from streaming.mp4 import Mp4Writer
 
     config = RuntimeConfig(window_buckets=(1,), render_buckets=(10, 20, 40), max_queued_frames=80, admission=False)
