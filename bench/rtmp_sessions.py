@@ -2,7 +2,7 @@
 
 ``python -m bench.rtmp_sessions [--avatar DIR] --sessions 8 --minutes 10 --json OUT``
 
-Starts nginx-rtmp and ``python -m streaming.serve --listen --sessions N --rtmp ... --no-admission``
+Starts nginx-rtmp and ``python -m apps.serve --listen --sessions N --rtmp ... --no-admission``
 (one process, one runtime), pushes the bundled speech on loop into every session over the
 WebSocket in real time (as a TTS engine would), and demuxes every RTMP stream live with PyAV
 from its first packet. The measured window starts 2 s after every stream has delivered a frame.
@@ -31,7 +31,7 @@ from bench.nginx import NginxRtmp, find_nginx, free_port
 from bench.push import Pusher
 from bench.rtmp_read import PacketLog, RtmpPacketLog
 from streaming.frames import FPS
-from streaming.serve import numbered
+from streaming.server import numbered
 
 PUSH_RATE = 16_000
 CHUNK_SECONDS = 0.2
