@@ -1,6 +1,6 @@
 """Avatar registration: a portrait (image or short video) turned once into a cached avatar.
 
-``python -m avatars register`` runs face detection, the 512 crop, eye features and the two
+``python -m apps.avatars register`` runs face detection, the 512 crop, eye features and the two
 extractor networks, and writes a safetensors + JSON cache; ``load_avatar`` puts it on a device.
 """
 

@@ -194,7 +194,7 @@ def resolve(name_or_path: str | Path, cache_dir: str | Path | None = None) -> Pa
         return root / name_or_path
     raise CacheError(
         f"no avatar {str(name_or_path)!r} in {root}; register it first: "
-        f"python -m avatars register PORTRAIT --name {path.name or 'NAME'}"
+        f"python -m apps.avatars register PORTRAIT --name {path.name or 'NAME'}"
     )
 
 
@@ -224,7 +224,7 @@ def rebuild_command(manifest: Mapping[str, Any], name: str, checkpoints: str | P
     path = source_info.get("path") if isinstance(source_info, dict) else None
     source = path if isinstance(path, str) and path.isprintable() else "PORTRAIT"
     ckpt = checkpoints if checkpoints is not None else "CHECKPOINTS_DIR"
-    return f"python -m avatars register {source} --name {name} --checkpoints {ckpt}"
+    return f"python -m apps.avatars register {source} --name {name} --checkpoints {ckpt}"
 
 
 def load_avatar(

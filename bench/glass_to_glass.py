@@ -2,7 +2,7 @@
 
 ``python -m bench.glass_to_glass [--avatar DIR] [--steps 25] [--utterances 10] [--duration 2] [--viewer auto] --out FILE.json``
 
-Starts nginx-rtmp and ``python -m streaming.serve --listen --rtmp ... --webrtc ...`` (the real
+Starts nginx-rtmp and ``python -m apps.serve --listen --rtmp ... --webrtc ...`` (the real
 server over the real runtime, random weights), then plays the part of a TTS engine: utterances
 of quiet speech pushed in real time, each with a loud tone burst at its start (pushed into the
 idle session) and one near its middle (in continuous speech, one frame further into the model's

@@ -13,7 +13,7 @@ for run in cold; do
 done
 for run in 1 2; do
     start=$EPOCHREALTIME
-    timeout 120 python3 -m engine.render --avatar "$avatar" --audio /tmp/newsroom.wav --out "/tmp/newsroom.mp4" 2>&1 | tail -2 | tee -a "$out/newsroom.log"
+    timeout 120 python3 -m apps.render --avatar "$avatar" --audio /tmp/newsroom.wav --out "/tmp/newsroom.mp4" 2>&1 | tail -2 | tee -a "$out/newsroom.log"
     echo "newsroom run $run: $(since "$start") s process start to MP4" | tee -a "$out/newsroom.log"
 done
 timeout 400 python3 -m bench.runtime --avatar "$avatar" --out "$out/runtime.json" "${@:2}" 2>&1 | grep -v "^warming" | tee "$out/runtime.log" | tail -30

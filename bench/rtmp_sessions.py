@@ -2,7 +2,7 @@
 
 ``python -m bench.rtmp_sessions [--avatar DIR] --sessions 8 --minutes 10 --out FILE.json``
 
-Starts nginx-rtmp and ``python -m streaming.serve --listen --sessions N --rtmp ... --no-admission``
+Starts nginx-rtmp and ``python -m apps.serve --listen --sessions N --rtmp ... --no-admission``
 (one process, one runtime), pushes the bundled speech on loop into every session over the
 WebSocket in real time (as a TTS engine would), and demuxes every RTMP stream live with PyAV
 from its first packet. The measured window starts 2 s after every stream has delivered a frame.
@@ -29,7 +29,8 @@ from engine.timebase import DEFAULT_STEPS
 from harness.live_server import LiveServer, metric, run_keeping_server_log
 from harness.nginx import NginxRtmp, find_nginx, free_port
 from harness.rtmp_read import RtmpPacketLog
-from streaming.serve import numbered
+from streaming.server import numbered
+
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench.rtmp_sessions", description=__doc__.splitlines()[0])

@@ -2,7 +2,7 @@
 
 ``python -m bench.service [--avatar DIR] --sessions 12 16 --minutes 10 3 --cycles 100 --out FILE.json``
 
-Starts nginx-rtmp and one ``python -m streaming.serve --avatar DIR --sessions 0 --no-admission``
+Starts nginx-rtmp and one ``python -m apps.serve --avatar DIR --sessions 0 --no-admission``
 (the service with the avatar served as ``anchor`` and no session), waits until it is warm, then:
 1. **first picture**: ``--first`` times, a session is created with ``POST /sessions`` (RTMP out) and
    timed to the first video packet read back from nginx, then deleted;

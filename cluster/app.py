@@ -1,7 +1,7 @@
 """The Ray Serve application: the ``sessions`` ingress and one ``engine`` replica per GPU.
 
 Built three ways: ``application(ClusterOptions(...))`` in Python (the tests), ``build`` for a
-``serve deploy`` config (``cluster/serve.yaml``), and ``run`` behind ``python -m streaming.serve --ray``.
+``serve deploy`` config (``cluster/serve.yaml``), and ``run`` behind ``python -m apps.serve --ray``.
 """
 
 from __future__ import annotations
@@ -16,7 +16,8 @@ from typing import Any
 from cluster.ingress import ATTEMPTS, SessionsIngress
 from cluster.replica import DRAIN_SECONDS, HEALTH_TIMEOUT, EngineReplica, ReplicaConfig
 from cluster.router import CapacityRouter
-from streaming.serve import is_loopback
+from streaming.access import is_loopback, resolve_token
+from streaming.server import AVATAR_AT_START
 
 APP_NAME = "ditto"
 SHUTDOWN_MARGIN = 30.0
@@ -89,13 +90,12 @@ def build(args: dict[str, Any]):
 
 
 def run(args: argparse.Namespace) -> int:
-    """``python -m streaming.serve --ray``: deploy on the Ray cluster (``RAY_ADDRESS``, or a local one), one replica per
+    """``python -m apps.serve --ray``: deploy on the Ray cluster (``RAY_ADDRESS``, or a local one), one replica per
     GPU, until Ctrl-C; then delete the application (its replicas drain first)."""
     import ray
     from ray import serve
 
     from engine.engine import RANDOM_WEIGHTS_NOTICE
-    from streaming.serve import AVATAR_AT_START, resolve_token
 
     host, port = args.webrtc or args.http
     token, generated = resolve_token(host, args.token)

@@ -25,9 +25,9 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
+from streaming.access import is_loopback
 from streaming.api import create_service_app
 from streaming.app import app_runner
-from streaming.serve import is_loopback
 from streaming.service import Service, ServiceOptions
 
 log = logging.getLogger("cluster.replica")

@@ -1,4 +1,4 @@
-"""``python -m streaming.serve`` as a child process, watched from outside: readiness and figures through /metrics only.
+"""``python -m apps.serve`` as a child process, watched from outside: readiness and figures through /metrics only.
 
 The benchmarks measure the server as users run it, so they start the real command line and
 read nothing but what any client can: the RTMP stream, the WebRTC preview and /metrics.
@@ -48,7 +48,7 @@ def run_keeping_server_log(measure, args, prefix: str) -> dict:
 
 
 class LiveServer:
-    """``python -m streaming.serve ARGS`` in its own process group, its output in ``log``."""
+    """``python -m apps.serve ARGS`` in its own process group, its output in ``log``."""
 
     def __init__(self, args: list[str], http_port: int, log: Path) -> None:
         self.args, self.http_port, self.log = args, http_port, log
@@ -59,7 +59,7 @@ class LiveServer:
         """Start the command (returns at once)."""
         self.started_at = time.monotonic()
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "streaming.serve", *self.args],
+            [sys.executable, "-m", "apps.serve", *self.args],
             stdout=self.log.open("wb"),
             stderr=subprocess.STDOUT,
             start_new_session=True,
@@ -80,11 +80,11 @@ class LiveServer:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                raise RuntimeError(f"streaming.serve exited with {self.process.returncode}:\n{self.log_tail()}")
+                raise RuntimeError(f"apps.serve exited with {self.process.returncode}:\n{self.log_tail()}")
             if (metrics := self.fetch_metrics()) is not None:
                 return metrics
             time.sleep(0.5)
-        raise TimeoutError(f"streaming.serve did not answer /metrics within {timeout:.0f} s:\n{self.log_tail()}")
+        raise TimeoutError(f"apps.serve did not answer /metrics within {timeout:.0f} s:\n{self.log_tail()}")
 
     def log_tail(self, lines: int = 25) -> str:
         """The last lines of the server's output (without the HTTP access log)."""

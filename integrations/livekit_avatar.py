@@ -8,7 +8,7 @@ Three pieces, one protocol (``livekit.agents.voice.avatar``):
   been handed out. ``clear_buffer`` interrupts the session and forgets every open segment, so no stale segment
   end can ever close the next one. ``AvatarRunner`` turns those into ``lk.playback_started`` and
   ``lk.playback_finished`` (``interrupted`` after a clear).
-- ``AvatarWorker`` (``python -m integrations.livekit_avatar``): a process beside ``streaming.serve`` with its
+- ``AvatarWorker`` (``python -m integrations.livekit_avatar``): a process beside ``apps.serve`` with its
   own runtime and the same session API shape: ``POST /sessions {"avatar", "livekit_url", "livekit_token"}``
   joins that room, runs ``AvatarRunner`` with ``DataStreamAudioReceiver`` over a new live session, and answers
   201 with the session's id and room identity; ``GET /sessions``, ``DELETE /sessions/{id}``.

@@ -16,6 +16,6 @@ if ! python3 -c "import torch" 2>/dev/null; then
 fi
 pins=(-c constraints.txt)
 if [[ "${DITTO_UNPINNED:-}" == 1 ]]; then pins=(); fi
-# stream: what python -m streaming.serve, the README's next command, imports (aiohttp, aiortc...).
+# stream: what python -m apps.serve, the README's next command, imports (aiohttp, aiortc...).
 python3 -m pip install --quiet "${pins[@]}" -e ".[face,stream]"
-exec python3 -m engine.render --demo --out "${1:-ditto_demo.mp4}"
+exec python3 -m apps.render --demo --out "${1:-ditto_demo.mp4}"

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import hmac
-import ipaddress
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -26,6 +25,7 @@ import numpy as np
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry
 
+from streaming.access import is_loopback
 from streaming.frames import AudioSink
 from streaming.metrics import metrics_registry, render
 from streaming.output import SessionOutput
@@ -194,18 +194,11 @@ def allowed_hosts(bound: tuple[str, int] | None, token: str | None) -> frozenset
     if wildcard and token:
         return None
     names = {f"[{host}]" if ":" in host else host}
-    if wildcard or _is_loopback(host):
+    if wildcard or is_loopback(host):
         names |= {"127.0.0.1", "localhost", "[::1]"}
     names -= {"", "0.0.0.0", "[::]"}
     hosts = {f"{name}:{port}".lower() for name in names}
     return frozenset(hosts | ({name.lower() for name in names} if port == 80 else set()))
-
-
-def _is_loopback(host: str) -> bool:
-    try:
-        return host == "localhost" or ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def _origin_middleware(hosts: frozenset[str] | None):

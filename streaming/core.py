@@ -63,7 +63,7 @@ class Avatars:
 
     def add(self, name: str, spec: str, random_weights: bool) -> None:
         """Load (or register, for a portrait file) ``spec`` under ``name``."""
-        from engine.render.__main__ import load_or_register
+        from avatars.load import load_or_register
 
         self.loaded[name] = load_or_register(spec, self.checkpoints, self.device, random_weights)
 

@@ -1,4 +1,4 @@
-"""Shared fixtures: deterministic random checkpoints in the official layout, written once per run."""
+"""Shared fixtures: deterministic random checkpoints in the official layout, written once per run, and a real face."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -27,3 +28,11 @@ def checkpoint_dir(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Pa
         return directory
 
     return ensure
+
+
+@pytest.fixture(scope="session")
+def astronaut() -> np.ndarray:
+    """The 512x512 RGB astronaut photo shipped with scikit-image."""
+    from skimage import data
+
+    return data.astronaut()

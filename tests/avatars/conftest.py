@@ -1,4 +1,4 @@
-"""Fixtures for the avatar tests: scikit-image's astronaut portrait (a real face) and media writers."""
+"""Media writers for the avatar tests (the astronaut portrait they register is a fixture of tests/conftest.py)."""
 
 from __future__ import annotations
 
@@ -6,16 +6,7 @@ from pathlib import Path
 
 import av
 import numpy as np
-import pytest
 from PIL import Image
-
-
-@pytest.fixture(scope="session")
-def astronaut() -> np.ndarray:
-    """The 512x512 RGB astronaut photo shipped with scikit-image."""
-    from skimage import data
-
-    return data.astronaut()
 
 
 def write_image(path: Path, array: np.ndarray, mode: str | None = None) -> Path:

@@ -82,7 +82,7 @@ def test_a_changed_byte_in_the_tensor_file_is_detected(saved: tuple[Path, dict[s
     data = bytearray((path / TENSORS).read_bytes())
     data[len(data) // 2] ^= 0xFF
     (path / TENSORS).write_bytes(bytes(data))
-    with pytest.raises(CacheError, match="corrupted.*checksum.*rebuild it: python -m avatars register"):
+    with pytest.raises(CacheError, match="corrupted.*checksum.*rebuild it: python -m apps.avatars register"):
         load_avatar(path)
 
 
@@ -111,7 +111,7 @@ def test_a_manifest_of_another_format_version_is_refused_with_the_rebuild_comman
     manifest = json.loads((path / MANIFEST).read_text())
     manifest["format"] = FORMAT_VERSION - 1
     (path / MANIFEST).write_text(json.dumps(manifest))
-    rebuild = "rebuild it: python -m avatars register /data/portrait.png --name anchor"
+    rebuild = "rebuild it: python -m apps.avatars register /data/portrait.png --name anchor"
     with pytest.raises(StaleCacheError, match=f"format 0.*{rebuild}"):
         load_avatar(path)
     (path / MANIFEST).write_text("{ not json")

@@ -1,4 +1,4 @@
-"""A stand-in for ``python -m streaming.serve`` that runs the real HTTP app, encoder and sinks over an echo session.
+"""A stand-in for ``python -m apps.serve`` that runs the real HTTP app, encoder and sinks over an echo session.
 
 The echo session keeps the runtime's contract (frames at 25 fps on its own clock, each with
 the 48 kHz audio it speaks) but has no model: pushed audio is spoken ``DELAY_FRAMES`` frames
@@ -25,7 +25,7 @@ from harness.nginx import wait_listening
 from streaming.app import Stream, create_app
 from streaming.frames import AUDIO_RATE, FPS, SAMPLES_PER_FRAME
 from streaming.output import SessionOutput
-from streaming.serve import numbered
+from streaming.server import numbered
 from streaming.sinks.rtmp import RtmpSink
 from streaming.sinks.webrtc import WebRtcPreview
 from tests.streaming.synthetic import picture

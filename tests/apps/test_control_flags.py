@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from engine.control_flags import session_controls
+from apps.control_flags import session_controls
+from apps.render import parse_args as render_args
+from apps.serve import parse_args as serve_args
 from engine.controls import Controls
-from engine.render.__main__ import parse_args as render_args
-from streaming.serve import parse_args as serve_args
 
 
 def test_flags_set_the_controls_they_name_and_nothing_else() -> None:

@@ -1,4 +1,4 @@
-"""The session controls as command-line flags, shared by ``python -m engine.render`` and ``python -m streaming.serve``.
+"""The session controls as command-line flags, shared by ``python -m apps.render`` and ``python -m apps.serve``.
 
 Flags name single controls; ``--controls FILE.json`` takes any of them as a JSON object of fields (the format of
 the WebSocket ``controls`` message, tables included), and single flags override it. The changes are checked at

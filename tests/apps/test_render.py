@@ -1,4 +1,4 @@
-"""python -m engine.render: the demo writes an MP4 whose audio and video end together, in either mode."""
+"""python -m apps.render: the demo writes an MP4 whose audio and video end together, in either mode."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 import av
 import pytest
 
-from engine.render.__main__ import main
+from apps.render import main
 
 pytestmark = pytest.mark.slow
 

@@ -1,4 +1,4 @@
-"""The server: loopback by default, a token beyond it, one name per session, and its wiring over the runtime contract."""
+"""The server: one name per session, its wiring over the runtime contract, and how it stops."""
 
 from __future__ import annotations
 
@@ -13,52 +13,13 @@ import types
 import aiohttp
 import pytest
 
-import streaming.serve as serve_module
-from streaming.serve import is_loopback, numbered, parse_args, resolve_token
+import streaming.server as server_module
+from apps.serve import parse_args
+from streaming.server import numbered
 from streaming.service import ServiceOptions
 from tests.streaming.conftest import free_port
 from tests.streaming.media import LiveReader
 from tests.streaming.test_service import RUNTIME
-
-
-def test_defaults_bind_loopback_and_demo_turns_on_the_preview() -> None:
-    args = parse_args(["--avatar", "anna"])
-    assert args.http == ("127.0.0.1", 8080) and args.webrtc is None
-    assert args.encoder == "auto" and args.sessions == 1 and not args.no_admission
-    assert args.latency == "faithful" and args.overlap is None, "the latency mode picks the overlap (75 faithful)"
-    assert args.output_workers >= 1
-    demo = parse_args(["--demo"])
-    assert demo.webrtc == ("127.0.0.1", 8080)
-    service = parse_args([])
-    assert service.avatar is None and not service.demo, "no avatar: the service starts with zero sessions"
-
-
-@pytest.mark.parametrize(
-    "argv, message",
-    [
-        (["--rtmp", "rtmp://h/live/k"], "--avatar is required"),
-        (["--avatar", "a", "--output-workers", "0"], "at least 1"),
-        (["--avatar", "a", "--encoder", "nvenc"], "x264"),
-        (["--avatar", "a", "--audio", "x.wav", "--listen"], "not allowed with"),
-        (["--demo", "--listen"], "takes no --audio"),
-        (["--avatar", "a", "--webrtc", "8080"], "HOST:PORT"),
-        (["--avatar", "a", "--sessions", "-1"], "at least 0"),
-        (["--avatar", "a", "--encoder", "vp8"], "invalid choice"),
-    ],
-)
-def test_bad_command_lines_say_what_is_wrong(argv: list[str], message: str, capsys: pytest.CaptureFixture) -> None:
-    with pytest.raises(SystemExit):
-        parse_args(argv)
-    assert message in capsys.readouterr().err
-
-
-def test_a_token_is_required_beyond_loopback() -> None:
-    assert resolve_token("127.0.0.1", None) == (None, False)
-    assert resolve_token("localhost", "given") == ("given", False)
-    assert resolve_token("0.0.0.0", "given") == ("given", False)
-    token, generated = resolve_token("0.0.0.0", None)
-    assert generated and len(token) >= 16
-    assert resolve_token("::", None)[1] and not is_loopback("192.0.2.7") and is_loopback("::1")
 
 
 def test_each_session_gets_its_own_url_and_file() -> None:
@@ -72,7 +33,7 @@ def test_each_session_gets_its_own_url_and_file() -> None:
 def test_serve_opens_its_sessions_through_the_service_and_ends_with_them(nginx_rtmp, monkeypatch) -> None:
     """Everything but the model (the core runs the synthetic runtime): two sessions, RTMP and push per session,
     controls from the flags; ending both ends the server."""
-    monkeypatch.setattr(serve_module, "ServiceOptions", functools.partial(ServiceOptions, runtime=RUNTIME))
+    monkeypatch.setattr(server_module, "ServiceOptions", functools.partial(ServiceOptions, runtime=RUNTIME))
     port = free_port()
     args = parse_args(
         ["--avatar", "anna.png", "--sessions", "2", "--listen", "--encoder", "x264", "--device", "cpu", "--no-admission"]
@@ -81,7 +42,7 @@ def test_serve_opens_its_sessions_through_the_service_and_ends_with_them(nginx_r
     readers = []
 
     async def drive() -> dict:
-        server = asyncio.ensure_future(serve_module.serve(args))
+        server = asyncio.ensure_future(server_module.serve(args))
         async with aiohttp.ClientSession() as http:
 
             async def metrics() -> str:
@@ -123,11 +84,11 @@ def test_serve_opens_its_sessions_through_the_service_and_ends_with_them(nginx_r
 @pytest.mark.parametrize("runtime, while_", [(RUNTIME + "_slowly", "warming up"), (RUNTIME, "serving")])
 def test_ctrl_c_stops_the_server_within_seconds(runtime: str, while_: str, monkeypatch) -> None:
     """Issue 28: Ctrl-C was ignored for 40 s or more during start-up and took 60-110 s after it."""
-    monkeypatch.setattr(serve_module, "ServiceOptions", functools.partial(ServiceOptions, runtime=runtime))
+    monkeypatch.setattr(server_module, "ServiceOptions", functools.partial(ServiceOptions, runtime=runtime))
     args = parse_args(["--avatar", "anna.png", "--sessions", "2", "--device", "cpu", "--http", f"127.0.0.1:{free_port()}", "--output-workers", "1"])
 
     async def interrupted() -> tuple[int, float]:
-        server = asyncio.ensure_future(serve_module.serve(args))
+        server = asyncio.ensure_future(server_module.serve(args))
         await asyncio.sleep(8.0 if while_ == "serving" else 3.0)
         assert not server.done(), server
         os.kill(os.getpid(), signal.SIGINT)
@@ -145,7 +106,7 @@ def test_duration_counts_from_the_first_frame_out() -> None:
     service = types.SimpleNamespace(sessions={"0": session})
 
     async def run() -> float:
-        waiting = asyncio.ensure_future(serve_module._after_first_frame(service, 0.3))
+        waiting = asyncio.ensure_future(server_module._after_first_frame(service, 0.3))
         await asyncio.sleep(1.0)
         assert not waiting.done(), "no frame yet: the clock has not started"
         session.output_stats = {"frames_released": 1}

@@ -1,0 +1,159 @@
+"""Render a file: ``python -m apps.render --avatar NAME_OR_IMAGE --audio FILE --out FILE.mp4``.
+
+``--mode offline`` (the default) computes the motion as the reference's offline mode does:
+the whole clip's audio features and every window first (overlap 10 by default), then renders
+it. ``--mode online`` previews what a live stream makes of the same audio (overlap 75 by
+default, as ``serve``). Both render through the serving runtime, flat out (no pacing), and
+write H.264 + AAC with PyAV. ``--demo`` speaks a bundled clip with scikit-image's astronaut on
+random weights.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from apps.control_flags import add_control_arguments, control_changes, session_controls
+from avatars.load import load_or_register
+from engine.audio.files import read_audio
+from engine.audio.pcm import to_mono_16k
+from engine.engine import LIVE_OVERLAP, OFFLINE_OVERLAP, RANDOM_WEIGHTS_NOTICE, models_dir, random_checkpoints
+from engine.runtime import Runtime, RuntimeConfig
+from engine.session import Session
+from engine.timebase import DEFAULT_STEPS, FPS, SEQ_FRAMES
+from streaming.mp4 import Mp4Writer
+
+CPU_DEMO_SECONDS = 0.4
+MODES = ("offline", "online")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m apps.render", description=__doc__.splitlines()[0])
+    parser.add_argument("--avatar", help="a registered avatar's name or cache folder, or a portrait image to register now")
+    parser.add_argument("--audio", type=Path, help="speech to render (any format PyAV reads)")
+    parser.add_argument("--out", type=Path, default=Path("ditto_render.mp4"), help="output MP4 (H.264 + AAC)")
+    parser.add_argument("--steps", type=int, default=DEFAULT_STEPS, help="DDIM steps per window (reference default 50)")
+    parser.add_argument(
+        "--mode",
+        choices=MODES,
+        default="offline",
+        help="offline: the reference's file algorithm (whole clip first); online: the live stream's, to preview it",
+    )
+    parser.add_argument(
+        "--overlap",
+        type=int,
+        help=f"frames shared by consecutive 80-frame windows (default {OFFLINE_OVERLAP} offline, {LIVE_OVERLAP} online)",
+    )
+    parser.add_argument("--checkpoints", type=Path, help="official checkpoints folder (default: random stand-in weights)")
+    parser.add_argument("--device", help="cuda or cpu (default: cuda when available)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the diffusion noise")
+    parser.add_argument("--max-seconds", type=float, help="render only the first N seconds of the audio")
+    parser.add_argument(
+        "--compile", action="store_true", help="torch.compile the networks (GPU): a minute more at start, faster frames for long renders"
+    )
+    parser.add_argument("--demo", action="store_true", help="bundled speech + astronaut portrait on random weights")
+    add_control_arguments(parser)
+    args = parser.parse_args(argv)
+    args.control_changes = control_changes(args, parser)
+    if not args.demo and (args.avatar is None or args.audio is None):
+        parser.error("--avatar and --audio are required (or use --demo)")
+    if args.overlap is None:
+        args.overlap = OFFLINE_OVERLAP if args.mode == "offline" else LIVE_OVERLAP
+    if not 0 <= args.overlap < SEQ_FRAMES:
+        parser.error(f"--overlap must be in [0, {SEQ_FRAMES}), got {args.overlap}")
+    return args
+
+
+def feed(session: Session, audio: np.ndarray, rate: int, errors: list[BaseException]) -> None:
+    """Push the clip in 200 ms pieces as fast as the session's lead allows, then end it (close it on an error)."""
+    hop = rate // 5
+    channels = audio.shape[1] if audio.ndim == 2 else None
+    try:
+        for lo in range(0, len(audio), hop):
+            session.push_audio(audio[lo : lo + hop], rate, channels=channels, block=True)
+        session.end()
+    except BaseException as exc:
+        errors.append(exc)
+        session.close()
+
+
+def open_render(runtime: Runtime, avatar, audio: np.ndarray, rate: int, args: argparse.Namespace) -> tuple[Session, int]:
+    """The session that renders the clip in ``args.mode`` and the number of frames it will make.
+
+    Offline, the motion of the whole clip is computed first and the session renders it;
+    online, the session samples its windows from the audio as it arrives, as a live one does.
+    """
+    controls = session_controls(runtime.default_controls, args.control_changes)
+    options = dict(live=False, overlap=args.overlap, seed=args.seed, controls=controls)
+    if args.mode == "online":
+        return runtime.open_session(avatar, **options), math.ceil(len(audio) / rate * FPS)
+    samples = to_mono_16k(audio, rate, channels=audio.shape[1] if audio.ndim == 2 else None)
+    motion = runtime.offline_motion(avatar, samples, args.overlap, args.seed, controls)
+    return runtime.open_session(avatar, motion=motion, **options), motion.shape[0]
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    device = torch.device(args.device) if args.device else torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    random_weights = args.checkpoints is None or args.demo
+    if random_weights:
+        print(RANDOM_WEIGHTS_NOTICE, file=sys.stderr)
+    checkpoints = random_checkpoints() if random_weights else models_dir(args.checkpoints)
+
+    if args.demo:
+        from engine.assets import demo_audio, write_demo_portrait
+
+        audio, rate = demo_audio()
+        avatar_source = str(write_demo_portrait(tempfile.mkdtemp(prefix="ditto-demo-")))
+        if args.max_seconds is None and device.type == "cpu":
+            args.max_seconds = CPU_DEMO_SECONDS
+            print(f"CPU demo: rendering the first {CPU_DEMO_SECONDS} s only (the decoder takes seconds per frame on a CPU)", file=sys.stderr)
+    else:
+        audio, rate = read_audio(args.audio)
+        avatar_source = args.avatar
+    if args.max_seconds is not None:
+        audio = audio[: int(args.max_seconds * rate)]
+
+    started = time.perf_counter()
+    config = RuntimeConfig(window_buckets=(1,), render_buckets=(10, 20, 40), max_queued_frames=80, admission=False)
+    runtime = Runtime.from_checkpoints(
+        None if random_weights else args.checkpoints, device=device, steps=args.steps, config=config, compile_networks=args.compile
+    )
+    with runtime:
+        avatar = load_or_register(avatar_source, checkpoints, device, random_weights)
+        session, total = open_render(runtime, avatar, audio, rate, args)
+        height, width = avatar.frames.shape[1:3]
+        errors: list[BaseException] = []
+        feeder = threading.Thread(target=feed, args=(session, audio, rate, errors), daemon=True)
+        feeder.start()
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        with Mp4Writer(args.out, width, height, fps=FPS, audio_rate=session.audio_rate) as writer, tqdm(total=total, unit="frame", desc="rendering") as bar:
+            while (frame := session.next_frame()) is not None:
+                writer.write_frames(frame.image[None])
+                writer.write_audio(frame.audio)
+                bar.update(1)
+        feeder.join()
+    if errors:
+        raise errors[0]
+    elapsed = time.perf_counter() - started
+    print(
+        f"wrote {args.out}: {total} frames ({total / FPS:.2f} s) at {width}x{height} in {elapsed:.1f} s on {device} "
+        f"({args.mode} mode, overlap {args.overlap})",
+        file=sys.stderr,
+    )
+    if random_weights:
+        print("(random weights: the picture is not a face)", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,135 @@
+"""Serve avatars live: ``python -m apps.serve [--http HOST:PORT] [--avatar NAME [--rtmp URL] [--audio FILE | --mic | --listen]]``.
+
+The service: an HTTP front end (the session API ``POST/GET/DELETE /sessions``, the preview page,
+WHEP playback, the audio push WebSocket, /metrics), an engine core process that owns the GPU,
+and output worker processes that encode and send (``streaming.service``, run by ``streaming.server``).
+With no ``--avatar`` it starts with zero sessions and runs until stopped; sessions come and go through the API.
+``--avatar`` (or ``--demo``) also opens ``--sessions N`` sessions at start through the same API,
+each encoded once and fanned out to an RTMP server, the browser preview and/or an MP4 file,
+its audio from a file played in real time, a microphone, or a TTS engine pushing over the
+WebSocket; the server then ends when they have. The HTTP side binds 127.0.0.1 unless told
+otherwise; any other address requires a token, given or generated and printed. ``--demo``
+streams the bundled speech on loop with the demo portrait on random weights.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import sys
+from pathlib import Path
+
+from apps.control_flags import add_control_arguments, control_changes
+from engine.latency import FAITHFUL, MODES
+from engine.timebase import DEFAULT_STEPS
+from streaming.encoders.select import ENCODERS
+from streaming.server import serve
+
+DEFAULT_HTTP = "127.0.0.1:8080"
+
+
+def host_port(text: str) -> tuple[str, int]:
+    """'HOST:PORT' -> (host, port)."""
+    host, sep, port = text.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise argparse.ArgumentTypeError(f"expected HOST:PORT (e.g. 127.0.0.1:8080), got {text!r}")
+    return host.strip("[]"), int(port)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m apps.serve", description=__doc__.splitlines()[0])
+    parser.add_argument("--avatar", help="open sessions at start with this avatar: a registered name or cache folder, or a portrait image")
+    parser.add_argument(
+        "--rtmp", metavar="URL", help="publish to this rtmp:// URL (sessions after the first get -1, -2, ... appended)"
+    )
+    parser.add_argument(
+        "--webrtc", metavar="HOST:PORT", type=host_port, help="serve the browser preview (and everything HTTP) here"
+    )
+    parser.add_argument(
+        "--http",
+        metavar="HOST:PORT",
+        type=host_port,
+        default=host_port(DEFAULT_HTTP),
+        help=f"HTTP address of the API, push and metrics without a preview (default {DEFAULT_HTTP})",
+    )
+    parser.add_argument("--mp4", metavar="FILE", type=Path, help="also record each session to an MP4 file")
+    audio = parser.add_mutually_exclusive_group()
+    audio.add_argument("--audio", metavar="FILE", type=Path, help="speak this file once, in real time, then end")
+    audio.add_argument(
+        "--mic",
+        nargs="?",
+        const="",
+        metavar="DEVICE",
+        help="speak what the microphone hears (default input, or a device name/index)",
+    )
+    audio.add_argument("--listen", action="store_true", help="take audio pushed over WebSocket at /push (TTS engines)")
+    parser.add_argument(
+        "--sessions", type=int, default=1, help="sessions opened at start with --avatar (0: none, the avatar is only served as 'anchor')"
+    )
+    parser.add_argument(
+        "--no-admission",
+        action="store_true",
+        help="open every session even beyond the live capacity measured at start (they may then shed frames)",
+    )
+    parser.add_argument(
+        "--output-workers", type=int, default=default_workers(), help="processes that encode and send the streams (default: half the cores, at most 8)"
+    )
+    parser.add_argument(
+        "--encoder", choices=ENCODERS, default="auto", help="H.264 encoder; the service's output workers encode with x264 (see README)"
+    )
+    parser.add_argument("--token", help="required from viewers and pushers; generated when binding beyond loopback without one")
+    parser.add_argument("--checkpoints", type=Path, help="official checkpoints folder (default: random stand-in weights)")
+    parser.add_argument("--device", help="cuda or cpu (default: cuda when available)")
+    parser.add_argument(
+        "--latency", choices=sorted(MODES), default=FAITHFUL.name,
+        help="faithful: the reference's 200 ms hop (speech shown ~540 ms after it is pushed); low: a 120 ms hop, frames "
+        "released before the next window's cross-fade (~280 ms), 5/3 the LMDM work per session (see README)",
+    )
+    parser.add_argument("--overlap", type=int, help="frames shared by consecutive 80-frame windows (default: 75 faithful, 77 low)")
+    parser.add_argument("--steps", type=int, default=DEFAULT_STEPS, help="DDIM steps per window")
+    parser.add_argument("--duration", type=float, help="stop this many seconds after the first frame is out (default: when every session has ended)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of session 0's diffusion noise (session i uses seed + i)")
+    parser.add_argument("--demo", action="store_true", help="the demo portrait speaking the bundled clip on loop, random weights")
+    parser.add_argument(
+        "--ray", action="store_true",
+        help="serve on a Ray cluster (RAY_ADDRESS, or a local one): one engine per GPU as Ray Serve replicas, sessions placed by capacity (cluster/)",
+    )
+    add_control_arguments(parser)
+    args = parser.parse_args(argv)
+    args.control_changes = control_changes(args, parser)
+    if args.sessions < 0:
+        parser.error("--sessions must be at least 0")
+    if args.output_workers < 1:
+        parser.error("--output-workers must be at least 1")
+    if not args.demo and not args.avatar and (args.audio or args.mic is not None or args.listen or args.rtmp or args.mp4):
+        parser.error("--avatar is required for sessions opened at start (or use --demo, or none: open them with POST /sessions)")
+    if args.demo and (args.audio or args.mic is not None or args.listen):
+        parser.error("--demo speaks the bundled clip; it takes no --audio, --mic or --listen")
+    if args.ray and (args.demo or args.audio or args.mic is not None or args.listen or args.rtmp or args.mp4 or args.duration):
+        parser.error("--ray serves the sessions clients open with POST /sessions; sessions at start (--demo, --audio, --mic, --listen, --rtmp, --mp4, --duration) are the single server's")
+    if args.encoder == "nvenc":
+        parser.error("--encoder nvenc: the service's output workers take frames in host memory and encode with x264 (see README)")
+    if args.demo and args.webrtc is None:
+        args.webrtc = host_port(DEFAULT_HTTP)
+    return args
+
+
+def default_workers() -> int:
+    """Half the cores, at least 1, at most 8: each worker is a process with its encoders' threads."""
+    return max(1, min(8, (os.cpu_count() or 2) // 2))
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    args = parse_args(argv)
+    if args.ray:
+        from cluster.app import run
+
+        return run(args)
+    return asyncio.run(serve(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
