@@ -43,6 +43,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--out", type=Path, default=Path("ditto_render.mp4"), help="output MP4 (H.264 + AAC)")
     parser.add_argument("--steps", type=int, default=DEFAULT_STEPS, help="DDIM steps per window (reference default 50)")
     parser.add_argument(
+        "--plans", type=Path, help="the torch backend's compiled packages (python -m compile.build_plans): runtime speed without compiling"
+    )
+    parser.add_argument(
         "--mode",
         choices=MODES,
         default="offline",
@@ -126,8 +129,10 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     config = RuntimeConfig(window_buckets=(1,), render_buckets=(10, 20, 40), max_queued_frames=80, admission=False)
     runtime = Runtime.from_checkpoints(
-        None if random_weights else args.checkpoints, device=device, steps=args.steps, config=config, compile_networks=args.compile
+        None if random_weights else args.checkpoints, device=device, steps=args.steps, config=config, compile_networks=args.compile,
+        plans=args.plans,
     )
+    print(f"networks: {runtime.engine.backend.packages_status}", file=sys.stderr)
     with runtime:
         avatar = load_or_register(avatar_source, checkpoints, device, random_weights)
         session, total = open_render(runtime, avatar, audio, rate, args)

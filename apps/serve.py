@@ -89,6 +89,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--overlap", type=int, help="frames shared by consecutive 80-frame windows (default: 75 faithful, 77 low)")
     parser.add_argument("--steps", type=int, default=DEFAULT_STEPS, help="DDIM steps per window")
+    parser.add_argument(
+        "--plans", type=Path, help="the torch backend's compiled packages (python -m compile.build_plans): a start in seconds where they fit"
+    )
     parser.add_argument("--duration", type=float, help="stop this many seconds after the first frame is out (default: when every session has ended)")
     parser.add_argument("--seed", type=int, default=0, help="seed of session 0's diffusion noise (session i uses seed + i)")
     parser.add_argument("--demo", action="store_true", help="the demo portrait speaking the bundled clip on loop, random weights")

@@ -349,7 +349,10 @@ def engine_runtime(config: dict[str, Any]) -> tuple[Any, Avatars]:
     random_weights = config["checkpoints"] is None
     device = torch.device(config["device"])
     runtime_config = RuntimeConfig(admission=False if config.get("no_admission") else None)
-    runtime = Runtime.from_checkpoints(config["checkpoints"], device=device, steps=config["steps"], config=runtime_config)
+    runtime = Runtime.from_checkpoints(
+        config["checkpoints"], device=device, steps=config["steps"], config=runtime_config, plans=config.get("plans")
+    )
+    log.info("core: networks: %s", runtime.engine.backend.packages_status)
     checkpoints = random_checkpoints() if random_weights else models_dir(Path(config["checkpoints"]))
     avatars = Avatars(device, checkpoints, config.get("cache_dir"))
     for name, spec in config.get("avatars", {}).items():

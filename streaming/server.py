@@ -59,7 +59,7 @@ async def serve(args: argparse.Namespace) -> int:
     if args.demo or args.avatar:
         avatars[AVATAR_AT_START] = demo_portrait() if args.demo else args.avatar
     options = ServiceOptions(
-        checkpoints=None if random_weights else str(args.checkpoints), device=device, steps=args.steps,
+        checkpoints=None if random_weights else str(args.checkpoints), device=device, steps=args.steps, plans=args.plans and str(args.plans),
         admission=not args.no_admission, workers=args.output_workers, avatars=avatars, loopback_only=is_loopback(host),
     )
     service = Service(options)

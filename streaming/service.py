@@ -323,6 +323,8 @@ class ServiceOptions:
     loopback_only: bool = True
     runtime: str | None = None
     """``module:function`` building the core's runtime and avatars in place of the engine's (the tests' synthetic one)."""
+    plans: str | None = None
+    """Where the torch backend's compiled packages are (``docs/startup.md``): used when they match this GPU."""
 
 
 class Service:
@@ -353,7 +355,7 @@ class Service:
         self._events = socket(self._context, zmq.PULL, endpoint(self._folder, "events"), bind=True)
         self._tasks.append(asyncio.ensure_future(self._read_events()))
         config = {
-            "checkpoints": self.options.checkpoints, "device": self.options.device, "steps": self.options.steps,
+            "checkpoints": self.options.checkpoints, "device": self.options.device, "steps": self.options.steps, "plans": self.options.plans,
             "no_admission": not self.options.admission, "avatars": self.options.avatars, "cache_dir": self.options.cache_dir,
             "address": endpoint(self._folder, "core"), "events": endpoint(self._folder, "events"), "runtime": self.options.runtime,
         }
