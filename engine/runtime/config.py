@@ -13,8 +13,6 @@ class RuntimeConfig:
 
     window_buckets: tuple[int, ...] = WINDOW_BUCKETS
     render_buckets: tuple[int, ...] = RENDER_BUCKETS
-    pad_batches: bool | None = None
-    """Pad every batch to its bucket (CUDA default: captured graphs need fixed shapes; CPU: run as is)."""
     batch_sessions: bool | None = None
     """Run several sessions' HuBERT chunks, windows and frames in one call (CUDA default); on the CPU each
     session's work runs in calls of its own, so its results are bit-identical whoever shares the runtime."""
