@@ -1,6 +1,6 @@
 """DDIM sampling (η=1) of LMDM motion windows, seeded, batched, on the inputs' device.
 
-``ddim_loop`` is the pure loop: fixed shapes, coefficients read from device tensors, no host
+``ddim_steps`` is the pure loop: fixed shapes, coefficients read from device tensors, no host
 synchronisation, so it can be captured in a CUDA graph as it is. ``DDIMSampler`` owns the
 random state: one noise tensor per step drawn once from its generator and reused for every
 window (as the reference does), and a fresh x_T per window from the same generator.
@@ -29,6 +29,21 @@ the update into its denoiser's compiled step; ``denoiser_step`` composes it from
 """
 
 
+def ddim_update(x_start: torch.Tensor, pred_noise: torch.Tensor, noise: torch.Tensor, coefficients: torch.Tensor) -> torch.Tensor:
+    """The DDIM update, the one place it is written: x0, ε̂ and the step's noise weighed by ``coefficients`` (3,)."""
+    return x_start * coefficients[0] + pred_noise * coefficients[1] + noise * coefficients[2]
+
+
+def denoiser_step(denoiser: Denoiser) -> DDIMStep:
+    """The DDIM step of a plain denoiser: its (ε̂, x0) mixed with the noise by ``ddim_update``."""
+
+    def step(x, cond_frame, cond, time_cond, coefficients, noise):
+        pred_noise, x_start = denoiser(x, cond_frame, cond, time_cond)
+        return ddim_update(x_start.to(x.dtype), pred_noise.to(x.dtype), noise, coefficients)
+
+    return step
+
+
 def ddim_loop(
     denoiser: Denoiser,
     x: torch.Tensor,
@@ -37,27 +52,8 @@ def ddim_loop(
     schedule: DDIMSchedule,
     step_noise: torch.Tensor,
 ) -> torch.Tensor:
-    """Run the S DDIM steps from x_T (B,L,265) and return x0 of the last step; ``step_noise`` is (S−1, 1|B, L, 265)."""
-    batch = x.shape[0]
-    for i in range(schedule.steps - 1):
-        pred_noise, x_start = denoiser(x, cond_frame, cond, schedule.times[i].expand(batch))
-        x = (
-            x_start.to(x.dtype) * schedule.sqrt_alpha_next[i]
-            + pred_noise.to(x.dtype) * schedule.c[i]
-            + step_noise[i] * schedule.sigma[i]
-        )
-    _, x_start = denoiser(x, cond_frame, cond, schedule.times[-1].expand(batch))
-    return x_start.to(x.dtype)
-
-
-def denoiser_step(denoiser: Denoiser) -> DDIMStep:
-    """The DDIM step of a plain denoiser: its (ε̂, x0) mixed with the noise by the step's coefficients."""
-
-    def step(x, cond_frame, cond, time_cond, coefficients, noise):
-        pred_noise, x_start = denoiser(x, cond_frame, cond, time_cond)
-        return x_start.to(x.dtype) * coefficients[0] + pred_noise.to(x.dtype) * coefficients[1] + noise * coefficients[2]
-
-    return step
+    """Run the S DDIM steps of ``denoiser`` from x_T (B,L,265) and return x0 of the last; ``step_noise`` is (S−1, 1|B, L, 265)."""
+    return ddim_steps(denoiser_step(denoiser), x, cond_frame, cond, schedule, step_noise)
 
 
 def ddim_steps(
@@ -68,7 +64,7 @@ def ddim_steps(
     schedule: DDIMSchedule,
     step_noise: torch.Tensor,
 ) -> torch.Tensor:
-    """``ddim_loop`` with each step one ``step`` call (update included); the last step's noise weight is 0."""
+    """The S DDIM steps from x_T, each one ``step`` call (update included); the last step's weights (1, 0, 0) return x0."""
     batch = x.shape[0]
     for i in range(schedule.steps):
         noise = step_noise[min(i, schedule.steps - 2)] if schedule.steps > 1 else torch.zeros_like(x)

@@ -45,6 +45,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from engine.diffusion.ddim import ddim_update
 from engine.networks.lmdm import (
     GUIDANCE_WEIGHT,
     LMDM,
@@ -255,4 +256,4 @@ class FusedLMDMStep(nn.Module):
     ) -> torch.Tensor:
         """One DDIM step: coefficients (3,) mix (x0, ε̂, noise); (1, 0, 0) on the last step returns x0."""
         pred_noise, x_start = self.forward_prepared(x, cond_frame, window, time_cond)
-        return x_start * coefficients[0] + pred_noise * coefficients[1] + noise * coefficients[2]
+        return ddim_update(x_start, pred_noise, noise, coefficients)
