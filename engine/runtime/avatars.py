@@ -7,16 +7,13 @@ per runtime, however many sessions use it; per-session memory is motion state an
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import torch
 
+from engine.avatar import Avatar
 from engine.motion.stitching import SOURCE_KEYS
 from engine.motion.vector import join_motion
 from engine.render.paste_back import PasteBack
-
-if TYPE_CHECKING:
-    from avatars.cache import Avatar
 
 
 @dataclass

@@ -23,13 +23,14 @@ from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import torch
 from tqdm import tqdm
 
 from engine.audio.hubert import CHUNK_SAMPLES
+from engine.avatar import Avatar
 from engine.controls import Controls
 from engine.diffusion.windows import SEQ_FRAMES
 from engine.diffusion.ddim import DEFAULT_STEPS
@@ -50,9 +51,6 @@ from engine.runtime.pipeline import SessionPipeline
 from engine.runtime.scheduler import FrameJob, Scheduler
 from engine.session import Session
 from engine.timing import gpu_time
-
-if TYPE_CHECKING:
-    from avatars.cache import Avatar
 
 log = logging.getLogger("ditto.runtime")
 IDLE_WAIT = 0.004
