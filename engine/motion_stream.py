@@ -120,6 +120,20 @@ class MotionStream:
         chunks = self.chunker.complete_chunks + math.ceil((needed - have) / hop)
         return self.chunker.samples_for_chunks(chunks)
 
+    @property
+    def window_period(self) -> int:
+        """New frames per window (V = 80 − overlap)."""
+        return self.windows.valid
+
+    @property
+    def held_frames(self) -> int:
+        """Frames a window holds back for the next window's cross-fade (none with early release)."""
+        return self.windows.held
+
+    def set_window_controls(self, fix_kp_cond: int, fix_kp_cond_dims: tuple[int, int] | None) -> None:
+        """The ``fix_kp_cond`` controls for the windows requested from now on."""
+        self.fix_kp_cond, self.fix_kp_cond_dims = fix_kp_cond, fix_kp_cond_dims
+
     def add_features(self, features: torch.Tensor) -> None:
         """Features (n,1024) of the next real frames, as encoded by the runtime."""
         if features.shape[0]:

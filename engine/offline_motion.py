@@ -60,7 +60,7 @@ def offline_motion(
 
 
 class PrecomputedMotion:
-    """A session's motion source when the motion is already computed: what ``MotionStream`` is for streamed audio.
+    """A session's ``MotionSource`` when the motion is already computed: what ``MotionStream`` is for streamed audio.
 
     The session still commits its audio (the frames carry it), but nothing is encoded or
     sampled: frame i is released once the audio of frames 0..i is committed, and every frame
@@ -88,13 +88,33 @@ class PrecomputedMotion:
         """End of audio: every remaining frame is released."""
         self.ended = True
 
+    window_period = None
+    """No windows: nothing to keep in phase with other sessions'."""
+    held_frames = 0
+
+    def set_window_controls(self, fix_kp_cond: int, fix_kp_cond_dims: tuple[int, int] | None) -> None:
+        """Nothing to change: the motion took its window controls when it was computed."""
+
+    def samples_for_frames(self, total: int) -> int:
+        """Samples still to commit before ``total`` frames in all are released (0: none)."""
+        return max(min(total, self._motion.shape[0]) * FRAME_SAMPLES - self.samples_in, 0)
+
     def take_chunks(self, limit: int) -> tuple[np.ndarray, int]:
         """No audio to encode."""
         return np.zeros((0, CHUNK_SAMPLES), np.float32), 0
 
+    def add_features(self, features: torch.Tensor) -> None:
+        """Refuses features: it hands out no chunks to encode."""
+        if features.shape[0]:
+            raise RuntimeError("precomputed motion encodes no audio")
+
     def window_request(self) -> None:
         """No window to sample."""
         return None
+
+    def complete(self, window: torch.Tensor) -> torch.Tensor:
+        """Refuses windows: it requests none."""
+        raise RuntimeError("precomputed motion samples no windows")
 
     @property
     def _ready(self) -> int:

@@ -20,8 +20,8 @@ from engine.controls import BLINK_CONTROLS, FADE_CONTROLS, FIELD_NAMES, STITCH_C
 from engine.motion.conditions import ConditionBuilder, mirror_index
 from engine.motion.stitching import DRIVEN_KEYS_IMAGE, DRIVEN_KEYS_VIDEO, MotionStitcher, Posed, blink_schedule, fade_alphas
 from engine.motion.vector import MOTION_DIM
+from engine.motion_source import MotionSource
 from engine.motion_stream import MotionStream, WindowRequest
-from engine.offline_motion import PrecomputedMotion
 from engine.runtime.avatars import LoadedAvatar
 from engine.runtime.config import RuntimeConfig
 from engine.runtime.pacing import (
@@ -50,9 +50,10 @@ class SessionPipeline:
         cond_width: int,
         controls: Controls,
         config: RuntimeConfig,
-        motion: PrecomputedMotion | None = None,
+        motion: MotionSource | None = None,
     ) -> None:
-        """``motion``: frames computed beforehand (an offline render) to render instead of sampling the audio's."""
+        """``motion``: where the frames come from instead of a ``MotionStream`` of the session's audio (e.g. motion
+        computed beforehand for an offline render)."""
         self.session = session
         self.port = SessionPort(session)
         """The loop's side of the session: everything the pipeline takes from it or hands back goes through here."""
@@ -60,7 +61,7 @@ class SessionPipeline:
         self.config = config
         self.device = avatar.f_s.device
         self.conditions = ConditionBuilder(avatar.canonical_kp, avatar.eye_open, avatar.eye_ball, cond_width)
-        self.motion = motion or MotionStream(
+        self.motion: MotionSource = motion or MotionStream(
             self.conditions, avatar.source_motion, silence_feature, session.overlap, step_noise, session.seed, session.latency
         )
         self.hop = session.latency.hop_frames
@@ -97,9 +98,8 @@ class SessionPipeline:
         """Set by the runtime from its load each tick."""
         self.grid: float | None = None
         """Origin of the runtime's window grid, set by a runtime that batches sessions: the clock starts on it."""
-        self.depth = 0.0
-        if isinstance(self.motion, MotionStream):
-            self.depth = speech_depth(self.motion.windows.valid, self.motion.windows.held, self.hop)
+        period = self.motion.window_period
+        self.depth = 0.0 if period is None else speech_depth(period, self.motion.held_frames, self.hop)
         self.in_flight: deque[tuple[torch.cuda.Event | None, int, int]] = deque()
         self.ending = False
         self.closed = False
@@ -237,8 +237,8 @@ class SessionPipeline:
         last = self.port.last_taken
         self.out_next = 0 if last is None else last.index + 1
         self.discard = 0
-        if self.grid is not None and isinstance(self.motion, MotionStream):
-            self.discard = (self._stream_offset() - offset) % self.motion.windows.valid
+        if self.grid is not None and self.motion.window_period is not None:
+            self.discard = (self._stream_offset() - offset) % self.motion.window_period
             self.backlog_start += self.discard
         self.blend_from = None if last is None else last.motion
         self.blend_left = BLEND_FRAMES if self.blend_from is not None else 0
@@ -251,8 +251,7 @@ class SessionPipeline:
         changed = set(FIELD_NAMES if self.controls is None else controls.changed(self.controls))
         if "emotion" in changed:
             self.conditions.set_emotion(controls.emotion_rows(self.device))
-        if isinstance(self.motion, MotionStream):  # precomputed motion took its window controls when it was computed
-            self.motion.fix_kp_cond, self.motion.fix_kp_cond_dims = controls.fix_kp_cond, controls.fix_kp_cond_dims
+        self.motion.set_window_controls(controls.fix_kp_cond, controls.fix_kp_cond_dims)
         if changed.intersection(STITCH_CONTROLS):
             self.stitcher.controls = stitch_controls(controls, self.device)
         if changed.intersection(BLINK_CONTROLS):
@@ -421,8 +420,9 @@ class SessionPipeline:
     def _start_clock(self, anchor: float) -> None:
         """Start (or restart) the clock at ``anchor``, or just after: with a runtime grid, late enough that the next
         window falls due on it, in the same tick as every other session's (a first frame shown up to one hop later)."""
-        if self.grid is not None and isinstance(self.motion, MotionStream):
+        period = self.motion.window_period
+        if self.grid is not None and period is not None:
             first_due = frame_deadline(anchor, self.produced)
-            anchor += on_grid(first_due, self.grid, self.motion.windows.valid / FPS) - first_due
+            anchor += on_grid(first_due, self.grid, period / FPS) - first_due
         self.anchor = anchor
         self.port.set_clock(anchor)
