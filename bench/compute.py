@@ -59,7 +59,7 @@ def bench_lmdm(engine: Engine, repeat: int) -> dict[str, dict[str, float]]:
 def bench_render(engine: Engine, repeat: int) -> dict[str, dict[str, float]]:
     """Warp+decode per batch size, captured as CUDA graphs; ms per call and per frame."""
     backend, device, dtype = engine.backend, engine.device, engine.backend.dtype
-    if hasattr(backend, "capture_render"):
+    if backend.capabilities.render_graphs:
         backend.capture_render(RENDER_BATCHES)
     out = {}
     for batch in RENDER_BATCHES:

@@ -111,7 +111,7 @@ class Engine:
 
     def sampler(self) -> BucketedSampler:
         """A batched DDIM sampler over this engine's LMDM (the runtime captures its buckets)."""
-        if hasattr(self.backend, "lmdm_prepare"):
+        if self.backend.capabilities.fused_ddim_step:
             times = self.schedule.times
             return BucketedSampler(
                 self.schedule,

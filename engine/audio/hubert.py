@@ -44,6 +44,13 @@ class HubertRunner(Protocol):
     """Runs the encoder on 6480-sample chunks; outputs live on ``device``."""
 
     device: torch.device
+    graphs: bool
+    """Whether ``capture`` records CUDA graphs of the encoder (the runtime captures them at warm-up)."""
+    buckets: tuple[int, ...]
+    """The batch sizes captured so far."""
+
+    def capture(self) -> None:
+        """Capture the encoder for streaming chunks at its batch buckets (only where ``graphs``)."""
 
     def encode(self, chunk: torch.Tensor) -> torch.Tensor:
         """One chunk (1, N) -> encoding (T, 1024) float32."""
@@ -82,6 +89,8 @@ class OnnxHubertRunner:
             available = ort.get_available_providers()
             providers = [p for p in ("CUDAExecutionProvider", "CPUExecutionProvider") if p in available]
         self.session = ort.InferenceSession(str(path), providers=providers)
+        self.graphs = False
+        self.buckets: tuple[int, ...] = ()
         inputs = [i.name for i in self.session.get_inputs()]
         outputs = [o.name for o in self.session.get_outputs()]
         if inputs != [INPUT_NAME] or OUTPUT_NAME not in outputs:
@@ -104,6 +113,10 @@ class OnnxHubertRunner:
     def encode_batch(self, chunks: torch.Tensor) -> torch.Tensor:
         """Chunks (B, N) -> encodings (B, T, 1024), one session run per chunk."""
         return torch.stack([self.encode(chunk[None]) for chunk in chunks])
+
+    def capture(self) -> None:
+        """Refuses: onnxruntime runs the file as it is, no graphs of ours."""
+        raise RuntimeError("the onnxruntime HuBERT captures no graphs (graphs is False)")
 
 
 def find_official_hubert(models: Path) -> Path | None:
@@ -130,6 +143,7 @@ class TorchHubertRunner:
     def __init__(self, module: nn.Module, device: str | torch.device = "cpu") -> None:
         self.device = torch.device(device)
         self.module = module.to(self.device, torch.float32).eval()
+        self.graphs = self.device.type == "cuda"
         self._graphs: dict[int, _GraphedEncoder] = {}
 
     @property
@@ -139,8 +153,8 @@ class TorchHubertRunner:
 
     def capture(self, buckets: tuple[int, ...] = GRAPH_BUCKETS) -> None:
         """Capture one graph per bucket of streaming chunks, largest first, in one memory pool (CUDA only)."""
-        if self.device.type != "cuda":
-            return
+        if not self.graphs:
+            raise RuntimeError(f"HuBERT on {self.device} captures no graphs (CUDA only)")
         pool = torch.cuda.graph_pool_handle()
         for batch in sorted(set(buckets) - set(self._graphs), reverse=True):
             self._graphs[batch] = _GraphedEncoder(self.module, batch, self.device, pool)

@@ -4,18 +4,31 @@ All tensors are device tensors owned by the caller; a backend never copies to th
 Calls run on the caller's current CUDA stream (``torch.cuda.current_stream()``), so the
 engine can overlap diffusion and rendering on two streams. Shapes carry a leading batch
 axis everywhere; a backend may restrict batch sizes to those it was built for
-(``render_batch_sizes``) and must say so with a clear error.
+(``render_batch_sizes``) and must say so with a clear error. Beside the networks every backend
+runs, a backend may offer fast paths; it says which in ``capabilities``, and callers ask there.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from dataclasses import dataclass
 
 import torch
 
 
 class BackendError(RuntimeError):
     """A backend cannot run here (missing library, plan for another GPU, bad batch size)."""
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """The optional fast paths of a backend (all off by default)."""
+
+    fused_ddim_step: bool = False
+    """``lmdm_prepare`` and ``lmdm_step``: a window's condition encoded once, then each DDIM step (update included)
+    one call; without it the sampler composes each step from ``lmdm``."""
+    render_graphs: bool = False
+    """``capture_render``: warp+decode captured per batch bucket and replayed (``captures`` counts them)."""
 
 
 class Backend(ABC):
@@ -27,6 +40,9 @@ class Backend(ABC):
     cond_width: int
     """The LMDM's condition width D, read from its checkpoint (1103 for the published model)."""
     render_batch_sizes: tuple[int, ...] | None = None
+    capabilities: Capabilities = Capabilities()
+    captures: int = 0
+    """Graphs captured by ``capture_render`` so far."""
 
     @abstractmethod
     def lmdm(
@@ -57,3 +73,23 @@ class Backend(ABC):
     def render(self, feature_3d: torch.Tensor, kp_source: torch.Tensor, kp_driving: torch.Tensor) -> torch.Tensor:
         """Warp then decode; backends with a merged graph override this."""
         return self.decode(self.warp(feature_3d, kp_source, kp_driving))
+
+    def lmdm_prepare(self, cond: torch.Tensor, times: torch.Tensor) -> object:
+        """Encode a window's condition (B,80,D) once for its denoiser calls at ``times`` (``capabilities.fused_ddim_step``)."""
+        raise BackendError(f"the {self.name} backend has no fused DDIM step (capabilities.fused_ddim_step)")
+
+    def lmdm_step(
+        self,
+        x: torch.Tensor,
+        cond_frame: torch.Tensor,
+        prepared: object,
+        time_cond: torch.Tensor,
+        coefficients: torch.Tensor,
+        noise: torch.Tensor,
+    ) -> torch.Tensor:
+        """One whole DDIM step (``engine.diffusion.ddim.DDIMStep``) of a window from ``lmdm_prepare``."""
+        raise BackendError(f"the {self.name} backend has no fused DDIM step (capabilities.fused_ddim_step)")
+
+    def capture_render(self, batch_sizes: tuple[int, ...]) -> None:
+        """Capture warp+decode for each batch size (``capabilities.render_graphs``)."""
+        raise BackendError(f"the {self.name} backend captures no render graphs (capabilities.render_graphs)")

@@ -23,7 +23,7 @@ import torch
 
 from engine.backends.aot_calls import contiguous
 from engine.backends.aot_packages import StalePackages, Target, load_packages
-from engine.backends.base import Backend, BackendError
+from engine.backends.base import Backend, BackendError, Capabilities
 from engine.networks import OFFICIAL_FILENAMES, load_network
 from engine.networks.lmdm_fused import FusedLMDMStep, FusedWindow
 
@@ -93,6 +93,10 @@ class TorchBackend(Backend):
             if self.device.type == "cuda" and compile_networks:
                 self._lmdm_step, self._lmdm_prepare = torch.compile(self._lmdm_step), torch.compile(self._lmdm_prepare)
         self.cond_width = self._nets["lmdm"].cond_dim if "lmdm" in self._nets else 0
+        self.capabilities = Capabilities(
+            fused_ddim_step=self._lmdm_step is not None,
+            render_graphs=self.device.type == "cuda" and {"warp_network", "decoder"} <= set(self._nets),
+        )
         self._graphs: dict[int, _GraphedRender] = {}
         self._pool = None
         self.captures = 0
@@ -135,6 +139,8 @@ class TorchBackend(Backend):
         if package is not None:
             self.package_calls += 1
             return FusedWindow(*package(*contiguous((cond, times))))
+        if self._lmdm_prepare is None:
+            return super().lmdm_prepare(cond, times)
         return self._lmdm_prepare(cond, times)
 
     @torch.inference_mode()
@@ -144,6 +150,8 @@ class TorchBackend(Backend):
         if package is not None and noise.shape == x.shape:
             self.package_calls += 1
             return package(*contiguous((x, cond_frame, *prepared, time_cond.expand(x.shape[0]), coefficients, noise)))
+        if self._lmdm_step is None:
+            return super().lmdm_step(x, cond_frame, prepared, time_cond, coefficients, noise)
         return self._lmdm_step(x, cond_frame, prepared, time_cond, coefficients, noise)
 
     @torch.inference_mode()
@@ -193,8 +201,8 @@ class TorchBackend(Backend):
 
     def capture_render(self, batch_sizes: tuple[int, ...]) -> None:
         """Capture warp+decode into one CUDA graph per bucket, largest first, in one shared memory pool (CUDA only)."""
-        if self.device.type != "cuda":
-            return
+        if not self.capabilities.render_graphs:
+            super().capture_render(batch_sizes)
         if self._pool is None:
             self._pool = torch.cuda.graph_pool_handle()
         for batch in sorted(set(batch_sizes) - set(self._graphs), reverse=True):

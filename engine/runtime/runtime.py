@@ -137,13 +137,11 @@ class Runtime:
                         self.sampler.capture((bucket,))
                         self.window_ms[bucket] = self._time(lambda b=bucket: self._sample_dummy(b))
                     else:
-                        capture = getattr(self.engine.backend, "capture_render", None)
-                        if capture is not None:
-                            capture((bucket,))
+                        if self.engine.backend.capabilities.render_graphs:
+                            self.engine.backend.capture_render((bucket,))
                         self.render_ms[bucket] = self._time(lambda b=bucket: self._render_dummy(b))
-            capture_hubert = getattr(self.engine.hubert, "capture", None)
-            if capture_hubert is not None:
-                capture_hubert()
+            if self.engine.hubert.graphs:
+                self.engine.hubert.capture()
             self.engine.hubert.encode_batch(torch.zeros(1, CHUNK_SAMPLES))
         self._captures = self._capture_count()
         self.warmup_seconds = time.perf_counter() - started
@@ -184,8 +182,7 @@ class Runtime:
         self.engine.backend.render(torch.zeros(batch, 32, 16, 64, 64, device=self.device, dtype=dt), kp, kp)
 
     def _capture_count(self) -> int:
-        hubert = len(getattr(self.engine.hubert, "buckets", ()))
-        return len(self.sampler.buckets) + hubert + int(getattr(self.engine.backend, "captures", 0))
+        return len(self.sampler.buckets) + len(self.engine.hubert.buckets) + self.engine.backend.captures
 
     # -- sessions ---------------------------------------------------------------------------
 
