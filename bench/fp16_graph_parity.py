@@ -20,7 +20,7 @@ import torch
 
 from compile.export import GraphModule, example_inputs, export_fp16, export_network, load_graph_networks, symbol_sizes
 from compile.onnx_parity import relative_error
-from compile.profiles import SPECS
+from engine.plans.graphs import SPECS
 from engine.backends.torch_backend import TorchBackend
 from engine.engine import random_checkpoints
 

@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 from compile import build_plans
-from compile.manifest import ONNX_DIR, plan_dirs, read_manifest
+from engine.plans.manifest import ONNX_DIR, plan_dirs, read_manifest
 from engine.engine import random_checkpoints
 
 TARGET_SETS = (("sm_89",), ("sm_120",), ("sm_89", "sm_120"))

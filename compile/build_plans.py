@@ -21,7 +21,7 @@ from pathlib import Path
 
 import torch
 
-from compile import fp16, profiles
+from compile import fp16
 from compile.aot_build import build_packages
 from compile.export import (
     GRID_SAMPLE_OPSETS,
@@ -32,34 +32,18 @@ from compile.export import (
     graph_io,
     merge_warp_decoder,
 )
-from compile.manifest import (
-    FULL,
-    ONNX_DIR,
-    RTX,
-    GraphEntry,
-    Manifest,
-    ManifestError,
-    file_sha256,
-    now_iso,
-    parse_compute_capability,
-    plan_dir_name,
-    read_manifest,
-    write_manifest,
-)
+from compile.manifest import now_iso, plan_dir_name, write_manifest
 from compile.onnx_parity import FP16_TOLERANCE, onnx_vs_pytorch
 from compile.plan_check import check_report
-from compile.profiles import DEFAULT_GRAPHS, SPECS, GraphSpec, ProfileError, profile_shapes
-from compile.targets import GpuInfo, installed_builders, present_gpu
+from compile.profiles import DEFAULT_GRAPHS, ProfileError, profile_shapes
 from compile.trt_build import (
     BUILDER_CHOICES,
     BuildOptions,
     BuildTargetError,
     PlanBuildError,
-    TensorRTUnavailable,
     build_plan,
     check_target,
     choose_builder,
-    import_builder,
     rtx_targets,
 )
 from engine.audio.hubert import OFFICIAL_FILE as HUBERT_FILE
@@ -70,6 +54,11 @@ from engine.engine import models_dir
 from engine.runtime.buckets import RENDER_BUCKETS, WINDOW_BUCKETS
 from engine.timebase import DEFAULT_STEPS
 from engine.networks import OFFICIAL_FILENAMES, CheckpointError, write_random_checkpoints
+from engine.plans import graphs
+from engine.plans.graphs import SPECS, GraphSpec
+from engine.plans.libraries import FULL, RTX, TensorRTUnavailable, import_builder, installed_builders
+from engine.plans.manifest import ONNX_DIR, GraphEntry, Manifest, ManifestError, file_sha256, read_manifest
+from engine.plans.targets import GpuInfo, parse_compute_capability, present_gpu
 
 TIMING_CACHE = "timing.cache"
 FP16_SUFFIX = ".fp16"
@@ -212,7 +201,7 @@ def export_all(
 def converter_sha256() -> str:
     """sha256 of the code that derives FP16 graphs (the converter and the specs' FP32 scopes)."""
     digest = hashlib.sha256()
-    for module in (fp16, profiles):
+    for module in (fp16, graphs):
         digest.update(Path(module.__file__).read_bytes())
     return digest.hexdigest()
 

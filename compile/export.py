@@ -26,11 +26,12 @@ import torch
 from torch import nn
 
 import engine.networks as networks_package
-from compile import profiles, trilinear
+from compile import trilinear
 from compile.fp16 import spec_to_fp16
-from compile.profiles import BATCH, SPECS, GraphSpec
 from compile.trilinear import TrilinearGridSample
 from engine.networks import OFFICIAL_FILENAMES, load_network
+from engine.plans import graphs
+from engine.plans.graphs import BATCH, SPECS, GraphSpec
 
 GRID_SAMPLE_OPSETS: dict[str, int] = {"gather": 17, "opset20": 20}
 BASE_OPSET = 17
@@ -50,7 +51,7 @@ def source_sha256() -> str:
     """sha256 over the source of the exporter, the sampler, the specs and every network module,
     so that any change to the code that writes the graphs re-exports them."""
     files = sorted(Path(networks_package.__file__).parent.glob("*.py"))
-    files += [Path(__file__), Path(profiles.__file__), Path(trilinear.__file__)]
+    files += [Path(__file__), Path(graphs.__file__), Path(trilinear.__file__)]
     digest = hashlib.sha256()
     for file in files:
         digest.update(file.name.encode() + b"\0" + file.read_bytes())

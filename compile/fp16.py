@@ -18,7 +18,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from compile.profiles import GraphSpec
+from engine.plans.graphs import GraphSpec
 
 FLOAT, HALF = TensorProto.FLOAT, TensorProto.FLOAT16
 

@@ -16,7 +16,7 @@ import torch
 
 from compile.export import GraphModule, example_inputs, load_graph_networks, symbol_sizes
 from compile.onnx_parity import FP16_TOLERANCE
-from compile.profiles import SPECS
+from engine.plans.graphs import SPECS
 from engine.backends.base import BackendError
 from engine.backends.tensorrt_backend import TensorRTBackend
 from engine.engine import models_dir

@@ -14,8 +14,10 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from compile.manifest import BUILDER_TITLES, FULL, RTX, ManifestError, file_sha256, plan_dirs, read_manifest, rebuild_command
-from compile.targets import MODULES, GpuInfo, describe, describe_all, why_not_here
+from engine.plans.checks import rebuild_command
+from engine.plans.libraries import BUILDER_TITLES, FULL, MODULES, RTX
+from engine.plans.manifest import ManifestError, file_sha256, plan_dirs, read_manifest
+from engine.plans.targets import GpuInfo, describe, describe_all, why_not_here
 
 # EngineInvalidityDiagnostics bits of TensorRT-RTX, in words.
 _DIAGNOSTICS = {

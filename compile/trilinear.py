@@ -11,8 +11,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-# Every ONNX node this sampler emits carries this scope name, so TensorRT layers can be found.
-GRID_SAMPLE_SCOPE = "grid_sample"
+from engine.plans.graphs import GRID_SAMPLE_SCOPE
 
 
 def _unnormalize(coord: torch.Tensor, size: int) -> torch.Tensor:

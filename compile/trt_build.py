@@ -11,7 +11,6 @@ docs/tensorrt.md for why not refitted at load). The libraries are imported only 
 
 from __future__ import annotations
 
-import importlib
 import os
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -22,23 +21,16 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
-from compile.manifest import FULL, RTX, parse_compute_capability
-from compile.profiles import GraphSpec
-from compile.targets import INSTALL, MODULES, RTX_DEFAULT_TARGETS, RTX_TARGETS, GpuInfo
-from engine.backends.base import BackendError
+from engine.plans.graphs import GraphSpec
+from engine.plans.libraries import FULL, INSTALL, RTX, RTX_TARGETS, TensorRTUnavailable, import_builder
+from engine.plans.targets import GpuInfo, parse_compute_capability
 
 BUILDER_CHOICES = {"rtx": RTX, "tensorrt": FULL}
-_WHERE = {
-    RTX: "any machine, no GPU needed; its plans run on RTX 20-50 and Ampere GPUs",
-    FULL: "a machine with the NVIDIA GPU and driver that will run the plans; 10.8 is the first with sm_120 kernels",
-}
+RTX_DEFAULT_TARGETS: tuple[str, ...] = ("sm_80", "sm_86", "sm_89", "sm_120", "sm_121")
+"""The compute capabilities TensorRT-RTX plans are built for by default: every one from Ampere on."""
 
 Shapes = Mapping[str, tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]]
 TensorIO = dict[str, list[dict[str, Any]]]
-
-
-class TensorRTUnavailable(BackendError):
-    """TensorRT (or the GPU it needs) is not available on this machine."""
 
 
 class PlanBuildError(RuntimeError):
@@ -71,21 +63,6 @@ class BuildOptions:
             "tf32": False,
             "strongly_typed": True,
         }
-
-
-def import_builder(builder: str) -> ModuleType:
-    """The library that builds and loads ``builder`` plans, or a TensorRTUnavailable that says how to get it."""
-    title = "TensorRT-RTX" if builder == RTX else "TensorRT"
-    try:
-        trt = importlib.import_module(MODULES[builder])
-    except Exception as exc:  # a broken install raises OSError or RuntimeError from its loader, not only ImportError
-        raise TensorRTUnavailable(
-            f"{title} is not installed here ({type(exc).__name__}: {exc}); install it on {_WHERE[builder]}: "
-            f"{INSTALL[builder]}"
-        ) from exc
-    if builder == FULL and int(str(trt.__version__).split(".")[0]) < 10:
-        raise TensorRTUnavailable(f"TensorRT {trt.__version__} is too old: the plans need TensorRT 10; {INSTALL[FULL]}")
-    return trt
 
 
 def choose_builder(requested: str, installed: Mapping[str, str], gpu: GpuInfo | None) -> str:

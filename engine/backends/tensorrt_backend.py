@@ -1,4 +1,4 @@
-"""The TensorRT backend: runs the plans of ``compile.build_plans`` on the engine's own device tensors.
+"""The TensorRT backend: runs the plans of ``compile.build_plans`` (format: ``engine.plans``) on the engine's own device tensors.
 
 It picks, among the plan directories it is given, the one that can run on this GPU with the
 TensorRT libraries installed here, deciding from the manifests alone, so an unsupported GPU
@@ -25,24 +25,13 @@ from typing import Any
 
 import torch
 
-from compile.manifest import (
-    FULL,
-    RTX,
-    GraphEntry,
-    Manifest,
-    ManifestError,
-    PlanMismatch,
-    check_plans,
-    file_sha256,
-    plan_dirs,
-    read_manifest,
-    rebuild_command,
-)
-from compile.profiles import BATCH, SPECS, GraphSpec
-from compile.targets import GpuInfo, installed_builders, present_gpu, why_not_here
-from compile.trt_build import import_builder
 from engine.backends.base import Backend, BackendError
 from engine.networks import NETWORK_NAMES
+from engine.plans.checks import PlanMismatch, check_plans, rebuild_command
+from engine.plans.graphs import BATCH, SPECS, GraphSpec
+from engine.plans.libraries import FULL, RTX, import_builder, installed_builders
+from engine.plans.manifest import GraphEntry, Manifest, ManifestError, file_sha256, plan_dirs, read_manifest
+from engine.plans.targets import GpuInfo, present_gpu, why_not_here
 
 REQUIRED_PLANS: tuple[str, ...] = NETWORK_NAMES
 _TORCH_DTYPES: dict[str, torch.dtype] = {
@@ -118,7 +107,7 @@ def check_contract(spec: GraphSpec, io: PlanIO, where: str | Path) -> None:
             problems.append(f"has no rank-{len(tensor.shape)} profile for {tensor.name}")
         elif tensor.shape[0] == BATCH and (low[0], high[0]) != (spec.ranges[BATCH][0], spec.ranges[BATCH][2]):
             problems.append(f"accepts batch {low[0]}..{high[0]} for {tensor.name}, expected "
-                            f"{spec.ranges[BATCH][0]}..{spec.ranges[BATCH][2]} (compile/profiles.py)")
+                            f"{spec.ranges[BATCH][0]}..{spec.ranges[BATCH][2]} (engine/plans/graphs.py)")
     if problems:
         raise PlanMismatch(f"{where}: " + "; ".join(problems) + ": rebuild the plan")
 
@@ -212,7 +201,7 @@ class _Plan:
             axis = self.spec.inputs[self.inputs.index(name)].shape
             raise BackendError(
                 f"{self.spec.name}: input {name} has shape {shape}; the plan {self.path.name} accepts "
-                f"{tuple(low)} to {tuple(high)} (axes {axis}). Batch limits live in compile/profiles.py; "
+                f"{tuple(low)} to {tuple(high)} (axes {axis}). Batch limits live in engine/plans/graphs.py; "
                 "change them there and rebuild the plan"
             )
 

@@ -1,7 +1,7 @@
 """What each compiled graph looks like, in one place: I/O names, shapes, batch ranges, precision.
 
-The exporter names its inputs and outputs from these specs, the plan builder makes its
-optimization profiles from them, and the TensorRT backend checks its bindings against them.
+The exporter (``compile``) names its inputs and outputs from these specs and makes its
+optimization profiles from them; the TensorRT backend checks a plan's bindings against them.
 A shape entry is an int (fixed), ``BATCH`` (the runtime's batch axis, its range in the spec's
 ``ranges``), or another name: a size the checkpoint fixes (the LMDM condition width) or another
 dynamic axis with its own range (HuBERT's ``samples``).
@@ -11,10 +11,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from compile.trilinear import GRID_SAMPLE_SCOPE
-from engine.networks.checkpoints import NETWORK_NAMES
-
 BATCH = "batch"
+GRID_SAMPLE_SCOPE = "grid_sample"
+"""The ONNX scope of every node the exporter's 5-D trilinear grid sample emits (``compile.trilinear``)."""
 
 # Batch sizes the serving runtime pads each stage to. Render: frames per warp+decode call (a
 # 200 ms audio hop is 5 frames at 25 fps, so one session fills the smallest bucket). LMDM:
@@ -23,9 +22,8 @@ RENDER_BUCKETS: tuple[int, ...] = (5, 10, 20, 40)
 LMDM_BUCKETS: tuple[int, ...] = (1, 2, 4, 8, 16)
 # One dynamic profile per graph covers every bucket: (min, opt, max). The minimum is 1 so a
 # partial batch needs no padding; opt is the middle bucket, where full TensorRT tunes its
-# tactics (TensorRT-RTX specializes kernels per shape at run time). A profile per bucket
-# measured +9.8 MB (decoder) and +10.9 MB (warp) per plan and 2.5-3x the build time, for nothing
-# TensorRT-RTX needs (docs/tensorrt.md).
+# tactics (TensorRT-RTX specializes kernels per shape at run time). A profile per bucket would
+# cost plan size and build time for nothing TensorRT-RTX needs (docs/tensorrt.md).
 RENDER_BATCH: tuple[int, int, int] = (1, RENDER_BUCKETS[1], RENDER_BUCKETS[-1])
 LMDM_BATCH: tuple[int, int, int] = (1, LMDM_BUCKETS[2], LMDM_BUCKETS[-1])
 SINGLE: tuple[int, int, int] = (1, 1, 1)
@@ -171,44 +169,3 @@ SPECS: dict[str, GraphSpec] = {
         ),
     )
 }
-
-# Built by default; ``warp_decoder`` (warp and decode merged into one graph) only on request.
-DEFAULT_GRAPHS: tuple[str, ...] = (*NETWORK_NAMES, "hubert")
-
-
-class ProfileError(ValueError):
-    """A graph's inputs do not fit its spec, so no optimization profile can be made."""
-
-
-def profile_shapes(
-    spec: GraphSpec, graph_inputs: dict[str, tuple[int | str, ...]]
-) -> dict[str, tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]]:
-    """(min, opt, max) shape per input, from the graph's own input shapes and the spec's ranges."""
-    if tuple(graph_inputs) != spec.input_names:
-        raise ProfileError(
-            f"{spec.name}: the graph's inputs are {list(graph_inputs)}, expected {list(spec.input_names)}"
-        )
-    shapes = {}
-    for tensor in spec.inputs:
-        dims = graph_inputs[tensor.name]
-        if len(dims) != len(tensor.shape):
-            raise ProfileError(f"{spec.name}: input {tensor.name} has rank {len(dims)}, expected {len(tensor.shape)}")
-        ranges = [_axis_range(spec, tensor, dim, expected) for dim, expected in zip(dims, tensor.shape)]
-        shapes[tensor.name] = tuple(tuple(r[i] for r in ranges) for i in range(3))
-    return shapes
-
-
-def _axis_range(spec: GraphSpec, tensor: TensorSpec, dim: int | str, expected: int | str) -> tuple[int, int, int]:
-    """(min, opt, max) of one axis: the graph's fixed size, or the spec's range for a dynamic axis."""
-    where = f"{spec.name}: input {tensor.name} axis {expected!r}"
-    if isinstance(dim, str):
-        if isinstance(expected, int):
-            return (expected, expected, expected)
-        if expected in spec.ranges:
-            return spec.ranges[expected]
-        raise ProfileError(f"{where} is dynamic ({dim!r}) in the graph, but the checkpoint fixes its size")
-    if isinstance(expected, int) and dim != expected:
-        raise ProfileError(f"{where} has size {dim} in the graph, expected {expected}")
-    if isinstance(expected, str) and spec.ranges.get(expected, (dim,) * 3) != (dim,) * 3:
-        raise ProfileError(f"{where} is fixed ({dim}) in the graph but dynamic {spec.ranges[expected]} in the spec")
-    return (dim, dim, dim)

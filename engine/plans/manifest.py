@@ -1,4 +1,4 @@
-"""The JSON manifest beside every ONNX or plan directory, and the checks a loader runs against it.
+"""The JSON manifest beside every ONNX or plan directory: its format, and reading it safely.
 
 A manifest records what built each file (checkpoint and ONNX sha256s, precision, profiles, I/O
 names, shapes and dtypes, export and build settings, the builder and its version, the target
@@ -12,27 +12,21 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import os
 import re
-from collections.abc import Iterable, Mapping
-from dataclasses import asdict, dataclass, field
-from datetime import datetime, timezone
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from engine.backends.base import BackendError
 from engine.nesting import nested_over
+from engine.plans.libraries import BUILDER_OPTIONS
+from engine.plans.targets import parse_compute_capability
 
 FORMAT_VERSION = 2
 MANIFEST_FILE = "manifest.json"
 ONNX_DIR = "onnx"
 HARDWARE_COMPAT_LEVELS = ("none", "ampere+")
 KINDS = ("onnx", "plans")
-# The libraries that build plans, as manifests name them, and the --builder choice for each.
-RTX, FULL = "tensorrt-rtx", "tensorrt"
-BUILDER_OPTIONS = {RTX: "rtx", FULL: "tensorrt"}
-BUILDER_TITLES = {RTX: "TensorRT-RTX", FULL: "TensorRT"}
-
 
 MAX_MANIFEST_BYTES = 16 << 20
 """A manifest larger than this is refused (a real one is a few KB)."""
@@ -45,10 +39,6 @@ _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 
 class ManifestError(ValueError):
     """A manifest file is missing, unreadable or not in this format."""
-
-
-class PlanMismatch(BackendError):
-    """Plans that exist but do not fit this machine or these checkpoints; the message names what to rebuild."""
 
 
 @dataclass
@@ -94,11 +84,6 @@ class Manifest:
     format: int = FORMAT_VERSION
 
 
-def now_iso() -> str:
-    """The current UTC time, to the second, as ISO 8601."""
-    return datetime.now(timezone.utc).replace(microsecond=0).isoformat()
-
-
 def file_sha256(path: str | Path) -> str:
     """sha256 of a file's bytes, read in 8 MiB blocks."""
     digest = hashlib.sha256()
@@ -106,40 +91,6 @@ def file_sha256(path: str | Path) -> str:
         for block in iter(lambda: f.read(8 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
-
-
-def compute_capability_name(major: int, minor: int) -> str:
-    """``sm_XY`` as CUDA spells it: (8, 9) -> sm_89, (12, 0) -> sm_120."""
-    return f"sm_{major}{minor}"
-
-
-def parse_compute_capability(name: str) -> tuple[int, int]:
-    """(major, minor) of an ``sm_XY`` name; the last digit is the minor version."""
-    digits = name.removeprefix("sm_")
-    if not name.startswith("sm_") or not digits.isdigit() or len(digits) < 2:
-        raise ValueError(f"not a compute capability: {name!r} (expected sm_XY, e.g. sm_89 or sm_120)")
-    return int(digits[:-1]), int(digits[-1])
-
-
-def plan_dir_name(
-    builder: str, version: str, compute_capabilities: Iterable[str], hardware_compat: str = "none"
-) -> str:
-    """``rtx1.7.1.116`` for TensorRT-RTX (one plan set serves all its targets, listed in the manifest);
-    ``sm_89-trt10.8.0``, or ``ampere_plus-trt10.8.0`` for hardware-compatible plans, for full TensorRT."""
-    targets = list(compute_capabilities)
-    if builder == RTX:
-        return f"rtx{version}"
-    target = "ampere_plus" if hardware_compat == "ampere+" else targets[0]
-    return f"{target}-trt{version}"
-
-
-def write_manifest(directory: str | Path, manifest: Manifest) -> Path:
-    """Write ``manifest.json`` atomically (a reader never sees half a file)."""
-    path = Path(directory) / MANIFEST_FILE
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(asdict(manifest), indent=2, sort_keys=True) + "\n")
-    os.replace(tmp, path)
-    return path
 
 
 _TOP_TYPES: dict[str, type | tuple[type, ...]] = {
@@ -281,66 +232,6 @@ def _shown(value: Any) -> str:
     """``value`` for a message, cut short."""
     text = repr(value)
     return text if len(text) <= 80 else f"{text[:77]}..."
-
-
-def rebuild_command(manifest: Manifest, graphs: Iterable[str] | None = None, out: str | Path | None = None) -> str:
-    """The build_plans command line that rebuilds ``graphs`` (all when None) for this manifest's target."""
-    parts = ["python -m compile.build_plans", f"--checkpoints {manifest.checkpoints_dir}"]
-    if graphs is not None:
-        parts.append("--networks " + " ".join(sorted(graphs)))
-    if out is not None:
-        parts.append(f"--out {out}")
-    if manifest.builder is not None:
-        parts.append(f"--builder {BUILDER_OPTIONS[manifest.builder]}")
-    if manifest.builder == RTX and manifest.compute_capabilities:
-        parts.append("--arch " + " ".join(manifest.compute_capabilities))
-    if manifest.hardware_compat != "none":
-        parts.append(f"--hardware-compat {manifest.hardware_compat}")
-    grid_sample = manifest.build_flags.get("grid_sample")
-    if grid_sample not in (None, "gather"):
-        parts.append(f"--grid-sample {grid_sample}")
-    return " ".join(parts)
-
-
-def check_plans(
-    directory: str | Path,
-    manifest: Manifest,
-    *,
-    graphs: Iterable[str],
-    checkpoint_sha256: Mapping[str, str] | None = None,
-    verify_files: bool = True,
-) -> None:
-    """Raise PlanMismatch unless every plan in ``graphs`` is there as built, from the same checkpoints
-    (when their hashes are given). Whether the plans suit this GPU is ``compile.targets``' question."""
-    directory = Path(directory)
-    out = directory.parent
-    if manifest.kind != "plans":
-        raise PlanMismatch(
-            f"{directory} holds ONNX graphs, not TensorRT plans: build plans with {rebuild_command(manifest, out=out)}"
-        )
-    problems: dict[str, str] = {}
-    for name in graphs:
-        entry = manifest.graphs.get(name)
-        if entry is None:
-            problems[name] = f"{name}: no plan in {directory}"
-            continue
-        plan = directory / entry.file
-        if verify_files and not plan.is_file():
-            problems[name] = f"{name}: {plan} is missing"
-        elif verify_files and file_sha256(plan) != entry.sha256:
-            problems[name] = f"{name}: {plan} differs from the file the manifest records (sha256 changed)"
-        for file, sha in entry.checkpoints.items():
-            if checkpoint_sha256 is not None and file in checkpoint_sha256 and checkpoint_sha256[file] != sha:
-                problems[name] = (
-                    f"{name}: {entry.file} was built from a {file} with sha256 {sha[:12]}…, "
-                    f"the checkpoint here has {checkpoint_sha256[file][:12]}…"
-                )
-    if problems:
-        lines = "\n  ".join(problems[n] for n in sorted(problems))
-        raise PlanMismatch(
-            f"plans to rebuild in {directory}:\n  {lines}\n"
-            f"rebuild them: {rebuild_command(manifest, problems, out=out)}"
-        )
 
 
 def plan_dirs(root: str | Path) -> list[Path]:

@@ -5,28 +5,20 @@ capabilities, and run on those GPUs only; its runtime does not support Hopper or
 Blackwell at all. Full TensorRT plans run on the GPU architecture that built them (or any
 Ampere-or-newer GPU when built hardware-compatible). ``why_not_here`` decides from the
 manifest, the GPU (or none) and the installed builders alone, so it is tested without a GPU;
-``present_gpu`` and ``installed_builders`` read the machine.
+``present_gpu`` reads the machine.
 """
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from compile.manifest import FULL, RTX, Manifest, compute_capability_name, parse_compute_capability
+from engine.plans.libraries import BUILDER_TITLES, FULL, INSTALL, RTX, RTX_TARGETS
 
-# The targets TensorRT-RTX 1.x compiles for (its ComputeCapability enum), and the default set:
-# every one from Ampere on. A plan's size does not depend on how many are listed (kernels are
-# compiled on the user's GPU at first use), measured: 114.17 MB for the decoder with 2 or 5.
-RTX_TARGETS: tuple[str, ...] = ("sm_75", "sm_80", "sm_86", "sm_89", "sm_120", "sm_121")
-RTX_DEFAULT_TARGETS: tuple[str, ...] = ("sm_80", "sm_86", "sm_89", "sm_120", "sm_121")
-RTX_VERSION = "1.7.1.116"
-INSTALL = {
-    RTX: f"pip install tensorrt-rtx-cu13=={RTX_VERSION}",
-    FULL: "pip install 'tensorrt>=10.8,<11'",
-}
-MODULES = {RTX: "tensorrt_rtx", FULL: "tensorrt"}
+if TYPE_CHECKING:
+    from engine.plans.manifest import Manifest
+
 _FAMILIES = {
     "sm_75": "Turing: RTX 20, T4",
     "sm_80": "Ampere: A100, A30",
@@ -38,6 +30,19 @@ _FAMILIES = {
     "sm_120": "Blackwell: RTX 50, RTX PRO 6000",
     "sm_121": "Blackwell: DGX Spark",
 }
+
+
+def compute_capability_name(major: int, minor: int) -> str:
+    """``sm_XY`` as CUDA spells it: (8, 9) -> sm_89, (12, 0) -> sm_120."""
+    return f"sm_{major}{minor}"
+
+
+def parse_compute_capability(name: str) -> tuple[int, int]:
+    """(major, minor) of an ``sm_XY`` name; the last digit is the minor version."""
+    digits = name.removeprefix("sm_")
+    if not name.startswith("sm_") or not digits.isdigit() or len(digits) < 2:
+        raise ValueError(f"not a compute capability: {name!r} (expected sm_XY, e.g. sm_89 or sm_120)")
+    return int(digits[:-1]), int(digits[-1])
 
 
 @dataclass(frozen=True)
@@ -62,17 +67,6 @@ def present_gpu(index: int = 0) -> GpuInfo | None:
         return None
     major, minor = torch.cuda.get_device_capability(index)
     return GpuInfo(index, torch.cuda.get_device_name(index), major, minor)
-
-
-def installed_builders() -> dict[str, str]:
-    """The plan libraries importable here and their versions, e.g. {"tensorrt-rtx": "1.7.1.116"}."""
-    found = {}
-    for builder, module in MODULES.items():
-        try:
-            found[builder] = str(importlib.import_module(module).__version__)
-        except Exception:  # a broken install raises OSError or RuntimeError from its loader, not only ImportError
-            continue
-    return found
 
 
 def describe(arch: str) -> str:
@@ -153,7 +147,7 @@ def _full_gpu_problem(manifest: Manifest, gpu: GpuInfo | None) -> str | None:
 
 def _version_problem(manifest: Manifest, installed: Mapping[str, str]) -> str | None:
     builder = manifest.builder or FULL
-    title = "TensorRT-RTX" if builder == RTX else "TensorRT"
+    title = BUILDER_TITLES[builder]
     have = installed.get(builder)
     if have == manifest.builder_version:
         return None

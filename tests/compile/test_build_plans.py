@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from compile.build_plans import main
-from compile.manifest import file_sha256, read_manifest
-from compile.profiles import HUBERT_SAMPLES, RENDER_BATCH
+from engine.plans.graphs import HUBERT_SAMPLES, RENDER_BATCH
+from engine.plans.manifest import file_sha256, read_manifest
 from engine.networks import OFFICIAL_FILENAMES, write_random_checkpoints
 from tests.compile.conftest import run_build
 
@@ -177,7 +177,8 @@ def test_building_without_checkpoints_points_at_random_weights(tmp_path: Path, c
 
 
 def test_check_of_an_onnx_folder_says_how_to_build_plans_from_it(tmp_path: Path, capsys) -> None:
-    from compile.manifest import Manifest, write_manifest
+    from compile.manifest import write_manifest
+    from engine.plans.manifest import Manifest
 
     (tmp_path / "onnx").mkdir()
     write_manifest(tmp_path / "onnx", Manifest(kind="onnx", checkpoints_dir="/ckpt", created="2026-01-01T00:00:00+00:00"))

@@ -24,8 +24,9 @@ from compile.export import (
     merge_warp_decoder,
     symbol_sizes,
 )
-from compile.profiles import LMDM_BATCH, RENDER_BATCH, SPECS, profile_shapes
-from compile.trilinear import GRID_SAMPLE_SCOPE
+from compile.profiles import profile_shapes
+from engine.plans.graphs import LMDM_BATCH, RENDER_BATCH, SPECS
+from engine.plans.graphs import GRID_SAMPLE_SCOPE
 from tests.compile.precision import Evaluation, evaluate, relative_error
 
 pytestmark = pytest.mark.slow  # the shared export of all six graphs takes about a minute

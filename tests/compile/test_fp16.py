@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from compile.fp16 import computed_types, keeps_fp32, to_mixed_fp16
-from compile.profiles import SPECS, GraphSpec, TensorSpec
+from engine.plans.graphs import SPECS, GraphSpec, TensorSpec
 
 
 @pytest.mark.parametrize(

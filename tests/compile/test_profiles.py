@@ -1,4 +1,4 @@
-"""Optimization profiles come from the graph's own input shapes and the ranges in compile.profiles."""
+"""Optimization profiles come from the graph's own input shapes and the ranges of its spec (engine.plans.graphs)."""
 
 from __future__ import annotations
 
@@ -6,15 +6,8 @@ import re
 
 import pytest
 
-from compile.profiles import (
-    DEFAULT_GRAPHS,
-    HUBERT_SAMPLES,
-    LMDM_BATCH,
-    RENDER_BATCH,
-    SPECS,
-    ProfileError,
-    profile_shapes,
-)
+from compile.profiles import DEFAULT_GRAPHS, ProfileError, profile_shapes
+from engine.plans.graphs import HUBERT_SAMPLES, LMDM_BATCH, RENDER_BATCH, SPECS
 
 
 def test_render_graph_profile_spans_the_render_batch_range() -> None:

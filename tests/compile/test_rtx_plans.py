@@ -10,13 +10,14 @@ import pytest
 import torch
 
 from compile.build_plans import main
-from compile.manifest import RTX, file_sha256, read_manifest
 from compile.onnx_parity import FP16_TOLERANCE
 from compile.plan_check import header_verdict
-from compile.profiles import LMDM_BATCH, LMDM_BUCKETS, RENDER_BATCH, RENDER_BUCKETS, SPECS
-from compile.targets import GpuInfo, installed_builders
 from engine.backends.base import BackendError
 from engine.backends.tensorrt_backend import PlanIO, TensorRTBackend, check_contract, select_plans
+from engine.plans.graphs import LMDM_BATCH, LMDM_BUCKETS, RENDER_BATCH, RENDER_BUCKETS, SPECS
+from engine.plans.libraries import RTX, installed_builders
+from engine.plans.manifest import file_sha256, read_manifest
+from engine.plans.targets import GpuInfo
 from tests.compile.conftest import RTX_PLANS, RTX_TARGETS, run_build
 
 pytestmark = pytest.mark.slow  # the FP16 graphs' proof and three builds take about a minute on 2 cores

@@ -9,7 +9,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from compile.trilinear import GRID_SAMPLE_SCOPE, TrilinearGridSample, grid_sample_3d
+from compile.trilinear import TrilinearGridSample, grid_sample_3d
+from engine.plans.graphs import GRID_SAMPLE_SCOPE
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")  # the TorchScript exporter's notice
 

@@ -7,20 +7,19 @@ from pathlib import Path
 
 import pytest
 
-from compile.manifest import FULL, RTX
-from compile.profiles import SPECS
-from compile.targets import RTX_DEFAULT_TARGETS, GpuInfo
 from compile.trt_build import (
+    RTX_DEFAULT_TARGETS,
     BuildOptions,
     BuildTargetError,
-    TensorRTUnavailable,
     build_plan,
     check_target,
     choose_builder,
-    import_builder,
     rtx_targets,
 )
 from engine.backends.base import BackendError
+from engine.plans.graphs import SPECS
+from engine.plans.libraries import FULL, RTX, TensorRTUnavailable, import_builder
+from engine.plans.targets import GpuInfo
 
 no_tensorrt = pytest.mark.skipif(importlib.util.find_spec("tensorrt") is not None, reason="TensorRT is installed")
 RTX_4090 = GpuInfo(0, "NVIDIA GeForce RTX 4090", 8, 9)

@@ -9,25 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from compile.manifest import (
-    FULL,
-    MANIFEST_FILE,
-    RTX,
-    GraphEntry,
-    Manifest,
-    ManifestError,
-    PlanMismatch,
-    check_plans,
-    compute_capability_name,
-    file_sha256,
-    parse_compute_capability,
-    plan_dir_name,
-    plan_dirs,
-    read_manifest,
-    rebuild_command,
-    write_manifest,
-)
+from compile.manifest import plan_dir_name, write_manifest
 from engine.backends.base import BackendError
+from engine.plans.checks import PlanMismatch, check_plans, rebuild_command
+from engine.plans.libraries import FULL, RTX
+from engine.plans.manifest import MANIFEST_FILE, GraphEntry, Manifest, ManifestError, file_sha256, plan_dirs, read_manifest
+from engine.plans.targets import compute_capability_name, parse_compute_capability
 
 CHECKPOINT_SHA = "c" * 64
 
