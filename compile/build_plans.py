@@ -83,7 +83,8 @@ def _parser() -> argparse.ArgumentParser:
     add("--check", type=Path, metavar="PLANS",
         help="say for each plan under PLANS whether it can run on this machine, and why not; builds nothing")
     add("--networks", nargs="+", choices=sorted(SPECS),
-        help="graphs to build (default: all but warp_decoder, the merged warp+decode graph)")
+        help="graphs to build (default: the six networks; warp_decoder, the merged warp+decode graph, and hubert, "
+        "the published streaming HuBERT as a plan, only when named)")
     add("--out", type=Path, default=Path("plans"), help="output root (default: plans/)")
     add("--onnx-only", action="store_true", help="export the ONNX graphs only (no TensorRT, no GPU needed)")
     add("--builder", choices=[*BUILDER_CHOICES, "auto"], default="rtx",
@@ -362,11 +363,7 @@ def run(args: argparse.Namespace) -> int:
     if "warp_decoder" in names:  # composed from these two graphs, which are exported (and built) first
         names = ["warp_network", "decoder"] + [n for n in names if n not in ("warp_network", "decoder")]
     if "hubert" in names and hubert is None:
-        message = f"hubert: no {checkpoints.parent}/aux_models/{HUBERT_FILE} (the published streaming HuBERT)"
-        if args.networks:
-            raise CheckpointError(message)
-        _log(f"skipping {message}")
-        names.remove("hubert")
+        raise CheckpointError(f"hubert: no {checkpoints.parent}/aux_models/{HUBERT_FILE} (the published streaming HuBERT)")
     specs = [SPECS[n] for n in names]
     hashes = _checkpoint_hashes(specs, checkpoints)
     onnx = export_all(specs, checkpoints, hashes, args.out, args.grid_sample, hubert)

@@ -8,8 +8,9 @@ from __future__ import annotations
 from engine.networks.checkpoints import NETWORK_NAMES
 from engine.plans.graphs import GraphSpec, TensorSpec
 
-DEFAULT_GRAPHS: tuple[str, ...] = (*NETWORK_NAMES, "hubert")
-"""Built by default; ``warp_decoder`` (warp and decode merged into one graph) only on request."""
+DEFAULT_GRAPHS: tuple[str, ...] = NETWORK_NAMES
+"""Built by default: the networks the engine loads. ``warp_decoder`` (warp and decode merged into one graph) and
+``hubert`` (the published streaming HuBERT, which the engine runs in PyTorch or onnxruntime) only on request."""
 
 
 class ProfileError(ValueError):

@@ -60,4 +60,4 @@ def test_specs_are_consistent() -> None:
     for name in ("warp_network", "decoder", "stitch_network", "warp_decoder"):
         assert SPECS[name].ranges["batch"] == RENDER_BATCH
     assert SPECS["motion_extractor"].precision == "fp32"  # the facts: fp16 breaks its LayerNorm/GRN
-    assert "warp_decoder" not in DEFAULT_GRAPHS and set(DEFAULT_GRAPHS) <= set(SPECS)
+    assert "warp_decoder" not in DEFAULT_GRAPHS and "hubert" not in DEFAULT_GRAPHS and set(DEFAULT_GRAPHS) <= set(SPECS)
