@@ -11,8 +11,6 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from engine.plans.graphs import GRID_SAMPLE_SCOPE
-
 
 def _unnormalize(coord: torch.Tensor, size: int) -> torch.Tensor:
     """Map [-1, 1] (pixel edges, align_corners=False) to voxel-center coordinates."""
@@ -54,7 +52,8 @@ def grid_sample_3d(volume: torch.Tensor, grid: torch.Tensor) -> torch.Tensor:
 
 
 class TrilinearGridSample(nn.Module):
-    """``grid_sample_3d`` as a module, so an exported graph names its nodes after ``GRID_SAMPLE_SCOPE``."""
+    """``grid_sample_3d`` as a module, so that an exported graph's nodes carry its scope
+    (``engine.plans.graphs.GRID_SAMPLE_SCOPE``)."""
 
     def forward(self, volume: torch.Tensor, grid: torch.Tensor) -> torch.Tensor:
         return grid_sample_3d(volume, grid)
