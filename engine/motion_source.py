@@ -32,7 +32,7 @@ class MotionSource(Protocol):
 
     @property
     def window_period(self) -> int | None:
-        """New frames per sampled window (the period a batching runtime keeps sessions in phase on); None: no windows."""
+        """New frames per window: the period a batching runtime keeps sessions in phase on (None: no windows)."""
 
     @property
     def held_frames(self) -> int:

@@ -75,7 +75,7 @@ class Backend(ABC):
         return self.decode(self.warp(feature_3d, kp_source, kp_driving))
 
     def lmdm_prepare(self, cond: torch.Tensor, times: torch.Tensor) -> object:
-        """Encode a window's condition (B,80,D) once for its denoiser calls at ``times`` (``capabilities.fused_ddim_step``)."""
+        """Encode a window's condition (B,80,D) once for its calls at ``times`` (``capabilities.fused_ddim_step``)."""
         raise BackendError(f"the {self.name} backend has no fused DDIM step (capabilities.fused_ddim_step)")
 
     def lmdm_step(

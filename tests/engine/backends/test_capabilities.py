@@ -1,4 +1,4 @@
-"""Backends declare their fast paths in ``capabilities``; a path a backend lacks refuses clearly instead of being probed."""
+"""Backends declare their fast paths in ``capabilities``; a path a backend lacks refuses clearly."""
 
 from __future__ import annotations
 
