@@ -2,7 +2,7 @@
 
 One package per call and batch bucket the runtime uses (``engine.backends.aot_calls``), each exported with static
 shapes, as the runtime's CUDA graphs capture them, into ``PLANS/torch-aot-<arch>/`` with a manifest
-(``engine.backends.aot_packages``). A package whose recipe (target, steps, checkpoints) is unchanged and whose file
+(``engine.plans.packages``). A package whose recipe (target, steps, checkpoints) is unchanged and whose file
 still hashes to its manifest entry is kept, so a rebuild redoes only what changed.
 """
 
@@ -17,21 +17,21 @@ import torch
 from tqdm import tqdm
 
 from engine.backends.aot_calls import PrepareCall, RenderCall, StepCall, prepare_inputs, render_inputs, step_inputs
-from engine.backends.aot_packages import (
+from engine.backends.torch_backend import TorchBackend
+from engine.diffusion.schedule import ddim_schedule
+from engine.networks import OFFICIAL_FILENAMES
+from engine.networks.lmdm_fused import FusedLMDMStep
+from engine.plans.manifest import file_sha256
+from engine.plans.packages import (
     CALLS,
     MANIFEST_FILE,
     Package,
     PackageManifest,
     StalePackages,
     Target,
-    file_sha256,
     networks_of,
     read_manifest,
 )
-from engine.backends.torch_backend import TorchBackend
-from engine.diffusion.schedule import ddim_schedule
-from engine.networks import OFFICIAL_FILENAMES
-from engine.networks.lmdm_fused import FusedLMDMStep
 
 
 def build_packages(

@@ -41,6 +41,8 @@ class Backend(ABC):
     """The LMDM's condition width D, read from its checkpoint (1103 for the published model)."""
     render_batch_sizes: tuple[int, ...] | None = None
     capabilities: Capabilities = Capabilities()
+    packages_status: str = "no compiled packages: this backend runs its own plans"
+    """How the networks run, in a line for logs: the torch backend's compiled packages in use, or why not."""
     captures: int = 0
     """Graphs captured by ``capture_render`` so far."""
 

@@ -22,10 +22,10 @@ from typing import Any
 import torch
 
 from engine.backends.aot_calls import contiguous
-from engine.backends.aot_packages import StalePackages, Target, load_packages
 from engine.backends.base import Backend, BackendError, Capabilities
 from engine.networks import OFFICIAL_FILENAMES, load_network
 from engine.networks.lmdm_fused import FusedLMDMStep, FusedWindow
+from engine.plans.packages import StalePackages, Target, load_packages
 
 log = logging.getLogger(__name__)
 

@@ -1,1 +1,2 @@
-"""The plan format the TensorRT loader reads: manifests, graph I/O specs, GPU targets and the TensorRT libraries."""
+"""The plan formats the backends read: TensorRT manifests, graph I/O specs, GPU targets and the TensorRT libraries,
+and the torch backend's compiled packages."""

@@ -15,10 +15,10 @@ import torch
 
 from compile.aot_build import build_packages
 from engine.backends.aot_calls import step_inputs
-from engine.backends.aot_packages import MANIFEST_FILE, PackageManifest, Target
 from engine.backends.torch_backend import TorchBackend
 from engine.diffusion.schedule import ddim_schedule
 from engine.networks.lmdm_fused import FusedLMDMStep
+from engine.plans.packages import MANIFEST_FILE, PackageManifest, Target
 
 pytestmark = pytest.mark.slow
 STEPS = 3

@@ -9,7 +9,6 @@ was not handed on purpose; otherwise it says why and the backend keeps its torch
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 from collections.abc import Callable, Mapping
@@ -20,6 +19,7 @@ from typing import Any
 import torch
 
 from engine.backends.base import BackendError
+from engine.plans.manifest import file_sha256
 
 log = logging.getLogger(__name__)
 
@@ -102,15 +102,6 @@ class PackageManifest:
             raise
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise StalePackages(f"{where}: not a package manifest ({type(exc).__name__}: {exc}): rebuild the packages") from exc
-
-
-def file_sha256(path: Path) -> str:
-    """The sha256 of a file, read in 1 MiB blocks."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def read_manifest(folder: Path) -> PackageManifest:
