@@ -1,0 +1,40 @@
+"""The torch backend loads the networks it is asked for, in the dtype each needs on its device, and says clearly
+what it cannot do: a network it did not load, a GPU torch does not see."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from engine.backends.base import BackendError
+from engine.backends.torch_backend import TorchBackend
+
+
+def test_only_the_networks_asked_for_are_loaded_and_another_one_is_refused_by_name(checkpoint_dir) -> None:
+    backend = TorchBackend(checkpoint_dir("stitch_network"), device="cpu", networks=("stitch_network",))
+    assert isinstance(backend.network("stitch_network"), torch.nn.Module)
+    with pytest.raises(BackendError, match="network 'decoder' was not loaded by this backend"):
+        backend.network("decoder")
+    assert backend.cond_width == 0, "no LMDM, no condition width"
+
+
+def test_on_the_cpu_every_network_runs_in_fp32_eagerly(checkpoint_dir) -> None:
+    backend = TorchBackend(checkpoint_dir("lmdm", "stitch_network"), device="cpu", networks=("lmdm", "stitch_network"))
+    assert backend.dtype == torch.float32
+    assert all(p.dtype == torch.float32 for name in ("lmdm", "stitch_network") for p in backend.network(name).parameters())
+    assert backend.cond_width == 1103
+    assert backend.packages_status == "eager (no compiled packages asked for)"
+    assert backend.package_calls == 0
+
+
+def test_stitching_takes_keypoints_in_any_float_dtype(checkpoint_dir) -> None:
+    backend = TorchBackend(checkpoint_dir("stitch_network"), device="cpu", networks=("stitch_network",))
+    kp = torch.randn(2, 21, 3)
+    with torch.inference_mode():
+        assert torch.equal(backend.stitch(kp.half().float(), kp), backend.stitch(kp.half(), kp.double()))
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a CUDA GPU")
+def test_asking_for_cuda_where_torch_sees_none_says_so(checkpoint_dir) -> None:
+    with pytest.raises(BackendError, match="asked for CUDA, but torch sees no CUDA device"):
+        TorchBackend(checkpoint_dir("stitch_network"), device="cuda", networks=("stitch_network",))
