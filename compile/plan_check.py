@@ -14,10 +14,10 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from engine.plans.checks import rebuild_command
+from engine.plans.checks import rebuild_command, why_not_here
 from engine.plans.libraries import BUILDER_TITLES, FULL, MODULES, RTX
 from engine.plans.manifest import ManifestError, file_sha256, plan_dirs, read_manifest
-from engine.plans.targets import GpuInfo, describe, describe_all, why_not_here
+from engine.plans.targets import GpuInfo, describe, describe_all
 
 # EngineInvalidityDiagnostics bits of TensorRT-RTX, in words.
 _DIAGNOSTICS = {

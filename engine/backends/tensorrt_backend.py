@@ -27,11 +27,11 @@ import torch
 
 from engine.backends.base import Backend, BackendError
 from engine.networks import NETWORK_NAMES
-from engine.plans.checks import PlanMismatch, check_plans, rebuild_command
+from engine.plans.checks import PlanMismatch, check_plans, rebuild_command, why_not_here
 from engine.plans.graphs import BATCH, SPECS, GraphSpec
 from engine.plans.libraries import FULL, RTX, import_builder, installed_builders
 from engine.plans.manifest import GraphEntry, Manifest, ManifestError, file_sha256, plan_dirs, read_manifest
-from engine.plans.targets import GpuInfo, present_gpu, why_not_here
+from engine.plans.targets import GpuInfo, present_gpu
 
 REQUIRED_PLANS: tuple[str, ...] = NETWORK_NAMES
 _TORCH_DTYPES: dict[str, torch.dtype] = {

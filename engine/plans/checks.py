@@ -6,8 +6,9 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from engine.backends.base import BackendError
-from engine.plans.libraries import BUILDER_OPTIONS, RTX
+from engine.plans.libraries import BUILDER_OPTIONS, BUILDER_TITLES, FULL, INSTALL, RTX, RTX_TARGETS
 from engine.plans.manifest import Manifest, file_sha256
+from engine.plans.targets import GpuInfo, describe, describe_all
 
 
 class PlanMismatch(BackendError):
@@ -74,3 +75,80 @@ def check_plans(
         )
 
 
+def alternatives(checkpoints: str) -> str:
+    """What to run instead of TensorRT-RTX plans, for a GPU they cannot run on."""
+    return (
+        "Run with --backend torch instead (any CUDA GPU, and the CPU), or build full-TensorRT plans on "
+        f"this machine: {INSTALL[FULL]}, then python -m compile.build_plans --builder tensorrt "
+        f"--checkpoints {checkpoints}"
+    )
+
+
+def why_not_here(manifest: Manifest, gpu: GpuInfo | None, installed: Mapping[str, str]) -> str | None:
+    """None when the plans of ``manifest`` can run on ``gpu`` with the ``installed`` builders, else why not."""
+    if manifest.kind != "plans":
+        return "it holds ONNX graphs, not plans"
+    if manifest.builder == RTX:
+        reason = _rtx_gpu_problem(manifest, gpu)
+    else:
+        reason = _full_gpu_problem(manifest, gpu)
+    return reason or _version_problem(manifest, installed)
+
+
+def _rtx_gpu_problem(manifest: Manifest, gpu: GpuInfo | None) -> str | None:
+    targets = manifest.compute_capabilities
+    supported = describe_all(targets)
+    if gpu is None:
+        return (
+            f"this machine has no CUDA GPU; these TensorRT-RTX plans run on GPUs of {supported}. "
+            "Without a GPU the engine runs with --backend torch (on the CPU, slowly)"
+        )
+    if gpu.arch in targets:
+        return None
+    if gpu.arch in RTX_TARGETS:
+        return (
+            f"this GPU, {gpu.name}, has {describe(gpu.arch)}; the plans were built for {supported} only. "
+            f"Rebuild them with --arch {' '.join([*targets, gpu.arch])} (no GPU is needed to build)"
+        )
+    return (
+        f"this GPU, {gpu.name}, has {describe(gpu.arch)}, which TensorRT-RTX does not run on; these plans run "
+        f"on {supported}. {alternatives(manifest.checkpoints_dir)}"
+    )
+
+
+def _full_gpu_problem(manifest: Manifest, gpu: GpuInfo | None) -> str | None:
+    built_for = manifest.compute_capabilities[0] if manifest.compute_capabilities else "an unknown GPU"
+    if gpu is None:
+        return (
+            f"this machine has no CUDA GPU; full-TensorRT plans run on the GPU that built them ({built_for}, "
+            f"{manifest.gpu_name}). Without a GPU the engine runs with --backend torch"
+        )
+    if manifest.hardware_compat == "ampere+":
+        if gpu.major >= 8:
+            return None
+        return (
+            f"the plans are hardware-compatible for Ampere and newer GPUs (sm_80+); this GPU ({gpu.name}) is "
+            f"{gpu.arch}. Build plans on this GPU without --hardware-compat."
+        )
+    if built_for == gpu.arch:
+        return None
+    return (
+        f"the plans were built for {built_for} ({manifest.gpu_name}); this GPU ({gpu.name}) is {gpu.arch}. "
+        "Full-TensorRT plans run on the GPU architecture that built them: rebuild them on this machine, or "
+        "build once with --hardware-compat ampere+ for plans that run on any Ampere-or-newer GPU"
+    )
+
+
+def _version_problem(manifest: Manifest, installed: Mapping[str, str]) -> str | None:
+    builder = manifest.builder or FULL
+    title = BUILDER_TITLES[builder]
+    have = installed.get(builder)
+    if have == manifest.builder_version:
+        return None
+    pin = f"pip install {'tensorrt-rtx-cu13' if builder == RTX else 'tensorrt'}=={manifest.builder_version}"
+    if have is None:
+        return f"{title} is not installed here; the plans need {title} {manifest.builder_version}: {pin}"
+    return (
+        f"the plans were built with {title} {manifest.builder_version}, this machine has {title} {have}; "
+        f"a plan only loads in the {title} version that built it. Rebuild all plans, or {pin}"
+    )

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import torch
 
+from engine.plans.checks import why_not_here
 from engine.plans.libraries import FULL, RTX, installed_builders
 from engine.plans.manifest import Manifest
-from engine.plans.targets import GpuInfo, describe, describe_all, present_gpu, why_not_here
+from engine.plans.targets import GpuInfo, describe, describe_all, present_gpu
 
 RTX_4090 = GpuInfo(0, "NVIDIA GeForce RTX 4090", 8, 9)
 RTX_5090 = GpuInfo(0, "NVIDIA GeForce RTX 5090", 12, 0)
