@@ -28,8 +28,9 @@ import onnxruntime as ort
 import torch
 
 from bench.common.stats import wall_times
-from engine.audio.hubert import CHUNK_SAMPLES, HOP_SAMPLES, INPUT_NAME, OUTPUT_NAME, SAMPLE_RATE
+from engine.audio.hubert import CHUNK_SAMPLES, HOP_SAMPLES, INPUT_NAME, OUTPUT_NAME
 from engine.audio.hubert_torch import HUBERT_LARGE, HubertConfig, HubertEncoder, export_official_contract, random_hubert
+from engine.timebase import SAMPLE_RATE
 
 CONFIGS = {"large": HUBERT_LARGE, "small": HubertConfig(layers=2, ffn=512, conv_channels=64, pos_kernel=16)}
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16}

@@ -14,12 +14,13 @@ from engine.audio.standin_hubert import build_standin
 from engine.backends.base import Backend, BackendError
 from engine.backends.torch_backend import TorchBackend, default_device
 from engine.controls import Controls
-from engine.diffusion.ddim import DEFAULT_STEPS, SEQ_FRAMES, DDIMSampler, denoiser_step
+from engine.diffusion.ddim import DDIMSampler, denoiser_step
 from engine.diffusion.graphed import BucketedSampler
 from engine.diffusion.schedule import ddim_schedule
 from engine.motion.vector import MOTION_DIM
 from engine.networks import OFFICIAL_FILENAMES, write_random_checkpoints
 from engine.official_cfg import official_controls
+from engine.timebase import DEFAULT_STEPS, SEQ_FRAMES
 
 log = logging.getLogger("ditto.engine")
 LIVE_OVERLAP = 75

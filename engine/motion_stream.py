@@ -15,10 +15,11 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from engine.audio.hubert import FEATURE_DIM, FRAME_SAMPLES, AudioChunker
+from engine.audio.hubert import FEATURE_DIM, AudioChunker
 from engine.diffusion.windows import MotionWindows, WindowPlan, kp_cond_frame
 from engine.latency import FAITHFUL, LatencyMode
 from engine.motion.conditions import ConditionBuilder
+from engine.timebase import SAMPLES_PER_FRAME
 
 
 @dataclass
@@ -99,7 +100,7 @@ class MotionStream:
     @property
     def audio_pending(self) -> bool:
         """Whether committed audio still waits for encoding (a complete chunk, or the final ones after ``end``)."""
-        return self.chunker.complete_chunks > 0 or (self.ended and self.chunker.samples_pushed > self.chunker.frames_emitted * FRAME_SAMPLES)
+        return self.chunker.complete_chunks > 0 or (self.ended and self.chunker.samples_pushed > self.chunker.frames_emitted * SAMPLES_PER_FRAME)
 
     def samples_for_frames(self, total: int) -> int:
         """Samples still to commit before ``total`` frames in all can come out of a stream that goes on (0: none).
@@ -185,7 +186,7 @@ class MotionStream:
         keep = min(max(used - self._offset, 0), self._features.shape[0])
         self._features = self._features[:keep]
         self.chunker.reset()
-        self.samples_in = min(self.samples_in, (self._offset + keep) * FRAME_SAMPLES)
+        self.samples_in = min(self.samples_in, (self._offset + keep) * SAMPLES_PER_FRAME)
 
     def _window_features(self, start: int) -> torch.Tensor:
         """Features of stream frames [start, start+80): silence before the stream, the last feature repeated after."""

@@ -15,11 +15,12 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from engine.audio.hubert import CHUNK_SAMPLES, FRAME_SAMPLES, HubertRunner, offline_features
+from engine.audio.hubert import CHUNK_SAMPLES, HubertRunner, offline_features
 from engine.diffusion.graphed import BucketedSampler
 from engine.diffusion.offline import WindowSampler, check_overlap, sample_offline, window_starts
 from engine.motion.conditions import ConditionBuilder
 from engine.motion.vector import MOTION_DIM
+from engine.timebase import SAMPLES_PER_FRAME
 
 
 def window_sampler(sampler: BucketedSampler, step_noise: torch.Tensor, seed: int) -> WindowSampler:
@@ -120,7 +121,7 @@ class PrecomputedMotion:
     def _ready(self) -> int:
         """Frames whose audio is committed (all once ended)."""
         total = self._motion.shape[0]
-        return total if self.ended else min(self.samples_in // FRAME_SAMPLES, total)
+        return total if self.ended else min(self.samples_in // SAMPLES_PER_FRAME, total)
 
     @property
     def can_finish(self) -> bool:

@@ -32,10 +32,8 @@ from engine.controls import Controls
 from engine.latency import FAITHFUL, LatencyMode
 from engine.runtime.config import RuntimeConfig
 from engine.runtime.errors import AudioError, Backpressure, SessionClosed
+from engine.timebase import FPS, SAMPLE_RATE, SAMPLES_PER_FRAME
 
-FPS = 25
-HOP_FRAMES = 5
-MODEL_RATE = 16_000
 CLOSED_SEGMENTS_KEPT = 256
 """Closed segments remembered for ``closed_segments`` until it is called (the oldest go first: bounded)."""
 
@@ -436,7 +434,7 @@ class Session:
             raise SessionClosed(f"session {self.id} has ended; open a new one with runtime.open_session")
 
     def _lead_seconds(self) -> float:
-        return max(self._pending_model + self.committed_samples - self._taken_samples, 0) / MODEL_RATE
+        return max(self._pending_model + self.committed_samples - self._taken_samples, 0) / SAMPLE_RATE
 
     def _append(self, model: np.ndarray, sink: np.ndarray) -> None:
         if model.size or sink.size:
@@ -463,7 +461,7 @@ class Session:
 
     def _taken(self, frame: Frame) -> None:
         self._last_taken = frame
-        self._taken_samples = max(self._taken_samples, (frame.index + 1) * MODEL_RATE // FPS)
+        self._taken_samples = max(self._taken_samples, (frame.index + 1) * SAMPLES_PER_FRAME)
         self.counters["frames_taken"] += 1
 
 

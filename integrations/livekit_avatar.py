@@ -42,7 +42,7 @@ from livekit.agents.voice.avatar import (
 )
 
 from engine.runtime import AdmissionError, Backpressure, SessionClosed
-from engine.session import FPS
+from engine.timebase import FPS
 from integrations.slots import SlotPicker
 
 if TYPE_CHECKING:

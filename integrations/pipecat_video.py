@@ -47,7 +47,7 @@ from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
 
 from engine.controls import Controls
 from engine.runtime import AdmissionError, Backpressure, SessionClosed
-from engine.session import FPS
+from engine.timebase import FPS
 from integrations.slots import SlotPicker
 
 if TYPE_CHECKING:

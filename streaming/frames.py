@@ -16,7 +16,7 @@ import torch
 from engine.controls import Controls
 from engine.latency import LatencyMode
 from engine.runtime.config import RuntimeConfig
-from engine.session import FPS
+from engine.timebase import FPS
 
 AUDIO_RATE = RuntimeConfig.audio_rate
 SAMPLES_PER_FRAME = AUDIO_RATE // FPS

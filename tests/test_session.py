@@ -8,7 +8,8 @@ import pytest
 import engine.session as session_module
 from engine.runtime.config import RuntimeConfig
 from engine.runtime.errors import AudioError
-from engine.session import MODEL_RATE, Session
+from engine.session import Session
+from engine.timebase import SAMPLE_RATE
 
 
 def live_session() -> Session:
@@ -34,7 +35,7 @@ def test_a_push_racing_the_loop_draining_the_resamplers_at_speech_end_keeps_ever
     session.push_audio(tone(0.2, 48_000), 48_000)
     monkeypatch.undo()
     session.end()
-    assert drained and first + drained[0] + session._collect().model.size == pytest.approx(0.4 * MODEL_RATE, abs=2), "both pushes reach the model, nothing lost"
+    assert drained and first + drained[0] + session._collect().model.size == pytest.approx(0.4 * SAMPLE_RATE, abs=2), "both pushes reach the model, nothing lost"
 
 
 @pytest.mark.parametrize("rate", ["48000", 0, 44_100.5, float("nan")])

@@ -7,7 +7,6 @@ own small stand-in encoder for tests and the demo (not HuBERT).
 
 from engine.audio.hubert import (
     FEATURE_DIM,
-    FRAME_SAMPLES,
     HubertFeatureStream,
     HubertRunner,
     OnnxHubertRunner,
@@ -15,12 +14,10 @@ from engine.audio.hubert import (
     extract_features,
     frames_for_samples,
 )
-from engine.audio.pcm import TARGET_RATE, PcmError, StreamingResampler, to_mono_16k
+from engine.audio.pcm import PcmError, StreamingResampler, to_mono_16k
 
 __all__ = [
     "FEATURE_DIM",
-    "FRAME_SAMPLES",
-    "TARGET_RATE",
     "HubertFeatureStream",
     "HubertRunner",
     "OnnxHubertRunner",

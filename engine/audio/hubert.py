@@ -23,14 +23,15 @@ import onnxruntime as ort
 import torch
 from torch import nn
 
-SAMPLE_RATE = 16_000
-FRAME_SAMPLES = 640
-PAST_FRAMES, CURRENT_FRAMES, FUTURE_FRAMES = 3, 5, 2
+from engine.timebase import FPS, HOP_FRAMES, SAMPLE_RATE, SAMPLES_PER_FRAME
+
+PAST_FRAMES, FUTURE_FRAMES = 3, 2
+"""The 3-5-2 chunking's context: video frames of audio before and after a hop's ``HOP_FRAMES`` (5)."""
 ROWS_PER_FRAME = 2
-CHUNK_SAMPLES = (PAST_FRAMES + CURRENT_FRAMES + FUTURE_FRAMES) * FRAME_SAMPLES + 80
-HOP_SAMPLES = CURRENT_FRAMES * FRAME_SAMPLES
-LEAD_ZEROS = PAST_FRAMES * FRAME_SAMPLES
-OFFLINE_LEAD_ZEROS = CHUNK_SAMPLES - (CURRENT_FRAMES + FUTURE_FRAMES) * FRAME_SAMPLES
+CHUNK_SAMPLES = (PAST_FRAMES + HOP_FRAMES + FUTURE_FRAMES) * SAMPLES_PER_FRAME + 80
+HOP_SAMPLES = HOP_FRAMES * SAMPLES_PER_FRAME
+LEAD_ZEROS = PAST_FRAMES * SAMPLES_PER_FRAME
+OFFLINE_LEAD_ZEROS = CHUNK_SAMPLES - (HOP_FRAMES + FUTURE_FRAMES) * SAMPLES_PER_FRAME
 """2000: the reference's offline clips start with this many zeros (80 more than a stream's 1920)."""
 FEATURE_DIM = 1024
 OFFICIAL_FILE = "hubert_streaming_fix_kv.onnx"
@@ -59,7 +60,7 @@ class HubertRunner(Protocol):
         """Chunks (B, N) -> encodings (B, T, 1024) float32."""
 
 
-def valid_features(encoding: torch.Tensor, current: int = CURRENT_FRAMES) -> torch.Tensor:
+def valid_features(encoding: torch.Tensor, current: int = HOP_FRAMES) -> torch.Tensor:
     """Encodings (..., T, 1024) -> the current hop's features (..., current, 1024): the ``current`` frames before the
     look-ahead (rows [-14:-4] at 5), each the mean of its two rows."""
     first = -(current + FUTURE_FRAMES) * ROWS_PER_FRAME
@@ -71,7 +72,7 @@ def valid_features(encoding: torch.Tensor, current: int = CURRENT_FRAMES) -> tor
 
 def frames_for_samples(num_samples: int) -> int:
     """Video frames (25 fps) that cover ``num_samples`` at 16 kHz: ceil(N / 640)."""
-    return math.ceil(num_samples / FRAME_SAMPLES)
+    return math.ceil(num_samples / SAMPLES_PER_FRAME)
 
 
 class OnnxHubertRunner:
@@ -216,12 +217,12 @@ class AudioChunker:
     and keeps the first ``frames`` features of the result.
     """
 
-    def __init__(self, current: int = CURRENT_FRAMES) -> None:
-        if not 1 <= current <= PAST_FRAMES + CURRENT_FRAMES:
-            raise ValueError(f"a HuBERT hop is 1 to {PAST_FRAMES + CURRENT_FRAMES} frames, got {current}")
+    def __init__(self, current: int = HOP_FRAMES) -> None:
+        if not 1 <= current <= PAST_FRAMES + HOP_FRAMES:
+            raise ValueError(f"a HuBERT hop is 1 to {PAST_FRAMES + HOP_FRAMES} frames, got {current}")
         self.current = current
-        self.hop_samples = current * FRAME_SAMPLES
-        self.lead_zeros = CHUNK_SAMPLES - (current + FUTURE_FRAMES) * FRAME_SAMPLES - 80
+        self.hop_samples = current * SAMPLES_PER_FRAME
+        self.lead_zeros = CHUNK_SAMPLES - (current + FUTURE_FRAMES) * SAMPLES_PER_FRAME - 80
         self.reset()
 
     def reset(self) -> None:
@@ -279,7 +280,7 @@ class AudioChunker:
         return chunks
 
 
-def encode_chunks(runner: HubertRunner, chunks: np.ndarray, current: int = CURRENT_FRAMES) -> torch.Tensor:
+def encode_chunks(runner: HubertRunner, chunks: np.ndarray, current: int = HOP_FRAMES) -> torch.Tensor:
     """Chunks (k, 6480) -> their features (k·current, 1024) on ``runner.device``."""
     return valid_features(encodings(runner, chunks), current).reshape(-1, FEATURE_DIM)
 
@@ -287,7 +288,7 @@ def encode_chunks(runner: HubertRunner, chunks: np.ndarray, current: int = CURRE
 def encodings(runner: HubertRunner, chunks: np.ndarray) -> torch.Tensor:
     """Chunks (k, 6480) -> their encodings (k, T, 1024) on ``runner.device``, in batches of up to MAX_BATCH."""
     if chunks.shape[0] == 0:
-        return torch.empty(0, ROWS_PER_FRAME * (PAST_FRAMES + CURRENT_FRAMES + FUTURE_FRAMES), FEATURE_DIM, device=runner.device)
+        return torch.empty(0, ROWS_PER_FRAME * (PAST_FRAMES + HOP_FRAMES + FUTURE_FRAMES), FEATURE_DIM, device=runner.device)
     tensor = torch.from_numpy(chunks)
     return torch.cat([runner.encode_batch(tensor[i : i + MAX_BATCH]) for i in range(0, chunks.shape[0], MAX_BATCH)])
 
@@ -299,7 +300,7 @@ class HubertFeatureStream:
     every real video frame has exactly one feature. Features live on ``runner.device``.
     """
 
-    def __init__(self, runner: HubertRunner, current: int = CURRENT_FRAMES) -> None:
+    def __init__(self, runner: HubertRunner, current: int = HOP_FRAMES) -> None:
         self.runner = runner
         self.chunker = AudioChunker(current)
 
@@ -331,7 +332,7 @@ def offline_frame_count(num_samples: int) -> int:
     This equals ceil(N / 640) except at some exact multiples of 640 samples (4480 is the first),
     where the float product lands just above an integer and the clip gets one more frame.
     """
-    return math.ceil(num_samples / SAMPLE_RATE * 25)
+    return math.ceil(num_samples / SAMPLE_RATE * FPS)
 
 
 def offline_chunks(samples: np.ndarray) -> np.ndarray:
@@ -343,7 +344,7 @@ def offline_chunks(samples: np.ndarray) -> np.ndarray:
     count = offline_frame_count(samples.size)
     zeros = np.zeros(OFFLINE_LEAD_ZEROS, np.float32)
     padded = np.concatenate([zeros, samples.astype(np.float32, copy=False), np.zeros(CHUNK_SAMPLES, np.float32)])
-    starts = [int(i * 0.04 * SAMPLE_RATE) for i in range(0, count, CURRENT_FRAMES)]
+    starts = [int(i * 0.04 * SAMPLE_RATE) for i in range(0, count, HOP_FRAMES)]
     return np.stack([padded[s : s + CHUNK_SAMPLES] for s in starts])
 
 

@@ -14,7 +14,8 @@ from __future__ import annotations
 import numpy as np
 import soxr
 
-TARGET_RATE = 16_000
+from engine.timebase import SAMPLE_RATE
+
 MIN_RATE = 1_000
 MAX_RATE = 384_000
 MAX_CHANNELS = 8
@@ -91,9 +92,9 @@ def to_mono_16k(pcm: np.ndarray, sample_rate: float, channels: int | None = None
     mono = to_float_mono(pcm, channels)
     if mono.size == 0:
         raise PcmError("PCM is empty (0 samples); pass at least one sample")
-    if rate == TARGET_RATE:
+    if rate == SAMPLE_RATE:
         return mono
-    return soxr.resample(mono, rate, TARGET_RATE, quality=_QUALITY)
+    return soxr.resample(mono, rate, SAMPLE_RATE, quality=_QUALITY)
 
 
 class StreamingResampler:
@@ -103,7 +104,7 @@ class StreamingResampler:
     the whole signal (soxr keeps its filter state between pushes); 16 kHz by default, the model's rate.
     """
 
-    def __init__(self, sample_rate: float, channels: int = 1, target_rate: int = TARGET_RATE) -> None:
+    def __init__(self, sample_rate: float, channels: int = 1, target_rate: int = SAMPLE_RATE) -> None:
         if isinstance(channels, bool) or not isinstance(channels, int) or not 1 <= channels <= MAX_CHANNELS:
             raise PcmError(f"channels must be an int in 1..{MAX_CHANNELS}, got {channels!r}")
         self.sample_rate = check_rate(sample_rate)

@@ -1,6 +1,6 @@
 """Motion diffusion: the DDIM schedule and sampler for the LMDM, and the streaming 80-frame windows."""
 
-from engine.diffusion.ddim import DEFAULT_STEPS, DDIMSampler, Denoiser, ddim_loop
+from engine.diffusion.ddim import DDIMSampler, Denoiser, ddim_loop
 from engine.diffusion.schedule import (
     DDIMSchedule,
     alphas_cumprod,
@@ -11,7 +11,6 @@ from engine.diffusion.schedule import (
 from engine.diffusion.windows import MotionWindows, WindowPlan, fuse_windows, smooth_frames
 
 __all__ = [
-    "DEFAULT_STEPS",
     "DDIMSampler",
     "DDIMSchedule",
     "Denoiser",

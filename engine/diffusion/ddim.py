@@ -14,9 +14,7 @@ import torch
 
 from engine.diffusion.schedule import DDIMSchedule, ddim_schedule
 from engine.motion.vector import MOTION_DIM
-
-SEQ_FRAMES = 80
-DEFAULT_STEPS = 25
+from engine.timebase import DEFAULT_STEPS, SEQ_FRAMES
 
 Denoiser = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
 """(x (B,L,265), cond_frame (B,265), cond (B,L,D), time_cond (B,) int64) -> (pred_noise, x_start), each (B,L,265)."""

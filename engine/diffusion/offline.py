@@ -17,8 +17,9 @@ from collections.abc import Callable
 
 import torch
 
-from engine.diffusion.windows import SEQ_FRAMES, SMOOTH_FRAMES, fuse_windows, kp_cond_frame, smooth_frames
+from engine.diffusion.windows import SMOOTH_FRAMES, fuse_windows, kp_cond_frame, smooth_frames
 from engine.motion.vector import MOTION_DIM
+from engine.timebase import SEQ_FRAMES
 
 WindowSampler = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 """(cond_frame (265,), cond (80,D)) -> one sampled window (80,265)."""

@@ -21,8 +21,8 @@ import torch
 import torch.nn.functional as F
 
 from engine.motion.vector import MOTION_DIM, SMOOTHED_DIMS
+from engine.timebase import SEQ_FRAMES
 
-SEQ_FRAMES = 80
 SMOOTH_FRAMES = 3
 
 

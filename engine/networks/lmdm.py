@@ -25,9 +25,9 @@ from engine.networks.lmdm_blocks import (
     RotaryEmbedding,
     SinusoidalTimeEmbedding,
 )
+from engine.timebase import SEQ_FRAMES
 
 MOTION_DIM = 265
-SEQ_FRAMES = 80
 COND_DIM = 1103
 LATENT_DIM = 512
 FF_DIM = 1024

@@ -50,10 +50,10 @@ from engine.networks.lmdm import (
     GUIDANCE_WEIGHT,
     LMDM,
     NUM_HEADS,
-    SEQ_FRAMES,
     TIME_TOKENS,
 )
 from engine.networks.lmdm_blocks import FiLMDecoderLayer, attention_dtype
+from engine.timebase import SEQ_FRAMES
 
 
 MERGED_PROJECTION_ROWS = 640

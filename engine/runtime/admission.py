@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from engine.runtime.buckets import call_cost
-from engine.session import FPS, HOP_FRAMES
+from engine.timebase import FPS, HOP_FRAMES, SEQ_FRAMES
 
 HOP_SECONDS = HOP_FRAMES / FPS
 MAX_SESSIONS = 256
 
 
-def hop_cost(sessions: int, overlap: int, window_ms: dict[int, float], render_ms: dict[int, float], seq_frames: int = 80) -> float:
+def hop_cost(sessions: int, overlap: int, window_ms: dict[int, float], render_ms: dict[int, float], seq_frames: int = SEQ_FRAMES) -> float:
     """GPU milliseconds per 200 ms hop for ``sessions`` live sessions at ``overlap`` (windows every 80 − overlap frames)."""
     return load_cost({seq_frames - overlap: sessions}, window_ms, render_ms)
 

@@ -21,10 +21,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from engine.audio.hubert import CHUNK_SAMPLES, FRAME_SAMPLES, HOP_SAMPLES, LEAD_ZEROS
-from engine.session import FPS, HOP_FRAMES
+from engine.audio.hubert import CHUNK_SAMPLES, HOP_SAMPLES, LEAD_ZEROS
+from engine.timebase import FPS, HOP_FRAMES, SAMPLES_PER_FRAME
 
-LOOKAHEAD_FRAMES = (CHUNK_SAMPLES - LEAD_ZEROS - HOP_SAMPLES) / FRAME_SAMPLES
+LOOKAHEAD_FRAMES = (CHUNK_SAMPLES - LEAD_ZEROS - HOP_SAMPLES) / SAMPLES_PER_FRAME
 """2.125: the audio after a hop that its HuBERT chunk needs (2 frames and 80 samples)."""
 RESYNC_FRAMES = 25
 """A live clock more than this many frames behind (an overloaded GPU, a CPU) restarts from the next frame instead of bursting."""
@@ -105,4 +105,4 @@ def speech_start(committed: int, due: float, lead: Lead, depth: float) -> int:
     then at ``due + depth + lead`` frames (the gap is filled with silence). ``due`` is on the same
     timeline as ``committed`` (stream frames).
     """
-    return max(committed, math.ceil((due + depth + lead.frames) * FRAME_SAMPLES))
+    return max(committed, math.ceil((due + depth + lead.frames) * SAMPLES_PER_FRAME))

@@ -15,7 +15,7 @@ from collections import deque
 import numpy as np
 import torch
 
-from engine.audio.hubert import FRAME_SAMPLES, HOP_SAMPLES
+from engine.audio.hubert import HOP_SAMPLES
 from engine.controls import BLINK_CONTROLS, FADE_CONTROLS, FIELD_NAMES, STITCH_CONTROLS, Controls, stitch_controls
 from engine.motion.conditions import ConditionBuilder, mirror_index
 from engine.motion.stitching import DRIVEN_KEYS_IMAGE, DRIVEN_KEYS_VIDEO, MotionStitcher, Posed, blink_schedule, fade_alphas
@@ -25,9 +25,10 @@ from engine.motion_stream import MotionStream, WindowRequest
 from engine.runtime.avatars import LoadedAvatar
 from engine.runtime.config import RuntimeConfig
 from engine.runtime.pacing import (
-    FPS, RESYNC_FRAMES, Lead, frame_deadline, frames_due, needs_idle, on_grid, speech_depth, speech_start, window_due,
+    RESYNC_FRAMES, Lead, frame_deadline, frames_due, needs_idle, on_grid, speech_depth, speech_start, window_due,
 )
-from engine.session import MODEL_RATE, Frame, Session, SessionPort
+from engine.session import Frame, Session, SessionPort
+from engine.timebase import FPS, SAMPLE_RATE, SAMPLES_PER_FRAME
 
 BLEND_FRAMES = 5
 """Frames over which the picture cross-fades from the last frame shown to the stream after an interrupt."""
@@ -80,7 +81,7 @@ class SessionPipeline:
         self.discard = 0
         """Stream frames still to drop before the backlog, so that an interrupt keeps the windows' phase (``_interrupt``)."""
         self.sink_per_frame = session.audio_rate // FPS
-        self.sink_ratio = session.audio_rate // MODEL_RATE if session.audio_rate % MODEL_RATE == 0 else None
+        self.sink_ratio = session.audio_rate // SAMPLE_RATE if session.audio_rate % SAMPLE_RATE == 0 else None
         self.audio = np.zeros(0, np.float32)
         self.audio_start = 0
         self.speech: list[tuple[int, int, int]] = []
@@ -181,7 +182,7 @@ class SessionPipeline:
         samples = min(self.motion.samples_for_frames(target), MAX_IDLE_SAMPLES)
         if samples > 0:
             self._commit(np.zeros(samples, np.float32), None, False, ((samples, self.segment),))
-            self.port.count("idle_hops", math.ceil(samples / (self.hop * FRAME_SAMPLES)))
+            self.port.count("idle_hops", math.ceil(samples / (self.hop * SAMPLES_PER_FRAME)))
         return drained or samples > 0
 
     def _commit(self, model: np.ndarray, sink: np.ndarray | None, speech: bool, segments: tuple[tuple[int, int], ...]) -> None:
@@ -204,7 +205,7 @@ class SessionPipeline:
         self.port.set_committed(self.motion.samples_in)
 
     def _sink_samples(self, model_samples: int) -> int:
-        return model_samples * self.sink_ratio if self.sink_ratio else round(model_samples * self.session.audio_rate / MODEL_RATE)
+        return model_samples * self.sink_ratio if self.sink_ratio else round(model_samples * self.session.audio_rate / SAMPLE_RATE)
 
     def _align_sink(self, model_position: int) -> None:
         """Make the sink-rate audio end exactly where the model-rate audio does (resampler delays differ slightly)."""
@@ -226,10 +227,10 @@ class SessionPipeline:
         self.request = None
         self.backlog = self.backlog[:0]
         self.backlog_start = self.motion.frames_out
-        silent_from = self._sink_samples(self.motion.frames_out * FRAME_SAMPLES) - self.audio_start
+        silent_from = self._sink_samples(self.motion.frames_out * SAMPLES_PER_FRAME) - self.audio_start
         self.audio[max(silent_from, 0) :] = 0
         self._align_sink(self.motion.samples_in)
-        cut = self.motion.frames_out * FRAME_SAMPLES
+        cut = self.motion.frames_out * SAMPLES_PER_FRAME
         self.speech = [(a, min(b, cut), s) for a, b, s in self.speech if a < cut]
         self.marks = [m for m in self.marks if m[0] < cut] + [(cut, self.segment)]
         self.tail_is_speech = False
@@ -277,7 +278,7 @@ class SessionPipeline:
             return None
         total = None
         if controls.fade_out and self.ending:
-            total = self.out_next - self.backlog_start + math.ceil(self.motion.samples_in / FRAME_SAMPLES)
+            total = self.out_next - self.backlog_start + math.ceil(self.motion.samples_in / SAMPLES_PER_FRAME)
         index = torch.arange(self.out_next, self.out_next + count, device=self.device)
         return fade_alphas(index, controls.fade_in, controls.fade_out if total is not None else 0, total)
 
@@ -381,7 +382,7 @@ class SessionPipeline:
 
     def _segment_of(self, motion_index: int) -> tuple[bool, int]:
         """Whether stream frame ``motion_index`` speaks, and its segment: its speech's, else that of its last sample."""
-        lo, hi = motion_index * FRAME_SAMPLES, (motion_index + 1) * FRAME_SAMPLES
+        lo, hi = motion_index * SAMPLES_PER_FRAME, (motion_index + 1) * SAMPLES_PER_FRAME
         spoken = [s for a, b, s in self.speech if a < hi and b > lo]
         if spoken:
             return True, max(spoken)
@@ -397,7 +398,7 @@ class SessionPipeline:
         if drop > 0:
             self.audio = self.audio[drop:]
             self.audio_start += drop
-        floor = self.backlog_start * FRAME_SAMPLES
+        floor = self.backlog_start * SAMPLES_PER_FRAME
         self.speech = [(a, b, s) for a, b, s in self.speech if b > floor]
         while len(self.marks) > 1 and self.marks[1][0] <= floor:
             self.marks.pop(0)

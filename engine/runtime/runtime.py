@@ -32,8 +32,6 @@ from tqdm import tqdm
 from engine.audio.hubert import CHUNK_SAMPLES
 from engine.avatar import Avatar
 from engine.controls import Controls
-from engine.diffusion.windows import SEQ_FRAMES
-from engine.diffusion.ddim import DEFAULT_STEPS
 from engine.diffusion.graphed import BucketedSampler
 from engine.engine import LIVE_OVERLAP, OFFLINE_OVERLAP, Engine
 from engine.latency import LOW, LatencyMode, latency_mode
@@ -46,10 +44,11 @@ from engine.runtime.config import RuntimeConfig
 from engine.runtime.errors import AdmissionError, SessionClosed
 from engine.runtime.executor import Executor, PosedJob
 from engine.runtime.metrics import TickTimes
-from engine.runtime.pacing import FPS, Lead
+from engine.runtime.pacing import Lead
 from engine.runtime.pipeline import SessionPipeline
 from engine.runtime.scheduler import FrameJob, Scheduler
 from engine.session import Session
+from engine.timebase import DEFAULT_STEPS, FPS, SEQ_FRAMES
 from engine.timing import gpu_time
 
 log = logging.getLogger("ditto.runtime")

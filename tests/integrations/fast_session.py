@@ -18,7 +18,8 @@ import numpy as np
 import torch
 
 from engine.runtime import Backpressure, SessionClosed
-from engine.session import FPS, HOP_FRAMES, Frame
+from engine.session import Frame
+from engine.timebase import FPS, HOP_FRAMES
 
 SIZE = 16
 AUDIO_RATE = 48_000

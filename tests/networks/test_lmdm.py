@@ -17,9 +17,10 @@ from engine.networks import CheckpointError, load_network
 from engine.networks import lmdm
 from engine.networks.checkpoints import OFFICIAL_FILENAMES, wrap_state_dict
 from engine.networks.lmdm_blocks import RotaryAttention, RotaryEmbedding, sinusoidal_embedding
+from engine.timebase import SEQ_FRAMES
 from tests.networks.reference import reference_modules
 
-B, L, M, D = 2, lmdm.SEQ_FRAMES, lmdm.MOTION_DIM, lmdm.COND_DIM
+B, L, M, D = 2, SEQ_FRAMES, lmdm.MOTION_DIM, lmdm.COND_DIM
 
 
 def make_inputs(batch: int, cond_dim: int = D, seed: int = 1) -> tuple[torch.Tensor, ...]:
