@@ -31,7 +31,7 @@ from streaming.encoders.colour import rgb_to_i420
 from streaming.encoders.h264 import H264Settings
 from streaming.encoders.nvenc import NvencUnavailable
 from streaming.encoders.select import open_video_encoder
-from streaming.frames import AUDIO_RATE, SAMPLES_PER_FRAME
+from streaming.frames import AUDIO_RATE, AUDIO_SAMPLES_PER_FRAME
 from streaming.output import EncodedFrame, confine_torch_threads
 from streaming.sinks.mux import Muxer
 
@@ -95,7 +95,7 @@ def session(kind: str, frames: list[torch.Tensor], count: int, out: dict, settin
         units = encoder.encode(frames[i % len(frames)], i)
         encoded = time.perf_counter()
         for unit in units:
-            audio = speech[np.arange(unit.index * SAMPLES_PER_FRAME, (unit.index + 1) * SAMPLES_PER_FRAME) % speech.size]
+            audio = speech[np.arange(unit.index * AUDIO_SAMPLES_PER_FRAME, (unit.index + 1) * AUDIO_SAMPLES_PER_FRAME) % speech.size]
             muxer.write(EncodedFrame(unit.index, width, height, unit.data, unit.keyframe, audio, (), False))
         done = time.perf_counter()
         encode_ms.append((encoded - started) * 1000)

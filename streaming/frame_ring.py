@@ -14,11 +14,11 @@ from multiprocessing import resource_tracker, shared_memory
 
 import numpy as np
 
-from streaming.frames import SAMPLES_PER_FRAME, check_size
+from streaming.frames import AUDIO_SAMPLES_PER_FRAME, check_size
 
 HEADER_BYTES = 64
 """The frame index (int64) at the slot's start, padded so the picture starts cache-line aligned."""
-AUDIO_BYTES = SAMPLES_PER_FRAME * 4
+AUDIO_BYTES = AUDIO_SAMPLES_PER_FRAME * 4
 RING_SLOTS = 50
 """Two seconds of frames: far more than a worker ever lags when it keeps up at all."""
 EMPTY = -1
@@ -64,7 +64,7 @@ class FrameRing:
         return self.buffer[slot, start : start + self.picture_bytes].reshape(self.height * 3 // 2, self.width)
 
     def audio(self, slot: int) -> np.ndarray:
-        """Slot ``slot``'s audio as a writable float32 view of SAMPLES_PER_FRAME samples."""
+        """Slot ``slot``'s audio as a writable float32 view of AUDIO_SAMPLES_PER_FRAME samples."""
         start = HEADER_BYTES + self.picture_bytes
         return self.buffer[slot, start : start + AUDIO_BYTES].view(np.float32)
 

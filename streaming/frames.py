@@ -19,7 +19,9 @@ from engine.runtime.config import RuntimeConfig
 from engine.timebase import FPS
 
 AUDIO_RATE = RuntimeConfig.audio_rate
-SAMPLES_PER_FRAME = AUDIO_RATE // FPS
+"""The rate of the audio a frame carries (48 kHz, what the sinks encode), not the model's 16 kHz."""
+AUDIO_SAMPLES_PER_FRAME = AUDIO_RATE // FPS
+"""1920: the samples of a frame's own audio at ``AUDIO_RATE`` (the model hears ``engine.timebase.SAMPLES_PER_FRAME``)."""
 
 
 class FrameLike(Protocol):

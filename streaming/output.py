@@ -33,10 +33,11 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
+from engine.timebase import FPS
 from streaming.encoders.audio import OpusEncoder
 from streaming.encoders.h264 import EncodedVideo, H264Settings
 from streaming.encoders.select import VideoEncoder, open_video_encoder
-from streaming.frames import FPS, SAMPLES_PER_FRAME, FrameSource
+from streaming.frames import AUDIO_SAMPLES_PER_FRAME, FrameSource
 from streaming.slots import PERIOD, Fill, catch_up, fill, slot_time
 
 log = logging.getLogger(__name__)
@@ -44,7 +45,7 @@ MAX_PREPARED = 2 * FPS
 """Frames prepared ahead of their slot at most; the pull thread waits beyond (the session then drops its oldest)."""
 PLAYOUT_DELAY = 0.01
 """Seconds after a slot's deadline that its frame is released to the sinks: time to encode it."""
-SILENCE = np.zeros(SAMPLES_PER_FRAME, np.float32)
+SILENCE = np.zeros(AUDIO_SAMPLES_PER_FRAME, np.float32)
 
 
 @dataclass(frozen=True)

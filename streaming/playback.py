@@ -17,7 +17,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from streaming.frames import FPS
+from engine.timebase import FPS
 from streaming.output import EncodedFrame
 
 

@@ -34,8 +34,8 @@ import zmq
 import zmq.asyncio
 
 from engine.latency import FAITHFUL, MODES
+from engine.timebase import FPS
 from streaming.core import resident_mb
-from streaming.frames import FPS
 from streaming.ipc import ServiceError, endpoint, pack, send_nowait, socket, unpack
 from streaming.output import SILENCE, EncodedFrame
 from streaming.sinks.webrtc import WebRtcPreview

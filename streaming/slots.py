@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from enum import Enum
 
-from streaming.frames import FPS
+from engine.timebase import FPS
 
 PERIOD = 1 / FPS
 HALF = PERIOD / 2

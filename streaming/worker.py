@@ -29,11 +29,12 @@ from typing import Any
 import numpy as np
 import zmq
 
+from engine.timebase import FPS
 from streaming.encoders.audio import OpusEncoder
 from streaming.encoders.h264 import H264Settings
 from streaming.encoders.x264 import X264Encoder
 from streaming.frame_ring import FrameRing, i420_bytes
-from streaming.frames import FPS, SAMPLES_PER_FRAME
+from streaming.frames import AUDIO_SAMPLES_PER_FRAME
 from streaming.ipc import send_nowait, socket, unpack
 from streaming.output import EncodedFrame, SessionOutput
 from streaming.playback import PlaybackEvents
@@ -290,7 +291,7 @@ def calibrate(width: int = CALIBRATION_SIZE[0], height: int = CALIBRATION_SIZE[1
     ramp = np.linspace(16, 235, width, dtype=np.float32)
     picture = np.empty(i420_bytes(width, height), np.uint8).reshape(height * 3 // 2, width)
     picture[height:] = 128
-    audio = np.zeros(SAMPLES_PER_FRAME, np.float32)
+    audio = np.zeros(AUDIO_SAMPLES_PER_FRAME, np.float32)
     times = []
     for i in range(frames):
         picture[:height] = np.roll(ramp, i * 8)[None, :].astype(np.uint8)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass
 
-from streaming.frames import FPS
+from engine.timebase import FPS
 
 NAL_IDR = 5
 NAL_SPS = 7

@@ -18,10 +18,11 @@ from types import ModuleType
 
 import torch
 
+from engine.timebase import FPS
 from streaming.encoders.colour import rgb_to_nv12
 from streaming.encoders.ordering import order_after
 from streaming.encoders.h264 import EncodedVideo, H264Settings, KeyframeRequests, is_idr
-from streaming.frames import FPS, check_size
+from streaming.frames import check_size
 
 NO_NVENC_GPUS = "data-centre GPUs (A100, H100, H200, ...) have no NVENC"
 

@@ -16,10 +16,11 @@ import numpy as np
 import torch
 from av.video.frame import PictureType
 
+from engine.timebase import FPS
 from streaming.encoders.colour import rgb_to_i420
 from streaming.encoders.h264 import EncodedVideo, H264Settings, KeyframeRequests, level_for
 from streaming.encoders.ordering import order_after
-from streaming.frames import FPS, check_size
+from streaming.frames import check_size
 
 # VUI colour description: ITU-R BT.709 primaries, transfer and matrix, limited range.
 BT709, LIMITED_RANGE = 1, 1

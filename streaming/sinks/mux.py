@@ -14,8 +14,9 @@ from fractions import Fraction
 
 import av
 
+from engine.timebase import FPS
 from streaming.encoders.audio import AAC_BITRATE, AAC_BLOCK, AudioBlocks
-from streaming.frames import AUDIO_RATE, FPS, SAMPLES_PER_FRAME
+from streaming.frames import AUDIO_RATE, AUDIO_SAMPLES_PER_FRAME
 from streaming.output import EncodedFrame
 
 VIDEO_TIME_BASE = Fraction(1, FPS)
@@ -45,7 +46,7 @@ class Muxer:
         if frame.index != self._next_index:
             if not frame.keyframe:
                 return False
-            self._mux_audio(self._blocks.skip_to((frame.index - self.first_index) * SAMPLES_PER_FRAME))
+            self._mux_audio(self._blocks.skip_to((frame.index - self.first_index) * AUDIO_SAMPLES_PER_FRAME))
         self._next_index = frame.index + 1
         packet = av.Packet(frame.video)
         packet.pts = packet.dts = frame.index - self.first_index

@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from streaming.frames import FPS
+from engine.timebase import FPS
 from streaming.output import EncodedFrame
 from streaming.sinks.mux import Muxer
 

@@ -30,7 +30,8 @@ from aiortc import (
 )
 from aiortc.mediastreams import MediaStreamError
 
-from streaming.frames import AUDIO_RATE, FPS
+from engine.timebase import FPS
+from streaming.frames import AUDIO_RATE
 from streaming.output import EncodedFrame
 
 log = logging.getLogger(__name__)

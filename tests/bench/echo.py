@@ -22,8 +22,9 @@ from engine.latency import FAITHFUL
 from engine.session import Frame
 from harness.live_server import LiveServer
 from harness.nginx import wait_listening
+from engine.timebase import FPS
 from streaming.app import Stream, create_app
-from streaming.frames import AUDIO_RATE, FPS, SAMPLES_PER_FRAME
+from streaming.frames import AUDIO_RATE, AUDIO_SAMPLES_PER_FRAME
 from streaming.output import SessionOutput
 from streaming.server import numbered
 from streaming.sinks.rtmp import RtmpSink
@@ -65,9 +66,9 @@ class EchoSession:
         time.sleep(max(wait, 0.0))
         with self._lock:
             self.next_index += 1
-            lo = index * SAMPLES_PER_FRAME
-            audio = np.zeros(SAMPLES_PER_FRAME, np.float32)
-            have = self.audio[lo : lo + SAMPLES_PER_FRAME]
+            lo = index * AUDIO_SAMPLES_PER_FRAME
+            audio = np.zeros(AUDIO_SAMPLES_PER_FRAME, np.float32)
+            have = self.audio[lo : lo + AUDIO_SAMPLES_PER_FRAME]
             audio[: have.size] = have
         return Frame(index, picture(index, self.size, self.size), audio, speech=bool(np.any(audio)))
 
@@ -77,7 +78,7 @@ class EchoSession:
                 self.resampler = StreamingResampler(sample_rate, channels or 1, AUDIO_RATE)
             samples = self.resampler.push(pcm)
             due = 0 if self.start is None else int((time.monotonic() - self.start) * FPS)
-            place = max(self.audio.size, (due + DELAY_FRAMES) * SAMPLES_PER_FRAME)
+            place = max(self.audio.size, (due + DELAY_FRAMES) * AUDIO_SAMPLES_PER_FRAME)
             self.audio = np.concatenate([self.audio, np.zeros(place - self.audio.size, np.float32), samples])
 
     def interrupt(self) -> None:

@@ -17,7 +17,7 @@ from harness.markers import (
     pair,
     utterance,
 )
-from streaming.frames import AUDIO_RATE, SAMPLES_PER_FRAME
+from streaming.frames import AUDIO_RATE, AUDIO_SAMPLES_PER_FRAME
 
 RATE = 16_000
 CHUNK = 320
@@ -69,14 +69,14 @@ def test_a_burst_survives_aac_in_flv_and_comes_out_exactly_the_encoder_delay_lat
     from streaming.output import EncodedFrame
     from streaming.sinks.mux import Muxer
 
-    spoken = utterance(speech(), AUDIO_RATE, 1, seconds=1.2, chunk=SAMPLES_PER_FRAME)
-    audio = np.concatenate([np.zeros(10 * SAMPLES_PER_FRAME + 700, np.float32), spoken.samples])
-    frames = audio.size // SAMPLES_PER_FRAME
+    spoken = utterance(speech(), AUDIO_RATE, 1, seconds=1.2, chunk=AUDIO_SAMPLES_PER_FRAME)
+    audio = np.concatenate([np.zeros(10 * AUDIO_SAMPLES_PER_FRAME + 700, np.float32), spoken.samples])
+    frames = audio.size // AUDIO_SAMPLES_PER_FRAME
     encoder, _ = open_video_encoder("x264", 64, 64, torch.device("cpu"), None)
     muxer = Muxer(str(tmp_path / "marker.flv"), "flv", 64, 64)
     units = [u for i in range(frames) for u in encoder.encode(torch.zeros(64, 64, 3, dtype=torch.uint8), i)] + encoder.flush()
     for unit in units:
-        own = audio[unit.index * SAMPLES_PER_FRAME : (unit.index + 1) * SAMPLES_PER_FRAME]
+        own = audio[unit.index * AUDIO_SAMPLES_PER_FRAME : (unit.index + 1) * AUDIO_SAMPLES_PER_FRAME]
         muxer.write(EncodedFrame(unit.index, 64, 64, unit.data, unit.keyframe, own, (), False))
     muxer.close()
     import av
@@ -84,7 +84,7 @@ def test_a_burst_survives_aac_in_flv_and_comes_out_exactly_the_encoder_delay_lat
     with av.open(str(tmp_path / "marker.flv")) as container:
         decoded = np.concatenate([f.to_ndarray().reshape(-1) for f in container.decode(audio=0)])
     found = find_onsets(decoded, AUDIO_RATE)
-    expected = [(10 * SAMPLES_PER_FRAME + 700 + offset + AAC_PRIMING) / AUDIO_RATE for offset in spoken.marker_offsets]
+    expected = [(10 * AUDIO_SAMPLES_PER_FRAME + 700 + offset + AAC_PRIMING) / AUDIO_RATE for offset in spoken.marker_offsets]
     assert [o.time for o in found] == pytest.approx(expected, abs=0.0002)
     assert [o.code for o in found] == [1, 2]
 

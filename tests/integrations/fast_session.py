@@ -20,10 +20,9 @@ import torch
 from engine.runtime import Backpressure, SessionClosed
 from engine.session import Frame
 from engine.timebase import FPS, HOP_FRAMES
+from streaming.frames import AUDIO_RATE, AUDIO_SAMPLES_PER_FRAME
 
 SIZE = 16
-AUDIO_RATE = 48_000
-SAMPLES_PER_FRAME = AUDIO_RATE // FPS
 
 
 class FastSession:
@@ -67,7 +66,7 @@ class FastSession:
                 image = torch.zeros(SIZE, SIZE, 3, dtype=torch.uint8)
                 image[..., 0] = self.next_index % 256
                 image[..., 1] = 255 if speech else 0
-                audio = np.full(SAMPLES_PER_FRAME, 0.25 if speech else 0.0, np.float32)
+                audio = np.full(AUDIO_SAMPLES_PER_FRAME, 0.25 if speech else 0.0, np.float32)
                 frames.append(Frame(self.next_index, image, audio, speech))
                 self.next_index += 1
             return frames

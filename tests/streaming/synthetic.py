@@ -18,7 +18,8 @@ import torch
 from engine.controls import Controls
 from engine.latency import FAITHFUL
 from engine.session import Frame
-from streaming.frames import AUDIO_RATE, FPS, SAMPLES_PER_FRAME
+from engine.timebase import FPS
+from streaming.frames import AUDIO_RATE, AUDIO_SAMPLES_PER_FRAME
 
 BITS = 16
 FLASH_EVERY = FPS
@@ -63,7 +64,7 @@ def is_flash(rgb: np.ndarray) -> bool:
 
 def sound(index: int) -> np.ndarray:
     """Frame ``index``'s 1920 samples: the tone, plus a burst in flash frames."""
-    t = (np.arange(SAMPLES_PER_FRAME) + index * SAMPLES_PER_FRAME) / AUDIO_RATE
+    t = (np.arange(AUDIO_SAMPLES_PER_FRAME) + index * AUDIO_SAMPLES_PER_FRAME) / AUDIO_RATE
     audio = TONE * np.sin(2 * np.pi * 440 * t)
     if index % FLASH_EVERY == 0:
         audio = audio + BURST * np.sin(2 * np.pi * 1000 * t)

@@ -21,7 +21,7 @@ import torch
 from engine.controls import Controls
 from engine.runtime import AdmissionError, Backpressure, SessionClosed
 from engine.session import Frame
-from streaming.frames import FPS
+from engine.timebase import FPS
 from tests.streaming.synthetic import picture, sound
 
 AVATARS = {"anna": (64, 64), "ben": (96, 64), "slow": (64, 64), "crawl": (128, 128)}

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from streaming.frame_ring import FrameRing
-from streaming.frames import SAMPLES_PER_FRAME
+from streaming.frames import AUDIO_SAMPLES_PER_FRAME
 
 
 def test_a_second_mapping_reads_what_the_writer_wrote() -> None:
@@ -14,7 +14,7 @@ def test_a_second_mapping_reads_what_the_writer_wrote() -> None:
     reader = FrameRing(writer.name, 64, 32, slots=4)
     try:
         picture = np.arange(64 * 48, dtype=np.uint32).astype(np.uint8).reshape(48, 64)
-        audio = np.linspace(-1, 1, SAMPLES_PER_FRAME, dtype=np.float32)
+        audio = np.linspace(-1, 1, AUDIO_SAMPLES_PER_FRAME, dtype=np.float32)
         writer.write(5, picture, audio)
         got = reader.read(5)
         assert got is not None and (got[0] == picture).all() and (got[1] == audio).all()

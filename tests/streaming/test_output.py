@@ -6,7 +6,8 @@ import time
 
 import pytest
 
-from streaming.frames import FPS, SAMPLES_PER_FRAME
+from engine.timebase import FPS
+from streaming.frames import AUDIO_SAMPLES_PER_FRAME
 from streaming.output import EncodedFrame, SessionOutput
 from tests.streaming.synthetic import SyntheticSession, sound
 
@@ -95,7 +96,7 @@ def test_short_sessions_finish_cleanly(frames: int) -> None:
     sink = Recorder()
     run(frames, [sink])
     assert len(sink.frames) == frames and sink.closed
-    assert sum(f.audio.size for f in sink.frames) == frames * SAMPLES_PER_FRAME
+    assert sum(f.audio.size for f in sink.frames) == frames * AUDIO_SAMPLES_PER_FRAME
 
 
 def test_the_encode_thread_confines_only_itself_to_one_torch_thread() -> None:

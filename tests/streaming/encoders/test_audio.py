@@ -6,7 +6,7 @@ import av
 import numpy as np
 
 from streaming.encoders.audio import OPUS_BLOCK, AudioBlocks, OpusEncoder
-from streaming.frames import AUDIO_RATE, SAMPLES_PER_FRAME
+from streaming.frames import AUDIO_RATE, AUDIO_SAMPLES_PER_FRAME
 from tests.streaming.synthetic import sound
 
 
@@ -36,7 +36,7 @@ def test_a_gap_is_kept_in_the_timeline() -> None:
 def test_opus_gives_two_packets_per_frame_that_decode_to_the_tone() -> None:
     encoder = OpusEncoder()
     packets = [p for i in range(25) for p in encoder.encode(sound(i + 1))]
-    assert len(packets) == 25 * SAMPLES_PER_FRAME // OPUS_BLOCK
+    assert len(packets) == 25 * AUDIO_SAMPLES_PER_FRAME // OPUS_BLOCK
     assert np.diff([p.pts for p in packets]).tolist() == [OPUS_BLOCK] * (len(packets) - 1)
     decoder = av.CodecContext.create("libopus", "r")
     decoder.sample_rate, decoder.layout = AUDIO_RATE, "mono"

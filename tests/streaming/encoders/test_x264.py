@@ -8,9 +8,9 @@ import av
 import pytest
 import torch
 
+from engine.timebase import FPS
 from streaming.encoders.h264 import NAL_IDR, NAL_PPS, NAL_SPS, H264Settings, KeyframeRequests, level_for, nal_types
 from streaming.encoders.x264 import X264Encoder
-from streaming.frames import FPS
 from tests.streaming.synthetic import picture, read_index
 
 W, H = 128, 96

@@ -5,8 +5,9 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from engine.timebase import FPS
 from streaming.encoders.x264 import X264Encoder
-from streaming.frames import FPS, SAMPLES_PER_FRAME
+from streaming.frames import AUDIO_SAMPLES_PER_FRAME
 from streaming.output import EncodedFrame, SessionOutput
 from streaming.sinks.mp4 import Mp4Sink
 from streaming.sinks.mux import Muxer
@@ -68,7 +69,7 @@ def test_frames_lost_upstream_leave_a_gap_and_writing_resumes_at_a_keyframe(tmp_
     assert got.indices == [0, 1, 2, 8, 9, 10, 11]
     assert [round(pts * FPS) for pts, _, _ in got.video] == [0, 1, 2, 8, 9, 10, 11]
     audio_end = max(start + block.size / 48_000 for start, block in got.audio)
-    assert abs(audio_end - 12 * SAMPLES_PER_FRAME / 48_000) < 0.03, "audio keeps the gap too"
+    assert abs(audio_end - 12 * AUDIO_SAMPLES_PER_FRAME / 48_000) < 0.03, "audio keeps the gap too"
     starts = [start for start, _ in got.audio]
     assert not [t for t in starts if 0.15 < t < 0.3], "no audio where frames were lost"
     assert min(abs(t - 8 / FPS) for t in starts) < 0.001, "audio resumes exactly with the keyframe's frame"

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from streaming.frames import FPS
+from engine.timebase import FPS
 from streaming.output import SessionOutput
 from streaming.sinks.rtmp import Backoff, RtmpSink
 from tests.streaming.media import ONE_FRAME, LiveReader
