@@ -14,10 +14,8 @@ from __future__ import annotations
 import numpy as np
 import soxr
 
-from engine.timebase import SAMPLE_RATE
+from engine.timebase import MAX_INPUT_RATE, MIN_INPUT_RATE, SAMPLE_RATE
 
-MIN_RATE = 1_000
-MAX_RATE = 384_000
 MAX_CHANNELS = 8
 _QUALITY = "HQ"
 _FULL_SCALE = {np.dtype(np.int16): 32768.0, np.dtype(np.int32): 2147483648.0}
@@ -35,8 +33,8 @@ def check_rate(sample_rate: float) -> int:
     if not np.isfinite(sample_rate) or sample_rate != int(sample_rate):
         raise PcmError(f"sample_rate must be a whole number of Hz, got {sample_rate!r}")
     rate = int(sample_rate)
-    if not MIN_RATE <= rate <= MAX_RATE:
-        raise PcmError(f"sample_rate {rate} Hz is outside {MIN_RATE}..{MAX_RATE} Hz; pass the rate in Hz (e.g. 48000)")
+    if not MIN_INPUT_RATE <= rate <= MAX_INPUT_RATE:
+        raise PcmError(f"sample_rate {rate} Hz is outside {MIN_INPUT_RATE}..{MAX_INPUT_RATE} Hz; pass the rate in Hz (e.g. 48000)")
     return rate
 
 

@@ -55,8 +55,6 @@ from engine.runtime.errors import SessionClosed
 
 log = logging.getLogger(__name__)
 ENCODINGS = {"s16le": np.dtype("<i2"), "f32le": np.dtype("<f4")}
-MAX_PUSH_RATE = 192_000
-MIN_PUSH_RATE = 8_000
 
 
 class ProtocolError(ValueError):
@@ -81,8 +79,6 @@ def parse_format(message: dict) -> PushFormat:
         rate = check_rate(message.get("sample_rate"))
     except PcmError as exc:
         raise ProtocolError(str(exc)) from exc
-    if not MIN_PUSH_RATE <= rate <= MAX_PUSH_RATE:
-        raise ProtocolError(f"sample_rate {rate} Hz is outside {MIN_PUSH_RATE}..{MAX_PUSH_RATE} Hz")
     channels = message.get("channels", 1)
     if isinstance(channels, bool) or not isinstance(channels, int) or not 1 <= channels <= MAX_CHANNELS:
         raise ProtocolError(f"channels must be an integer from 1 to {MAX_CHANNELS}, got {channels!r}")

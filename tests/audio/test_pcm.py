@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from engine.audio.pcm import PcmError, StreamingResampler, channel_axis, to_mono_16k
+from engine.audio.pcm import PcmError, StreamingResampler, channel_axis, check_rate, to_mono_16k
+from engine.timebase import MAX_INPUT_RATE, MIN_INPUT_RATE
 
 
 def sine(freq: float, rate: int, seconds: float, amplitude: float = 0.5) -> np.ndarray:
@@ -68,6 +69,15 @@ def test_empty_input_is_rejected() -> None:
 def test_absurd_rates_are_rejected(rate: object) -> None:
     with pytest.raises(PcmError, match="sample_rate"):
         to_mono_16k(np.zeros(10, np.float32), rate)  # type: ignore[arg-type]
+
+
+def test_the_accepted_rates_are_the_timebase_bounds() -> None:
+    """A file, a push and a session accept the same rates: MIN_INPUT_RATE..MAX_INPUT_RATE, both ends included."""
+    for rate in (MIN_INPUT_RATE, MAX_INPUT_RATE):
+        assert check_rate(rate) == rate
+    for rate in (MIN_INPUT_RATE - 1, MAX_INPUT_RATE + 1):
+        with pytest.raises(PcmError, match=f"outside {MIN_INPUT_RATE}..{MAX_INPUT_RATE} Hz"):
+            check_rate(rate)
 
 
 @pytest.mark.parametrize(
