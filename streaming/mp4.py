@@ -19,6 +19,7 @@ import av
 import numpy as np
 import torch
 
+from engine.timebase import FPS
 from streaming.encoders.audio import AAC_BITRATE
 from streaming.encoders.h264 import H264Settings
 from streaming.encoders.x264 import X264Encoder
@@ -35,14 +36,14 @@ class Mp4Writer:
         path: str | Path,
         width: int,
         height: int,
-        fps: int = 25,
+        fps: int = FPS,
         crf: int = 20,
         preset: str = "fast",
         audio_rate: int = AUDIO_RATE,
     ) -> None:
         check_size(width, height)
-        if fps != 25:
-            raise ValueError(f"the writer's video runs at the engine's 25 fps, got {fps}")
+        if fps != FPS:
+            raise ValueError(f"the writer's video runs at the engine's {FPS} fps, got {fps}")
         if audio_rate % fps:
             raise ValueError(f"audio_rate must be a multiple of {fps} so each frame spans whole samples, got {audio_rate}")
         self.path = Path(path)
