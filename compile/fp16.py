@@ -2,9 +2,9 @@
 
 TensorRT for RTX (and TensorRT 11) take each layer's precision from the graph's own tensor
 types, so FP16 has to be written into the graph. Every node computes in FP16 except: nodes a
-caller's ``keep_fp32`` selects (the warp's geometry), normalizations (their statistics are the
-facts' overflow risk), and arithmetic on constants and shapes (no activation flows through it;
-builders fold it). Data movement (reshape, gather, concat, ...) follows the type of its input:
+caller's ``keep_fp32`` selects (the warp's geometry), normalizations (their statistics over
+thousands of values overflow FP16), and arithmetic on constants and shapes (no activation flows
+through it; builders fold it). Data movement (reshape, gather, concat, ...) follows the type of its input:
 a cast commutes with it exactly, so moving data in FP16 only halves its bytes. Weights and
 constants take the type of their consumers; a Cast is inserted wherever a producer's type
 differs from what a consumer computes in, and once per tensor and type.
@@ -25,7 +25,7 @@ FLOAT, HALF = TensorProto.FLOAT, TensorProto.FLOAT16
 # The heavy compute an FP16 graph is for: FP16 even inside an FP32 scope (the torch path agrees).
 HEAVY_COMPUTE = frozenset({"Conv", "ConvTranspose", "MatMul", "Gemm"})
 
-# Normalizations accumulate statistics over thousands of values: they stay FP32 (facts §9).
+# Normalizations accumulate statistics over thousands of values, which overflow FP16: they stay FP32.
 NORMALIZATIONS = frozenset({"InstanceNormalization", "LayerNormalization", "GroupNormalization"})
 # Ops that only move or select values; they compute nothing, so they take their input's type.
 MOVEMENT = frozenset(

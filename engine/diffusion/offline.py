@@ -1,7 +1,7 @@
 """The reference's offline windows: a whole clip's conditions in, its N motion frames out.
 
 Ditto's offline pipeline (``stream_pipeline_offline._audio2motion_offline`` with
-``Audio2Motion(online_mode=False)``, facts §3.4) differs from the streaming windows of
+``Audio2Motion(online_mode=False)``) differs from the streaming windows of
 ``engine.diffusion.windows``: there is no silence before the clip; window k covers frames
 [k·V, k·V + 80) with V = 80 − O, for every k·V < N; its conditions are rows of the whole
 clip's condition table (built from frame 0), and the last window's missing rows repeat the

@@ -12,7 +12,7 @@ L, D = 80, 265
 
 
 def reference_sequence(predictions: list[np.ndarray], overlap: int, k: int = 3):
-    """Transcription of Ditto's online window fusion (facts §3.4): the whole fused sequence and kp_cond after each window."""
+    """Transcription of Ditto's online window fusion (``Audio2Motion``, online mode): the whole fused sequence and kp_cond after each window."""
     valid = L - overlap
     fuse = min(overlap, valid)
     half = k // 2

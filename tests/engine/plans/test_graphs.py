@@ -14,4 +14,4 @@ def test_specs_are_consistent() -> None:
             assert not spec.half_io and not spec.fp32_scopes, spec.name
     for name in ("warp_network", "decoder", "stitch_network", "warp_decoder"):
         assert SPECS[name].ranges["batch"] == RENDER_BATCH
-    assert SPECS["motion_extractor"].precision == "fp32"  # the facts: fp16 breaks its LayerNorm/GRN
+    assert SPECS["motion_extractor"].precision == "fp32"  # fp16 overflows its LayerNorm/GRN statistics
