@@ -113,8 +113,8 @@ def confine_torch_threads() -> None:
     """One intra-op torch thread for the calling thread only (the encode thread's small per-frame ops).
 
     On a CPU-only machine torch's OpenMP threads for a per-frame colour conversion contend with
-    the runtime and the encoder itself: measured p99 300 ms per frame with 2 threads against
-    50 ms with 1 on a loaded 2-core machine. ``torch.set_num_threads`` sets the calling thread's
+    the runtime and the encoder itself, and the tail of the encode time grows several-fold.
+    ``torch.set_num_threads sets the calling thread's
     count and also the default for threads initialised later; a short-lived thread puts the
     default back, so no other thread is affected.
     """

@@ -1,6 +1,6 @@
 """Streaming HuBERT audio features: 16 kHz samples in, one 1024-d feature per 25-fps video frame out.
 
-The contract of Ditto's ``hubert_streaming_fix_kv.onnx`` (facts section 2.7): input
+The contract of Ditto's ``hubert_streaming_fix_kv.onnx`` (its ``core/aux_models/hubert_stream.py``): input
 ``input_values`` (1, N) float32 at 16 kHz, output ``encoding_out`` (T, 1024) at 50 rows/s.
 Chunking 3-5-2 (past, current, future video frames of 640 samples): the stream starts with
 1920 zero samples; chunk j is samples [3200 j, 3200 j + 6480) of that padded stream; its rows
@@ -129,7 +129,7 @@ def find_official_hubert(models: Path) -> Path | None:
 
 
 GRAPH_BUCKETS = (1, 2, 4, 8, 16, MAX_BATCH)
-"""Chunks per call captured as CUDA graphs: a HuBERT-Large call is ~400 kernels, 11 ms launched eagerly, 5 ms replayed."""
+"""Chunks per call captured as CUDA graphs: a HuBERT-Large call is ~400 small kernels, whose launches a replay skips."""
 
 
 class TorchHubertRunner:

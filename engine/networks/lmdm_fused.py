@@ -1,8 +1,7 @@
 """The LMDM's whole DDIM step in fewer, larger kernels: the same function as ``LMDM`` plus the update.
 
-At batch 1 a DDIM step of the compiled LMDM is ~260 small kernels and the GPU is latency-bound by
-their number, not by FLOPs (bench/results/2026-11-30_h200_lmdm_kernels_after.json). Exact
-reformulations that remove kernels:
+At batch 1 a DDIM step is a few hundred small kernels, and the GPU is bound by their number, not by
+FLOPs. Exact reformulations that remove kernels:
 
 * layer norm + rotary in one pass: rotating the interleaved pairs of LN(x) is LN of the
   pair-swapped x with pair-swapped γ/β (mean and variance do not depend on the order), so the
@@ -17,19 +16,16 @@ reformulations that remove kernels:
 On CUDA the matrix products can run in fp16 (``matmul_dtype``) while the residual stream, the layer
 norms, FiLM and the DDIM update stay fp32: fp16 operands carry the same 10-bit mantissa that TF32 rounds
 fp32 operands to, so the products are no coarser, and cuBLAS runs fp16 at twice TF32's rate with half the
-weight traffic, without split-K reduces. The casts ride in the neighbouring pointwise kernels. On the H200
-a 25-step window went from 19.1 / 37.1 ms to 12.7 / 22.5 ms at 1 / 16 windows, 1.1e-3 relative from fp32
-(bench/results/2026-12-01_h200_speed_fp16_lmdm.json). At one window the remaining ~150 kernels per step
-are latency-bound (a product ~4 us, a pointwise kernel ~2 us, whatever their size), so launches went:
+weight traffic, without split-K reduces. The casts ride in the neighbouring pointwise kernels. What is
+left at one window is launch-bound (a product or a pointwise kernel costs about the same whatever its
+size), so launches are merged where that is exact:
 
 * the self-attention's q/k and v products as one product up to ``MERGED_PROJECTION_ROWS`` rows;
 * ff1's GELU in the product's epilogue (``torch._addmm_activation``; on CUDA the tanh approximation);
 * the input and final projections in fp16 too, their 530 inputs and 265 outputs zero-padded to multiples
-  of 8 so that cuBLAS picks aligned tensor-core kernels (with TF32 and unaligned rows they were ~30 us per
-  step in five kernels).
+  of 8 so that cuBLAS picks aligned tensor-core kernels (unaligned TF32 rows take several slow kernels).
 
-149 -> 133 kernels per step; 12.96 / 23.13 -> 11.97 / 21.14 ms at 1 / 16 windows in one process, relative
-error 1.20e-3 -> 1.22e-3 (bench/results/2026-12-01_h200_lmdm_merged_projections.json).
+The timings of each step are in bench/results/README.md (the LMDM rows).
 
 ``FusedLMDMStep`` shares the loaded module's parameters: its derived tables, and the fp16 copies of
 the layers' weights when ``matmul_dtype`` asks for them, are built from them, so it is built after
@@ -58,8 +54,7 @@ from engine.timebase import SEQ_FRAMES
 
 MERGED_PROJECTION_ROWS = 640
 """Up to this many rows (4 guided windows of 80 frames) the self-attention's q/k and v products run as one: they are
-latency-bound there, so one launch of twice the FLOPs beats two (H200, two runs: -0.3 and -0.7 ms per window at 1 window,
-even at 4, +0.9 ms at 8; bench/results/2026-12-01_h200_lmdm_merged_projections.json)."""
+launch-bound there, so one launch of twice the FLOPs beats two; from 8 windows on, two separate products are faster."""
 
 
 class FusedWindow(NamedTuple):
