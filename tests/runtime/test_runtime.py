@@ -138,7 +138,7 @@ def test_admission_refuses_a_live_session_the_gpu_could_not_serve(runtime: Runti
     runtime.open_session(avatar, live=False).close()
 
 
-def test_interrupt_drops_untaken_frames_and_goes_on_silently_from_the_last_frame_shown(runtime: Runtime, avatar) -> None:
+def test_interrupt_drops_untaken_frames_and_goes_on_silently_numbered_from_the_last_frame_shown(runtime: Runtime, avatar) -> None:
     session = runtime.open_session(avatar, live=True, overlap=75)
     session.push_audio(tone(0.2), RATE)
     shown = [session.next_frame(timeout=300) for _ in range(3)]
@@ -146,7 +146,7 @@ def test_interrupt_drops_untaken_frames_and_goes_on_silently_from_the_last_frame
     session.interrupt()
     after = [session.next_frame(timeout=300) for _ in range(2)]
     session.close()
-    assert [f.index for f in after] == [3, 4]
+    assert [f.index for f in after] == [3, 4], "numbered on from the last frame shown"
     assert not any(f.speech for f in after) and not any(f.audio.any() for f in after)
     assert session.stats()["interrupts"] == 1
 
