@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import os
 import signal
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -221,7 +222,9 @@ def test_sessions_created_and_deleted_leave_the_workers_memory_flat(tmp_path: Pa
                 if i in (20, 50):  # after the first sessions' allocations have settled
                     sizes.append(resident_mb(pid))
                 session = await service.create(SessionSpec("anna", mp4=str(tmp_path / f"{i % 2}.mp4")))
+                deadline = time.monotonic() + 30
                 while not session.output_stats.get("frames_released"):
+                    assert time.monotonic() < deadline, f"session {i} released no frame within 30 s: {session.output_stats}"
                     await asyncio.sleep(0.02)
                 await service.delete(session.id)
                 service.forget(session.id)
