@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from engine.timebase import HOP_FRAMES, SEQ_FRAMES
+
 
 @dataclass(frozen=True)
 class LatencyMode:
@@ -24,8 +26,8 @@ class LatencyMode:
     early_release: bool
 
 
-FAITHFUL = LatencyMode("faithful", hop_frames=5, overlap=75, early_release=False)
-LOW = LatencyMode("low", hop_frames=3, overlap=77, early_release=True)
+FAITHFUL = LatencyMode("faithful", hop_frames=HOP_FRAMES, overlap=SEQ_FRAMES - HOP_FRAMES, early_release=False)
+LOW = LatencyMode("low", hop_frames=3, overlap=SEQ_FRAMES - 3, early_release=True)
 MODES = {mode.name: mode for mode in (FAITHFUL, LOW)}
 
 
