@@ -3,13 +3,14 @@
 A k×k×k convolution whose depth is padded by k//2 equals one 2-D k×k convolution applied to
 every depth plane, with the k depth slices of the kernel stacked along its output channels,
 followed by a shifted sum: output plane d adds input plane d+dz−k//2's slice-dz contribution.
-cuDNN runs that 2-D form at a much higher rate than its 3-D kernels. Channels are zero-padded to the tensor cores' multiples (inputs 16, outputs 8), which adds
-exact zeros. The occlusion head (a 2-D 7×7 convolution over all 16 depth planes stacked as
-channels, one output) rides along in the mask's 2-D convolution: each plane's contribution
-is one more output channel per depth, summed along the diagonal. That 7×7 convolution (144 -> 184
-channels) gets only cuDNN's slower "indexed" kernels; with the input's 7 column shifts stacked as
-channels (1008) it becomes a 7×1 convolution that cuDNN runs about twice as fast, and torch.compile
-fuses the stacking copy into the producer of the input.
+cuDNN runs that 2-D form at a much higher rate than its 3-D kernels. Channels are zero-padded to
+the tensor cores' multiples (inputs 16, outputs 8), which adds exact zeros. The occlusion head
+(a 2-D 7×7 convolution over all 16 depth planes stacked as channels, one output) rides along in
+the mask's 2-D convolution: each plane's contribution is one more output channel per depth,
+summed along the diagonal. That 7×7 convolution (144 -> 184 channels) gets only cuDNN's slower
+"indexed" kernels; with the input's 7 column shifts stacked as channels (1008) it becomes a 7×1
+convolution that cuDNN runs about twice as fast, and torch.compile fuses the stacking copy into
+the producer of the input.
 
 Only the PyTorch backend on CUDA swaps these in (``use_depth_planes``); checkpoints, the CPU
 path and the ONNX export keep the plain 3-D operators (TensorRT picks its own kernels).
