@@ -98,7 +98,7 @@ class PrecomputedMotion:
 
     def samples_for_frames(self, total: int) -> int:
         """Samples still to commit before ``total`` frames in all are released (0: none)."""
-        return max(min(total, self._motion.shape[0]) * FRAME_SAMPLES - self.samples_in, 0)
+        return max(min(total, self._motion.shape[0]) * SAMPLES_PER_FRAME - self.samples_in, 0)
 
     def take_chunks(self, limit: int) -> tuple[np.ndarray, int]:
         """No audio to encode."""
