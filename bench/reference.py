@@ -112,7 +112,7 @@ def bench_reference(folder: Path, device: torch.device, cond_width: int, steps: 
     sampler = lmdm.LMDM(
         str(folder / OFFICIAL_FILENAMES["lmdm"]), device=name, motion_feat_dim=MOTION_DIM, audio_feat_dim=cond_width
     )
-    sampler.model.device = name  # its module ignores the wrapper's device and defaults to 'cuda' (facts §10)
+    sampler.model.device = name  # the reference's LMDM wrapper ignores the device it was given and defaults to 'cuda'
     rng = np.random.default_rng(1)
     kp_cond = rng.standard_normal((1, MOTION_DIM), dtype=np.float32) * 0.5
     aud_cond = rng.standard_normal((1, SEQ_FRAMES, cond_width), dtype=np.float32)
