@@ -7,7 +7,7 @@ avatar=${1:?cached avatar folder}
 reference=${2:?reference checkout}
 source bench/gpu_env.sh
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$out/gpu.txt"
-python3 -m pytest -q -p no:cacheprovider tests/audio 2>&1 | tail -3 | tee "$out/gpu_tests.log"
+python3 -m pytest -q -p no:cacheprovider tests/engine/audio 2>&1 | tail -3 | tee "$out/gpu_tests.log"
 if [[ ${3:-} == hubert ]]; then
     timeout 150 python3 -m bench.hubert --device cuda --batches 1 16 --onnxruntime --out "$out/hubert.json" > "$out/hubert.log" 2>&1
     tail -15 "$out/hubert.log"

@@ -18,7 +18,7 @@ from engine.networks import lmdm
 from engine.networks.checkpoints import OFFICIAL_FILENAMES, wrap_state_dict
 from engine.networks.lmdm_blocks import RotaryAttention, RotaryEmbedding, sinusoidal_embedding
 from engine.timebase import SEQ_FRAMES
-from tests.networks.reference import reference_modules
+from tests.engine.networks.reference import reference_modules
 
 B, L, M, D = 2, SEQ_FRAMES, lmdm.MOTION_DIM, lmdm.COND_DIM
 

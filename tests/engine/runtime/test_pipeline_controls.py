@@ -3,7 +3,7 @@ controls on the next frame stitched; bad values refused on the caller's thread w
 
 One session's pipeline is driven here the way the runtime's loop drives it (intake, HuBERT, LMDM windows,
 stitching), with the real LMDM and stitching network on random weights; nothing is rendered (the render
-stages take the stitched keypoints as they are, see tests/runtime/test_runtime.py for rendered frames).
+stages take the stitched keypoints as they are, see tests/engine/runtime/test_runtime.py for rendered frames).
 """
 
 from __future__ import annotations

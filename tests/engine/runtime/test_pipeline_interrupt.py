@@ -1,6 +1,6 @@
 """An interrupt on the loop's side: the frames not taken are dropped, and the picture blends from the last frame shown.
 
-Driven like tests/runtime/test_pipeline_controls.py: one session's pipeline ticked by hand with the real LMDM and
+Driven like tests/engine/runtime/test_pipeline_controls.py: one session's pipeline ticked by hand with the real LMDM and
 stitching network on random weights; nothing is rendered.
 """
 
@@ -12,7 +12,7 @@ import torch
 from engine.engine import Engine
 from engine.runtime.avatars import LoadedAvatar
 from engine.runtime.pipeline import BLEND_FRAMES
-from tests.runtime.test_pipeline_controls import Loop
+from tests.engine.runtime.test_pipeline_controls import Loop
 
 pytestmark = pytest.mark.slow
 

@@ -23,8 +23,8 @@ from engine.motion.conditions import ConditionBuilder, emotion_table, mirror_ind
 from engine.motion.stitching import DRIVEN_KEYS_IMAGE, DRIVEN_KEYS_VIDEO, MotionStitcher
 from engine.motion.vector import MOTION_KEYS, join_motion
 from engine.offline_motion import PrecomputedMotion, offline_motion, window_sampler
-from tests.networks.reference import reference_module
-from tests.diffusion.toy_lmdm import toy_lmdm
+from tests.engine.networks.reference import reference_module
+from tests.engine.diffusion.toy_lmdm import toy_lmdm
 
 L, D, COND = 80, 265, 1103
 SR = 16_000

@@ -14,7 +14,7 @@ from engine.diffusion.offline import (
     window_conditions,
     window_starts,
 )
-from tests.diffusion.toy_lmdm import toy_lmdm
+from tests.engine.diffusion.toy_lmdm import toy_lmdm
 
 L, D, C = 80, 265, 7
 

@@ -14,7 +14,7 @@ import pytest
 from engine.controls import Controls
 from engine.official_cfg import MAX_ARRAY_BYTES, CfgError, cfg_controls, find_official_cfg, official_controls, read_cfg
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def official_layout(root, default_kwargs: dict, name: str = "v0.4_hubert_cfg_pytorch.pkl", protocol: int = 4):

@@ -13,7 +13,7 @@ from torch import nn
 
 from engine.networks import stitch_network as sn
 from engine.networks.checkpoints import read_checkpoint
-from tests.networks.reference import reference_modules
+from tests.engine.networks.reference import reference_modules
 
 NAME = "stitch_network"
 

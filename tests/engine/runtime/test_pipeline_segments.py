@@ -1,7 +1,7 @@
 """Speech segments on a live timeline: every frame carries its segment, numbers never go back, and once a frame
 numbered above s is made every frame of segment s has been (what the playback events rely on).
 
-Driven like tests/runtime/test_pipeline_latency.py: the runtime's own step on a virtual clock, instant windows.
+Driven like tests/engine/runtime/test_pipeline_latency.py: the runtime's own step on a virtual clock, instant windows.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 
 from avatars.cache import Avatar
 from engine.engine import Engine
-from tests.runtime.test_pipeline_latency import VirtualRuntime, utterance
+from tests.engine.runtime.test_pipeline_latency import VirtualRuntime, utterance
 
 pytestmark = pytest.mark.slow
 

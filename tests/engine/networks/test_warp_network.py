@@ -18,7 +18,7 @@ from engine.networks import load_network
 from engine.networks import dense_motion as dm
 from engine.networks import warp_network as wn
 from engine.networks.checkpoints import read_checkpoint
-from tests.networks.reference import max_rel_err, reference_modules
+from tests.engine.networks.reference import max_rel_err, reference_modules
 
 NAME = "warp_network"
 SMALL = {"num_kp": 3, "feature_channels": 4, "depth": 4, "compressed": 2, "hourglass_widths": (4, 8, 16), "out_channels": 8}

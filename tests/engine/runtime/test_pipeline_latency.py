@@ -4,7 +4,7 @@ Live sessions are driven through a runtime's own ``step`` (its scheduler, the re
 stand-in and stitching network on random weights) on a virtual clock: ticks every 10 ms, compute taking
 no time (the GPU's share of the lead is 0 here). What is under test is when frames become final, not
 what they show, so the executor makes each LMDM window its conditioning frame repeated and renders
-black 2x2 images (the real LMDM takes seconds per window on two cores; tests/runtime/test_pipeline_controls.py
+black 2x2 images (the real LMDM takes seconds per window on two cores; tests/engine/runtime/test_pipeline_controls.py
 runs it through the same pipeline). A TTS-like pusher sends 20 ms chunks of 16 kHz PCM in real time.
 """
 

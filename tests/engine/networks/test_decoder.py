@@ -20,7 +20,7 @@ from torch import nn
 from engine.networks import OFFICIAL_FILENAMES, load_network
 from engine.networks import decoder as dec
 from engine.networks.checkpoints import load_strict, read_checkpoint
-from tests.networks.reference import max_rel_err, reference_modules
+from tests.engine.networks.reference import max_rel_err, reference_modules
 
 NAME = "decoder"
 SPECTRAL_CONVS = [f"G_middle_{i}.conv_{j}" for i in range(6) for j in (0, 1)] + [

@@ -16,7 +16,7 @@ from torch import nn
 from engine.networks import CheckpointError, load_network
 from engine.networks import appearance_extractor as ae
 from engine.networks.checkpoints import read_checkpoint
-from tests.networks.reference import max_rel_err, reference_modules
+from tests.engine.networks.reference import max_rel_err, reference_modules
 
 NAME = "appearance_extractor"
 

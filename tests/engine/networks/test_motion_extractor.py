@@ -17,7 +17,7 @@ from torch import nn
 from engine.networks import load_network
 from engine.networks import motion_extractor as me
 from engine.networks.checkpoints import read_checkpoint
-from tests.networks.reference import max_rel_err, reference_modules
+from tests.engine.networks.reference import max_rel_err, reference_modules
 
 NAME = "motion_extractor"
 SHAPES = {"pitch": (66,), "yaw": (66,), "roll": (66,), "t": (3,), "exp": (63,), "scale": (1,), "kp": (63,)}
