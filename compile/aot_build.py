@@ -82,7 +82,7 @@ def build_packages(
 def _call(backend: TorchBackend, fused: FusedLMDMStep | None, schedule, call: str, batch: int):
     """The module and example inputs of one call at one batch."""
     if call == "render":
-        module = RenderCall(backend.network("warp_network"), backend.network("decoder"), backend.dtype)
+        module = RenderCall(backend.network("warp_network"), backend.network("decoder"))
         return module, render_inputs(batch, backend.device, backend.dtype)
     with torch.no_grad():
         if call == "lmdm_prepare":

@@ -15,8 +15,8 @@ slot (RGB, pts = slot index / 25) and, for speech frames, the exact audio that f
 
 Frames flow from ``StartFrame`` on, before any TTS audio: the avatar's own portrait until the runtime's first
 frame, then the runtime's idle motion. The session opens off the event loop (it waits for the runtime's current
-tick); TTS audio that arrives meanwhile waits for it. A session the runtime cannot admit is an ``ErrorFrame``. When the runtime has no frame ready for a slot (a CPU, an overloaded
-GPU) the last picture is shown again. ``InterruptionFrame`` interrupts the session (pending speech and untaken
+tick); TTS audio that arrives meanwhile waits for it. A session the runtime cannot admit is an ``ErrorFrame``.
+When the runtime has no frame ready for a slot (a CPU, an overloaded GPU) the last picture is shown again. ``InterruptionFrame`` interrupts the session (pending speech and untaken
 frames dropped) and drops every speech frame this service still holds at once; until the runtime's next frame
 the slot shows the last idle picture, never a speech frame of the interrupted segment. Memory is bounded: the
 session holds at most its lead of audio and its frame queue; this service at most ``max_held_frames``.

@@ -56,15 +56,14 @@ class StepCall(nn.Module):
 
 
 class RenderCall(nn.Module):
-    """Warp then decode, inputs cast to the networks' dtype as the backend's own ``warp`` does."""
+    """Warp then decode; its inputs come in the networks' dtype (the backend casts them before the call)."""
 
-    def __init__(self, warp: nn.Module, decoder: nn.Module, dtype: torch.dtype) -> None:
+    def __init__(self, warp: nn.Module, decoder: nn.Module) -> None:
         super().__init__()
-        self.warp, self.decoder, self.dtype = warp, decoder, dtype
+        self.warp, self.decoder = warp, decoder
 
     def forward(self, feature_3d: torch.Tensor, kp_source: torch.Tensor, kp_driving: torch.Tensor) -> torch.Tensor:
-        dt = self.dtype
-        return self.decoder(self.warp(feature_3d.to(dt), kp_source.to(dt), kp_driving.to(dt)))
+        return self.decoder(self.warp(feature_3d, kp_source, kp_driving))
 
 
 def step_inputs(fused: FusedLMDMStep, schedule: DDIMSchedule, batch: int, cond_width: int) -> tuple[torch.Tensor, ...]:

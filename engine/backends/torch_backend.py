@@ -150,7 +150,7 @@ class TorchBackend(Backend):
         package = self._packages.get(("lmdm_step", x.shape[0]))
         if package is not None and noise.shape == x.shape:
             self.package_calls += 1
-            return package(*contiguous((x, cond_frame, *prepared, time_cond.expand(x.shape[0]), coefficients, noise)))
+            return package(*contiguous((x, cond_frame, *prepared, time_cond, coefficients, noise)))
         if self._lmdm_step is None:
             return super().lmdm_step(x, cond_frame, prepared, time_cond, coefficients, noise)
         return self._lmdm_step(x, cond_frame, prepared, time_cond, coefficients, noise)
