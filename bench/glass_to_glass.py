@@ -74,6 +74,7 @@ def parse_args(argv: list[str] | None = None, parser: argparse.ArgumentParser | 
         help="WebRTC viewers (auto: Chromium where installed, else the aiortc viewer)",
     )
     parser.add_argument("--wait", type=float, help="seconds to wait for the markers after the last push (default 15; CPU 900)")
+    parser.add_argument("--plans", type=Path, help="the torch backend's compiled packages for the server (docs/startup.md)")
     parser.add_argument("--out", type=Path, required=True, help="write the results here as JSON")
     args = parser.parse_args(argv)
     if args.utterances < 1:
@@ -106,7 +107,8 @@ async def measure(args: argparse.Namespace, work: Path) -> dict:
     server = LiveServer(
         ["--avatar", avatar, "--listen", "--rtmp", nginx.url("glass"), "--webrtc", f"127.0.0.1:{http_port}"]
         + ["--encoder", args.encoder, "--steps", str(args.steps), "--latency", args.latency, "--device", device]
-        + (["--overlap", str(args.overlap)] if args.overlap is not None else []),
+        + (["--overlap", str(args.overlap)] if args.overlap is not None else [])
+        + (["--plans", str(args.plans)] if args.plans is not None else []),
         http_port,
         work / "serve.log",
     )
@@ -117,6 +119,7 @@ async def measure(args: argparse.Namespace, work: Path) -> dict:
         "latency": args.latency,
         "overlap": args.overlap if args.overlap is not None else MODES[args.latency].overlap,
         "encoder": args.encoder,
+        "plans": str(args.plans) if args.plans is not None else None,
         "utterances": args.utterances,
         "utterance_seconds": args.duration,
         "push": f"{PUSH_RATE} Hz s16le mono, {CHUNK_SECONDS * 1000:.0f} ms chunks in real time",
