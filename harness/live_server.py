@@ -37,14 +37,14 @@ def metric(metrics: Metrics, name: str, **labels: str) -> float | None:
 
 
 def run_keeping_server_log(measure, args, prefix: str) -> dict:
-    """``asyncio.run(measure(args, folder))`` in a temporary folder; the server's log there is kept beside ``args.json``."""
+    """``asyncio.run(measure(args, folder))`` in a temporary folder; the server's log there is kept beside ``args.out``."""
     with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
         try:
             return asyncio.run(measure(args, Path(tmp)))
         finally:
             log = Path(tmp) / "serve.log"
             if log.exists():
-                (args.json.parent / f"{args.json.stem}.serve.log").write_text(log.read_text(errors="replace"))
+                (args.out.parent / f"{args.out.stem}.serve.log").write_text(log.read_text(errors="replace"))
 
 
 class LiveServer:
