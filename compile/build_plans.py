@@ -342,7 +342,7 @@ def run(args: argparse.Namespace) -> int:
             "--checkpoints DIR is required to build: the official download, or any folder with --random-weights "
             "to write random stand-ins there (or --check PLANS to check built plans)"
         )
-    options, gpu = (None, None) if args.onnx_only else build_options(args)
+    options, gpu = (None, None) if args.onnx_only or args.aot == "only" else build_options(args)
     checkpoints = models_dir(args.checkpoints.resolve())
     if args.random_weights:
         missing = tuple(n for n, f in OFFICIAL_FILENAMES.items() if not (checkpoints / f).is_file())

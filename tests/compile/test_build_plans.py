@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from compile import build_plans
 from compile.build_plans import main
 from engine.plans.graphs import HUBERT_SAMPLES, RENDER_BATCH
 from engine.plans.manifest import file_sha256, read_manifest
@@ -134,6 +135,15 @@ def test_full_tensorrt_build_without_tensorrt_says_so_before_exporting(tmp_path:
     error = capsys.readouterr().err
     assert "TensorRT is not installed" in error and "pip install 'tensorrt" in error and "--onnx-only" in error
     assert not (tmp_path / "plans").exists()
+
+
+@no_tensorrt
+def test_aot_only_builds_the_torch_packages_without_asking_for_a_tensorrt_builder(tmp_path: Path, monkeypatch) -> None:
+    built = []  # the packages' build itself is tests/compile/test_aot_build.py's; here only what --aot only asks for
+    monkeypatch.setattr(build_plans, "build_aot", lambda checkpoints, out, steps: built.append((out, steps)))
+    args = ["--checkpoints", str(tmp_path / "models"), "--random-weights", "--out", str(tmp_path / "plans")]
+    assert main([*args, "--aot", "only", "--builder", "tensorrt", "--steps", "7"]) == 0
+    assert built == [(tmp_path / "plans", 7)]
 
 
 def test_tensorrt_rtx_build_refuses_what_it_cannot_target(tmp_path: Path, capsys) -> None:
