@@ -76,9 +76,15 @@ def step_inputs(fused: FusedLMDMStep, schedule: DDIMSchedule, batch: int, cond_w
     return contiguous(inputs)
 
 
+ALIGNMENT = 16
+"""Bytes a package's kernels assume each input starts on (AOTInductor copies any other input, warning, every call)."""
+
+
 def contiguous(tensors: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
-    """The tensors in the dense row-major layout a package is exported with (its kernels assume the strides they saw)."""
-    return tuple(t.contiguous() for t in tensors)
+    """The tensors in the dense row-major layout a package is exported with (its kernels assume the strides they saw),
+    each starting on an ``ALIGNMENT``-byte boundary (a view into the middle of a buffer, such as one DDIM time, is copied)."""
+    dense = (t.contiguous() for t in tensors)
+    return tuple(t if t.data_ptr() % ALIGNMENT == 0 else t.clone() for t in dense)
 
 
 def prepare_inputs(schedule: DDIMSchedule, batch: int, cond_width: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -140,17 +142,37 @@ def load_packages(
         raise StalePackages(f"{folder}: packages need the {', '.join(sorted(missing))} network(s), which this backend did not load")
     check_manifest(manifest, target, steps, {name: file_sha256(checkpoint_files[name]) for name in sorted(needed)}, folder)
     loaded = {}
-    for package in manifest.packages:
-        path = folder / package.file
-        if not path.is_file():
-            raise StalePackages(f"{path}: named by the manifest but missing: rebuild the packages")
-        if file_sha256(path) != package.sha256:
-            raise StalePackages(f"{path}: its sha256 is not the manifest's (altered or replaced): refused; rebuild the packages")
-        try:
-            loaded[(package.call, package.batch)] = torch._inductor.aoti_load_package(str(path))
-        except Exception as exc:  # a library that cannot load here (another toolkit, a missing symbol) is one more reason
-            raise StalePackages(f"{path}: could not be loaded ({type(exc).__name__}: {exc}): rebuild the packages") from exc
+    with cpu_isa_from_cpuinfo(target):
+        for package in manifest.packages:
+            loaded[(package.call, package.batch)] = _load_one(folder, package)
     log.info("loaded %d compiled packages from %s", len(loaded), folder)
+    return loaded
+
+
+def cpu_isa_from_cpuinfo(target: Target) -> AbstractContextManager[object]:
+    """While GPU packages load, take the CPU's vector ISA from cpuinfo. torch's loader asks for it only to compare
+    with the package's in a warning, and otherwise compiles probe programs and loads each in a child Python
+    (which imports torch): 30-60 s of a start on the lent H200. CPU packages keep the probe (CPU code runs on it)."""
+    if target.device == "cpu":
+        return nullcontext()
+    return torch._inductor.config.patch({"cpp.vec_isa_ok": True})
+
+
+def _load_one(folder: Path, package: Package) -> Callable[..., Any]:
+    """One package, its file checked against the manifest's sha256 before it is loaded."""
+    path = folder / package.file
+    if not path.is_file():
+        raise StalePackages(f"{path}: named by the manifest but missing: rebuild the packages")
+    if file_sha256(path) != package.sha256:
+        raise StalePackages(f"{path}: its sha256 is not the manifest's (altered or replaced): refused; rebuild the packages")
+    started = time.perf_counter()
+    try:
+        # Single-threaded: the runtime calls each from its one GPU loop, and the container's pool of models would
+        # otherwise query CUDA events, which a CUDA-graph capture forbids.
+        loaded = torch._inductor.aoti_load_package(str(path), run_single_threaded=True)
+    except Exception as exc:  # a library that cannot load here (another toolkit, a missing symbol) is one more reason
+        raise StalePackages(f"{path}: could not be loaded ({type(exc).__name__}: {exc}): rebuild the packages") from exc
+    log.debug("loaded %s in %.2f s", package.file, time.perf_counter() - started)
     return loaded
 
 
