@@ -2,8 +2,8 @@
 # Start-up with the torch backend's compiled packages (docs/startup.md), in calls on the lent GPU that chain:
 #   bash bench/gpu_startup.sh build           compile the packages for this GPU in the background (minutes)
 #   bash bench/gpu_startup.sh follow          the build's progress; returns once it is done or after ~9 min
-#   bash bench/gpu_startup.sh measure AVATAR  process start to a warmed runtime with the packages (twice), the live
-#                                             curve with them, and the newsroom clip rendered with them
+#   bash bench/gpu_startup.sh measure AVATAR  a start with the packages phase by phase (bench.start_phases), a
+#                                             second start, the live curve with them, the newsroom clip with them
 # Results and logs under $OUT; the packages under /tmp/plans (kept while the machine stays warm).
 set -uo pipefail
 source bench/gpu_env.sh
@@ -22,16 +22,20 @@ follow)
     cp "$plans"/torch-aot-*/manifest.json "$out/aot_manifest.json" 2>/dev/null ;;
 measure)
     avatar=${2:?cached avatar folder}
-    for run in 1 2; do
-        start=$EPOCHREALTIME
-        python3 -m bench.runtime --avatar "$avatar" --start-only --plans "$plans" --out "$out/start_packages_$run.json" 2>&1 | tail -3
-        echo "process start to warmed runtime with packages (run $run): $(since "$start") s" | tee -a "$out/startup.txt"
-    done
-    python3 -m bench.runtime --avatar "$avatar" --live-only --sessions 8 12 --seconds 20 --plans "$plans" \
-        --out "$out/runtime_packages.json" 2>&1 | tail -6
+    python3 -m bench.start_phases --plans "$plans" --out "$out/start_phases.json" >"$out/start_phases.log" 2>&1
+    grep -v "warming up" "$out/start_phases.log" | tail -12
+    start=$EPOCHREALTIME
+    python3 -m bench.runtime --avatar "$avatar" --start-only --plans "$plans" --out "$out/start_packages.json" \
+        >"$out/start_packages.log" 2>&1
+    echo "process start to warmed runtime with packages (bench.runtime): $(since "$start") s" | tee -a "$out/startup.txt"
+    python3 -m bench.runtime --avatar "$avatar" --live-only --sessions 12 16 --seconds 15 --plans "$plans" \
+        --out "$out/runtime_packages.json" >"$out/runtime_packages.log" 2>&1
+    tail -6 "$out/runtime_packages.log"
     newsroom_clip
     start=$EPOCHREALTIME
-    python3 -m apps.render --avatar "$avatar" --audio /tmp/newsroom.wav --plans "$plans" --out "$out/newsroom.mp4" 2>&1 | tail -3
-    echo "newsroom 7.84 s clip, process start to MP4 with packages: $(since "$start") s" | tee -a "$out/startup.txt"
+    python3 -m apps.render --avatar "$avatar" --audio /tmp/newsroom.wav --plans "$plans" --out "$out/newsroom.mp4" \
+        >"$out/newsroom.log" 2>&1
+    rc=$?
+    echo "newsroom 7.84 s clip, process start to MP4 with packages: $(since "$start") s (rc $rc)" | tee -a "$out/startup.txt"
     cat "$out/startup.txt" ;;
 esac

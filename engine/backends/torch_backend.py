@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -61,6 +62,7 @@ class TorchBackend(Backend):
         self._checkpoints = checkpoints
         self._nets: dict[str, torch.nn.Module] = {}
         for name in networks:
+            started = time.perf_counter()
             # fp32 where fp16 breaks the numbers: the motion extractor's LayerNorm/GRN statistics overflow, and the
             # LMDM's last DDIM steps multiply its noise prediction's error about 24 times.
             dtype_for = torch.float32 if name in ("motion_extractor", "lmdm", "stitch_network") else self.dtype
@@ -75,6 +77,7 @@ class TorchBackend(Backend):
                 _to_channels_last(net)
             net.requires_grad_(False)
             self._nets[name] = net
+            log.debug("loaded %s onto %s in %.2f s", name, self.device, time.perf_counter() - started)
         self._run = dict(self._nets)
         if self.device.type == "cuda":
             # TF32 matmuls for the fp32 LMDM: its products at tensor-core rate, a sampled window within 1e-3 relative.

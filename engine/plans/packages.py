@@ -163,16 +163,17 @@ def _load_one(folder: Path, package: Package) -> Callable[..., Any]:
     path = folder / package.file
     if not path.is_file():
         raise StalePackages(f"{path}: named by the manifest but missing: rebuild the packages")
+    started = time.perf_counter()
     if file_sha256(path) != package.sha256:
         raise StalePackages(f"{path}: its sha256 is not the manifest's (altered or replaced): refused; rebuild the packages")
-    started = time.perf_counter()
+    verified = time.perf_counter()
     try:
         # Single-threaded: the runtime calls each from its one GPU loop, and the container's pool of models would
         # otherwise query CUDA events, which a CUDA-graph capture forbids.
         loaded = torch._inductor.aoti_load_package(str(path), run_single_threaded=True)
     except Exception as exc:  # a library that cannot load here (another toolkit, a missing symbol) is one more reason
         raise StalePackages(f"{path}: could not be loaded ({type(exc).__name__}: {exc}): rebuild the packages") from exc
-    log.debug("loaded %s in %.2f s", package.file, time.perf_counter() - started)
+    log.debug("%s: sha256 checked in %.2f s, loaded in %.2f s", package.file, verified - started, time.perf_counter() - verified)
     return loaded
 
 
