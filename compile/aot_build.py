@@ -1,7 +1,8 @@
 """Build the torch backend's ahead-of-time compiled packages (torch.export + AOTInductor) for the device it runs on.
 
 One package per call and batch bucket the runtime uses (``engine.backends.aot_calls``), each exported with static
-shapes, as the runtime's CUDA graphs capture them, into ``PLANS/torch-aot-<arch>/`` with a manifest
+shapes, as the runtime's CUDA graphs capture them, and compiled without its weights (the backend binds its own at
+load, so the buckets share one copy), into ``PLANS/torch-aot-<arch>/`` with a manifest
 (``engine.plans.packages``). A package whose recipe (target, steps, checkpoints) is unchanged and whose file
 still hashes to its manifest entry is kept, so a rebuild redoes only what changed.
 """
@@ -16,7 +17,7 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from engine.backends.aot_calls import PrepareCall, RenderCall, StepCall, prepare_inputs, render_inputs, step_inputs
+from engine.backends.aot_calls import PrepareCall, RenderCall, StepCall, module_tensors, prepare_inputs, render_inputs, step_inputs
 from engine.backends.torch_backend import TorchBackend
 from engine.diffusion.schedule import ddim_schedule
 from engine.networks import OFFICIAL_FILENAMES
@@ -31,7 +32,11 @@ from engine.plans.packages import (
     Target,
     networks_of,
     read_manifest,
+    weights_digest,
 )
+
+WEIGHTS_OUTSIDE = {"aot_inductor.package_constants_in_so": False}
+"""AOTInductor's setting for a package that holds no weights (they are bound at load: ``engine.plans.packages``)."""
 
 
 def build_packages(
@@ -72,8 +77,11 @@ def build_packages(
             path = folder / f"{call}-b{batch}.pt2"
             with torch.no_grad():  # not inference mode: the LMDM step writes into its window, and compiling replays it
                 exported = torch.export.export(module, inputs)
-            torch._inductor.aoti_compile_and_package(exported, package_path=str(path))
-            manifest.packages.append(Package(call, batch, path.name, file_sha256(path), round(time.perf_counter() - started, 1)))
+            # Without its weights: the package runs on the backend's modules' own tensors (one copy for every bucket).
+            torch._inductor.aoti_compile_and_package(exported, package_path=str(path), inductor_configs=WEIGHTS_OUTSIDE)
+            weights = weights_digest(module_tensors(module), torch._inductor.aoti_load_package(str(path)).get_constant_fqns())
+            seconds = round(time.perf_counter() - started, 1)
+            manifest.packages.append(Package(call, batch, path.name, file_sha256(path), seconds, weights))
     manifest.built_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
     (folder / MANIFEST_FILE).write_text(manifest.to_json())
     return manifest

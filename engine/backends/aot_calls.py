@@ -3,10 +3,14 @@ exports them with.
 
 A compiled package takes and returns flat tensors only (a package keeps no Python types), so the LMDM window that
 ``FusedLMDMStep`` passes around as a ``FusedWindow`` crosses a package as its four tensors, in field order; and its
-kernels assume the strides they were compiled for, so every input crosses it contiguous (``contiguous``).
+kernels assume the strides they were compiled for, so every input crosses it contiguous (``contiguous``). A package
+holds no weights: it runs on the tensors of the modules it was exported from, by name (``module_tensors``), so every
+bucket shares the backend's one copy.
 """
 
 from __future__ import annotations
+
+from collections.abc import Mapping
 
 import torch
 from torch import nn
@@ -64,6 +68,16 @@ class RenderCall(nn.Module):
 
     def forward(self, feature_3d: torch.Tensor, kp_source: torch.Tensor, kp_driving: torch.Tensor) -> torch.Tensor:
         return self.decoder(self.warp(feature_3d, kp_source, kp_driving))
+
+
+def module_tensors(module: nn.Module) -> Mapping[str, torch.Tensor]:
+    """Every tensor ``module`` holds, by its dotted path, as ``torch.export`` names them: parameters, buffers and plain
+    tensor attributes, under every path by which a shared one is reached."""
+    tensors = {}
+    for prefix, sub in module.named_modules(remove_duplicate=False):
+        held = {**{k: v for k, v in vars(sub).items() if isinstance(v, torch.Tensor)}, **sub._parameters, **sub._buffers}
+        tensors.update({f"{prefix}.{name}" if prefix else name: t for name, t in held.items() if t is not None})
+    return tensors
 
 
 def step_inputs(fused: FusedLMDMStep, schedule: DDIMSchedule, batch: int, cond_width: int) -> tuple[torch.Tensor, ...]:

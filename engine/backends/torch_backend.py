@@ -16,13 +16,13 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from engine.backends.aot_calls import contiguous
+from engine.backends.aot_calls import PrepareCall, RenderCall, StepCall, contiguous, module_tensors
 from engine.backends.base import Backend, BackendError, Capabilities
 from engine.networks import OFFICIAL_FILENAMES, load_network
 from engine.networks.lmdm_fused import FusedLMDMStep, FusedWindow
@@ -90,9 +90,9 @@ class TorchBackend(Backend):
                     self._run[name] = torch.compile(self._nets[name])
         # The DDIM step of the sampler: the LMDM in fewer kernels, with the update, its layers' products
         # in the backend's dtype (fp16 on CUDA); the window preparation compiled too (engine.networks.lmdm_fused).
-        self._lmdm_step = self._lmdm_prepare = None
+        self._lmdm_step = self._lmdm_prepare = self._fused = None
         if "lmdm" in self._nets:
-            fused = FusedLMDMStep(self._nets["lmdm"], self.dtype)
+            fused = self._fused = FusedLMDMStep(self._nets["lmdm"], self.dtype)
             self._lmdm_step, self._lmdm_prepare = fused.ddim_step, fused.prepare_window
             if self.device.type == "cuda" and compile_networks:
                 self._lmdm_step, self._lmdm_prepare = torch.compile(self._lmdm_step), torch.compile(self._lmdm_prepare)
@@ -116,7 +116,7 @@ class TorchBackend(Backend):
         target = Target.here(self.device, self.dtype)
         files = {name: self._checkpoints / OFFICIAL_FILENAMES[name] for name in self._nets}
         try:
-            self._packages = load_packages(Path(plans), target, steps, files)
+            self._packages = load_packages(Path(plans), target, steps, files, self._call_weights)
         except StalePackages as exc:
             self.packages_status = f"compiled packages not used: {exc}"
             log.warning("%s", self.packages_status)
@@ -125,6 +125,12 @@ class TorchBackend(Backend):
             self.packages_status = f"{len(self._packages)} compiled packages for {target.device} ({', '.join(calls)})"
             log.info("%s", self.packages_status)
         return self.packages_status
+
+    def _call_weights(self, call: str) -> Mapping[str, torch.Tensor]:
+        """The tensors a package of ``call`` runs on, named as its module was exported (``engine.backends.aot_calls``)."""
+        if call == "render":
+            return module_tensors(RenderCall(self._nets["warp_network"], self._nets["decoder"]))
+        return module_tensors(PrepareCall(self._fused) if call == "lmdm_prepare" else StepCall(self._fused))
 
     def network(self, name: str) -> torch.nn.Module:
         """The loaded module for ``name`` (for export, benchmarks and parity checks)."""

@@ -2,17 +2,20 @@
 
 A package is native code (a shared library in a ``.pt2`` archive) built by ``compile.aot_build`` for one torch
 release, one device (a GPU architecture, or the CPU) and one set of checkpoints, for one call at one batch bucket.
-The JSON manifest beside the packages records all of that and each file's sha256. The loader takes a package only
-when every field matches this process and the file hashes to the manifest's value, so it never runs a library it
-was not handed on purpose; otherwise it says why and the backend keeps its torch.compile path.
+The JSON manifest beside the packages records all of that, each file's sha256 and the layout of the weights it
+runs on (a package holds none: the backend binds its own modules' tensors, so every bucket shares one copy). The
+loader takes a package only when every field matches this process and the file hashes to the manifest's value, so
+it never runs a library it was not handed on purpose; otherwise it says why and the backend keeps its torch.compile
+path.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -25,7 +28,7 @@ from engine.plans.manifest import file_sha256
 
 log = logging.getLogger(__name__)
 
-FORMAT = 1
+FORMAT = 2
 MANIFEST_FILE = "manifest.json"
 CALLS = ("lmdm_prepare", "lmdm_step", "render")
 """The calls packaged, one package per batch bucket: the LMDM window preparation and DDIM step, warp + decode."""
@@ -70,6 +73,8 @@ class Package:
     file: str
     sha256: str
     seconds: float = 0.0
+    weights: str = ""
+    """sha256 of the names, shapes, dtypes and strides of the weights it runs on (``weights_digest``)."""
 
 
 @dataclass
@@ -129,11 +134,23 @@ def check_manifest(manifest: PackageManifest, target: Target, steps: int, checkp
             raise StalePackages(f"{where}: built from another {name} checkpoint: rebuild the packages")
 
 
+def weights_digest(tensors: Mapping[str, torch.Tensor], names: Iterable[str]) -> str:
+    """sha256 of the layout (name, shape, dtype, strides) of the weights ``names``: a package's kernels assume it."""
+    lines = (f"{n} {tuple(tensors[n].shape)} {tensors[n].dtype} {tensors[n].stride()}" for n in sorted(names))
+    return hashlib.sha256("\n".join(lines).encode()).hexdigest()
+
+
 def load_packages(
-    plans: Path, target: Target, steps: int, checkpoint_files: Mapping[str, Path]
+    plans: Path,
+    target: Target,
+    steps: int,
+    checkpoint_files: Mapping[str, Path],
+    weights_of: Callable[[str], Mapping[str, torch.Tensor]],
 ) -> dict[tuple[str, int], Callable[..., Any]]:
     """Every package under ``plans`` for ``target``, keyed (call, batch): checked against the manifest and
-    ``checkpoint_files`` (network -> file), each file's sha256 verified before it is loaded. ``StalePackages`` otherwise."""
+    ``checkpoint_files`` (network -> file), each file's sha256 verified before it is loaded, each bound to the weights
+    ``weights_of(call)`` holds (by name, not copied) once their layout is the one it was compiled for. ``StalePackages``
+    otherwise."""
     folder = Path(plans) / target.folder()
     manifest = read_manifest(folder)
     needed = {name for p in manifest.packages for name in networks_of(p.call)}
@@ -144,7 +161,7 @@ def load_packages(
     loaded = {}
     with cpu_isa_from_cpuinfo(target):
         for package in manifest.packages:
-            loaded[(package.call, package.batch)] = _load_one(folder, package)
+            loaded[(package.call, package.batch)] = _load_one(folder, package, weights_of(package.call))
     log.info("loaded %d compiled packages from %s", len(loaded), folder)
     return loaded
 
@@ -158,8 +175,8 @@ def cpu_isa_from_cpuinfo(target: Target) -> AbstractContextManager[object]:
     return torch._inductor.config.patch({"cpp.vec_isa_ok": True})
 
 
-def _load_one(folder: Path, package: Package) -> Callable[..., Any]:
-    """One package, its file checked against the manifest's sha256 before it is loaded."""
+def _load_one(folder: Path, package: Package, weights: Mapping[str, torch.Tensor]) -> Callable[..., Any]:
+    """One package, its file checked against the manifest's sha256 before it is loaded, running on ``weights``."""
     path = folder / package.file
     if not path.is_file():
         raise StalePackages(f"{path}: named by the manifest but missing: rebuild the packages")
@@ -173,6 +190,16 @@ def _load_one(folder: Path, package: Package) -> Callable[..., Any]:
         loaded = torch._inductor.aoti_load_package(str(path), run_single_threaded=True)
     except Exception as exc:  # a library that cannot load here (another toolkit, a missing symbol) is one more reason
         raise StalePackages(f"{path}: could not be loaded ({type(exc).__name__}: {exc}): rebuild the packages") from exc
+    names = loaded.get_constant_fqns()
+    missing = sorted(set(names) - set(weights))
+    if missing:
+        raise StalePackages(f"{path}: runs on weights this backend does not hold ({', '.join(missing[:3])}): rebuild the packages")
+    if weights_digest(weights, names) != package.weights:
+        raise StalePackages(f"{path}: compiled for another layout of its weights (shapes, dtypes or strides): rebuild the packages")
+    try:
+        loaded.load_constants({n: weights[n] for n in names}, check_full_update=True, user_managed=True)
+    except Exception as exc:  # an older torch without user-managed weights, or a device the tensors are not on
+        raise StalePackages(f"{path}: could not be given its weights ({type(exc).__name__}: {exc}): rebuild the packages") from exc
     log.debug("%s: sha256 checked in %.2f s, loaded in %.2f s", package.file, verified - started, time.perf_counter() - verified)
     return loaded
 

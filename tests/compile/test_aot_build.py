@@ -18,6 +18,7 @@ from compile.aot_build import build_packages
 from engine.backends.aot_calls import step_inputs
 from engine.backends.torch_backend import TorchBackend
 from engine.diffusion.schedule import ddim_schedule
+from engine.networks import OFFICIAL_FILENAMES
 from engine.networks.lmdm_fused import FusedLMDMStep
 from engine.plans.packages import MANIFEST_FILE, PackageManifest, Target
 
@@ -65,6 +66,13 @@ def test_the_build_writes_one_package_per_call_and_bucket_and_a_manifest_naming_
     assert manifest["steps"] == STEPS and set(manifest["checkpoints"]) == {"lmdm"}
     for package in manifest["packages"]:
         assert (built.folder / package["file"]).stat().st_size > 0 and len(package["sha256"]) == 64
+        assert len(package["weights"]) == 64, "the layout of the weights it runs on"
+
+
+def test_a_package_holds_no_weights_of_its_own_so_every_bucket_runs_on_the_backends_one_copy(built: Built) -> None:
+    checkpoint = (built.checkpoints / OFFICIAL_FILENAMES["lmdm"]).stat().st_size
+    for package in built.manifest.packages:
+        assert (built.folder / package.file).stat().st_size < checkpoint / 5, package
 
 
 def test_the_backend_runs_the_packages_with_the_results_of_its_own_calls(built: Built) -> None:
@@ -104,9 +112,10 @@ def test_a_second_build_keeps_what_did_not_change(built: Built, tmp_path: Path) 
         (lambda m, folder: m["checkpoints"].update(lmdm="0" * 64), "built from another lmdm checkpoint"),
         (lambda m, folder: (folder / m["packages"][0]["file"]).open("ab").write(b"\0"), "its sha256 is not the manifest's"),
         (lambda m, folder: (folder / m["packages"][1]["file"]).unlink(), "named by the manifest but missing"),
+        (lambda m, folder: m["packages"][0].update(weights="0" * 64), "compiled for another layout of its weights"),
         (lambda m, folder: m["packages"][0].update(file="../../elsewhere.pt2"), "a package entry is not one this engine makes"),
     ],
-    ids=["torch release", "steps", "checkpoint", "altered file", "missing file", "path outside"],
+    ids=["torch release", "steps", "checkpoint", "altered file", "missing file", "weights layout", "path outside"],
 )
 def test_a_package_that_does_not_fit_is_refused_saying_why_and_the_backend_keeps_its_own_path(built: Built, tmp_path: Path, spoil, reason: str) -> None:
     plans = copy_of(built, tmp_path)
