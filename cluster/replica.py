@@ -85,6 +85,7 @@ class EngineReplica:
         self.failure: str | None = None
         self.draining = False
         self._reports = 0
+        self._answered = 0
         self._ticks = TickWatch(self.config.health_timeout)
         self._sockets: weakref.WeakSet[web.WebSocketResponse] = weakref.WeakSet()
         host = self.config.host
@@ -117,15 +118,18 @@ class EngineReplica:
         headers = {"Host": self.netloc, "Content-Type": "application/json"}
         if self.config.token:
             headers["Authorization"] = f"Bearer {self.config.token}"
-        async with self._http.post(f"{self._local}/sessions", data=body, headers=headers) as response:
-            text = await response.text()
-            return {"status": response.status, "body": text, "json": response.content_type == "application/json", **self.figures()}
+        try:
+            async with self._http.post(f"{self._local}/sessions", data=body, headers=headers) as response:
+                text = await response.text()
+                return {"status": response.status, "body": text, "json": response.content_type == "application/json", **self.figures()}
+        finally:
+            self._answered += 1  # after the session counts in free (or was refused): what reports say with "answered"
 
     async def record_routing_stats(self) -> dict[str, Any]:
-        """What the capacity router places by; ``seq`` numbers the reports, so the router knows which placements a
-        report already counts."""
+        """What the capacity router places by: the free room, ``seq`` numbering the reports, and ``answered`` (the
+        create calls answered so far), so the router knows which of the sessions it sent a report already counts."""
         self._reports += 1
-        return {**self.figures()["capacity"], "seq": self._reports}
+        return {**self.figures()["capacity"], "seq": self._reports, "answered": self._answered}
 
     async def check_health(self) -> None:
         """Raise when the engine core does not answer in ``health_timeout`` s, its runtime loop's tick counter stood

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 pytest.importorskip("ray")
-from cluster.router import placement_order  # noqa: E402
+from cluster.router import FORGET_AFTER, Sent, placement_order  # noqa: E402
 
 FREE = {"a": 2, "b": 0, "c": 1}
 
@@ -25,3 +25,15 @@ def test_a_replica_that_refused_this_post_comes_after_every_one_that_has_not_how
 
 def test_when_every_replica_refused_the_order_is_by_room_again() -> None:
     assert order(("a", "b", "c")) == ["a", "c", "b"]
+
+
+def test_a_session_sent_counts_against_the_replica_until_a_report_has_its_answer_in_it() -> None:
+    sent = Sent(count=1, answered=4, seq=7)
+    assert sent.pending({"seq": 8, "answered": 4}) == 1, "a report made before the replica answered still lacks it"
+    assert sent.pending({"seq": 8, "answered": 5}) == 0
+
+
+def test_a_send_the_replica_never_answered_is_forgotten_after_a_few_reports() -> None:
+    sent = Sent(count=2, answered=0, seq=3)
+    assert sent.pending({"seq": 3 + FORGET_AFTER - 1, "answered": 1}) == 1
+    assert sent.pending({"seq": 3 + FORGET_AFTER, "answered": 1}) == 0
