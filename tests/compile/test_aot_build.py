@@ -104,6 +104,13 @@ def test_a_second_build_keeps_what_did_not_change(built: Built, tmp_path: Path) 
     assert [(p.file, p.sha256, p.seconds) for p in again.packages] == [(p.file, p.sha256, p.seconds) for p in built.manifest.packages]
 
 
+def test_packages_built_in_two_processes_are_the_ones_one_process_builds(built: Built, tmp_path: Path) -> None:
+    backend = TorchBackend(built.checkpoints, device="cpu", networks=("lmdm",))
+    apart = build_packages(backend, built.checkpoints, tmp_path, STEPS, window_buckets=(1,), render_buckets=(), calls=LMDM_CALLS, progress=False, jobs=2)
+    assert [(p.call, p.batch, p.file, p.weights) for p in apart.packages] == [(p.call, p.batch, p.file, p.weights) for p in built.manifest.packages]
+    assert backend_with(built, tmp_path).packages_status.startswith("2 compiled packages for cpu")
+
+
 @pytest.mark.parametrize(
     ("spoil", "reason"),
     [

@@ -140,10 +140,10 @@ def test_full_tensorrt_build_without_tensorrt_says_so_before_exporting(tmp_path:
 @no_tensorrt
 def test_aot_only_builds_the_torch_packages_without_asking_for_a_tensorrt_builder(tmp_path: Path, monkeypatch) -> None:
     built = []  # the packages' build itself is tests/compile/test_aot_build.py's; here only what --aot only asks for
-    monkeypatch.setattr(build_plans, "build_aot", lambda checkpoints, out, steps: built.append((out, steps)))
+    monkeypatch.setattr(build_plans, "build_aot", lambda checkpoints, out, steps, jobs: built.append((out, steps, jobs)))
     args = ["--checkpoints", str(tmp_path / "models"), "--random-weights", "--out", str(tmp_path / "plans")]
-    assert main([*args, "--aot", "only", "--builder", "tensorrt", "--steps", "7"]) == 0
-    assert built == [(tmp_path / "plans", 7)]
+    assert main([*args, "--aot", "only", "--builder", "tensorrt", "--steps", "7", "--aot-jobs", "2"]) == 0
+    assert built == [(tmp_path / "plans", 7, 2)]
 
 
 def test_tensorrt_rtx_build_refuses_what_it_cannot_target(tmp_path: Path, capsys) -> None:
