@@ -169,7 +169,8 @@ def load_packages(
 def cpu_isa_from_cpuinfo(target: Target) -> AbstractContextManager[object]:
     """While GPU packages load, take the CPU's vector ISA from cpuinfo. torch's loader asks for it only to compare
     with the package's in a warning, and otherwise compiles probe programs and loads each in a child Python
-    (which imports torch): 30-60 s of a start on the lent H200. CPU packages keep the probe (CPU code runs on it)."""
+    (which imports torch in torch 2.11): 64 s of one measured start on the lent H200. CPU packages keep the probe
+    (CPU code runs on it)."""
     if target.device == "cpu":
         return nullcontext()
     return torch._inductor.config.patch({"cpp.vec_isa_ok": True})
