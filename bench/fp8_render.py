@@ -23,6 +23,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from bench.common.parts import render_inputs_with_motion
 from bench.common.stats import psnr
 from engine.backends.aot_calls import RenderCall
 from engine.engine import random_checkpoints
@@ -103,14 +104,6 @@ def render_with_fp8(render: nn.Module, inputs: tuple[torch.Tensor, ...], names: 
             h.remove()
 
 
-def speed_table_inputs(frames: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The speed table's render inputs: random appearance features, keypoints and a small motion (seed 0)."""
-    g = torch.Generator(device=device).manual_seed(0)
-    feature = torch.randn(frames, 32, 16, 64, 64, device=device, generator=g) * 0.5
-    kp_s = (torch.rand(frames, 21, 3, device=device, generator=g) - 0.5) * 0.6
-    return feature, kp_s, kp_s + 0.02 * torch.randn(frames, 21, 3, device=device, generator=g)
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.fp8_render", description=__doc__.split("\n\n")[0])
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
@@ -122,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
     folder = random_checkpoints()
     nets = [load_network(n, folder / OFFICIAL_FILENAMES[n], device, torch.float32, fold_batchnorm=True) for n in ("warp_network", "decoder")]
     render = RenderCall(*nets).eval()
-    inputs = speed_table_inputs(args.frames, device)
+    inputs = render_inputs_with_motion(args.frames, device)
     started = time.perf_counter()
     result: dict = {"what": __doc__.split("\n\n")[0], "device": str(device), "frames": args.frames, "weights": "random",
                     "torch": torch.__version__, "python": platform.python_version()}

@@ -34,6 +34,7 @@ from torch.profiler import ProfilerActivity, profile
 from torch.utils.flop_counter import FlopCounterMode
 
 from bench.common import lmdm_ops
+from bench.common.parts import render_inputs_with_motion
 from bench.common.stats import psnr
 from engine.backends.torch_backend import TorchBackend
 from engine.diffusion.ddim import denoiser_step
@@ -384,9 +385,7 @@ def speed_table(out: Path) -> dict:
     backend = TorchBackend(random_checkpoints(), device="cuda", networks=("warp_network", "decoder"))
     backend.capture_render((5, 16, 32))
     g = torch.Generator(device="cuda").manual_seed(0)
-    feature = torch.randn(32, 32, 16, 64, 64, device="cuda", generator=g) * 0.5
-    kp_s = (torch.rand(32, 21, 3, device="cuda", generator=g) - 0.5) * 0.6
-    kp_d = kp_s + 0.02 * torch.randn(32, 21, 3, device="cuda", generator=g)
+    feature, kp_s, kp_d = render_inputs_with_motion(32, torch.device("cuda"), g)
     for batch in (5, 16, 32):
         ms = median_ms(lambda: backend.render(feature[:batch], kp_s[:batch], kp_d[:batch]))
         result[f"render_ms_per_frame_b{batch}"] = ms / batch

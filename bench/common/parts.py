@@ -1,5 +1,6 @@
-"""Timing the engine's parts, for the benchmarks that time them (bench.compute, bench.avatar_load, bench.reference): the
-runtime's window sampler graphed and seeded, avatar loads synchronized on the device."""
+"""Timing the engine's parts, for the benchmarks that time them (bench.compute, bench.avatar_load, bench.reference,
+bench.render_profile, bench.fp8_render): the runtime's window sampler graphed and seeded, avatar loads synchronized
+on the device, the render's seeded inputs."""
 
 from __future__ import annotations
 
@@ -48,3 +49,16 @@ def time_loads(path: str | Path, device: torch.device, runs: int, verify: bool) 
         times.append((time.perf_counter() - start) * 1e3)
         del avatar
     return times
+
+
+def render_inputs_with_motion(
+    frames: int, device: torch.device, generator: torch.Generator | None = None
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The first ``frames`` (<= 32) of the speed table's render inputs: random appearance features, source keypoints
+    and driving keypoints a small motion away, as ``(feature_3d, kp_source, kp_driving)``; drawn from ``generator``
+    (default: a new one seeded 0)."""
+    g = generator or torch.Generator(device=device).manual_seed(0)
+    feature = torch.randn(32, 32, 16, 64, 64, device=device, generator=g) * 0.5
+    kp_s = (torch.rand(32, 21, 3, device=device, generator=g) - 0.5) * 0.6
+    kp_d = kp_s + 0.02 * torch.randn(32, 21, 3, device=device, generator=g)
+    return feature[:frames], kp_s[:frames], kp_d[:frames]
