@@ -79,6 +79,7 @@ class TorchBackend(Backend):
             self._nets[name] = net
             log.debug("loaded %s onto %s in %.2f s", name, self.device, time.perf_counter() - started)
         self._run = dict(self._nets)
+        started = time.perf_counter()
         if self.device.type == "cuda":
             # TF32 matmuls for the fp32 LMDM: its products at tensor-core rate, a sampled window within 1e-3 relative.
             torch.backends.cuda.matmul.allow_tf32 = True
@@ -96,6 +97,7 @@ class TorchBackend(Backend):
             self._lmdm_step, self._lmdm_prepare = fused.ddim_step, fused.prepare_window
             if self.device.type == "cuda" and compile_networks:
                 self._lmdm_step, self._lmdm_prepare = torch.compile(self._lmdm_step), torch.compile(self._lmdm_prepare)
+        log.debug("torch.compile wrappers and the fused LMDM step set up in %.2f s", time.perf_counter() - started)
         self.cond_width = self._nets["lmdm"].cond_dim if "lmdm" in self._nets else 0
         self.capabilities = Capabilities(
             fused_ddim_step=self._lmdm_step is not None,
