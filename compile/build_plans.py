@@ -51,7 +51,7 @@ from engine.audio.hubert import find_official_hubert
 from engine.backends.base import BackendError
 from engine.backends.torch_backend import TorchBackend
 from engine.engine import models_dir
-from engine.runtime.buckets import RENDER_BUCKETS, WINDOW_BUCKETS
+from engine.buckets import RENDER_BUCKETS, WINDOW_BUCKETS
 from engine.timebase import DEFAULT_STEPS
 from engine.networks import OFFICIAL_FILENAMES, CheckpointError, write_random_checkpoints
 from engine.plans import graphs

@@ -11,21 +11,20 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from engine.buckets import RENDER_BUCKETS, WINDOW_BUCKETS
+
 BATCH = "batch"
 GRID_SAMPLE_SCOPE = "grid_sample"
 """The ONNX scope of every node the exporter's 5-D trilinear grid sample emits (``compile.trilinear``)."""
 
-# Batch sizes the serving runtime pads each stage to. Render: frames per warp+decode call (a
-# 200 ms audio hop is 5 frames at 25 fps, so one session fills the smallest bucket). LMDM:
-# windows per denoiser call, one per session; the guided call runs 2B rows inside the graph.
-RENDER_BUCKETS: tuple[int, ...] = (5, 10, 20, 40)
-LMDM_BUCKETS: tuple[int, ...] = (1, 2, 4, 8, 16)
+# The serving runtime pads each stage to its batch buckets (engine.buckets); the guided LMDM call
+# runs 2B rows inside the graph.
 # One dynamic profile per graph covers every bucket: (min, opt, max). The minimum is 1 so a
 # partial batch needs no padding; opt is the middle bucket, where full TensorRT tunes its
 # tactics (TensorRT-RTX specializes kernels per shape at run time). A profile per bucket would
 # cost plan size and build time for nothing TensorRT-RTX needs (docs/tensorrt.md).
 RENDER_BATCH: tuple[int, int, int] = (1, RENDER_BUCKETS[1], RENDER_BUCKETS[-1])
-LMDM_BATCH: tuple[int, int, int] = (1, LMDM_BUCKETS[2], LMDM_BUCKETS[-1])
+LMDM_BATCH: tuple[int, int, int] = (1, WINDOW_BUCKETS[2], WINDOW_BUCKETS[-1])
 SINGLE: tuple[int, int, int] = (1, 1, 1)
 # HuBERT streaming chunk: 6480 samples (ten 40 ms frames + 80 samples), half and double allowed.
 HUBERT_SAMPLES: tuple[int, int, int] = (3240, 6480, 12960)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from engine.runtime.buckets import call_cost
+from engine.buckets import call_cost
 from engine.timebase import FPS, HOP_FRAMES, SEQ_FRAMES
 
 HOP_SECONDS = HOP_FRAMES / FPS

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from engine.runtime.buckets import RENDER_BUCKETS, WINDOW_BUCKETS
+from engine.buckets import RENDER_BUCKETS, WINDOW_BUCKETS
 
 
 @dataclass(frozen=True)

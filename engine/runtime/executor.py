@@ -17,7 +17,7 @@ from engine.audio.hubert import encodings
 from engine.diffusion.graphed import BucketedSampler
 from engine.engine import Engine
 from engine.motion.stitching import Posed, join_frames
-from engine.runtime.buckets import chunk_sizes
+from engine.buckets import chunk_sizes
 from engine.runtime.config import RuntimeConfig
 from engine.runtime.pipeline import SessionPipeline
 from engine.runtime.scheduler import ChunkJob, WindowJob

@@ -14,7 +14,7 @@ from typing import NamedTuple
 import numpy as np
 
 from engine.motion_stream import WindowRequest
-from engine.runtime.buckets import chunk_sizes
+from engine.buckets import chunk_sizes
 from engine.runtime.config import RuntimeConfig
 from engine.runtime.pipeline import SessionPipeline
 

@@ -14,7 +14,8 @@ from compile.onnx_parity import FP16_TOLERANCE
 from compile.plan_check import header_verdict
 from engine.backends.base import BackendError
 from engine.backends.tensorrt_backend import PlanIO, TensorRTBackend, check_contract, select_plans
-from engine.plans.graphs import LMDM_BATCH, LMDM_BUCKETS, RENDER_BATCH, RENDER_BUCKETS, SPECS
+from engine.buckets import RENDER_BUCKETS, WINDOW_BUCKETS
+from engine.plans.graphs import LMDM_BATCH, RENDER_BATCH, SPECS
 from engine.plans.libraries import RTX, installed_builders
 from engine.plans.manifest import file_sha256, read_manifest
 from engine.plans.targets import GpuInfo
@@ -51,7 +52,7 @@ def test_the_manifest_records_builder_targets_hashes_precisions_and_profiles(rtx
 
 
 def test_profiles_cover_every_runtime_bucket() -> None:
-    for name, buckets in (("decoder", RENDER_BUCKETS), ("warp_network", RENDER_BUCKETS), ("lmdm", LMDM_BUCKETS)):
+    for name, buckets in (("decoder", RENDER_BUCKETS), ("warp_network", RENDER_BUCKETS), ("lmdm", WINDOW_BUCKETS)):
         low, opt, high = SPECS[name].ranges["batch"]
         assert low <= min(buckets) and high == max(buckets) and opt in buckets
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from engine.runtime.buckets import RENDER_BUCKETS, WINDOW_BUCKETS, bucket_for, call_cost, chunk_sizes
+from engine.buckets import RENDER_BUCKETS, WINDOW_BUCKETS, bucket_for, call_cost, chunk_sizes
 
 MEASURED_RENDER_MS = {5: 23.6, 10: 42.2, 20: 81.4, 40: 151.2}
 MEASURED_WINDOW_MS = {1: 26.9, 2: 28.2, 4: 30.1, 8: 36.9, 16: 56.1}
