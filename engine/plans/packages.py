@@ -158,10 +158,11 @@ def load_packages(
     if missing:
         raise StalePackages(f"{folder}: packages need the {', '.join(sorted(missing))} network(s), which this backend did not load")
     check_manifest(manifest, target, steps, {name: file_sha256(checkpoint_files[name]) for name in sorted(needed)}, folder)
+    weights = {call: weights_of(call) for call in {p.call for p in manifest.packages}}  # one map per call, not per bucket
     loaded = {}
     with cpu_isa_from_cpuinfo(target):
         for package in manifest.packages:
-            loaded[(package.call, package.batch)] = _load_one(folder, package, weights_of(package.call))
+            loaded[(package.call, package.batch)] = _load_one(folder, package, weights[package.call])
     log.info("loaded %d compiled packages from %s", len(loaded), folder)
     return loaded
 
