@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Start-up with the torch backend's compiled packages (docs/startup.md), in calls on the lent GPU that chain:
-#   bash bench/gpu_startup.sh build           compile the packages for this GPU in the background (minutes)
-#   bash bench/gpu_startup.sh follow          the build's progress; returns once it is done or after ~9 min
+#   bash bench/gpu_startup.sh build [ARGS]    compile the packages for this GPU in the background (minutes); ARGS go
+#                                             to compile.build_plans (--aot-jobs N)
+#   bash bench/gpu_startup.sh follow [SECS]   the build's progress; returns once it is done or after SECS (540)
 #   bash bench/gpu_startup.sh measure AVATAR  a start with the packages phase by phase (bench.start_phases), a
 #                                             second start, the live curve with them, the newsroom clip with them
 # Results and logs under $OUT; the packages under /tmp/plans (kept while the machine stays warm).
@@ -12,17 +13,18 @@ checkpoints=$DITTO_CACHE_DIR/random-weights-seed0
 case "${1:?build, follow or measure}" in
 build)
     nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$out/gpu.txt"
-    nohup python3 -m compile.build_plans --checkpoints "$checkpoints" --random-weights --aot only --out "$plans" \
+    nohup python3 -m compile.build_plans --checkpoints "$checkpoints" --random-weights --aot only --out "$plans" "${@:2}" \
         > /tmp/aot_build.log 2>&1 &
     echo $! > /tmp/aot_build.pid
     sleep 60; tail -c 2000 /tmp/aot_build.log ;;
 follow)
-    for _ in $(seq 54); do kill -0 "$(cat /tmp/aot_build.pid)" 2>/dev/null || break; sleep 10; done
+    until ((SECONDS >= ${2:-540})); do kill -0 "$(cat /tmp/aot_build.pid)" 2>/dev/null || break; sleep 5; done
     tail -c 4000 /tmp/aot_build.log | tee "$out/aot_build.log"
     cp "$plans"/torch-aot-*/manifest.json "$out/aot_manifest.json" 2>/dev/null ;;
 measure)
     avatar=${2:?cached avatar folder}
-    python3 -m bench.start_phases --plans "$plans" --out "$out/start_phases.json" >"$out/start_phases.log" 2>&1
+    python3 -m bench.start_phases --plans "$plans" --out "$out/start_phases.json" --profile "$out/start_profile.txt" \
+        >"$out/start_phases.log" 2>&1
     grep -v "warming up" "$out/start_phases.log" | tail -12
     start=$EPOCHREALTIME
     python3 -m bench.runtime --avatar "$avatar" --start-only --plans "$plans" --out "$out/start_packages.json" \

@@ -3,7 +3,8 @@
 The phases: imports, the CUDA context, loading the networks, checking and loading the compiled packages (each network
 and package timed in the log), HuBERT, and the warm-up that captures every bucket.
 
-``python -m bench.start_phases [--plans DIR] [--out FILE.json]`` (random weights; without ``--plans`` the warm-up compiles.)
+``python -m bench.start_phases [--plans DIR] [--out FILE.json] [--profile FILE.txt]`` (random weights; without
+``--plans`` the warm-up compiles; ``--profile`` also writes cProfile's 40 costliest calls, by cumulative time.)
 """
 
 from __future__ import annotations
@@ -13,7 +14,10 @@ import time
 STARTED = time.perf_counter()
 
 import argparse  # noqa: E402
+import cProfile  # noqa: E402
+import io  # noqa: E402
 import json  # noqa: E402
+import pstats  # noqa: E402
 import logging  # noqa: E402
 from pathlib import Path  # noqa: E402
 
@@ -29,7 +33,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.start_phases", description=__doc__.split("\n\n")[0])
     parser.add_argument("--plans", type=Path, help="a plans folder with the torch backend's compiled packages")
     parser.add_argument("--out", type=Path, help="also write the phases here as JSON")
+    parser.add_argument("--profile", type=Path, help="also write cProfile's costliest calls of the start here")
     args = parser.parse_args(argv)
+    profiler = cProfile.Profile() if args.profile else None
+    if profiler:
+        profiler.enable()
     logging.basicConfig(level=logging.INFO, format="%(relativeCreated)8.0f ms %(name)s: %(message)s")
     for timed in ("engine.plans.packages", "engine.backends.torch_backend"):  # each package and network, timed
         logging.getLogger(timed).setLevel(logging.DEBUG)
@@ -45,6 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     torch.zeros(1, device="cuda")
     mark = phase("CUDA context", mark)
     folder = random_checkpoints()
+    mark = phase("random checkpoints (written on a first run)", mark)
     backend = TorchBackend(folder, device=torch.device("cuda"), compile_networks=True)
     mark = phase("networks loaded", mark)
     if args.plans is not None:
@@ -55,6 +64,11 @@ def main(argv: list[str] | None = None) -> int:
     runtime = Runtime(engine, RuntimeConfig(admission=False))
     phase("warm-up (capture every bucket)", mark)
     phases["total from process start"] = round(time.perf_counter() - STARTED, 2)
+    if profiler:
+        profiler.disable()
+        text = io.StringIO()
+        pstats.Stats(profiler, stream=text).sort_stats("cumulative").print_stats(40)
+        args.profile.write_text(text.getvalue())
     result = {"gpu": torch.cuda.get_device_name(0), "torch": torch.__version__, "packages": backend.packages_status,
               "phases_s": phases, "window_ms": runtime.window_ms, "render_ms": runtime.render_ms}
     runtime.close()
