@@ -33,9 +33,9 @@ from engine.plans.packages import (
     StalePackages,
     Target,
     networks_of,
-    cpu_isa_from_cpuinfo,
     read_manifest,
     weights_digest,
+    without_cpu_isa_probe,
 )
 
 WEIGHTS_OUTSIDE = {"aot_inductor.package_constants_in_so": False}
@@ -109,8 +109,8 @@ class _Compiler:
         with torch.no_grad():  # not inference mode: the LMDM step writes into its window, and compiling replays it
             exported = torch.export.export(module, inputs)
         # Without its weights: the package runs on the backend's modules' own tensors (one copy for every bucket).
-        # On a GPU the CPU's vector ISA is taken from cpuinfo: the package has no CPU kernels for it to matter to.
-        with cpu_isa_from_cpuinfo(self.target):
+        # On a GPU torch is told the CPU has no vector ISA: the package has no CPU kernels for it to matter to.
+        with without_cpu_isa_probe(self.target):
             torch._inductor.aoti_compile_and_package(exported, package_path=str(path), inductor_configs=WEIGHTS_OUTSIDE)
             names = torch._inductor.aoti_load_package(str(path)).get_constant_fqns()
         seconds = round(time.perf_counter() - started, 1)

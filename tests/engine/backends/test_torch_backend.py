@@ -1,5 +1,5 @@
 """The torch backend loads the networks it is asked for, in the dtype each needs on its device, and says clearly
-what it cannot do: a network it did not load, a GPU torch does not see."""
+what it cannot do: a network it did not load, a GPU torch does not see; it compiles a network only when a call needs it."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from engine.backends.base import BackendError
-from engine.backends.torch_backend import TorchBackend
+from engine.backends.torch_backend import CompiledOnFirstCall, TorchBackend
 
 
 def test_only_the_networks_asked_for_are_loaded_and_another_one_is_refused_by_name(checkpoint_dir) -> None:
@@ -38,3 +38,14 @@ def test_stitching_takes_keypoints_in_any_float_dtype(checkpoint_dir) -> None:
 def test_asking_for_cuda_where_torch_sees_none_says_so(checkpoint_dir) -> None:
     with pytest.raises(BackendError, match="asked for CUDA, but torch sees no CUDA device"):
         TorchBackend(checkpoint_dir("stitch_network"), device="cuda", networks=("stitch_network",))
+
+
+def test_a_network_is_compiled_at_its_first_call_not_when_the_backend_is_made() -> None:
+    def affine(x: torch.Tensor) -> torch.Tensor:
+        return x * 2 + 1
+
+    wrapped = CompiledOnFirstCall(affine)
+    assert wrapped._compiled is None, "nothing compiled (nor the compiler imported) before a call needs it"
+    x = torch.arange(6.0)
+    assert torch.equal(wrapped(x), affine(x))
+    assert wrapped._compiled is not None

@@ -3,22 +3,41 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+
 import torch
 
-from engine.plans.packages import Target, cpu_isa_from_cpuinfo
+from engine.plans.packages import Target, without_cpu_isa_probe
 
 GPU = Target("2.11.0", "13.0", "sm_90", "float16")
 CPU = Target("2.11.0", None, "cpu", "float32")
 
 
-def test_gpu_packages_load_trusting_cpuinfo_for_the_cpu_vector_isa_and_the_setting_is_restored_after() -> None:
-    before = torch._inductor.config.cpp.vec_isa_ok
-    with cpu_isa_from_cpuinfo(GPU):
-        assert torch._inductor.config.cpp.vec_isa_ok is True, "no probe programs compiled and loaded in child processes"
-    assert torch._inductor.config.cpp.vec_isa_ok == before
+PROBES_UNDER = """
+import json
+import torch
+from torch._inductor import codecache, cpu_vec_isa
+from engine.plans.packages import Target, without_cpu_isa_probe
+probes = []
+cpu_vec_isa.VecISA.check_build = lambda self, code: probes.append(str(self)) or True
+with without_cpu_isa_probe(Target("2.11.0", "13.0", "sm_90", "float16")):
+    isa = codecache.get_device_information("cpu")["AOTI_CPU_ISA"]
+print(json.dumps({"isa": isa, "none": str(cpu_vec_isa.invalid_vec_isa).upper(), "probes": probes, "after": torch._inductor.config.cpp.vec_isa_ok}))
+"""
+
+
+def test_gpu_packages_load_without_compiling_any_vector_isa_probe_and_the_setting_is_restored_after() -> None:
+    # A fresh process: torch caches each ISA's answer for the rest of a process.
+    run = subprocess.run([sys.executable, "-c", PROBES_UNDER], capture_output=True, text=True, timeout=120, check=True)
+    seen = json.loads(run.stdout.splitlines()[-1])
+    assert seen["probes"] == [], "no probe program compiled, the AVX-512 bf16 and AMX ones included"
+    assert seen["isa"] == seen["none"], "the device information a package is compared with names no CPU ISA, as its build recorded"
+    assert seen["after"] is None, "torch's own setting is back once the packages are loaded"
 
 
 def test_cpu_packages_keep_torchs_probe_of_the_vector_isa_their_code_runs_with() -> None:
     before = torch._inductor.config.cpp.vec_isa_ok
-    with cpu_isa_from_cpuinfo(CPU):
+    with without_cpu_isa_probe(CPU):
         assert torch._inductor.config.cpp.vec_isa_ok == before
