@@ -24,6 +24,7 @@ from engine.networks.checkpoints import (
     read_checkpoint,
     wrap_state_dict,
 )
+from engine.networks.uninitialized import without_random_init
 
 __all__ = [
     "NETWORK_NAMES",
@@ -53,7 +54,8 @@ def load_network(
     impl = network_module(name)
     state_dict = read_checkpoint(name, path)
     try:
-        net = impl.build(state_dict)
+        with without_random_init():  # the strict load below writes every tensor the random fills would
+            net = impl.build(state_dict)
     except (KeyError, IndexError, ValueError) as exc:
         raise CheckpointError(f"{name}: {path} does not have the layout of the official file: {exc}") from exc
     load_strict(net, state_dict, name, path)
