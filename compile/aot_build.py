@@ -25,6 +25,7 @@ from engine.diffusion.schedule import ddim_schedule
 from engine.networks import OFFICIAL_FILENAMES
 from engine.networks.lmdm_fused import FusedLMDMStep
 from engine.plans.manifest import file_sha256
+from engine.plans.package_loader import without_cpu_isa_probe
 from engine.plans.packages import (
     CALLS,
     MANIFEST_FILE,
@@ -35,7 +36,6 @@ from engine.plans.packages import (
     networks_of,
     read_manifest,
     weights_digest,
-    without_cpu_isa_probe,
 )
 
 WEIGHTS_OUTSIDE = {"aot_inductor.package_constants_in_so": False}
@@ -110,7 +110,7 @@ class _Compiler:
             exported = torch.export.export(module, inputs)
         # Without its weights: the package runs on the backend's modules' own tensors (one copy for every bucket).
         # On a GPU torch is told the CPU has no vector ISA: the package has no CPU kernels for it to matter to.
-        with without_cpu_isa_probe(self.target):
+        with without_cpu_isa_probe(self.target.device):
             torch._inductor.aoti_compile_and_package(exported, package_path=str(path), inductor_configs=WEIGHTS_OUTSIDE)
             names = torch._inductor.aoti_load_package(str(path)).get_constant_fqns()
         seconds = round(time.perf_counter() - started, 1)

@@ -16,15 +16,14 @@ import json
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
-from contextlib import AbstractContextManager, nullcontext
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
 
 import torch
 
 from engine.backends.base import BackendError
 from engine.plans.manifest import file_sha256
+from engine.plans.package_loader import LoadedPackage, open_package
 
 log = logging.getLogger(__name__)
 
@@ -146,7 +145,7 @@ def load_packages(
     steps: int,
     checkpoint_files: Mapping[str, Path],
     weights_of: Callable[[str], Mapping[str, torch.Tensor]],
-) -> dict[tuple[str, int], Callable[..., Any]]:
+) -> dict[tuple[str, int], LoadedPackage]:
     """Every package under ``plans`` for ``target``, keyed (call, batch): checked against the manifest and
     ``checkpoint_files`` (network -> file), each file's sha256 verified before it is loaded, each bound to the weights
     ``weights_of(call)`` holds (by name, not copied) once their layout is the one it was compiled for. ``StalePackages``
@@ -159,26 +158,12 @@ def load_packages(
         raise StalePackages(f"{folder}: packages need the {', '.join(sorted(missing))} network(s), which this backend did not load")
     check_manifest(manifest, target, steps, {name: file_sha256(checkpoint_files[name]) for name in sorted(needed)}, folder)
     weights = {call: weights_of(call) for call in {p.call for p in manifest.packages}}  # one map per call, not per bucket
-    loaded = {}
-    with without_cpu_isa_probe(target):
-        for package in manifest.packages:
-            loaded[(package.call, package.batch)] = _load_one(folder, package, weights[package.call])
+    loaded = {(p.call, p.batch): _load_one(folder, p, target, weights[p.call]) for p in manifest.packages}
     log.info("loaded %d compiled packages from %s", len(loaded), folder)
     return loaded
 
 
-def without_cpu_isa_probe(target: Target) -> AbstractContextManager[object]:
-    """While GPU packages build or load, tell torch the CPU has no vector ISA. Its loader asks for the ISA only to
-    compare with the package's in a warning, and otherwise compiles probe programs and loads them in child
-    processes: 64 s of one measured start on the lent H200, and still 35 s with ``vec_isa_ok=True``, which skips
-    the basic probe but not the AVX-512 bf16 and AMX ones (torch 2.11). GPU packages run no CPU kernels, and the
-    build records the same empty ISA, so loading warns of no mismatch. CPU packages keep the probe."""
-    if target.device == "cpu":
-        return nullcontext()
-    return torch._inductor.config.patch({"cpp.vec_isa_ok": False})
-
-
-def _load_one(folder: Path, package: Package, weights: Mapping[str, torch.Tensor]) -> Callable[..., Any]:
+def _load_one(folder: Path, package: Package, target: Target, weights: Mapping[str, torch.Tensor]) -> LoadedPackage:
     """One package, its file checked against the manifest's sha256 before it is loaded, running on ``weights``."""
     path = folder / package.file
     if not path.is_file():
@@ -190,7 +175,7 @@ def _load_one(folder: Path, package: Package, weights: Mapping[str, torch.Tensor
     try:
         # Single-threaded: the runtime calls each from its one GPU loop, and the container's pool of models would
         # otherwise query CUDA events, which a CUDA-graph capture forbids.
-        loaded = torch._inductor.aoti_load_package(str(path), run_single_threaded=True)
+        loaded = open_package(path, single_threaded=True, device=target.device)
     except Exception as exc:  # a library that cannot load here (another toolkit, a missing symbol) is one more reason
         raise StalePackages(f"{path}: could not be loaded ({type(exc).__name__}: {exc}): rebuild the packages") from exc
     names = loaded.get_constant_fqns()

@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +22,7 @@ from engine.backends.torch_backend import TorchBackend
 from engine.diffusion.schedule import ddim_schedule
 from engine.networks import OFFICIAL_FILENAMES
 from engine.networks.lmdm_fused import FusedLMDMStep
+from engine.plans import package_loader
 from engine.plans.packages import MANIFEST_FILE, PackageManifest, Target
 
 pytestmark = pytest.mark.slow
@@ -75,7 +78,13 @@ def test_a_package_holds_no_weights_of_its_own_so_every_bucket_runs_on_the_backe
         assert (built.folder / package.file).stat().st_size < checkpoint / 5, package
 
 
-def test_the_backend_runs_the_packages_with_the_results_of_its_own_calls(built: Built) -> None:
+@pytest.mark.parametrize("loader", ["torch's C++ loader", "the public loader, where the C++ one has another shape"])
+def test_the_backend_runs_the_packages_with_the_results_of_its_own_calls(built: Built, loader: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    if loader.startswith("the public"):
+        def another_shape(loader: object) -> None:
+            raise TypeError("this torch's loader takes other arguments")
+
+        monkeypatch.setattr(package_loader, "OpenedPackage", another_shape)
     backend = backend_with(built, built.plans)
     assert backend.packages_status.startswith("2 compiled packages for cpu"), backend.packages_status
     schedule = ddim_schedule(STEPS, torch.device("cpu"))
@@ -142,3 +151,24 @@ def test_no_packages_and_a_corrupt_manifest_are_each_named(built: Built, tmp_pat
     plans = copy_of(built, tmp_path)
     (plans / built.folder.name / MANIFEST_FILE).write_text("{not json")
     assert "not a package manifest" in backend_with(built, plans).packages_status
+
+
+LOAD_AND_RUN = """
+import sys
+import torch
+from engine.backends.torch_backend import TorchBackend
+from engine.diffusion.schedule import ddim_schedule
+backend = TorchBackend(sys.argv[1], device="cpu", networks=("lmdm",))
+print(backend.load_packages(sys.argv[2], int(sys.argv[3])))
+cond = torch.randn(1, 80, backend.cond_width)
+backend.lmdm_prepare(cond, ddim_schedule(int(sys.argv[3]), torch.device("cpu")).times)
+print(backend.package_calls, "torch._dynamo" in sys.modules, "torch._inductor" in sys.modules)
+"""
+
+
+def test_a_start_on_packages_never_imports_the_compiler(built: Built) -> None:
+    run = subprocess.run([sys.executable, "-c", LOAD_AND_RUN, str(built.checkpoints), str(built.plans), str(STEPS)],
+                         capture_output=True, text=True, timeout=300, check=True)
+    status, counts = run.stdout.strip().splitlines()[-2:]
+    assert status.startswith("2 compiled packages"), status
+    assert counts == "1 False False", "one call served by a package, and neither dynamo nor inductor imported"

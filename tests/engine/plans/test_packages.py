@@ -1,4 +1,4 @@
-"""Loading the torch backend's compiled packages: what a GPU package load leaves out of torch's own checks.
+"""Building and loading the torch backend's compiled packages: what GPU packages leave out of torch's own checks.
 (Building and running packages for real: tests/compile/test_aot_build.py.)"""
 
 from __future__ import annotations
@@ -9,20 +9,17 @@ import sys
 
 import torch
 
-from engine.plans.packages import Target, without_cpu_isa_probe
-
-GPU = Target("2.11.0", "13.0", "sm_90", "float16")
-CPU = Target("2.11.0", None, "cpu", "float32")
+from engine.plans.package_loader import without_cpu_isa_probe
 
 
 PROBES_UNDER = """
 import json
 import torch
 from torch._inductor import codecache, cpu_vec_isa
-from engine.plans.packages import Target, without_cpu_isa_probe
+from engine.plans.package_loader import without_cpu_isa_probe
 probes = []
 cpu_vec_isa.VecISA.check_build = lambda self, code: probes.append(str(self)) or True
-with without_cpu_isa_probe(Target("2.11.0", "13.0", "sm_90", "float16")):
+with without_cpu_isa_probe("sm_90"):
     isa = codecache.get_device_information("cpu")["AOTI_CPU_ISA"]
 print(json.dumps({"isa": isa, "none": str(cpu_vec_isa.invalid_vec_isa).upper(), "probes": probes, "after": torch._inductor.config.cpp.vec_isa_ok}))
 """
@@ -39,5 +36,5 @@ def test_gpu_packages_load_without_compiling_any_vector_isa_probe_and_the_settin
 
 def test_cpu_packages_keep_torchs_probe_of_the_vector_isa_their_code_runs_with() -> None:
     before = torch._inductor.config.cpp.vec_isa_ok
-    with without_cpu_isa_probe(CPU):
+    with without_cpu_isa_probe("cpu"):
         assert torch._inductor.config.cpp.vec_isa_ok == before

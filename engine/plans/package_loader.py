@@ -1,0 +1,79 @@
+"""Opening one AOTInductor package without importing torch's compiler.
+
+``torch._inductor.aoti_load_package`` imports ``torch._inductor``, and with it dynamo and the whole compiler (2-3 s
+of a start on the lent H200, 1.3 s on a CPU), only to compare the CPU and GPU the package recorded with this
+machine's in a warning, which ``engine.plans.packages`` already checks through the manifest. The loader under it is
+torch's own C++ package loader, opened here directly. Where this torch's loader has another shape than the one
+written for (torch 2.11-2.13), the public function opens the package instead.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from contextlib import AbstractContextManager, nullcontext
+from pathlib import Path
+from typing import Any, Protocol
+
+import torch
+import torch.utils._pytree as pytree
+
+log = logging.getLogger(__name__)
+
+MODEL_NAME = "model"
+"""The name AOTInductor gives the one model of a package it compiles."""
+
+
+class LoadedPackage(Protocol):
+    """What the backend uses of a loaded package: call it, name its weights, bind them."""
+
+    def __call__(self, *inputs: torch.Tensor) -> Any: ...
+
+    def get_constant_fqns(self) -> list[str]: ...
+
+    def load_constants(self, constants: Mapping[str, torch.Tensor], *, check_full_update: bool, user_managed: bool) -> None: ...
+
+
+class OpenedPackage:
+    """A package opened by torch's C++ loader: tensors in, the exported module's outputs out."""
+
+    def __init__(self, loader: Any) -> None:
+        self._loader = loader
+        self._outputs = pytree.treespec_loads(loader.get_call_spec()[1])
+
+    def __call__(self, *inputs: torch.Tensor) -> Any:
+        if not all(isinstance(x, torch.Tensor) for x in inputs):
+            raise TypeError("a compiled package takes tensors only")
+        return pytree.tree_unflatten(self._loader.boxed_run(list(inputs)), self._outputs)
+
+    def get_constant_fqns(self) -> list[str]:
+        return self._loader.get_constant_fqns()
+
+    def load_constants(self, constants: Mapping[str, torch.Tensor], *, check_full_update: bool, user_managed: bool) -> None:
+        self._loader.load_constants(constants, False, check_full_update, user_managed)
+
+
+def open_package(path: Path, single_threaded: bool, device: str) -> LoadedPackage:
+    """The package at ``path`` for ``device`` ("cpu" or a GPU architecture), already checked against its manifest,
+    through torch's C++ loader where it has the expected shape, else through ``torch._inductor.aoti_load_package``.
+    ``single_threaded``: one runner, called from one thread (the runtime's loop)."""
+    try:
+        loader = torch._C._aoti.AOTIModelPackageLoader(str(path), MODEL_NAME, single_threaded, 1, -1)
+        for method in ("boxed_run", "get_call_spec", "get_constant_fqns", "load_constants"):
+            getattr(loader, method)
+        return OpenedPackage(loader)
+    except (AttributeError, TypeError) as exc:  # another torch's loader: the public function knows its shape
+        log.debug("%s: torch's package loader has another shape here (%s): opening it the public way", path.name, exc)
+        with without_cpu_isa_probe(device):
+            return torch._inductor.aoti_load_package(str(path), run_single_threaded=single_threaded)
+
+
+def without_cpu_isa_probe(device: str) -> AbstractContextManager[object]:
+    """While GPU packages build (or load through torch's public loader), tell torch the CPU has no vector ISA. It
+    asks for the ISA only to record it (and, loading, to compare in a warning), and otherwise compiles probe
+    programs and loads them in child processes: 64 s of one measured start on the lent H200, and still 35 s with
+    ``vec_isa_ok=True``, which skips the basic probe but not the AVX-512 bf16 and AMX ones (torch 2.11). GPU
+    packages run no CPU kernels. CPU packages (``device`` "cpu") keep the probe."""
+    if device == "cpu":
+        return nullcontext()
+    return torch._inductor.config.patch({"cpp.vec_isa_ok": False})
