@@ -6,8 +6,9 @@ if compgen -G ".whl/*.whl" >/dev/null; then
     export PYTHONPATH=/tmp/site:$PWD
 fi
 export DITTO_CACHE_DIR=/tmp/ditto-cache PYTHONUNBUFFERED=1
-# Bytecode kept under /tmp: the lent machine's torch has no writable __pycache__, so every process compiled torch's
-# sources again (7 s of one start, 2026-12-02); an installed torch keeps its bytecode. The first process fills it.
+# Bytecode kept: the lent machine sets PYTHONDONTWRITEBYTECODE, so every process compiled torch's sources again (4 s
+# more per start, 2026-12-02), where an installed torch keeps its bytecode. The first process fills /tmp/pycache.
+unset PYTHONDONTWRITEBYTECODE
 export PYTHONPYCACHEPREFIX=/tmp/pycache
 since() { python3 -c "print(round($EPOCHREALTIME - $1, 2))"; }
 # The newsroom clip: the bundled speech looped to 7.84 s, as /tmp/newsroom.wav.
