@@ -211,7 +211,9 @@ def test_one_long_push_waits_for_room_without_holding_up_any_other_session() -> 
 
 
 def test_sessions_created_and_deleted_leave_the_workers_memory_flat(tmp_path: Path) -> None:
-    """Seen on the H200 (+1.2 MB per cycle over 100): a worker kept every closed MP4/FLV muxer until a full collection."""
+    """Seen on the H200 (+1.2 MB per cycle over 100): a worker kept every closed MP4/FLV muxer until a full collection.
+    Measured from session 30: before it a worker's resident size can still step up by ~3 MB once (sampled every 10
+    sessions on the 2-core machine: +3.1, +0.05, +0.3 MB; +3.0, +0.9, +0.2 MB), and flattens after."""
     from streaming.core import resident_mb
 
     async def scenario() -> list[float]:
@@ -219,7 +221,7 @@ def test_sessions_created_and_deleted_leave_the_workers_memory_flat(tmp_path: Pa
             pid = service._workers[0].process.pid
             sizes = []
             for i in range(51):
-                if i in (20, 50):  # after the first sessions' allocations have settled
+                if i in (30, 50):  # after the first sessions' allocations have settled
                     sizes.append(resident_mb(pid))
                 session = await service.create(SessionSpec("anna", mp4=str(tmp_path / f"{i % 2}.mp4")))
                 deadline = time.monotonic() + 30
@@ -231,7 +233,7 @@ def test_sessions_created_and_deleted_leave_the_workers_memory_flat(tmp_path: Pa
             return sizes
 
     before, after = asyncio.run(scenario())
-    assert after - before < 4.0, f"worker resident {before:.1f} -> {after:.1f} MB over 30 sessions"
+    assert after - before < 4.0, f"worker resident {before:.1f} -> {after:.1f} MB over 20 sessions"
 
 
 def test_the_push_websocket_tells_when_each_segment_is_shown_and_when_it_ends_or_is_cut() -> None:
