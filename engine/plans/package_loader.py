@@ -3,8 +3,8 @@
 ``torch._inductor.aoti_load_package`` imports ``torch._inductor``, and with it dynamo and the whole compiler (2-3 s
 of a start on the lent H200, 1.3 s on a CPU), only to compare the CPU and GPU the package recorded with this
 machine's in a warning, which ``engine.plans.packages`` already checks through the manifest. The loader under it is
-torch's own C++ package loader, opened here directly. Where this torch's loader has another shape than the one
-written for (torch 2.11-2.13), the public function opens the package instead.
+torch's own C++ package loader, opened here directly (written against torch 2.13's). Where this torch's loader has
+another shape, the public function opens the package instead.
 """
 
 from __future__ import annotations
