@@ -20,6 +20,8 @@ from engine.diffusion.schedule import ddim_schedule
 from engine.motion.vector import MOTION_DIM
 from engine.networks import OFFICIAL_FILENAMES, write_random_checkpoints
 from engine.official_cfg import official_controls
+from engine.plans.hash_ahead import hash_ahead
+from engine.plans.packages import packaged_networks
 from engine.timebase import DEFAULT_STEPS, SEQ_FRAMES
 
 log = logging.getLogger("ditto.engine")
@@ -90,6 +92,8 @@ class Engine:
         if backend == "auto":
             backend = "tensorrt" if plans is not None else "torch"
         if backend == "torch":
+            if plans is not None:  # the packages' checkpoint hashes, overlapped with loading the networks
+                hash_ahead(folder / OFFICIAL_FILENAMES[name] for name in packaged_networks())
             nets = TorchBackend(folder, device=device, compile_networks=compile_networks)
             if plans is not None:
                 nets.load_packages(plans, steps)

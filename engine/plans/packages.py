@@ -22,6 +22,7 @@ from pathlib import Path
 import torch
 
 from engine.backends.base import BackendError
+from engine.plans.hash_ahead import sha256_of
 from engine.plans.manifest import file_sha256
 from engine.plans.package_loader import LoadedPackage, open_package
 
@@ -156,7 +157,7 @@ def load_packages(
     missing = needed - set(checkpoint_files)
     if missing:
         raise StalePackages(f"{folder}: packages need the {', '.join(sorted(missing))} network(s), which this backend did not load")
-    check_manifest(manifest, target, steps, {name: file_sha256(checkpoint_files[name]) for name in sorted(needed)}, folder)
+    check_manifest(manifest, target, steps, {name: sha256_of(checkpoint_files[name]) for name in sorted(needed)}, folder)
     weights = {call: weights_of(call) for call in {p.call for p in manifest.packages}}  # one map per call, not per bucket
     loaded = {(p.call, p.batch): _load_one(folder, p, target, weights[p.call]) for p in manifest.packages}
     log.info("loaded %d compiled packages from %s", len(loaded), folder)
@@ -190,6 +191,11 @@ def _load_one(folder: Path, package: Package, target: Target, weights: Mapping[s
         raise StalePackages(f"{path}: could not be given its weights ({type(exc).__name__}: {exc}): rebuild the packages") from exc
     log.debug("%s: sha256 checked in %.2f s, loaded in %.2f s", package.file, verified - started, time.perf_counter() - verified)
     return loaded
+
+
+def packaged_networks() -> tuple[str, ...]:
+    """Every network some package is compiled from (whose checkpoint a load hashes)."""
+    return tuple(sorted({name for call in CALLS for name in networks_of(call)}))
 
 
 def networks_of(call: str) -> tuple[str, ...]:

@@ -20,6 +20,7 @@ from compile.aot_build import build_packages
 from engine.backends.aot_calls import step_inputs
 from engine.backends.torch_backend import TorchBackend
 from engine.diffusion.schedule import ddim_schedule
+from engine.engine import Engine
 from engine.networks import OFFICIAL_FILENAMES
 from engine.networks.lmdm_fused import FusedLMDMStep
 from engine.plans import package_loader
@@ -158,6 +159,7 @@ import sys
 import torch
 from engine.backends.torch_backend import TorchBackend
 from engine.diffusion.schedule import ddim_schedule
+from engine.engine import Engine
 backend = TorchBackend(sys.argv[1], device="cpu", networks=("lmdm",))
 print(backend.load_packages(sys.argv[2], int(sys.argv[3])))
 cond = torch.randn(1, 80, backend.cond_width)
@@ -172,3 +174,8 @@ def test_a_start_on_packages_never_imports_the_compiler(built: Built) -> None:
     status, counts = run.stdout.strip().splitlines()[-2:]
     assert status.startswith("2 compiled packages"), status
     assert counts == "1 False False", "one call served by a package, and neither dynamo nor inductor imported"
+
+
+def test_an_engine_made_with_plans_checks_and_loads_the_packages(built: Built, checkpoint_dir: Callable[..., Path]) -> None:
+    engine = Engine.from_checkpoints(checkpoint_dir(), device="cpu", steps=STEPS, plans=built.plans)
+    assert engine.backend.packages_status.startswith("2 compiled packages for cpu"), engine.backend.packages_status
