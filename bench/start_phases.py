@@ -25,9 +25,7 @@ import torch  # noqa: E402
 
 from engine.backends.torch_backend import TorchBackend  # noqa: E402
 from engine.engine import Engine, hubert_runner, random_checkpoints  # noqa: E402
-from engine.networks import OFFICIAL_FILENAMES  # noqa: E402
-from engine.plans.hash_ahead import hash_ahead  # noqa: E402
-from engine.plans.packages import packaged_networks  # noqa: E402
+from engine.plans.packages import hash_checkpoints_ahead  # noqa: E402
 from engine.runtime import Runtime, RuntimeConfig  # noqa: E402
 from engine.timebase import DEFAULT_STEPS  # noqa: E402
 
@@ -58,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     folder = random_checkpoints()
     mark = phase("random checkpoints (written on a first run)", mark)
     if args.plans is not None:  # as Engine.from_checkpoints does: the packages' checkpoint hashes beside the loading
-        hash_ahead(folder / OFFICIAL_FILENAMES[name] for name in packaged_networks())
+        hash_checkpoints_ahead(folder)
     backend = TorchBackend(folder, device=torch.device("cuda"), compile_networks=True)
     mark = phase("networks loaded", mark)
     if args.plans is not None:

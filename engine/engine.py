@@ -20,8 +20,7 @@ from engine.diffusion.schedule import ddim_schedule
 from engine.motion.vector import MOTION_DIM
 from engine.networks import OFFICIAL_FILENAMES, write_random_checkpoints
 from engine.official_cfg import official_controls
-from engine.plans.hash_ahead import hash_ahead
-from engine.plans.packages import packaged_networks
+from engine.plans.packages import hash_checkpoints_ahead
 from engine.timebase import DEFAULT_STEPS, SEQ_FRAMES
 
 log = logging.getLogger("ditto.engine")
@@ -93,7 +92,7 @@ class Engine:
             backend = "tensorrt" if plans is not None else "torch"
         if backend == "torch":
             if plans is not None:  # the packages' checkpoint hashes, overlapped with loading the networks
-                hash_ahead(folder / OFFICIAL_FILENAMES[name] for name in packaged_networks())
+                hash_checkpoints_ahead(folder)
             nets = TorchBackend(folder, device=device, compile_networks=compile_networks)
             if plans is not None:
                 nets.load_packages(plans, steps)

@@ -97,7 +97,7 @@ class TorchBackend(Backend):
             self._lmdm_step, self._lmdm_prepare = fused.ddim_step, fused.prepare_window
             if self.device.type == "cuda" and compile_networks:
                 self._lmdm_step, self._lmdm_prepare = CompiledOnFirstCall(self._lmdm_step), CompiledOnFirstCall(self._lmdm_prepare)
-        log.debug("torch.compile wrappers and the fused LMDM step set up in %.2f s", time.perf_counter() - started)
+        log.debug("the fused LMDM step set up in %.2f s (torch.compile waits for a first call)", time.perf_counter() - started)
         self.cond_width = self._nets["lmdm"].cond_dim if "lmdm" in self._nets else 0
         self.capabilities = Capabilities(
             fused_ddim_step=self._lmdm_step is not None,

@@ -38,19 +38,20 @@ class OpenedPackage:
     """A package opened by torch's C++ loader: tensors in, the exported module's outputs out."""
 
     def __init__(self, loader: Any) -> None:
-        self._loader = loader
+        # The loader's methods, bound once: one this torch's loader lacks raises AttributeError here, at load.
+        self._run, self._constant_names, self._load = loader.boxed_run, loader.get_constant_fqns, loader.load_constants
         self._outputs = pytree.treespec_loads(loader.get_call_spec()[1])
 
     def __call__(self, *inputs: torch.Tensor) -> Any:
         if not all(isinstance(x, torch.Tensor) for x in inputs):
             raise TypeError("a compiled package takes tensors only")
-        return pytree.tree_unflatten(self._loader.boxed_run(list(inputs)), self._outputs)
+        return pytree.tree_unflatten(self._run(list(inputs)), self._outputs)
 
     def get_constant_fqns(self) -> list[str]:
-        return self._loader.get_constant_fqns()
+        return self._constant_names()
 
     def load_constants(self, constants: Mapping[str, torch.Tensor], *, check_full_update: bool, user_managed: bool) -> None:
-        self._loader.load_constants(constants, False, check_full_update, user_managed)
+        self._load(constants, False, check_full_update, user_managed)
 
 
 def open_package(path: Path, single_threaded: bool, device: str) -> LoadedPackage:
@@ -58,10 +59,7 @@ def open_package(path: Path, single_threaded: bool, device: str) -> LoadedPackag
     through torch's C++ loader where it has the expected shape, else through ``torch._inductor.aoti_load_package``.
     ``single_threaded``: one runner, called from one thread (the runtime's loop)."""
     try:
-        loader = torch._C._aoti.AOTIModelPackageLoader(str(path), MODEL_NAME, single_threaded, 1, -1)
-        for method in ("boxed_run", "get_call_spec", "get_constant_fqns", "load_constants"):
-            getattr(loader, method)
-        return OpenedPackage(loader)
+        return OpenedPackage(torch._C._aoti.AOTIModelPackageLoader(str(path), MODEL_NAME, single_threaded, 1, -1))
     except (AttributeError, TypeError) as exc:  # another torch's loader: the public function knows its shape
         log.debug("%s: torch's package loader has another shape here (%s): opening it the public way", path.name, exc)
         with without_cpu_isa_probe(device):

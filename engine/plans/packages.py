@@ -22,7 +22,8 @@ from pathlib import Path
 import torch
 
 from engine.backends.base import BackendError
-from engine.plans.hash_ahead import sha256_of
+from engine.networks.checkpoints import OFFICIAL_FILENAMES
+from engine.plans.hash_ahead import hash_ahead, sha256_of
 from engine.plans.manifest import file_sha256
 from engine.plans.package_loader import LoadedPackage, open_package
 
@@ -193,9 +194,11 @@ def _load_one(folder: Path, package: Package, target: Target, weights: Mapping[s
     return loaded
 
 
-def packaged_networks() -> tuple[str, ...]:
-    """Every network some package is compiled from (whose checkpoint a load hashes)."""
-    return tuple(sorted({name for call in CALLS for name in networks_of(call)}))
+def hash_checkpoints_ahead(checkpoints: Path) -> None:
+    """Start hashing, in the background, the checkpoints in ``checkpoints`` that ``load_packages`` checks packages
+    against, so that the hash overlaps with loading the networks (``engine.plans.hash_ahead``)."""
+    names = sorted({name for call in CALLS for name in networks_of(call)})
+    hash_ahead(Path(checkpoints) / OFFICIAL_FILENAMES[name] for name in names)
 
 
 def networks_of(call: str) -> tuple[str, ...]:
