@@ -34,6 +34,7 @@ from engine.session import Frame, Session
 from streaming.encoders.colour import rgb_to_i420_batch
 from streaming.frame_ring import HEADER_BYTES, FrameRing
 from streaming.ipc import pack, send_nowait, socket, unpack
+from streaming.timeline import process_started
 
 log = logging.getLogger("ditto.core")
 PUBLISH_POLL = 0.003
@@ -93,12 +94,15 @@ class EngineCore:
     def __init__(self, config: dict[str, Any]) -> None:
         self.config = config
         self.device = torch.device(config["device"])
+        self.marks: dict[str, float] = {"started": process_started(), "imported": time.time()}
+        """The start's steps (``streaming.timeline``), reported to the front end in the hello."""
         factory = config.get("runtime")
         if factory:
             module, _, name = factory.partition(":")
             self.runtime, self.avatars = getattr(importlib.import_module(module), name)(config)
         else:
-            self.runtime, self.avatars = engine_runtime(config)
+            self.runtime, self.avatars = engine_runtime(config, self.marks)
+        self.marks["ready"] = time.time()
         self.sessions: dict[str, CoreSession] = {}
         self._lock = threading.Lock()
         self._stopping = threading.Event()
@@ -197,6 +201,7 @@ class EngineCore:
             "window_ms": {str(k): v for k, v in runtime.window_ms.items()},
             "render_ms": {str(k): v for k, v in runtime.render_ms.items()},
             "avatars": self.avatars.names(),
+            "marks": self.marks,
         }
 
     def _open(self, request: dict[str, Any]) -> dict[str, Any]:
@@ -341,22 +346,27 @@ class EngineCore:
         core.ring.close()
 
 
-def engine_runtime(config: dict[str, Any]) -> tuple[Any, Avatars]:
-    """The engine's runtime on the configured device (warmed up: minutes with an empty compile cache) and its avatars."""
+def engine_runtime(config: dict[str, Any], marks: dict[str, float] | None = None) -> tuple[Any, Avatars]:
+    """The engine's runtime on the configured device (warmed up: minutes with an empty compile cache) and its avatars;
+    ``marks`` gets the wall-clock time each step of that finished (``streaming.timeline``)."""
     from engine.engine import models_dir, random_checkpoints
     from engine.runtime import Runtime, RuntimeConfig
 
+    marks = {} if marks is None else marks
     random_weights = config["checkpoints"] is None
     device = torch.device(config["device"])
     runtime_config = RuntimeConfig(admission=False if config.get("no_admission") else None)
     runtime = Runtime.from_checkpoints(
         config["checkpoints"], device=device, steps=config["steps"], config=runtime_config, plans=config.get("plans")
     )
+    warmed = time.time()
+    marks["networks loaded"], marks["warmed up"] = warmed - runtime.warmup_seconds, warmed
     log.info("core: networks: %s", runtime.engine.backend.packages_status)
     checkpoints = random_checkpoints() if random_weights else models_dir(Path(config["checkpoints"]))
     avatars = Avatars(device, checkpoints, config.get("cache_dir"))
     for name, spec in config.get("avatars", {}).items():
         avatars.add(name, spec, random_weights)
+    marks["avatars loaded"] = time.time()
     return runtime, avatars
 
 

@@ -20,6 +20,7 @@ from streaming.access import is_loopback, resolve_token
 from streaming.api import create_service_app
 from streaming.app import app_runner
 from streaming.service import Service, ServiceOptions, SessionSpec
+from streaming.timeline import process_started
 
 CPU_DEMO_SECONDS = 20.0
 AVATAR_AT_START = "anchor"
@@ -61,6 +62,7 @@ async def serve(args: argparse.Namespace) -> int:
     options = ServiceOptions(
         checkpoints=None if random_weights else str(args.checkpoints), device=device, steps=args.steps, plans=args.plans and str(args.plans),
         admission=not args.no_admission, workers=args.output_workers, avatars=avatars, loopback_only=is_loopback(host),
+        launched=process_started(),
     )
     service = Service(options)
     loop = asyncio.get_running_loop()

@@ -36,6 +36,7 @@ import zmq.asyncio
 from engine.latency import FAITHFUL, MODES
 from engine.timebase import FPS
 from streaming.core import resident_mb
+from streaming import timeline
 from streaming.ipc import ServiceError, endpoint, pack, send_nowait, socket, unpack
 from streaming.output import SILENCE, EncodedFrame
 from streaming.sinks.webrtc import WebRtcPreview
@@ -298,6 +299,7 @@ class WorkerProcess:
     process: subprocess.Popen
     inbox: zmq.Socket
     encode_ms: float | None = None
+    marks: dict[str, float] = field(default_factory=dict)
     sessions: set[str] = field(default_factory=set)
     ready: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -325,6 +327,8 @@ class ServiceOptions:
     """``module:function`` building the core's runtime and avatars in place of the engine's (the tests' synthetic one)."""
     plans: str | None = None
     """Where the torch backend's compiled packages are (``docs/startup.md``): used when they match this GPU."""
+    launched: float | None = None
+    """When the server process was launched (wall clock), the origin of the start-up timeline; None: when ``start`` is called."""
 
 
 class Service:
@@ -351,6 +355,7 @@ class Service:
 
     async def start(self) -> None:
         """Start the core (it warms up: minutes with an empty compile cache) and the workers; return once all are ready."""
+        launched = self.options.launched or time.time()
         self._loop = asyncio.get_running_loop()
         self._events = socket(self._context, zmq.PULL, endpoint(self._folder, "events"), bind=True)
         self._tasks.append(asyncio.ensure_future(self._read_events()))
@@ -359,6 +364,7 @@ class Service:
             "no_admission": not self.options.admission, "avatars": self.options.avatars, "cache_dir": self.options.cache_dir,
             "address": endpoint(self._folder, "core"), "events": endpoint(self._folder, "events"), "runtime": self.options.runtime,
         }
+        spawned = time.time()
         self._core = subprocess.Popen([sys.executable, "-m", "streaming.core", json.dumps(config)])
         self.core = CoreClient(self._context, config["address"])
         for index in range(self.options.workers):
@@ -371,6 +377,8 @@ class Service:
             raise ServiceError(self.failure)
         self.core_info = hello.result()
         await asyncio.gather(*(w.ready.wait() for w in self._workers))
+        core_marks = {"spawned": spawned, **self.core_info.get("marks", {})}
+        log.info("%s", timeline.describe(launched, time.time(), core_marks, [w.marks for w in self._workers]))
 
     def _spawn_worker(self, index: int) -> WorkerProcess:
         address = endpoint(self._folder, f"worker-{index}-{secrets.token_hex(2)}")
@@ -535,6 +543,7 @@ class Service:
         if kind == "worker_ready":
             worker = self._workers[message["worker"]]
             worker.encode_ms = message["encode_ms"]
+            worker.marks = message.get("marks", {})
             worker.ready.set()
             return
         if kind == "stats":

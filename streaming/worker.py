@@ -40,6 +40,7 @@ from streaming.output import EncodedFrame, SessionOutput
 from streaming.playback import PlaybackEvents
 from streaming.sinks.mp4 import Mp4Sink
 from streaming.sinks.rtmp import RtmpSink
+from streaming.timeline import process_started
 
 log = logging.getLogger("ditto.worker")
 STATS_EVERY = 1.0
@@ -172,7 +173,9 @@ class Worker:
             return send_nowait(self._events, message)
 
     def run(self) -> None:
-        self.emit({"type": "worker_ready", "worker": self.index, "encode_ms": calibrate()})
+        imported = time.time()
+        encode_ms = calibrate()
+        self.emit({"type": "worker_ready", "worker": self.index, "encode_ms": encode_ms, "marks": {"started": process_started(), "imported": imported, "ready": time.time()}})
         next_stats = time.monotonic() + STATS_EVERY
         try:
             while not self._stop and os.getppid() == self._parent:

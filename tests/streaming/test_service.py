@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import signal
 import time
@@ -58,9 +59,13 @@ async def until(condition, seconds: float = 10.0) -> None:
     raise AssertionError("condition not met in time")
 
 
-def test_sessions_of_two_avatars_come_and_go_through_the_api(tmp_path: Path) -> None:
+def test_sessions_of_two_avatars_come_and_go_through_the_api(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, "streaming.service")
+
     async def scenario() -> None:
         async with running() as (service, http, base):
+            timeline = next(r.getMessage() for r in caplog.records if r.getMessage().startswith("service ready"))
+            assert "engine core spawned" in timeline and "imported" in timeline and timeline.endswith("s") and "2 output worker(s) ready" in timeline
             assert (await (await http.get(f"{base}/sessions")).json())["sessions"] == []
             made = []
             for avatar in ("anna", "ben"):
