@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import math
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -23,7 +22,7 @@ import torch
 from tqdm import tqdm
 
 from apps.control_flags import add_control_arguments, control_changes, session_controls
-from avatars.load import load_or_register
+from avatars.load import demo_avatar, load_or_register
 from engine.audio.files import read_audio
 from engine.audio.pcm import to_mono_16k
 from engine.engine import LIVE_OVERLAP, OFFLINE_OVERLAP, RANDOM_WEIGHTS_NOTICE, models_dir, random_checkpoints
@@ -31,6 +30,7 @@ from engine.runtime import Runtime, RuntimeConfig
 from engine.session import Session
 from engine.timebase import DEFAULT_STEPS, FPS, SEQ_FRAMES
 from streaming.mp4 import Mp4Writer
+from streaming.timeline import process_age
 
 CPU_DEMO_SECONDS = 0.4
 MODES = ("offline", "online")
@@ -113,16 +113,14 @@ def main(argv: list[str] | None = None) -> int:
     checkpoints = random_checkpoints() if random_weights else models_dir(args.checkpoints)
 
     if args.demo:
-        from engine.assets import demo_audio, write_demo_portrait
+        from engine.assets import demo_audio
 
         audio, rate = demo_audio()
-        avatar_source = str(write_demo_portrait(tempfile.mkdtemp(prefix="ditto-demo-")))
         if args.max_seconds is None and device.type == "cpu":
             args.max_seconds = CPU_DEMO_SECONDS
             print(f"CPU demo: rendering the first {CPU_DEMO_SECONDS} s only (the decoder takes seconds per frame on a CPU)", file=sys.stderr)
     else:
         audio, rate = read_audio(args.audio)
-        avatar_source = args.avatar
     if args.max_seconds is not None:
         audio = audio[: int(args.max_seconds * rate)]
 
@@ -133,9 +131,13 @@ def main(argv: list[str] | None = None) -> int:
         plans=args.plans,
     )
     print(f"networks: {runtime.engine.backend.packages_status}", file=sys.stderr)
+    steps = {"runtime start": time.perf_counter() - started}
     with runtime:
-        avatar = load_or_register(avatar_source, checkpoints, device, random_weights)
+        mark = time.perf_counter()
+        avatar = demo_avatar(checkpoints, device) if args.demo else load_or_register(args.avatar, checkpoints, device, random_weights)
+        steps["avatar"], mark = time.perf_counter() - mark, time.perf_counter()
         session, total = open_render(runtime, avatar, audio, rate, args)
+        steps["session" if args.mode == "online" else "motion"], mark = time.perf_counter() - mark, time.perf_counter()
         height, width = avatar.frames.shape[1:3]
         errors: list[BaseException] = []
         feeder = threading.Thread(target=feed, args=(session, audio, rate, errors), daemon=True)
@@ -149,10 +151,15 @@ def main(argv: list[str] | None = None) -> int:
         feeder.join()
     if errors:
         raise errors[0]
+    steps["frames rendered and written"] = time.perf_counter() - mark
     elapsed = time.perf_counter() - started
     print(
         f"wrote {args.out}: {total} frames ({total / FPS:.2f} s) at {width}x{height} in {elapsed:.1f} s on {device} "
-        f"({args.mode} mode, overlap {args.overlap})",
+        f"({args.mode} mode, overlap {args.overlap}); {process_age():.1f} s since the process started",
+        file=sys.stderr,
+    )
+    print(
+        f"  {', '.join(f'{name} {seconds:.2f} s' for name, seconds in steps.items())} (warm-up {runtime.warmup_seconds:.2f} s of the start)",
         file=sys.stderr,
     )
     if random_weights:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import os
 from pathlib import Path
 
 import torch
@@ -13,6 +12,7 @@ from engine.audio.hubert_torch import HubertWeightsError, load_official_hubert
 from engine.audio.standin_hubert import build_standin
 from engine.backends.base import Backend, BackendError
 from engine.backends.torch_backend import TorchBackend, default_device
+from engine.cache_root import cache_root
 from engine.controls import Controls
 from engine.diffusion.ddim import DDIMSampler, denoiser_step
 from engine.diffusion.graphed import BucketedSampler
@@ -42,8 +42,7 @@ def models_dir(checkpoints: str | Path) -> Path:
 
 def random_checkpoints(seed: int = 0) -> Path:
     """A folder of deterministic random checkpoints in the official layout, written once and cached."""
-    base = Path(os.environ.get("DITTO_CACHE_DIR", Path.home() / ".cache" / "ditto-live"))
-    directory = base / f"random-weights-seed{seed}"
+    directory = cache_root() / f"random-weights-seed{seed}"
     if not all((directory / f).is_file() for f in OFFICIAL_FILENAMES.values()):
         write_random_checkpoints(directory, seed=seed)
     return directory

@@ -62,11 +62,14 @@ class Avatars:
         self.device, self.checkpoints, self.cache_dir = device, checkpoints, cache_dir
         self.loaded: dict[str, Any] = {}
 
-    def add(self, name: str, spec: str, random_weights: bool) -> None:
-        """Load (or register, for a portrait file) ``spec`` under ``name``."""
-        from avatars.load import load_or_register
+    def add(self, name: str, spec: str | None, random_weights: bool) -> None:
+        """Load (or register, for a portrait file) ``spec`` under ``name``; None: the demo portrait."""
+        from avatars.load import demo_avatar, load_or_register
 
-        self.loaded[name] = load_or_register(spec, self.checkpoints, self.device, random_weights)
+        if spec is None:
+            self.loaded[name] = demo_avatar(self.checkpoints, self.device)
+        else:
+            self.loaded[name] = load_or_register(spec, self.checkpoints, self.device, random_weights)
 
     def get(self, name: str):
         """The avatar called ``name``, loaded from the cache on first use; LookupError naming the known ones."""

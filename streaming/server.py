@@ -11,7 +11,6 @@ import argparse
 import asyncio
 import signal
 import sys
-import tempfile
 from pathlib import Path
 
 from aiohttp import web
@@ -58,7 +57,7 @@ async def serve(args: argparse.Namespace) -> int:
     token, generated = resolve_token(host, args.token)
     avatars = {}
     if args.demo or args.avatar:
-        avatars[AVATAR_AT_START] = demo_portrait() if args.demo else args.avatar
+        avatars[AVATAR_AT_START] = None if args.demo else args.avatar
     options = ServiceOptions(
         checkpoints=None if random_weights else str(args.checkpoints), device=device, steps=args.steps, plans=args.plans and str(args.plans),
         admission=not args.no_admission, workers=args.output_workers, avatars=avatars, loopback_only=is_loopback(host),
@@ -102,13 +101,6 @@ async def serve(args: argparse.Namespace) -> int:
         print(f"error: {failure}", file=sys.stderr)
         return 3
     return 0
-
-
-def demo_portrait() -> str:
-    """The demo portrait, written to a new temporary folder; its path."""
-    from engine.assets import write_demo_portrait
-
-    return str(write_demo_portrait(tempfile.mkdtemp(prefix="ditto-demo-")))
 
 
 async def _open_at_start(args: argparse.Namespace, service: Service) -> tuple[list, list]:

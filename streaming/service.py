@@ -319,8 +319,9 @@ class ServiceOptions:
     steps: int = 25
     admission: bool = True
     workers: int = 1
-    avatars: dict[str, str] = field(default_factory=dict)
-    """Avatars to load at start, name -> a cached avatar's name or folder, or a portrait image to register."""
+    avatars: dict[str, str | None] = field(default_factory=dict)
+    """Avatars to load at start, name -> a cached avatar's name or folder, a portrait image to register, or None: the
+    demo portrait (registered once into the engine's cache, ``avatars.load.demo_avatar``)."""
     cache_dir: str | None = None
     loopback_only: bool = True
     runtime: str | None = None

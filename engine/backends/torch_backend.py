@@ -24,6 +24,7 @@ import torch
 
 from engine.backends.aot_calls import PrepareCall, RenderCall, StepCall, contiguous, module_tensors
 from engine.backends.base import Backend, BackendError, Capabilities
+from engine.cache_root import cache_root
 from engine.networks import OFFICIAL_FILENAMES, load_network
 from engine.networks.lmdm_fused import FusedLMDMStep, FusedWindow
 from engine.plans.packages import StalePackages, Target, load_packages
@@ -238,8 +239,7 @@ class CompiledOnFirstCall:
 
 def use_compile_cache() -> Path:
     """Point torch.compile's on-disk cache at ``$DITTO_CACHE_DIR/torch-compile`` unless the user chose one."""
-    base = Path(os.environ.get("DITTO_CACHE_DIR", Path.home() / ".cache" / "ditto-live"))
-    folder = Path(os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(base / "torch-compile")))
+    folder = Path(os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(cache_root() / "torch-compile")))
     folder.mkdir(parents=True, exist_ok=True)
     return folder
 
