@@ -34,6 +34,9 @@ log = logging.getLogger(__name__)
 _MOTION_KEYS = ("pitch", "yaw", "roll", "t", "exp", "scale", "kp")
 _CONV_NETWORKS = ("appearance_extractor", "warp_network", "decoder")
 _COMPILED = {"lmdm", "warp_network", "decoder"}
+_ON_FIRST_USE = ("appearance_extractor", "motion_extractor")
+"""Loaded at their first call, not at start: the runtime never calls them (registration loads its own), and the
+motion extractor is 112 MB of the six networks' 711."""
 
 
 def default_device() -> torch.device:
@@ -59,26 +62,12 @@ class TorchBackend(Backend):
         if self.device.type == "cuda" and not torch.cuda.is_available():
             raise BackendError("the torch backend was asked for CUDA, but torch sees no CUDA device")
         self.dtype = dtype or (torch.float16 if self.device.type == "cuda" else torch.float32)
-        checkpoints = Path(checkpoints)
-        self._checkpoints = checkpoints
+        self._checkpoints = Path(checkpoints)
         self._nets: dict[str, torch.nn.Module] = {}
+        self._deferred = {name for name in networks if name in _ON_FIRST_USE}
         for name in networks:
-            started = time.perf_counter()
-            # fp32 where fp16 breaks the numbers: the motion extractor's LayerNorm/GRN statistics overflow, and the
-            # LMDM's last DDIM steps multiply its noise prediction's error about 24 times.
-            dtype_for = torch.float32 if name in ("motion_extractor", "lmdm", "stitch_network") else self.dtype
-            net = load_network(
-                name, checkpoints / OFFICIAL_FILENAMES[name], self.device, dtype_for, fold_batchnorm=True
-            )
-            if name == "warp_network" and self.device.type == "cuda":
-                net.dense_motion_network.use_depth_planes()
-            if name == "decoder" and self.device.type == "cuda":
-                net.use_fused_spade()
-            if name in _CONV_NETWORKS and self.device.type == "cuda":
-                _to_channels_last(net)
-            net.requires_grad_(False)
-            self._nets[name] = net
-            log.debug("loaded %s onto %s in %.2f s", name, self.device, time.perf_counter() - started)
+            if name not in self._deferred:
+                self._nets[name] = self._load(name)
         self._run = dict(self._nets)
         started = time.perf_counter()
         if self.device.type == "cuda":
@@ -113,6 +102,30 @@ class TorchBackend(Backend):
         compiled = self.device.type == "cuda" and compile_networks
         self.packages_status = "torch.compile at warm-up (no compiled packages asked for)" if compiled else "eager (no compiled packages asked for)"
 
+    def _load(self, name: str) -> torch.nn.Module:
+        """Network ``name`` from its checkpoint, on this backend's device in the layout its calls run fastest in."""
+        started = time.perf_counter()
+        # fp32 where fp16 breaks the numbers: the motion extractor's LayerNorm/GRN statistics overflow, and the
+        # LMDM's last DDIM steps multiply its noise prediction's error about 24 times.
+        dtype_for = torch.float32 if name in ("motion_extractor", "lmdm", "stitch_network") else self.dtype
+        net = load_network(name, self._checkpoints / OFFICIAL_FILENAMES[name], self.device, dtype_for, fold_batchnorm=True)
+        if name == "warp_network" and self.device.type == "cuda":
+            net.dense_motion_network.use_depth_planes()
+        if name == "decoder" and self.device.type == "cuda":
+            net.use_fused_spade()
+        if name in _CONV_NETWORKS and self.device.type == "cuda":
+            _to_channels_last(net)
+        net.requires_grad_(False)
+        log.debug("loaded %s onto %s in %.2f s", name, self.device, time.perf_counter() - started)
+        return net
+
+    def _net(self, name: str) -> torch.nn.Module:
+        """A loaded network; one deferred to its first use (``_ON_FIRST_USE``) is loaded now."""
+        if name in self._deferred:
+            self._nets[name] = self._load(name)
+            self._deferred.discard(name)
+        return self._nets[name]
+
     def load_packages(self, plans: str | Path, steps: int) -> str:
         """Use the ahead-of-time compiled packages under ``plans`` for this device (``compile.aot_build``) when they
         match this process, these checkpoints and ``steps``; otherwise keep torch.compile. Returns what was used, and why."""
@@ -137,9 +150,9 @@ class TorchBackend(Backend):
 
     def network(self, name: str) -> torch.nn.Module:
         """The loaded module for ``name`` (for export, benchmarks and parity checks)."""
-        if name not in self._nets:
+        if name not in self._nets and name not in self._deferred:
             raise BackendError(f"network {name!r} was not loaded by this backend")
-        return self._nets[name]
+        return self._net(name)
 
     @torch.inference_mode()
     def lmdm(self, x, cond_frame, cond, time_cond):
@@ -181,11 +194,11 @@ class TorchBackend(Backend):
 
     @torch.inference_mode()
     def appearance(self, image):
-        return self._nets["appearance_extractor"](image.to(self.dtype))
+        return self._net("appearance_extractor")(image.to(self.dtype))
 
     @torch.inference_mode()
     def motion(self, image):
-        out = self._nets["motion_extractor"](image.float())
+        out = self._net("motion_extractor")(image.float())
         return dict(zip(_MOTION_KEYS, out))
 
     @torch.inference_mode()

@@ -77,7 +77,12 @@ def wrap_state_dict(name: str, state_dict: Mapping[str, torch.Tensor]) -> dict[s
 
 
 def load_strict(module: nn.Module, state_dict: Mapping[str, torch.Tensor], name: str, path: str | Path) -> None:
-    """Load ``state_dict`` into ``module`` with every key and shape checked; errors name file and key."""
+    """Load ``state_dict`` into ``module`` with every key and shape checked; errors name file and key.
+
+    The module takes the file's tensors as its own (``assign``: in the module's dtype, contiguous) instead of
+    copying them into the tensors it was built with, which were left unwritten (``engine.networks.uninitialized``):
+    copying wrote every weight a second time and touched all of the module's fresh memory (most of a CPU load).
+    """
     expected = module.state_dict()
     missing = [k for k in expected if k not in state_dict]
     unexpected = [k for k in state_dict if k not in expected]
@@ -98,4 +103,5 @@ def load_strict(module: nn.Module, state_dict: Mapping[str, torch.Tensor], name:
                 f"{name}: {path}: key {key!r} has shape {tuple(tensor.shape)}, "
                 f"the network expects {tuple(expected[key].shape)}"
             )
-    module.load_state_dict(state_dict, strict=True)
+    owned = {key: tensor.to(expected[key].dtype).contiguous() for key, tensor in state_dict.items()}
+    module.load_state_dict(owned, strict=True, assign=True)

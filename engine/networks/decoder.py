@@ -14,6 +14,7 @@ import math
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.nn.utils import skip_init
 
 from engine.networks.spade_fused import FusedModulation, SharedHidden
 
@@ -61,7 +62,8 @@ class SpectralNormConv2d(nn.Module):
     def fold(self) -> nn.Conv2d:
         """A plain convolution computing the same function, with the normalised weight baked in."""
         out_channels, in_channels, kernel_size, _ = self.weight_orig.shape
-        conv = nn.Conv2d(
+        conv = skip_init(  # every tensor is set below: no random fill to draw first
+            nn.Conv2d,
             in_channels,
             out_channels,
             kernel_size,
@@ -70,9 +72,9 @@ class SpectralNormConv2d(nn.Module):
             device=self.weight_orig.device,
             dtype=self.weight_orig.dtype,
         )
-        conv.weight.copy_(self.weight())
+        conv.weight = nn.Parameter(self.weight(), requires_grad=self.weight_orig.requires_grad)
         if self.bias is not None:
-            conv.bias.copy_(self.bias)
+            conv.bias = self.bias
         return conv
 
 
