@@ -11,6 +11,7 @@ the shared one); PyAV takes the stream's SPS/PPS from the first keyframe.
 from __future__ import annotations
 
 from fractions import Fraction
+from typing import BinaryIO
 
 import av
 
@@ -23,10 +24,10 @@ VIDEO_TIME_BASE = Fraction(1, FPS)
 
 
 class Muxer:
-    """Write encoded frames to ``target`` (a path or an rtmp:// URL) in ``format`` ("flv" or "mp4")."""
+    """Write encoded frames to ``target`` (a path, or a file object such as an ``RtmpConnection``) in ``format``
+    ("flv" or "mp4"); a file object stays open after ``close`` (its owner closes it)."""
 
-    def __init__(self, target: str, format: str, width: int, height: int) -> None:
-        self.target = target
+    def __init__(self, target: str | BinaryIO, format: str, width: int, height: int) -> None:
         self.container = av.open(target, mode="w", format=format)
         self._video = self.container.add_mux_stream("h264", rate=FPS, width=width, height=height)
         self._video.time_base = VIDEO_TIME_BASE

@@ -8,9 +8,9 @@ flowing meanwhile and are dropped (counted). Every connection starts on an IDR, 
 from the shared encoder, with its own timeline from 0 (see mux.py), so video and audio
 stay in order and in sync after a reconnect.
 
-Limit: PyAV opens the output without an I/O timeout, so a server that vanishes without
-closing the TCP connection blocks this thread until TCP gives up; frames queued for RTMP
-are dropped meanwhile, the other sinks are unaffected.
+The connection is FFmpeg's RTMP client opened without holding the GIL (``rtmp_io``): connecting
+never stalls the other threads of the process (the other streams of an output worker), and a
+server that stops answering fails a write after ``io_timeout`` seconds, which counts as a drop.
 """
 
 from __future__ import annotations
@@ -26,9 +26,12 @@ from dataclasses import dataclass
 from engine.timebase import FPS
 from streaming.output import EncodedFrame
 from streaming.sinks.mux import Muxer
+from streaming.sinks.rtmp_io import RtmpConnection
 
 log = logging.getLogger(__name__)
 _CLOSE = object()
+IO_TIMEOUT = 5.0
+"""Seconds a network read or write of the connection (its connect included) may block before the sink reconnects."""
 
 
 @dataclass(frozen=True)
@@ -61,15 +64,17 @@ class RtmpSink:
         backoff: Backoff | None = None,
         queue_seconds: float = 2.0,
         seed: int | None = None,
+        io_timeout: float = IO_TIMEOUT,
     ) -> None:
         if not url.startswith(("rtmp://", "rtmps://")):
             raise ValueError(f"an RTMP URL starts with rtmp:// or rtmps://, got {url!r}")
-        self.url = url
+        self.url, self.io_timeout = url, io_timeout
         self.backoff = backoff or Backoff()
         self._request_keyframe = request_keyframe
         self._rng = random.Random(seed)
         self._queue: queue.Queue = queue.Queue(max(1, round(queue_seconds * FPS)))
         self._muxer: Muxer | None = None
+        self._connection: RtmpConnection | None = None
         self._delays: Iterator[float] | None = None
         self._retry_at = 0.0
         self.connected = threading.Event()
@@ -162,7 +167,8 @@ class RtmpSink:
         if self.gave_up or time.monotonic() < self._retry_at:
             return False
         try:
-            self._muxer = Muxer(self.url, "flv", frame.width, frame.height)
+            self._connection = RtmpConnection(self.url, self.io_timeout)
+            self._muxer = Muxer(self._connection, "flv", frame.width, frame.height)
         except Exception as exc:
             self._lost(exc)
             return False
@@ -188,9 +194,12 @@ class RtmpSink:
         log.warning("rtmp: %s %s (%s); retrying in %.1f s", "lost" if was_connected else "cannot reach", self.url, exc, delay)
 
     def _disconnect(self) -> None:
-        if self._muxer is not None:
-            muxer, self._muxer = self._muxer, None
-            try:
+        muxer, connection, self._muxer, self._connection = self._muxer, self._connection, None, None
+        try:
+            if muxer is not None:
                 muxer.close()
-            except Exception as exc:
-                log.debug("rtmp: closing %s: %s", self.url, exc)
+        except Exception as exc:
+            log.debug("rtmp: closing %s: %s", self.url, exc)
+        finally:
+            if connection is not None:
+                connection.close()
