@@ -24,15 +24,17 @@ from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import onnx
 import torch
 import torch.nn.functional as F
-from onnx import numpy_helper
 from torch import nn
 
 from engine.audio.hubert import CHUNK_SAMPLES, INPUT_NAME, OUTPUT_NAME, TorchHubertRunner
+
+if TYPE_CHECKING:
+    import onnx
 
 ONNX_OPSET = 17
 
@@ -227,6 +229,8 @@ class _Graph:
         self.used: set[str] = set()
 
     def array(self, name: str) -> np.ndarray:
+        from onnx import numpy_helper
+
         self.used.add(name)
         return numpy_helper.to_array(self.initializers[name])
 
@@ -270,6 +274,8 @@ class _Graph:
 
 def onnx_state_dict(model: onnx.ModelProto, expected: Mapping[str, tuple[int, ...]]) -> dict[str, torch.Tensor]:
     """The tensors for ``expected`` (state-dict key -> shape) found in the model, or HubertWeightsError saying what is wrong."""
+    import onnx
+
     graph = _Graph(model)
     prefix = graph.prefix(list(expected))
 
@@ -318,6 +324,8 @@ def load_hubert_onnx(path: str | Path, config: HubertConfig = HUBERT_LARGE) -> H
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"HuBERT ONNX file not found: {path}")
+    import onnx  # here, not at import: only the official file needs it (0.14 s of every start)
+
     model = onnx.load(str(path))
     module = HubertEncoder(config)
     expected = {k: tuple(v.shape) for k, v in module.state_dict().items()}

@@ -3,6 +3,10 @@ what it cannot do: a network it did not load, a GPU torch does not see; it compi
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+
 import pytest
 import torch
 
@@ -49,3 +53,24 @@ def test_a_network_is_compiled_at_its_first_call_not_when_the_backend_is_made() 
     x = torch.arange(6.0)
     assert torch.equal(wrapped(x), affine(x))
     assert wrapped._compiled is not None
+
+
+
+LOAD_ALL = """
+import json, sys
+import torch
+from engine.backends.torch_backend import TorchBackend
+backend = TorchBackend(sys.argv[1], device="cpu")
+at_start = sorted(backend._nets)
+heavy = {name: name in sys.modules for name in ("sympy", "torch._dynamo")}
+backend.motion(torch.zeros(1, 3, 256, 256))
+print(json.dumps({"at_start": at_start, "after_a_call": sorted(backend._nets), "imported": heavy}))
+"""
+
+
+def test_a_start_loads_what_the_runtime_runs_and_imports_nothing_heavier(checkpoint_dir) -> None:
+    run = subprocess.run([sys.executable, "-c", LOAD_ALL, str(checkpoint_dir())], capture_output=True, text=True, timeout=300, check=True)
+    seen = json.loads(run.stdout.strip().splitlines()[-1])
+    assert seen["at_start"] == ["decoder", "lmdm", "stitch_network", "warp_network"], "registration's networks wait for a call"
+    assert "motion_extractor" in seen["after_a_call"]
+    assert seen["imported"] == {"sympy": False, "torch._dynamo": False}, "no symbolic shapes (0.7 s) nor compiler at start"
