@@ -10,7 +10,6 @@ directory that is renamed into place, so a failed registration leaves nothing ha
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import os
@@ -32,6 +31,7 @@ from avatars.checks import NAME as _NAME
 from avatars.checks import check_manifest, check_tensors, parse_json
 from avatars.errors import CacheError, StaleCacheError
 from engine.networks import OFFICIAL_FILENAMES
+from engine.plans.hash_ahead import hash_ahead, sha256_of
 
 FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
@@ -113,16 +113,23 @@ def check_name(name: str) -> str:
 
 
 def file_sha256(path: Path) -> str:
-    """Hex SHA-256 of a file, remembered per (path, size, mtime) so checkpoints are hashed once per process."""
+    """Hex SHA-256 of a file, remembered per (path, size, mtime) so checkpoints are hashed once per process; a hash
+    started ahead (``hash_checkpoints_ahead``) is taken when it is done."""
     stat = path.stat()
     key = (str(path.resolve()), stat.st_size, stat.st_mtime_ns)
     if key not in _HASH_MEMO:
-        digest = hashlib.sha256()
-        with path.open("rb") as f:
-            for chunk in iter(lambda: f.read(1 << 22), b""):
-                digest.update(chunk)
-        _HASH_MEMO[key] = digest.hexdigest()
+        _HASH_MEMO[key] = sha256_of(path)
     return _HASH_MEMO[key]
+
+
+def hash_checkpoints_ahead(directory: str | Path) -> None:
+    """Start hashing, in the background, the checkpoints a cached avatar's load checks (the motion extractor's is
+    112 MB), so that a start overlaps it with loading the networks; files not there are left to the load to report."""
+    try:
+        files = checkpoint_files(Path(directory))
+    except CacheError:
+        return
+    hash_ahead(files.values())
 
 
 def checkpoint_files(directory: Path, names: tuple[str, ...] = REGISTRATION_NETWORKS) -> dict[str, Path]:

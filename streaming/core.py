@@ -352,12 +352,16 @@ class EngineCore:
 def engine_runtime(config: dict[str, Any], marks: dict[str, float] | None = None) -> tuple[Any, Avatars]:
     """The engine's runtime on the configured device (warmed up: minutes with an empty compile cache) and its avatars;
     ``marks`` gets the wall-clock time each step of that finished (``streaming.timeline``)."""
+    from avatars.cache import hash_checkpoints_ahead
     from engine.engine import models_dir, random_checkpoints
     from engine.runtime import Runtime, RuntimeConfig
 
     marks = {} if marks is None else marks
     random_weights = config["checkpoints"] is None
     device = torch.device(config["device"])
+    checkpoints = random_checkpoints() if random_weights else models_dir(Path(config["checkpoints"]))
+    if config.get("avatars"):
+        hash_checkpoints_ahead(checkpoints)  # the avatars' loads check them; hashed while the networks load
     runtime_config = RuntimeConfig(admission=False if config.get("no_admission") else None)
     runtime = Runtime.from_checkpoints(
         config["checkpoints"], device=device, steps=config["steps"], config=runtime_config, plans=config.get("plans")
@@ -365,7 +369,6 @@ def engine_runtime(config: dict[str, Any], marks: dict[str, float] | None = None
     warmed = time.time()
     marks["networks loaded"], marks["warmed up"] = warmed - runtime.warmup_seconds, warmed
     log.info("core: networks: %s", runtime.engine.backend.packages_status)
-    checkpoints = random_checkpoints() if random_weights else models_dir(Path(config["checkpoints"]))
     avatars = Avatars(device, checkpoints, config.get("cache_dir"))
     for name, spec in config.get("avatars", {}).items():
         avatars.add(name, spec, random_weights)

@@ -1,4 +1,5 @@
-"""Hashing the checkpoint files a start checks its compiled packages against, in a thread, while the networks load.
+"""Hashing the checkpoint files a start checks (its compiled packages', its cached avatars'), in threads, while the
+networks load.
 
 The three checkpoints the packages are compiled from take 0.7 s to hash on the lent H200; file reads and sha256
 release the GIL, so the hash overlaps with building the networks instead of following it.
@@ -28,7 +29,7 @@ def hash_ahead(paths: Iterable[str | Path]) -> None:
             continue
         with _lock:
             if path not in _ahead:
-                _pool = _pool or ThreadPoolExecutor(max_workers=1, thread_name_prefix="hash-ahead")
+                _pool = _pool or ThreadPoolExecutor(max_workers=2, thread_name_prefix="hash-ahead")
                 _ahead[path] = (stamp, _pool.submit(file_sha256, path))
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import zlib
 from pathlib import Path
@@ -14,9 +15,12 @@ from safetensors.numpy import load_file
 from avatars.cache import (
     FORMAT_VERSION,
     MANIFEST,
+    REGISTRATION_NETWORKS,
     TENSORS,
     check_name,
+    checkpoint_files,
     checkpoint_hashes,
+    hash_checkpoints_ahead,
     load_avatar,
     save_avatar,
 )
@@ -306,3 +310,11 @@ def test_a_deeply_nested_tensor_header_is_a_clear_error(saved: tuple[Path, dict[
     rewrite(path)
     with pytest.raises(CacheError, match="unreadable header: a tensor header is nested too deep"):
         load_avatar(path)
+
+
+def test_a_load_checks_the_checkpoint_hashes_started_ahead(checkpoint_dir, tmp_path: Path) -> None:
+    folder = checkpoint_dir(*REGISTRATION_NETWORKS)
+    hash_checkpoints_ahead(folder)
+    expected = {name: hashlib.sha256(path.read_bytes()).hexdigest() for name, path in checkpoint_files(folder).items()}
+    assert checkpoint_hashes(folder) == expected
+    hash_checkpoints_ahead(tmp_path)  # no checkpoints there: nothing to start, and nothing raised before a load reports it
