@@ -22,6 +22,7 @@ import torch
 from tqdm import tqdm
 
 from apps.control_flags import add_control_arguments, control_changes, session_controls
+from avatars.cache import hash_checkpoints_ahead
 from avatars.load import demo_avatar, load_or_register
 from engine.audio.files import read_audio
 from engine.audio.pcm import to_mono_16k
@@ -125,7 +126,10 @@ def main(argv: list[str] | None = None) -> int:
         audio = audio[: int(args.max_seconds * rate)]
 
     started = time.perf_counter()
-    config = RuntimeConfig(window_buckets=(1,), render_buckets=(10, 20, 40), max_queued_frames=80, admission=False)
+    hash_checkpoints_ahead(checkpoints)  # the avatar's load checks them; hashed while the networks load
+    # One bucket each: an offline render's windows run one after another and its frames in full batches of 40 (only a
+    # short clip's last batch is padded), and every bucket warmed up costs its first call and capture at start.
+    config = RuntimeConfig(window_buckets=(1,), render_buckets=(40,), max_queued_frames=80, admission=False, live=False)
     runtime = Runtime.from_checkpoints(
         None if random_weights else args.checkpoints, device=device, steps=args.steps, config=config, compile_networks=args.compile,
         plans=args.plans,
@@ -145,9 +149,11 @@ def main(argv: list[str] | None = None) -> int:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         with Mp4Writer(args.out, width, height, fps=FPS, audio_rate=session.audio_rate) as writer, tqdm(total=total, unit="frame", desc="rendering") as bar:
             while (frame := session.next_frame()) is not None:
-                writer.write_frames(frame.image[None])
-                writer.write_audio(frame.audio)
-                bar.update(1)
+                frames = [frame, *session.take_ready()]
+                writer.write_frames(torch.stack([f.image for f in frames]))
+                for f in frames:
+                    writer.write_audio(f.audio)
+                bar.update(len(frames))
         feeder.join()
     if errors:
         raise errors[0]

@@ -1,7 +1,8 @@
 """Offline MP4 writer: RGB frames at 25 fps + mono audio -> H.264 (libx264) + AAC through PyAV.
 
 The offline render's path. Video goes through the same x264 encoder as live output (RGB ->
-I420 in torch on the frame's device, one pinned copy per frame), here in CRF mode for files.
+I420 in torch on the frames' device, one copy to the host per frame, or per batch with ``write_frames``), here in
+CRF mode for files.
 Frame i is shown at i / fps exactly; audio times come from the sample count. Audio is encoded
 only up to the video written so far, so ``close()`` can make both streams end together (the
 audio is trimmed or padded with silence to the video's duration). AAC is encoded at the
@@ -21,6 +22,7 @@ import torch
 
 from engine.timebase import FPS
 from streaming.encoders.audio import AAC_BITRATE
+from streaming.encoders.colour import rgb_to_i420_batch
 from streaming.encoders.h264 import H264Settings
 from streaming.encoders.x264 import X264Encoder
 from streaming.frames import AUDIO_RATE, check_size
@@ -73,10 +75,13 @@ class Mp4Writer:
         self._drain_audio(final=False)
 
     def write_frames(self, frames: np.ndarray | torch.Tensor) -> None:
-        """Append a batch of uint8 RGB frames (B, H, W, 3); each is converted on its device, copied to the host once."""
+        """Append a batch of uint8 RGB frames (B, H, W, 3), converted together on their device and copied to the host
+        at once: one wait for the device per batch, not one per frame (a third of a GPU file render's time)."""
         self._check_open()
-        for frame in self._frames(frames, batched=True):
-            self._encode_video(frame)
+        pictures = rgb_to_i420_batch(self._frames(frames, batched=True)).cpu().numpy()
+        for picture in pictures:
+            self._mux_video(self._encoder.encode_picture(picture, self.frames_written))
+            self.frames_written += 1
         self._drain_audio(final=False)
 
     def write_audio(self, samples: np.ndarray) -> None:

@@ -36,3 +36,7 @@ class RuntimeConfig:
     """Share of each 200 ms hop that admission lets live sessions fill."""
     progress: bool = True
     """Show a progress bar while warming up."""
+    live: bool = True
+    """Serve live sessions: warm-up then times every bucket, for admission and the live sessions' lead. A runtime
+    that only renders files (``False``) skips that timing (half a second of a file render's start) and refuses
+    live sessions."""

@@ -123,7 +123,8 @@ class Runtime:
     # -- warm-up ----------------------------------------------------------------------------
 
     def warm_up(self) -> None:
-        """Compile and capture every bucket (CUDA), time each, and derive the live-session capacity."""
+        """Compile and capture every bucket (CUDA) and, for a runtime serving live sessions, time each: the
+        live-session capacity and lead come from those times."""
         started = time.perf_counter()
         if self.device.type == "cuda":
             window_buckets = sorted(self.config.window_buckets, reverse=True)
@@ -134,11 +135,13 @@ class Runtime:
                     bar.set_postfix_str(f"{kind} x{bucket}")
                     if kind == "LMDM windows":
                         self.sampler.capture((bucket,))
-                        self.window_ms[bucket] = self._time(lambda b=bucket: self._sample_dummy(b))
+                        if self.config.live:
+                            self.window_ms[bucket] = self._time(lambda b=bucket: self._sample_dummy(b))
                     else:
                         if self.engine.backend.capabilities.render_graphs:
                             self.engine.backend.capture_render((bucket,))
-                        self.render_ms[bucket] = self._time(lambda b=bucket: self._render_dummy(b))
+                        if self.config.live:
+                            self.render_ms[bucket] = self._time(lambda b=bucket: self._render_dummy(b))
             if self.engine.hubert.graphs:
                 self.engine.hubert.capture()
             self.engine.hubert.encode_batch(torch.zeros(1, CHUNK_SAMPLES))
@@ -215,6 +218,8 @@ class Runtime:
             raise ValueError(f"overlap must be in [0, {SEQ_FRAMES}), got {overlap}")
         if motion is not None and live:
             raise ValueError("a session fed precomputed motion renders a file, it cannot be live: open it with live=False")
+        if live and not self.config.live:
+            raise ValueError("this runtime renders files only (RuntimeConfig(live=False)): open the session with live=False")
         controls = self.default_controls if controls is None else controls
         if not isinstance(controls, Controls):
             raise TypeError(f"controls must be an engine.controls.Controls, got {type(controls).__name__}")

@@ -138,6 +138,19 @@ def test_admission_refuses_a_live_session_the_gpu_could_not_serve(runtime: Runti
     runtime.open_session(avatar, live=False).close()
 
 
+def test_a_runtime_for_files_refuses_live_sessions_and_renders_files(runtime: Runtime, avatar) -> None:
+    files_only = Runtime(runtime.engine, RuntimeConfig(progress=False, live=False))
+    try:
+        with pytest.raises(ValueError, match="renders files only"):
+            files_only.open_session(avatar, live=True)
+        session = files_only.open_session(avatar, live=False)
+        session.push_audio(tone(0.04), RATE)
+        session.end()
+        assert [f.index for f in iter(lambda: session.next_frame(timeout=300), None)] == [0]
+    finally:
+        files_only.close()
+
+
 def test_interrupt_drops_untaken_frames_and_goes_on_silently_numbered_from_the_last_frame_shown(runtime: Runtime, avatar) -> None:
     session = runtime.open_session(avatar, live=True, overlap=75)
     session.push_audio(tone(0.2), RATE)
