@@ -5,10 +5,9 @@
 #   bash bench/gpu_startup.sh build [ARGS]    only build them in the background; ARGS go to compile.build_plans
 #   bash bench/gpu_startup.sh follow [SECS]   the build's progress; returns once it is done or after SECS (540)
 #   bash bench/gpu_startup.sh measure AVATAR  three starts phase by phase (bench.start_phases: the first fills the
-#                                             bytecode cache, the third is profiled), a bench.runtime start, the
-#                                             newsroom clip twice (the second under cProfile), two starts of
-#                                             serve --demo to its first RTMP picture (bench.serve_start), and
-#                                             sessions side by side on the packages (bench.runtime, 12 sessions)
+#                                             bytecode cache, the third is profiled), the newsroom clip three times
+#                                             (the same; the third under cProfile), and two starts of serve --demo
+#                                             to its first RTMP picture (bench.serve_start)
 # Logs and results go to /tmp/startup-runs, packed into $OUT/startup_<mode>.tgz at the end (the device returns at
 # most 8 files); the packages to /tmp/plans (kept while the machine stays warm).
 set -uo pipefail
@@ -40,31 +39,24 @@ measure() {
     mkdir -p "$DITTO_CACHE_DIR/demo-avatar" && rm -rf "$DITTO_CACHE_DIR/demo-avatar/demo" && cp -r "$avatar" "$DITTO_CACHE_DIR/demo-avatar/demo"
     for i in 1 2 3; do  # 1 fills the bytecode cache; 2 is the representative start; 3 is profiled
         python3 -m bench.start_phases --plans "$plans" --out "$runs/start_phases_$i.json" \
-            $( ((i != 2)) && echo --profile "$runs/start_profile_$i.txt") >"$runs/start_phases_$i.log" 2>&1
+            $( ((i == 3)) && echo --profile "$runs/start_profile_$i.txt") >"$runs/start_phases_$i.log" 2>&1
         grep -A12 "| phase" "$runs/start_phases_$i.log"
     done
-    start=$EPOCHREALTIME
-    python3 -m bench.runtime --avatar "$avatar" --start-only --plans "$plans" --out "$runs/start_packages.json" \
-        >"$runs/start_packages.log" 2>&1
-    echo "bench.runtime --start-only, process start to exit: $(since "$start") s" | tee -a "$runs/startup.txt"
     newsroom_clip
-    for i in 1 2; do  # 2 under cProfile
+    for i in 1 2 3; do  # 1 fills the bytecode cache of the render's own modules; 2 is representative; 3 under cProfile
         start=$EPOCHREALTIME
-        python3 $( ((i == 2)) && echo -m cProfile -o "$runs/newsroom.prof") -m apps.render --avatar "$avatar" \
+        python3 $( ((i == 3)) && echo -m cProfile -o "$runs/newsroom.prof") -m apps.render --avatar "$avatar" \
             --audio /tmp/newsroom.wav --plans "$plans" --out /tmp/newsroom.mp4 >"$runs/newsroom_$i.log" 2>&1
         rc=$?
         echo "newsroom 7.84 s clip ($i), process start to MP4: $(since "$start") s (rc $rc)" | tee -a "$runs/startup.txt"
         grep -A1 "^wrote" "$runs/newsroom_$i.log" | tee -a "$runs/startup.txt"
     done
-    python3 -c "import pstats; pstats.Stats('$runs/newsroom.prof').sort_stats('cumulative').print_stats(60)" \
+    python3 -c "import pstats; pstats.Stats('$runs/newsroom.prof').sort_stats('tottime').print_stats(60)" \
         >"$runs/newsroom_profile.txt" 2>&1
+    python3 -X importtime -c "import apps.render" 2>"$runs/newsroom_importtime.txt"
     timeout $((585 - SECONDS)) python3 -m bench.serve_start --demo --plans "$plans" --starts 2 --out "$runs/serve_start.json" \
         >"$runs/serve_start.log" 2>&1
     grep "^start " "$runs/serve_start.log" | tee -a "$runs/startup.txt"
-    # Sessions side by side on packages: independence (PSNR against alone) and 12 live sessions.
-    timeout $((585 - SECONDS)) python3 -m bench.runtime --avatar "$avatar" --plans "$plans" --sessions 12 --seconds 10 \
-        --out "$runs/runtime_packages.json" >"$runs/runtime_packages.log" 2>&1
-    grep -i "psnr\|sessions\|^| 12" "$runs/runtime_packages.log" | tail -5
 }
 
 case $mode in
