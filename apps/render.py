@@ -105,6 +105,22 @@ def open_render(runtime: Runtime, avatar, audio: np.ndarray, rate: int, args: ar
     return runtime.open_session(avatar, motion=motion, **options), motion.shape[0]
 
 
+def write_mp4(session: Session, out: Path, width: int, height: int, total: int) -> tuple[float, float]:
+    """Write the session's ``width`` x ``height`` frames and audio to ``out`` until it ends, every frame ready at once
+    (one wait for the GPU per batch); returns the seconds spent waiting for frames and writing them."""
+    waiting = writing = 0.0
+    with Mp4Writer(out, width, height, fps=FPS, audio_rate=session.audio_rate) as writer, tqdm(total=total, unit="frame", desc="rendering") as bar:
+        mark = time.perf_counter()
+        while (frame := session.next_frame()) is not None:
+            frames = [frame, *session.take_ready()]
+            waiting, mark = waiting + time.perf_counter() - mark, time.perf_counter()
+            writer.write_frames(torch.stack([f.image for f in frames]))
+            writer.write_audio(np.concatenate([f.audio for f in frames]))
+            bar.update(len(frames))
+            writing, mark = writing + time.perf_counter() - mark, time.perf_counter()
+    return waiting, writing
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     device = torch.device(args.device) if args.device else torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -142,22 +158,17 @@ def main(argv: list[str] | None = None) -> int:
         steps["avatar"], mark = time.perf_counter() - mark, time.perf_counter()
         session, total = open_render(runtime, avatar, audio, rate, args)
         steps["session" if args.mode == "online" else "motion"], mark = time.perf_counter() - mark, time.perf_counter()
-        height, width = avatar.frames.shape[1:3]
+        height, width = (int(n) for n in avatar.frames.shape[1:3])
         errors: list[BaseException] = []
         feeder = threading.Thread(target=feed, args=(session, audio, rate, errors), daemon=True)
         feeder.start()
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        with Mp4Writer(args.out, width, height, fps=FPS, audio_rate=session.audio_rate) as writer, tqdm(total=total, unit="frame", desc="rendering") as bar:
-            while (frame := session.next_frame()) is not None:
-                frames = [frame, *session.take_ready()]
-                writer.write_frames(torch.stack([f.image for f in frames]))
-                for f in frames:
-                    writer.write_audio(f.audio)
-                bar.update(len(frames))
+        waiting, writing = write_mp4(session, args.out, width, height, total)
         feeder.join()
     if errors:
         raise errors[0]
     steps["frames rendered and written"] = time.perf_counter() - mark
+    steps["of which waiting for frames"], steps["writing them"] = waiting, writing
     elapsed = time.perf_counter() - started
     print(
         f"wrote {args.out}: {total} frames ({total / FPS:.2f} s) at {width}x{height} in {elapsed:.1f} s on {device} "

@@ -58,6 +58,12 @@ def open_package(path: Path, single_threaded: bool, device: str) -> LoadedPackag
     """The package at ``path`` for ``device`` ("cpu" or a GPU architecture), already checked against its manifest,
     through torch's C++ loader where it has the expected shape, else through ``torch._inductor.aoti_load_package``.
     ``single_threaded``: one runner, called from one thread (the runtime's loop)."""
+    # On the lent H200 (torch 2.11, CUDA 13) the C++ loader segfaulted opening the first GPU package of a process in
+    # which onnxruntime's native library was not loaded (2026-12-02: 3 starts of 3; they passed with onnxruntime
+    # imported first, and not with torch._prims, symbolic shapes or torch._refs). The cause is not found; until it
+    # is, onnxruntime is loaded before a package opens, as the engine's own import did before it deferred it.
+    import onnxruntime  # noqa: F401
+
     try:
         return OpenedPackage(torch._C._aoti.AOTIModelPackageLoader(str(path), MODEL_NAME, single_threaded, 1, -1))
     except (AttributeError, TypeError) as exc:  # another torch's loader: the public function knows its shape
