@@ -6,6 +6,7 @@ The canonical keypoints ``kp`` are not part of it; they always come from the ava
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 MOTION_DIM = 265
@@ -51,5 +52,5 @@ def join_motion(parts: dict[str, torch.Tensor]) -> torch.Tensor:
 
 def _broadcast_leading(pieces: list[torch.Tensor]) -> list[torch.Tensor]:
     """Broadcast all leading axes (not the last) to a common shape so the parts can be concatenated."""
-    lead = torch.broadcast_shapes(*(p.shape[:-1] for p in pieces))
+    lead = np.broadcast_shapes(*(tuple(p.shape[:-1]) for p in pieces))  # torch's imports sympy (0.5 s) at its first call
     return [p.expand(*lead, p.shape[-1]) for p in pieces]
