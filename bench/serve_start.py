@@ -74,8 +74,8 @@ async def one_start(args: argparse.Namespace, nginx: NginxRtmp, index: int, log:
             await asyncio.sleep(0.02)
         picture_s = player.log.first_picture_at - server.started_at
     finally:
+        player.stop(timeout=1.0)  # nginx holds an idle player open: its thread ends when nginx stops
         server.stop()
-        player.stop()
     ready = READY_LINE.search(log.read_text(errors="replace"))
     return {"metrics_answer_s": round(metrics_s, 2), "first_rtmp_picture_s": round(picture_s, 2), "timeline": ready and ready.group(0)}
 
