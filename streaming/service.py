@@ -35,8 +35,8 @@ import zmq.asyncio
 
 from engine.latency import FAITHFUL, MODES
 from engine.timebase import FPS
-from streaming.core import resident_mb
 from streaming import timeline
+from streaming.core import resident_mb
 from streaming.ipc import ServiceError, endpoint, pack, send_nowait, socket, unpack
 from streaming.output import SILENCE, EncodedFrame
 from streaming.sinks.webrtc import WebRtcPreview
