@@ -15,7 +15,7 @@ import ctypes
 import functools
 from pathlib import Path
 
-import av  # noqa: F401  (loads the libavformat and libavutil this module calls into)
+import av  # loads the libavformat and libavutil this module calls into
 
 AVIO_FLAG_WRITE = 2
 
@@ -60,12 +60,15 @@ class _FFmpeg:
 
 
 def _loaded(name: str) -> ctypes.CDLL:
-    """The lib``name`` shared library already mapped into this process (the one PyAV links)."""
-    for line in Path("/proc/self/maps").read_text().splitlines():
-        path = line.split()[-1]
-        if Path(path).name.startswith(f"lib{name}") and ".so" in path:
-            return ctypes.CDLL(path)
-    raise OSError(f"lib{name} is not loaded: PyAV's FFmpeg libraries were not found in this process")
+    """The lib``name`` shared library already mapped into this process that PyAV links: the one its wheel bundles
+    (``av.libs``) before any other (another package may map an FFmpeg of its own), else the system's."""
+    mapped = {line.split()[-1] for line in Path("/proc/self/maps").read_text().splitlines() if "/" in line}
+    found = sorted(path for path in mapped if Path(path).name.startswith(f"lib{name}") and ".so" in Path(path).name)
+    bundled = str(Path(av.__file__).resolve().parent.parent / "av.libs")
+    found.sort(key=lambda path: not path.startswith(bundled))
+    if not found:
+        raise OSError(f"lib{name} is not loaded: PyAV's FFmpeg libraries were not found in this process")
+    return ctypes.CDLL(found[0])
 
 
 def _function(symbol, restype, *argtypes):  # noqa: ANN001, ANN202 (ctypes symbols are untyped)
