@@ -360,8 +360,7 @@ def engine_runtime(config: dict[str, Any], marks: dict[str, float] | None = None
     random_weights = config["checkpoints"] is None
     device = torch.device(config["device"])
     checkpoints = random_checkpoints() if random_weights else models_dir(Path(config["checkpoints"]))
-    if config.get("avatars"):
-        hash_checkpoints_ahead(checkpoints)  # the avatars' loads check them; hashed while the networks load
+    hash_checkpoints_ahead(checkpoints)  # every avatar's load checks them (at start or a session's open): hashed meanwhile
     runtime_config = RuntimeConfig(admission=False if config.get("no_admission") else None)
     runtime = Runtime.from_checkpoints(
         config["checkpoints"], device=device, steps=config["steps"], config=runtime_config, plans=config.get("plans")
