@@ -14,6 +14,17 @@ from engine.networks import OFFICIAL_FILENAMES, write_random_checkpoints
 
 torch.set_num_threads(max(1, min(4, os.cpu_count() or 1)))
 
+INTEGRATIONS = Path(__file__).resolve().parent / "integrations"
+
+
+def pytest_ignore_collect(collection_path: Path) -> bool | None:
+    """scripts/test.sh's second run (DITTO_TESTS=integrations, in .venv-integrations) collects tests/integrations
+    alone, whatever other paths its arguments name: the rest of the suite ran in the first environment."""
+    if os.environ.get("DITTO_TESTS") != "integrations":
+        return None
+    inside = collection_path == INTEGRATIONS or INTEGRATIONS in collection_path.parents
+    return None if inside or collection_path in INTEGRATIONS.parents else True
+
 
 @pytest.fixture(scope="session")
 def checkpoint_dir(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Path]:

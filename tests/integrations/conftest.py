@@ -42,13 +42,14 @@ def cpu_runtime(checkpoint_dir):
 
 @pytest.fixture(scope="session")
 def registered_avatar(checkpoint_dir, tmp_path_factory):
-    """A registered avatar (a 320x320 crop of scikit-image's astronaut), loaded on the CPU. Registered by the
-    interpreter this environment was made from: the face extra's mediapipe needs protobuf 4, the integrations 5+."""
+    """A registered avatar (a 320x320 crop of scikit-image's astronaut), loaded on the CPU. Registered by the first
+    environment's interpreter (scripts/test.sh sets DITTO_FACE_PYTHON): the face extra's mediapipe needs protobuf 4,
+    the integrations 5+."""
     from avatars.cache import load_avatar
 
     folder = tmp_path_factory.mktemp("integration-avatar")
     done = subprocess.run(
-        [sys._base_executable, "-c", REGISTER, str(folder), str(checkpoint_dir())],
+        [os.environ.get("DITTO_FACE_PYTHON", sys._base_executable), "-c", REGISTER, str(folder), str(checkpoint_dir())],
         cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True, timeout=300,
     )
     assert done.returncode == 0, done.stderr[-2000:]

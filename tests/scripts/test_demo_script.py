@@ -16,7 +16,9 @@ def run_demo(tmp_path: Path, gpu: bool) -> tuple[list[str], str]:
     """demo.sh with stand-ins for python3 (no torch installed) and, when ``gpu``, nvidia-smi; their calls and the output."""
     bin_dir, calls = tmp_path / "bin", tmp_path / "calls"
     bin_dir.mkdir()
-    (bin_dir / "python3").write_text(f'#!/bin/sh\necho "$*" >> {calls}\n[ "$1" = "-c" ] && exit 1\nexit 0\n')
+    (bin_dir / "python3").write_text(
+        f'#!/bin/sh\necho "$*" >> {calls}\ncase "$*" in *base_prefix*) exit 0;; -c*) exit 1;; esac\nexit 0\n'
+    )
     (bin_dir / "python3").chmod(0o755)
     if gpu:
         (bin_dir / "nvidia-smi").write_text("#!/bin/sh\necho 'GPU 0: NVIDIA H200'\n")
