@@ -22,7 +22,8 @@ if [[ "${DITTO_UNPINNED:-}" == 1 ]]; then pins=(); integration_pins=(); fi
 here=$("$python" -c 'import sysconfig; print(sysconfig.get_path("purelib"))')
 there=$(.venv-integrations/bin/python -c 'import sysconfig; print(sysconfig.get_path("purelib"))')
 echo "$here" > "$there/ditto-main-environment.pth"
-.venv-integrations/bin/python -m pip install --quiet "${integration_pins[@]}" -e ".[pipecat,livekit]"
+# --no-warn-conflicts: pip would report the first environment's mediapipe against this one's protobuf, which it never imports.
+.venv-integrations/bin/python -m pip install --quiet --no-warn-conflicts "${integration_pins[@]}" -e ".[pipecat,livekit]"
 export DITTO_FACE_PYTHON
 DITTO_FACE_PYTHON=$("$python" -c 'import sys; print(sys.executable)')
 status=0

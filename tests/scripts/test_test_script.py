@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[2]
 # A stand-in python3: records its arguments (and DITTO_TESTS), makes a venv's bin/python as a copy of itself, answers
 # "a virtual environment is active" and "torch is installed", and exits with $PYTEST_EXIT for the integrations run.
 STANDIN = """#!/bin/sh
-echo "DITTO_TESTS=${DITTO_TESTS:-} $*" >> CALLS
+printf "DITTO_TESTS=%s" "${DITTO_TESTS:-}" >> CALLS; printf "|%s" "$@" >> CALLS; echo >> CALLS
 if [ "$1" = "-m" ] && [ "$2" = "venv" ]; then mkdir -p "$3/bin" "$3/site"; cp "$0" "$3/bin/python"; exit 0; fi
 case "$*" in *sysconfig*) mkdir -p site; echo "$PWD/site"; exit 0;; esac
 if [ "$1 $2" = "-m pytest" ] && [ -n "${DITTO_TESTS:-}" ]; then exit "${PYTEST_EXIT:-0}"; fi
@@ -42,9 +42,10 @@ def run_test_script(tmp_path: Path, *args: str, pytest_exit: int = 0) -> tuple[i
 def test_every_argument_reaches_both_runs_as_given(tmp_path: Path) -> None:
     args = ("-q", "-p", "no:cacheprovider", "-k", "push and not slow", "--timeout", "300", "-x")
     status, calls = run_test_script(tmp_path, *args)
-    runs = [c for c in calls if " -m pytest " in c]
+    runs = [c for c in calls if "|-m|pytest|" in c]
     assert status == 0
-    assert runs == ["DITTO_TESTS=  -m pytest " + " ".join(args), "DITTO_TESTS=integrations -m pytest " + " ".join(args)]
+    assert runs == ["|".join(("DITTO_TESTS=", "-m", "pytest", *args)),
+                    "|".join(("DITTO_TESTS=integrations", "-m", "pytest", *args))]
 
 
 def test_the_integrations_environment_sees_the_first_ones_packages_and_installs_no_torch(tmp_path: Path) -> None:
