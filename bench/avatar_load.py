@@ -64,7 +64,7 @@ def main() -> None:
 
 
 def table(result: dict) -> str:
-    """The short table: registration and load times against the README's target."""
+    """The short table: registration and load times against its target (docs/benchmarks.md)."""
     verified, unverified = result["load_verified"], result["load_unverified"]
     return "\n".join(
         [

@@ -3,7 +3,7 @@
 ``python -m bench.latency [--latency faithful|low] [--no-compute] --out FILE.json [any bench.glass_to_glass option]``
 runs ``bench.glass_to_glass`` (the real server, nginx-rtmp, an RTMP reader and a WebRTC viewer),
 then, on a GPU and once that server has stopped, ``bench.compute`` (an LMDM window, render per
-frame) in this process, and prints both with the README's targets and whether each was met.
+frame) in this process, and prints both with their targets (docs/benchmarks.md) and whether each was met.
 Writes ``{"glass_to_glass": ..., "compute": ..., "targets": [...]}`` to ``--out``.
 """
 
@@ -22,7 +22,7 @@ from harness.live_server import run_keeping_server_log
 
 
 def verdicts(glass: dict) -> list[dict]:
-    """Each measured path's p99 (and first push, where the README sets one) against the target of the run's latency mode."""
+    """Each measured path's p99 (and first push, where a target is set) against the target of the run's latency mode."""
     mode = glass["latency"]
     rows = []
     for name, path in glass["paths"].items():

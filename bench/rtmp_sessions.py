@@ -1,9 +1,9 @@
-"""Many sessions streaming to RTMP at once from one process: frames, rate, drift and A/V offset of every stream, read back.
+"""Many sessions streaming to RTMP at once from one server: frames, rate, drift and A/V offset of every stream, read back.
 
 ``python -m bench.rtmp_sessions [--avatar DIR] --sessions 8 --minutes 10 --out FILE.json``
 
 Starts nginx-rtmp and ``python -m apps.serve --listen --sessions N --rtmp ... --no-admission``
-(one process, one runtime), pushes the bundled speech on loop into every session over the
+(one service: its sessions opened at start), pushes the bundled speech on loop into every session over the
 WebSocket in real time (as a TTS engine would), and demuxes every RTMP stream live with PyAV
 from its first packet. The measured window starts 2 s after every stream has delivered a frame.
 Per stream: frames received, effective frame rate, drift (how far the arrival clock moved

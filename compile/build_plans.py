@@ -110,7 +110,8 @@ def _parser() -> argparse.ArgumentParser:
 
 AOT_NETWORKS = ("lmdm", "warp_network", "decoder")
 GPU_AOT_JOBS = 3
-"""Packages compiled at once on a GPU by default (the H200's 16 cores: 492 s in one process, 292 s in three)."""
+"""Packages compiled at once on a GPU by default: each compile is mostly single-threaded, so a few at once shorten the
+build (timings by job count: bench/results/2026-12-01_h200_aot_packages_build.json)."""
 """The networks of the packaged calls."""
 
 

@@ -1,4 +1,4 @@
-"""The targets the README's Measured table sets, the one place the benchmarks' tables read them from."""
+"""The targets docs/benchmarks.md lists, the one place the benchmarks' tables read them from."""
 
 LMDM_WINDOW_MS = 12.0
 """One 80-frame window at the default steps, GPU compute, batch 1 (ms)."""
@@ -9,4 +9,4 @@ AVATAR_LOAD_MS = 10.0
 GLASS_P99_MS = {"faithful": {"rtmp": 600.0, "webrtc": 560.0}, "low": {"rtmp": 400.0, "webrtc": 350.0}}
 """Glass-to-glass p99 on loopback per latency mode and path: a marker pushed -> the frame that speaks it, decoded (ms)."""
 FIRST_PUSH_MS = {"low": 400.0}
-"""The first push into an idle session -> its first speech frame decoded, where the README sets a target (ms)."""
+"""The first push into an idle session -> its first speech frame decoded, where a target is set (ms)."""

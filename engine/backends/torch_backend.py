@@ -238,7 +238,8 @@ class TorchBackend(Backend):
 
 class CompiledOnFirstCall:
     """``torch.compile(fn)``, made at the first call: a start whose calls all run in compiled packages never imports
-    the compiler (torch.compile's first use imports dynamo and inductor: 10.9 s of a start on the lent H200)."""
+    the compiler (torch.compile's first use imports dynamo and inductor, seconds of a start: a start before and after
+    this deferral, bench/results/2026-12-01_h200_start_with_packages.json, 2026-12-02_h200_start_with_packages.json)."""
 
     def __init__(self, fn: Callable[..., Any]) -> None:
         self.fn = fn

@@ -24,9 +24,9 @@ def _leave_as_allocated(tensor: torch.Tensor, *args: object, **kwargs: object) -
 
 @contextmanager
 def without_random_init() -> Iterator[None]:
-    """While a network is built, ``torch.nn.init``'s random fills leave tensors as allocated: they were 38% of
-    loading the six networks on a CPU and 1.4 s of a start on the lent H200, and a strict load then writes every
-    parameter and persistent buffer. The switch is process-wide while it lasts, so builds take turns."""
+    """While a network is built, ``torch.nn.init``'s random fills leave tensors as allocated: drawing them is a
+    large share of loading the networks (bench/results/2026-12-02_h200_start_with_packages.json), and a strict load
+    then writes every parameter and persistent buffer anyway. The switch is process-wide while it lasts, so builds take turns."""
     with _BUILDING:
         saved = {name: getattr(init, name) for name in RANDOM_FILLS}
         for name in RANDOM_FILLS:

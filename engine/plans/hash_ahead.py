@@ -1,8 +1,9 @@
 """Hashing the checkpoint files a start checks (its compiled packages', its cached avatars'), in threads, while the
 networks load.
 
-The three checkpoints the packages are compiled from take 0.7 s to hash on the lent H200; file reads and sha256
-release the GIL, so the hash overlaps with building the networks instead of following it.
+Hashing the checkpoints the packages are compiled from is a measurable part of a start (the figure is in
+bench/results/2026-12-02_h200_start_with_packages.json); file reads and sha256 release the GIL, so the hash overlaps
+with building the networks instead of following it.
 """
 
 from __future__ import annotations

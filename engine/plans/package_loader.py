@@ -1,10 +1,10 @@
 """Opening one AOTInductor package without importing torch's compiler.
 
-``torch._inductor.aoti_load_package`` imports ``torch._inductor``, and with it dynamo and the whole compiler (2-3 s
-of a start on the lent H200, 1.3 s on a CPU), only to compare the CPU and GPU the package recorded with this
-machine's in a warning, which ``engine.plans.packages`` already checks through the manifest. The loader under it is
-torch's own C++ package loader, opened here directly (written against torch 2.13's). Where this torch's loader has
-another shape, the public function opens the package instead.
+``torch._inductor.aoti_load_package`` imports ``torch._inductor``, and with it dynamo and the whole compiler (seconds
+of a start: bench/results/2026-12-02_h200_start_with_packages.json), only to compare the CPU and GPU the package
+recorded with this machine's in a warning, which ``engine.plans.packages`` already checks through the manifest. The
+loader under it is torch's own C++ package loader, opened here directly (written against torch 2.13's). Where this
+torch's loader has another shape, the public function opens the package instead.
 """
 
 from __future__ import annotations
@@ -58,10 +58,10 @@ def open_package(path: Path, single_threaded: bool, device: str) -> LoadedPackag
     """The package at ``path`` for ``device`` ("cpu" or a GPU architecture), already checked against its manifest,
     through torch's C++ loader where it has the expected shape, else through ``torch._inductor.aoti_load_package``.
     ``single_threaded``: one runner, called from one thread (the runtime's loop)."""
-    # On the lent H200 (torch 2.11, CUDA 13) the C++ loader segfaulted opening the first GPU package of a process in
-    # which onnxruntime's native library was not loaded (2026-12-02: 3 starts of 3; they passed with onnxruntime
-    # imported first, and not with torch._prims, symbolic shapes or torch._refs). The cause is not found; until it
-    # is, onnxruntime is loaded before a package opens, as the engine's own import did before it deferred it.
+    # With torch 2.11 and CUDA 13 the C++ loader crashes (segfault) opening the first GPU package of a process in
+    # which onnxruntime's native library is not loaded; importing onnxruntime first avoids it, and importing
+    # torch._prims, symbolic shapes or torch._refs instead does not (docs/startup.md). The cause is not found; until
+    # it is, onnxruntime is loaded before a package opens.
     import onnxruntime  # noqa: F401
 
     try:
@@ -75,9 +75,10 @@ def open_package(path: Path, single_threaded: bool, device: str) -> LoadedPackag
 def without_cpu_isa_probe(device: str) -> AbstractContextManager[object]:
     """While GPU packages build (or load through torch's public loader), tell torch the CPU has no vector ISA. It
     asks for the ISA only to record it (and, loading, to compare in a warning), and otherwise compiles probe
-    programs and loads them in child processes: 64 s of one measured start on the lent H200, and still 35 s with
-    ``vec_isa_ok=True``, which skips the basic probe but not the AVX-512 bf16 and AMX ones (torch 2.11). GPU
-    packages run no CPU kernels. CPU packages (``device`` "cpu") keep the probe."""
+    programs and loads them in child processes, tens of seconds of a start (a start before and after the switch:
+    bench/results/2026-12-01_h200_start_with_packages.json, 2026-12-02_h200_start_with_packages.json).
+    ``vec_isa_ok=True`` is not enough: it skips the basic probe but not the AVX-512 bf16 and AMX ones (torch 2.11).
+    GPU packages run no CPU kernels. CPU packages (``device`` "cpu") keep the probe."""
     if device == "cpu":
         return nullcontext()
     return torch._inductor.config.patch({"cpp.vec_isa_ok": False})

@@ -1,4 +1,4 @@
-"""bench.compute measures a GPU; without one it says what runs on a CPU instead, and its table reads the README's targets."""
+"""bench.compute measures a GPU; without one it says what runs on a CPU instead, and its table reads the targets."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""bench.latency: glass-to-glass figures held against the README's targets of the run's latency mode."""
+"""bench.latency: glass-to-glass figures held against the targets (docs/benchmarks.md) of the run's latency mode."""
 
 from __future__ import annotations
 

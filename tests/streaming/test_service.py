@@ -216,9 +216,9 @@ def test_one_long_push_waits_for_room_without_holding_up_any_other_session() -> 
 
 
 def test_sessions_created_and_deleted_leave_the_workers_memory_flat(tmp_path: Path) -> None:
-    """Seen on the H200 (+1.2 MB per cycle over 100): a worker kept every closed MP4/FLV muxer until a full collection.
-    Measured from session 30: before it a worker's resident size can still step up by ~3 MB once (sampled every 10
-    sessions on the 2-core machine: +3.1, +0.05, +0.3 MB; +3.0, +0.9, +0.2 MB), and flattens after."""
+    """A worker that keeps every closed MP4/FLV muxer until a full garbage collection grows with each session
+    (the create/delete cycles of bench/results/2026-12-01_h200_service_12_16_streams_after_phase_fix.json). Measured
+    from session 30: before it a worker's resident size can still step up once by a few MB, and it flattens after."""
     from streaming.core import resident_mb
 
     async def scenario() -> list[float]:
