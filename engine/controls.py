@@ -373,7 +373,7 @@ def check_changes(changes: Any) -> dict[str, Any]:
         raise ControlError(f"controls are a JSON object of control fields ({', '.join(FIELD_NAMES)}), got {_shown(changes)}")
     unknown = [name for name in changes if not isinstance(name, str) or name not in FIELD_NAMES]
     if unknown:
-        shown = ", ".join(_shown(name) for name in unknown[:8])
+        shown = ", ".join(name if isinstance(name, str) and name.isidentifier() else _shown(name) for name in unknown[:8])
         raise ControlError(f"unknown control(s) {shown}; controls are: {', '.join(FIELD_NAMES)}")
     applied = Controls().replace(**changes)
     return {name: _jsonable(getattr(applied, name)) for name in changes}
