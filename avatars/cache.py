@@ -29,8 +29,8 @@ import numpy as np
 import torch
 from safetensors.numpy import save_file
 
-from avatars.checks import NAME as _NAME
 from avatars.checks import MAX_JSON_BYTES, check_manifest, check_tensors, parse_json
+from avatars.checks import NAME as _NAME
 from avatars.errors import CacheError, StaleCacheError
 from engine.networks import OFFICIAL_FILENAMES
 from engine.plans.hash_ahead import hash_ahead, sha256_of
@@ -207,15 +207,21 @@ def resolve(name_or_path: str | Path, cache_dir: str | Path | None = None) -> Pa
     )
 
 
-def read_manifest(directory: Path) -> dict[str, Any]:
-    """The avatar's manifest, checked for this format version."""
+def manifest_json(directory: Path) -> Any:
+    """The avatar's manifest as plain JSON, not yet checked (a listing shows stale ones too): read only from a regular
+    file, bounded in size and depth; CacheError otherwise."""
     try:
         with _open_regular(directory / MANIFEST) as file:
-            manifest = parse_json(file.read(MAX_JSON_BYTES + 1), "a manifest")
+            return parse_json(file.read(MAX_JSON_BYTES + 1), "a manifest")
     except FileNotFoundError as exc:
         raise CacheError(f"{directory}: no {MANIFEST}; the cache is incomplete, register the avatar again") from exc
     except (ValueError, UnicodeDecodeError) as exc:
         raise CacheError(f"{directory / MANIFEST} is corrupted ({exc}); register the avatar again") from exc
+
+
+def read_manifest(directory: Path) -> dict[str, Any]:
+    """The avatar's manifest, checked for this format version."""
+    manifest = manifest_json(directory)
     if not isinstance(manifest, dict):
         raise CacheError(f"{directory / MANIFEST} is corrupted (not a JSON object); register the avatar again")
     version = manifest.get("format")
