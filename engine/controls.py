@@ -370,10 +370,11 @@ def check_changes(changes: Any) -> dict[str, Any]:
     """A client's controls (a JSON object: control name -> value) checked and normalised to plain JSON values before
     they cross a process: only control names (never ``self`` or a non-string), every value within its range."""
     if not isinstance(changes, Mapping):
-        raise ControlError(f"controls are a JSON object of control fields ({', '.join(FIELD_NAMES)}), got {_shown(changes)}")
+        fields = ", ".join(FIELD_NAMES)
+        raise ControlError(f"controls are a JSON object of control fields ({fields}), got {_shown(changes)}")
     unknown = [name for name in changes if not isinstance(name, str) or name not in FIELD_NAMES]
     if unknown:
-        shown = ", ".join(name if isinstance(name, str) and name.isidentifier() else _shown(name) for name in unknown[:8])
+        shown = ", ".join(n if isinstance(n, str) and n.isidentifier() else _shown(n) for n in unknown[:8])
         raise ControlError(f"unknown control(s) {shown}; controls are: {', '.join(FIELD_NAMES)}")
     applied = Controls().replace(**changes)
     return {name: _jsonable(getattr(applied, name)) for name in changes}

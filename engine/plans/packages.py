@@ -22,9 +22,9 @@ from pathlib import Path
 import torch
 
 from engine.backends.base import BackendError
+from engine.nesting import nested_over
 from engine.networks.checkpoints import OFFICIAL_FILENAMES
 from engine.plans.hash_ahead import hash_ahead, sha256_of
-from engine.nesting import nested_over
 from engine.plans.manifest import MAX_DEPTH, file_sha256
 from engine.plans.package_loader import LoadedPackage, open_package
 
@@ -105,7 +105,7 @@ class PackageManifest:
         except ValueError as exc:
             raise StalePackages(f"{where}: not JSON ({exc}): rebuild the packages") from exc
         if nested_over(raw, MAX_DEPTH):
-            raise StalePackages(f"{where}: nested more than {MAX_DEPTH} deep, not a package manifest: rebuild the packages")
+            raise StalePackages(f"{where}: nested more than {MAX_DEPTH} deep, not a package manifest: rebuild them")
         try:
             if raw.get("format") != FORMAT:
                 raise StalePackages(f"{where}: format {raw.get('format')!r}, this engine reads format {FORMAT}: rebuild the packages")

@@ -325,7 +325,7 @@ def test_a_load_checks_the_checkpoint_hashes_started_ahead(checkpoint_dir, tmp_p
 
 
 def outcome_within(call, seconds: float = 10.0) -> BaseException | None:
-    """Run ``call`` on a thread; the exception it raised (None if none), or fail if it is still blocked after ``seconds``."""
+    """Run ``call`` on a thread; the exception it raised (None if none); fails if it still blocks after ``seconds``."""
     raised: list[BaseException | None] = []
 
     def run() -> None:

@@ -7,7 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from streaming.targets import MAX_RTMP_OUTPUTS, MAX_URL_LENGTH, TargetError, check_rtmp_url, check_rtmp_urls, resolve_mp4_target
+from streaming.targets import (
+    MAX_RTMP_OUTPUTS,
+    MAX_URL_LENGTH,
+    TargetError,
+    check_rtmp_url,
+    check_rtmp_urls,
+    resolve_mp4_target,
+)
 
 
 @pytest.fixture
@@ -38,7 +45,7 @@ def test_an_mp4_name_resolves_inside_the_recordings_folder(root: Path) -> None:
         (["clip.mp4"], "a file name ending in .mp4"),
     ],
 )
-def test_an_mp4_name_that_is_not_a_plain_relative_name_is_refused_naming_the_field(root: Path, name, message: str) -> None:
+def test_an_mp4_name_that_is_not_a_plain_relative_name_is_refused_naming_its_field(root: Path, name, message) -> None:
     with pytest.raises(TargetError) as error:
         resolve_mp4_target(name, root)
     assert str(error.value).startswith('"mp4": ') and message in str(error.value)
@@ -79,7 +86,8 @@ def test_a_missing_recordings_folder_is_refused(tmp_path: Path) -> None:
 
 def test_rtmp_urls_to_a_server_are_taken() -> None:
     assert check_rtmp_url("rtmp://127.0.0.1/live/key") == "rtmp://127.0.0.1/live/key"
-    assert check_rtmp_url("rtmps://live.example.com:443/app/stream?token=a%20b") == "rtmps://live.example.com:443/app/stream?token=a%20b"
+    secure = "rtmps://live.example.com:443/app/stream?token=a%20b"
+    assert check_rtmp_url(secure) == secure
     assert check_rtmp_urls("rtmp://a/live/1") == ("rtmp://a/live/1",)
     assert check_rtmp_urls(["rtmp://a/live/1", "rtmps://b/live/2"]) == ("rtmp://a/live/1", "rtmps://b/live/2")
 

@@ -80,7 +80,9 @@ def test_the_accepted_rates_are_the_timebase_bounds() -> None:
             check_rate(rate)
 
 
-@pytest.mark.parametrize("rate", [1e23, 2**64, 10**400, 10**5000, -(2**70)], ids=["1e23", "2^64", "10^400", "10^5000", "-2^70"])
+@pytest.mark.parametrize(
+    "rate", [1e23, 2**64, 10**400, 10**5000, -(2**70)], ids=["1e23", "2^64", "10^400", "10^5000", "-2^70"]
+)
 def test_rates_far_out_of_range_are_refused_with_the_range(rate) -> None:
     with pytest.raises(PcmError, match=f"outside {MIN_INPUT_RATE}..{MAX_INPUT_RATE} Hz"):
         check_rate(rate)

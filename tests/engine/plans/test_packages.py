@@ -15,7 +15,6 @@ from engine.plans.manifest import MAX_DEPTH
 from engine.plans.package_loader import without_cpu_isa_probe
 from engine.plans.packages import FORMAT, PackageManifest, StalePackages
 
-
 PROBES_UNDER = """
 import json
 import torch

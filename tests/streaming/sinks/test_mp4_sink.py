@@ -87,7 +87,8 @@ def test_frames_lost_upstream_leave_a_gap_and_writing_resumes_at_a_keyframe(tmp_
 def record(path: Path, frames: int = 10) -> tuple[Mp4Sink, list[tuple[str, str]], SessionOutput]:
     """Run a short synthetic session into an MP4 sink at ``path``; the sink, the failures the output reported, it."""
     reported: list[tuple[str, str]] = []
-    output = SessionOutput(SyntheticSession(64, 64, frames=frames), encoder="x264", on_sink_failed=lambda *f: reported.append(f))
+    session = SyntheticSession(64, 64, frames=frames)
+    output = SessionOutput(session, encoder="x264", on_sink_failed=lambda *failure: reported.append(failure))
     sink = Mp4Sink(path, output.request_keyframe)
     output.add_sink(sink)
     output.start()
@@ -122,7 +123,7 @@ def test_a_link_at_the_target_is_not_followed(tmp_path: Path) -> None:
     assert victim.read_bytes() == b"untouched" and path.is_symlink()
 
 
-def test_a_name_that_looks_like_an_ffmpeg_url_is_only_a_file_name(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_name_that_looks_like_an_ffmpeg_url_is_only_a_file_name(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.chdir(tmp_path)
     name = "tee:a.mp4|b.mp4"
     sink, reported, _ = record(Path(name))
@@ -140,7 +141,8 @@ from tests.streaming.synthetic import SyntheticSession
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
 resource.setrlimit(resource.RLIMIT_FSIZE, (16_384, resource.RLIM_INFINITY))
 reported = []
-output = SessionOutput(SyntheticSession(128, 128, frames=25), encoder="x264", on_sink_failed=lambda *f: reported.append(f))
+session = SyntheticSession(128, 128, frames=25)
+output = SessionOutput(session, encoder="x264", on_sink_failed=lambda *failure: reported.append(failure))
 output.add_sink(Mp4Sink(Path(sys.argv[1]), output.request_keyframe))
 output.start()
 assert output.finished.wait(30)
@@ -154,7 +156,8 @@ def test_a_full_disk_ends_the_recording_and_the_output_reports_it(tmp_path: Path
     """A process whose files may not grow past 16 kB: its writes fail as they do on a full disk."""
     path = tmp_path / "full.mp4"
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[3])}
-    run = subprocess.run([sys.executable, "-c", FULL_DISK, str(path)], capture_output=True, text=True, env=env, timeout=120)
+    command = [sys.executable, "-c", FULL_DISK, str(path)]
+    run = subprocess.run(command, capture_output=True, text=True, env=env, timeout=120)
     assert run.returncode == 0, run.stderr[-2000:]
     result = json.loads(run.stdout.splitlines()[-1])
     assert result["reported"] == [["mp4", f"recording to {path} failed: File too large"]]

@@ -32,9 +32,11 @@ def test_urls_must_be_rtmp() -> None:
 
 def test_a_sink_that_gives_up_on_its_server_is_reported_once_by_the_output() -> None:
     reported: list[tuple[str, str]] = []
-    output = SessionOutput(SyntheticSession(64, 64, frames=25), encoder="x264", on_sink_failed=lambda *f: reported.append(f))
+    session = SyntheticSession(64, 64, frames=25)
+    output = SessionOutput(session, encoder="x264", on_sink_failed=lambda *failure: reported.append(failure))
     url = f"rtmp://127.0.0.1:{free_port()}/live/nobody"
-    sink = RtmpSink(url, output.request_keyframe, Backoff(first=0.05, factor=1.0, jitter=0.0, attempts=2), io_timeout=1.0)
+    backoff = Backoff(first=0.05, factor=1.0, jitter=0.0, attempts=2)
+    sink = RtmpSink(url, output.request_keyframe, backoff, io_timeout=1.0)
     output.add_sink(sink)
     output.start()
     assert output.finished.wait(20)

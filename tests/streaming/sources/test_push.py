@@ -297,7 +297,7 @@ def test_malformed_control_messages_are_answered_with_errors_and_the_stream_goes
                 (json.dumps({"type": "format", "sample_rate": 1e23}), "outside 8000..192000 Hz"),
                 (json.dumps({"type": "format", "sample_rate": 2**70}), "outside 8000..192000 Hz"),
                 ('{"type": "controls", "x": ' + "[" * 100_000 + "]" * 100_000 + "}", "nested too deep"),
-                ('{"type": "controls", "emotion": ' + "[" * 9 + "]" * 9 + "}", f"nested more than {MAX_CONTROL_DEPTH} deep"),
+                ('{"type": "controls", "emotion": ' + "[" * 9 + "]" * 9 + "}", f"nested more than {MAX_CONTROL_DEPTH}"),
                 (json.dumps({"type": "controls", "self": 1}), "unknown control(s) self"),
                 (json.dumps({"type": "controls", "fade_in": 2**70}), "fade_in must be a whole number of frames"),
             ]:
