@@ -122,7 +122,7 @@ def decode_chunk(data: bytes, fmt: PushFormat) -> np.ndarray:
 
 async def push_handler(request: web.Request, session) -> web.WebSocketResponse:
     """Serve one pushing client until it ends the session or disconnects (``session``: a ``streaming.app.AsyncAudioSink``)."""
-    ws = web.WebSocketResponse(max_msg_size=MAX_MESSAGE_BYTES)
+    ws = web.WebSocketResponse(max_msg_size=MAX_MESSAGE_BYTES, autoclose=False)
     await ws.prepare(request)
     state = PushState(request.query.get("session", ""))
     events: asyncio.Queue[dict] = asyncio.Queue()
@@ -138,6 +138,8 @@ async def push_handler(request: web.Request, session) -> web.WebSocketResponse:
                 await _reply(ws, {"type": "error", "message": str(exc)})
             if ws.closed:
                 break
+        await state.pushed()  # a client that sends its last audio and closes is heard to the end, then answered
+        await ws.close()
     finally:
         await state.drop_push()
         unsubscribe()

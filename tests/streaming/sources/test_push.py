@@ -308,3 +308,14 @@ def test_malformed_control_messages_are_answered_with_errors_and_the_stream_goes
             assert await ws.receive_json(timeout=5) == {"type": "controls", "applied": {"yaw": 10.0}}
 
     asyncio.run(scenario())
+
+
+def test_the_last_message_of_a_client_that_leaves_is_still_taken_whole() -> None:
+    async def scenario() -> None:
+        session = RealTimeSession()
+        async with pushing_to(session) as ws:
+            await ws.send_bytes(np.zeros(16000, "<i2").tobytes())
+            await ws.close()
+            await until(lambda: session.taken > 0.999, seconds=5)
+
+    asyncio.run(scenario())
