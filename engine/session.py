@@ -253,7 +253,7 @@ class Session:
             self._controls, self._controls_changed = controls, True
         self._wake()
 
-    def update_controls(self, **changes) -> Controls:
+    def update_controls(self, /, **changes) -> Controls:
         """Change some controls (``ControlError`` for an unknown field or a bad value, leaving them as they were);
         returns the controls now in force. Applied by the loop from its next tick."""
         with self._changed:

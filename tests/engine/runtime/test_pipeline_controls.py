@@ -110,6 +110,7 @@ def test_bad_controls_are_refused_with_clear_errors_and_the_session_goes_on(engi
         ({"fade_target": "d1"}, "fade_target must be one of source, first"),
         ({"blink_table": [[float("nan")] * 63]}, "NaN"),
         ({"nod": 1}, "unknown control"),
+        ({"self": 1}, "unknown control.*self"),
     ]:
         with pytest.raises(ControlError, match=message):
             loop.session.update_controls(**changes)
