@@ -38,7 +38,7 @@ from engine.latency import LOW, LatencyMode, latency_mode
 from engine.motion.conditions import ConditionBuilder
 from engine.motion.stitching import stitch_posed
 from engine.offline_motion import PrecomputedMotion, offline_motion, window_sampler
-from engine.runtime import admission, update
+from engine.runtime import admission, memory, update
 from engine.runtime.avatars import AvatarStore
 from engine.runtime.config import RuntimeConfig
 from engine.runtime.errors import AdmissionError, SessionClosed
@@ -81,6 +81,8 @@ class Runtime:
         self.window_ms: dict[int, float] = {}
         self.render_ms: dict[int, float] = {}
         self.warmup_seconds = 0.0
+        self.warmup_memory: dict[str, memory.Reserve] = {}
+        """The allocator's reserve after each warm-up step (a bucket captured and timed), and its peak so far (CUDA)."""
         self._pipelines: dict[int, SessionPipeline] = {}
         self._inbox: deque[tuple[Callable[[], Any], Future]] = deque()
         self._next_id = 0
@@ -142,9 +144,11 @@ class Runtime:
                             self.engine.backend.capture_render((bucket,))
                         if self.config.live:
                             self.render_ms[bucket] = self._time(lambda b=bucket: self._render_dummy(b))
+                    self.warmup_memory[f"{kind} x{bucket}"] = memory.reserve(self.device)
             if self.engine.hubert.graphs:
                 self.engine.hubert.capture()
             self.engine.hubert.encode_batch(torch.zeros(1, CHUNK_SAMPLES))
+            self.warmup_memory["HuBERT chunks"] = memory.reserve(self.device)
         self._captures = self._capture_count()
         self.warmup_seconds = time.perf_counter() - started
         gc.collect()
