@@ -27,7 +27,7 @@ from bench.common.sessions import HOP, push_in_real_time, speech
 from bench.common.stats import psnr
 from engine.engine import Engine
 from engine.latency import LOW, MODES
-from engine.runtime import Runtime, RuntimeConfig
+from engine.runtime import OutOfMemoryAtStart, Runtime, RuntimeConfig
 from engine.session import Session
 
 def offline_frames(runtime: Runtime, avatar, seeds: list[int], seconds: float) -> list[torch.Tensor]:
@@ -250,6 +250,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--start-only", action="store_true", help="measure the start (warm-up) and stop")
     parser.add_argument("--no-compile", action="store_true")
     parser.add_argument("--plans", type=Path, help="a plans folder with the torch backend's compiled packages (docs/startup.md)")
+    parser.add_argument("--runtime-sessions", type=int, help="the sessions the runtime is sized for (RuntimeConfig.sessions; "
+                        "default: every bucket, or as many sessions as the GPU's memory holds)")
     parser.add_argument("--memory-only", action="store_true", help="the start's memory breakdown and each session's, then stop")
     parser.add_argument("--latency-only", action="store_true", help="measure the utterance latency of one live session and stop")
     parser.add_argument("--live-only", action="store_true", help="only the live-session runs")
@@ -265,7 +267,13 @@ def main(argv: list[str] | None = None) -> int:
     result["memory_gib"] = {"context": memory(device)}
     engine = Engine.from_checkpoints(None, device=device, compile_networks=not args.no_compile, plans=args.plans)
     result["memory_gib"]["networks"] = memory(device)
-    runtime = Runtime(engine, RuntimeConfig(admission=False))
+    try:
+        runtime = Runtime(engine, RuntimeConfig(admission=False, sessions=args.runtime_sessions))
+    except OutOfMemoryAtStart as exc:
+        print(f"error: {exc}", flush=True)
+        return 2
+    config = runtime.config
+    result["sized_for"] = {"sessions": config.sessions, "window_buckets": config.window_buckets, "render_buckets": config.render_buckets}
     result["start_seconds"] = round(time.perf_counter() - process_start, 2)
     start_memory(runtime, result["memory_gib"])
     result["networks"] = runtime.engine.backend.packages_status
