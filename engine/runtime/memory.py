@@ -66,7 +66,7 @@ def expandable_segments() -> bool:
     they are on."""
     settings = os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "")
     if not settings:
-        torch.cuda.memory._set_allocator_settings(EXPANDABLE)
+        torch._C._accelerator_setAllocatorSettings(EXPANDABLE)
         return True
     return EXPANDABLE in settings.replace(" ", "")
 
