@@ -151,7 +151,8 @@ def table(r: dict) -> str:
     ]
     if "memory_gib" in r:
         mem = r["memory_gib"]
-        rows.append(("GPU memory, peak reserved / process (GiB)", f"{mem['max_reserved']} / {mem['process_nvidia_smi']}", ""))
+        peak = f"{mem['max_reserved']} / {mem['process_nvidia_smi']}"
+        rows.append(("GPU memory, peak reserved / process (GiB)", peak, ""))
     if "avatar_load_ms" in r:
         load = r["avatar_load_ms"]
         rows.append(("avatar load, verified / not (ms)", f"{load['verified']['p50_ms']:.2f} / {load['unverified']['p50_ms']:.2f}", f"< {AVATAR_LOAD_MS}"))

@@ -2,7 +2,8 @@
 # GPU memory of runtimes on the lent GPU (docs/memory.md), in one call of under 10 min (carry .whl and .carry/avatars):
 #   bash bench/gpu_memory.sh AVATAR [RUN...]
 # builds the torch backend's compiled packages into /tmp/plans unless they are there (kept while the machine stays
-# warm, or carried back as .carry/plans.tgz, a tar of plans/ made by an earlier call), then each RUN in turn, each writing memory_RUN.json and its log, packed into $OUT/memory_runs.tgz at the end:
+# warm, or carried back as .carry/plans.tgz, a tar of plans/ made by an earlier call), then each RUN in turn, each
+# writing memory_RUN.json and its log, packed into $OUT/memory_runs.tgz after each run:
 #   full        bench.runtime --memory-only on a runtime with every bucket, then one live session
 #   one         the same, sized for one session
 #   sixteen     bench.runtime sized for 16 sessions: independence (PSNR, bit-identity), memory, 8 and 16 live sessions
@@ -25,8 +26,8 @@ checkpoints=$DITTO_CACHE_DIR/random-weights-seed0
 if ! compgen -G "$plans/torch-aot-*/manifest.json" >/dev/null; then
     python3 -c "from engine.engine import random_checkpoints; random_checkpoints()"
     start=$EPOCHREALTIME
-    python3 -m compile.build_plans --checkpoints "$checkpoints" --random-weights --aot only --out "$plans" --aot-jobs 6 \
-        >"$runs/aot_build.log" 2>&1 || { tail -c 2000 "$runs/aot_build.log"; exit 1; }
+    python3 -m compile.build_plans --checkpoints "$checkpoints" --random-weights --aot only --out "$plans" \
+        --aot-jobs 6 >"$runs/aot_build.log" 2>&1 || { tail -c 2000 "$runs/aot_build.log"; exit 1; }
     echo "packages built in $(since "$start") s"
 fi
 runtime() {  # NAME SIZE ARGS...: bench.runtime sized for SIZE sessions ("" for every bucket)
@@ -63,8 +64,8 @@ for run in "$@"; do
         nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -l 1 >"$runs/${run}_smi.txt" &
         smi=$!
         for i in 1 2 3 4 5 6 7 8; do
-            timeout 150 python3 -m bench.runtime --avatar "$avatar" --plans "$plans" --runtime-sessions 1 --live-only --sessions 1 \
-                --seconds 20 --out "$runs/${run}_$i.json" >"$runs/${run}_$i.log" 2>&1 &
+            timeout 150 python3 -m bench.runtime --avatar "$avatar" --plans "$plans" --runtime-sessions 1 \
+                --live-only --sessions 1 --seconds 20 --out "$runs/${run}_$i.json" >"$runs/${run}_$i.log" 2>&1 &
         done
         wait $(jobs -p | grep -v "^$smi$")
         kill $smi

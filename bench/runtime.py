@@ -219,7 +219,9 @@ def start_memory(runtime: Runtime, table: dict) -> None:
     last = int(table["networks"]["reserved"] * 2**30)
     steps = {}
     for step, reserve in runtime.warmup_memory.items():
-        steps[step] = {"reserved": gib(reserve.reserved), "added": gib(reserve.reserved - last), "peak_so_far": gib(reserve.peak)}
+        steps[step] = {
+            "reserved": gib(reserve.reserved), "added": gib(reserve.reserved - last), "peak_so_far": gib(reserve.peak)
+        }
         last = reserve.reserved
     table["warmup_steps"] = steps
     table["after_warmup"] = memory(runtime.device)
@@ -238,7 +240,8 @@ def print_breakdown(table: dict) -> None:
         print(f"| warm-up {step} (reserve added) | {row['added']} |")
     for pool, row in table["pools_after_warmup"].items():
         print(f"| after warm-up: pool {pool} reserved / allocated | {row['reserved']} / {row['allocated']} |")
-    print(f"| after warm-up: process (nvidia-smi) / peak reserved | {after['process_nvidia_smi']} / {after['max_reserved']} |", flush=True)
+    process, peak = after["process_nvidia_smi"], after["max_reserved"]
+    print(f"| after warm-up: process (nvidia-smi) / peak reserved | {process} / {peak} |", flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -250,9 +253,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--start-only", action="store_true", help="measure the start (warm-up) and stop")
     parser.add_argument("--no-compile", action="store_true")
     parser.add_argument("--plans", type=Path, help="a plans folder with the torch backend's compiled packages (docs/startup.md)")
-    parser.add_argument("--runtime-sessions", type=int, help="the sessions the runtime is sized for (RuntimeConfig.sessions; "
-                        "default: every bucket, or as many sessions as the GPU's memory holds)")
-    parser.add_argument("--memory-only", action="store_true", help="the start's memory breakdown and each session's, then stop")
+    parser.add_argument("--runtime-sessions", type=int, help="the sessions the runtime is sized for (RuntimeConfig."
+                        "sessions; default: every bucket, or as many sessions as the GPU's memory holds)")
+    parser.add_argument("--memory-only", action="store_true",
+                        help="the start's memory breakdown and each session's, then stop")
     parser.add_argument("--latency-only", action="store_true", help="measure the utterance latency of one live session and stop")
     parser.add_argument("--live-only", action="store_true", help="only the live-session runs")
     parser.add_argument("--stagger", action="store_true", help="each live run twice: sessions in phase, then opened and pushed out of phase")
@@ -273,7 +277,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", flush=True)
         return 2
     config = runtime.config
-    result["sized_for"] = {"sessions": config.sessions, "window_buckets": config.window_buckets, "render_buckets": config.render_buckets}
+    result["sized_for"] = {
+        "sessions": config.sessions, "window_buckets": config.window_buckets, "render_buckets": config.render_buckets
+    }
     result["start_seconds"] = round(time.perf_counter() - process_start, 2)
     start_memory(runtime, result["memory_gib"])
     result["networks"] = runtime.engine.backend.packages_status

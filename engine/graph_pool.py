@@ -24,7 +24,8 @@ class GraphPool:
 
     @contextmanager
     def warm_up(self) -> Iterator[None]:
-        """Run uncaptured work on the pool's stream, its memory from the pool, ordered after and before the caller's stream."""
+        """Run uncaptured work on the pool's stream, its memory from the pool, between the caller stream's work before
+        and after it."""
         caller = torch.cuda.current_stream(self.device)
         self.stream.wait_stream(caller)
         with torch.cuda.stream(self.stream), torch.cuda.use_mem_pool(self.pool, self.device):

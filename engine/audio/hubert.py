@@ -155,7 +155,8 @@ class TorchHubertRunner:
         return tuple(sorted(self._graphs))
 
     def capture(self, buckets: tuple[int, ...] = GRAPH_BUCKETS, pool: GraphPool | None = None) -> None:
-        """Capture one graph per bucket of streaming chunks, largest first, in ``pool`` (by default one of its own) (CUDA only)."""
+        """Capture one graph per bucket of streaming chunks, largest first, in ``pool`` (by default one of its own);
+        CUDA only."""
         if not self.graphs:
             raise RuntimeError(f"HuBERT on {self.device} captures no graphs (CUDA only)")
         pool = pool or GraphPool(self.device)

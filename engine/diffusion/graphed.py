@@ -46,7 +46,7 @@ class BucketedSampler:
         return tuple(sorted(self._graphs))
 
     def capture(self, buckets: tuple[int, ...], pool: GraphPool | None = None) -> None:
-        """Capture one graph per bucket, largest first, in ``pool`` (by default one of the sampler's own) (CUDA only)."""
+        """Capture one graph per bucket, largest first, in ``pool`` (by default one of the sampler's own); CUDA only."""
         if self.device.type != "cuda":
             return
         self._pool = pool or self._pool or GraphPool(self.device)

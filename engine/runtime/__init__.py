@@ -8,7 +8,9 @@
 from engine.runtime.config import RuntimeConfig
 from engine.runtime.errors import AdmissionError, AudioError, Backpressure, OutOfMemoryAtStart, SessionClosed
 
-__all__ = ["AdmissionError", "AudioError", "Backpressure", "OutOfMemoryAtStart", "Runtime", "RuntimeConfig", "SessionClosed"]
+__all__ = [
+    "AdmissionError", "AudioError", "Backpressure", "OutOfMemoryAtStart", "Runtime", "RuntimeConfig", "SessionClosed",
+]
 
 
 def __getattr__(name: str):

@@ -313,8 +313,8 @@ class Runtime:
         live = sum(groups.values())
         if self.config.sessions is not None and live >= self.config.sessions:
             raise AdmissionError(
-                f"this runtime is sized for {self.config.sessions} live session(s) (its buckets and GPU memory); {live} are "
-                f"open: close one, or start the runtime for more sessions"
+                f"this runtime is sized for {self.config.sessions} live session(s) (its buckets and GPU memory); "
+                f"{live} are open: close one, or start the runtime for more sessions"
             )
         if not self.window_ms or not self.render_ms:
             return
