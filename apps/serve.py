@@ -2,7 +2,7 @@
 
 The service: an HTTP front end (the session API ``POST/GET/DELETE /sessions``, the preview page,
 WHEP playback, the audio push WebSocket, /metrics), an engine core process that owns the GPU,
-and output worker processes that encode and send (``streaming.service``, run by ``streaming.server``).
+and output worker processes that encode and send (``serving.service``, run by ``serving.server``).
 With no ``--avatar`` it starts with zero sessions and runs until stopped; sessions come and go through the API.
 ``--avatar`` (or ``--demo``) also opens ``--sessions N`` sessions at start through the same API,
 each encoded once and fanned out to an RTMP server, the browser preview and/or an MP4 file,
@@ -24,8 +24,8 @@ from pathlib import Path
 from apps.control_flags import add_control_arguments, control_changes
 from engine.latency import FAITHFUL, MODES
 from engine.timebase import DEFAULT_STEPS
+from serving.server import serve
 from streaming.encoders.select import ENCODERS
-from streaming.server import serve
 
 DEFAULT_HTTP = "127.0.0.1:8080"
 

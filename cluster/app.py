@@ -16,8 +16,8 @@ from typing import Any
 from cluster.ingress import ATTEMPTS, SessionsIngress
 from cluster.replica import DRAIN_SECONDS, HEALTH_TIMEOUT, EngineReplica, ReplicaConfig
 from cluster.router import CapacityRouter
-from streaming.access import is_loopback, resolve_token
-from streaming.server import AVATAR_AT_START
+from serving.access import is_loopback, resolve_token
+from serving.server import AVATAR_AT_START
 
 APP_NAME = "ditto"
 SHUTDOWN_MARGIN = 30.0
@@ -26,7 +26,7 @@ ROUTING_PERIOD = 1.0
 """Seconds between two capacity reports of a replica."""
 HEALTH_PERIOD = 5.0
 SERVICE_ARGS = ("checkpoints", "device", "steps", "workers", "admission", "avatars", "cache_dir", "runtime")
-"""The serve config's ``args`` that are ``streaming.service.ServiceOptions`` fields of every replica's engine."""
+"""The serve config's ``args`` that are ``serving.service.ServiceOptions`` fields of every replica's engine."""
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """The cluster's front door: ``POST /sessions`` through Ray Serve's HTTP proxy, placed on an engine replica with room.
 
-    POST /sessions   the body of the single-server API (``streaming.api``) -> 201 from the replica that took it,
+    POST /sessions   the body of the single-server API (``serving.http``) -> 201 from the replica that took it,
                      with URLs of that replica (push, preview, self) and ``replica`` (its id and address);
                      503 naming the cluster's capacity when no replica has room
     GET  /sessions   every replica: capacity, live sessions, free, draining, from its last report or its
@@ -27,7 +27,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 
 from cluster.reports import REPORTED
-from streaming.app import allowed_hosts
+from serving.app import allowed_hosts
 
 ATTEMPTS = 3
 """Offers of one POST to replicas before the answer may be 503 (more while a reported replica has not refused)."""
@@ -95,7 +95,7 @@ class SessionsIngress:
         return newest
 
     def _refuse(self, request: Request) -> Response | None:
-        """401/403 for a request the token, Host or Origin rules do not let in (as ``streaming.app``'s middlewares)."""
+        """401/403 for a request the token, Host or Origin rules do not let in (as ``serving.app``'s middlewares)."""
         host = request.headers.get("host", "").lower()
         if self.hosts is not None and host not in self.hosts:
             return PlainTextResponse(f"Host {host!r} is not a name this server is bound to", status_code=403)

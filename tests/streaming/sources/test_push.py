@@ -11,7 +11,7 @@ import numpy as np
 from aiohttp.test_utils import TestClient, TestServer
 
 from engine.controls import Controls
-from streaming.app import Stream, create_app
+from serving.app import Stream, create_app
 from streaming.output import SessionOutput
 from tests.streaming.synthetic import SyntheticSession
 from tests.streaming.test_output import Recorder
@@ -181,7 +181,7 @@ def test_after_the_session_ended_a_websocket_client_is_told_what_to_do() -> None
 
 def test_the_engine_core_tells_service_clients_to_create_a_new_session_with_post() -> None:
     """The service's core answers a request for an ended session with the HTTP API's way to go on."""
-    from streaming.core import EngineCore
+    from serving.core import EngineCore
 
     core = EngineCore({"device": "cpu", "runtime": "tests.streaming.synthetic_runtime:build"})
     try:

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import zmq
 
-from streaming.ipc import socket, unpack
-from streaming.worker import Worker
+from serving.ipc import socket, unpack
+from serving.worker import Worker
 
 
 def test_a_stream_whose_ring_was_freed_before_the_worker_attached_is_reported_closed(tmp_path: Path) -> None:

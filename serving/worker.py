@@ -1,6 +1,6 @@
 """An output worker: the process that encodes some sessions' frames and sends them to their RTMP servers and files.
 
-``python -m streaming.worker CONFIG_JSON`` (started by ``streaming.service``). It binds one PULL
+``python -m serving.worker CONFIG_JSON`` (started by ``serving.service``). It binds one PULL
 socket: the engine core announces each session's frame ring there, then each frame's slot and the
 speech segments it closed (for the playback events, ``streaming.playback``); the front end says
 which outputs a session has (RTMP URLs, an MP4 path, the WebRTC preview), whether anyone watches
@@ -30,17 +30,17 @@ import numpy as np
 import zmq
 
 from engine.timebase import FPS
+from serving.ipc import send_nowait, socket, unpack
+from serving.timeline import process_started
 from streaming.encoders.audio import OpusEncoder
 from streaming.encoders.h264 import H264Settings
 from streaming.encoders.x264 import X264Encoder
 from streaming.frame_ring import FrameRing, i420_bytes
 from streaming.frames import AUDIO_SAMPLES_PER_FRAME
-from streaming.ipc import send_nowait, socket, unpack
 from streaming.output import EncodedFrame, SessionOutput
 from streaming.playback import PlaybackEvents
 from streaming.sinks.mp4 import Mp4Sink
 from streaming.sinks.rtmp import RtmpSink
-from streaming.timeline import process_started
 
 log = logging.getLogger("ditto.worker")
 STATS_EVERY = 1.0

@@ -1,6 +1,6 @@
 """One server process of the service: start it, serve its HTTP side, open the sessions asked for at start, and stop.
 
-``serve`` runs the service (``streaming.service``: the engine core and the output workers) behind the session API
+``serve`` runs the service (``serving.service``: the engine core and the output workers) behind the session API
 until Ctrl-C, ``--duration``, the end of every session opened at start, or the core's failure. It takes the
 parsed command line of the server app (``python -m apps.serve``); a cluster deploys the service its own way (``cluster/``).
 """
@@ -15,11 +15,11 @@ from pathlib import Path
 
 from aiohttp import web
 
-from streaming.access import is_loopback, resolve_token
-from streaming.api import create_service_app
-from streaming.app import app_runner
-from streaming.service import Service, ServiceOptions, SessionSpec
-from streaming.timeline import process_started
+from serving.access import is_loopback, resolve_token
+from serving.app import app_runner
+from serving.http import create_service_app
+from serving.service import Service, ServiceOptions, SessionSpec
+from serving.timeline import process_started
 
 CPU_DEMO_SECONDS = 20.0
 AVATAR_AT_START = "anchor"

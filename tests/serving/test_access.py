@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from streaming.access import is_loopback, resolve_token
+from serving.access import is_loopback, resolve_token
 
 
 def test_a_token_is_required_beyond_loopback() -> None:

@@ -1,9 +1,9 @@
 """The front end's view of the service: it starts the engine core and the output workers, and opens, lists and ends sessions.
 
 One process per job (as vLLM splits its EngineCore from its API server): this one, the front end,
-holds the HTTP side (``streaming.api``) and the browsers' WebRTC connections and does no GPU
-work; the engine core (``streaming.core``) owns the GPU; a pool of output workers
-(``streaming.worker``) encodes and sends. A session is created by telling a worker its outputs,
+holds the HTTP side (``serving.http``) and the browsers' WebRTC connections and does no GPU
+work; the engine core (``serving.core``) owns the GPU; a pool of output workers
+(``serving.worker``) encodes and sends. A session is created by telling a worker its outputs,
 then asking the core to open it; its frames go core -> worker through shared memory, its pushed
 audio front end -> core. A dead worker fails only its own sessions (and is replaced for new
 ones); a dead core fails every session, and the service then stops with an error (a supervisor
@@ -35,13 +35,13 @@ import zmq.asyncio
 
 from engine.latency import FAITHFUL, MODES
 from engine.timebase import FPS
-from streaming import timeline
-from streaming.core import resident_mb
-from streaming.ipc import ServiceError, endpoint, pack, send_nowait, socket, unpack
+from serving import timeline
+from serving.core import resident_mb
+from serving.ipc import ServiceError, endpoint, pack, send_nowait, socket, unpack
 from streaming.output import SILENCE, EncodedFrame
 from streaming.sinks.webrtc import WebRtcPreview
 
-log = logging.getLogger("streaming.service")
+log = logging.getLogger("serving.service")
 UTILIZATION = 0.8
 """Share of a frame period an output worker's encoders may fill (as the runtime admits against 0.8 of each hop)."""
 PUSH_SPLIT_SECONDS = 1.0
@@ -366,7 +366,7 @@ class Service:
             "address": endpoint(self._folder, "core"), "events": endpoint(self._folder, "events"), "runtime": self.options.runtime,
         }
         spawned = time.time()
-        self._core = subprocess.Popen([sys.executable, "-m", "streaming.core", json.dumps(config)])
+        self._core = subprocess.Popen([sys.executable, "-m", "serving.core", json.dumps(config)])
         self.core = CoreClient(self._context, config["address"])
         for index in range(self.options.workers):
             self._workers.append(self._spawn_worker(index))
@@ -384,7 +384,7 @@ class Service:
     def _spawn_worker(self, index: int) -> WorkerProcess:
         address = endpoint(self._folder, f"worker-{index}-{secrets.token_hex(2)}")
         config = {"index": index, "address": address, "events": endpoint(self._folder, "events")}
-        process = subprocess.Popen([sys.executable, "-m", "streaming.worker", json.dumps(config)])
+        process = subprocess.Popen([sys.executable, "-m", "serving.worker", json.dumps(config)])
         return WorkerProcess(index, address, process, socket(self._context, zmq.PUSH, address, bind=False))
 
     async def close(self) -> None:

@@ -1,6 +1,6 @@
 """The engine core: the process that owns the GPU, runs the runtime loop and nothing else of the server.
 
-``python -m streaming.core CONFIG_JSON`` (started by ``streaming.service``; its ``runtime`` entry,
+``python -m serving.core CONFIG_JSON`` (started by ``serving.service``; its ``runtime`` entry,
 ``module:function``, builds another runtime in place of the engine's: the tests' synthetic one). Three threads:
 the runtime's loop; this process's main thread, answering the front end's requests (open a
 session, pushed audio, controls, interrupt, end of a speech segment, end, close, stats) on a
@@ -31,10 +31,10 @@ import zmq
 from engine.controls import ControlError, Controls
 from engine.runtime import AdmissionError, AudioError, Backpressure, SessionClosed
 from engine.session import Frame, Session
+from serving.ipc import pack, send_nowait, socket, unpack
+from serving.timeline import process_started
 from streaming.encoders.colour import rgb_to_i420_batch
 from streaming.frame_ring import HEADER_BYTES, FrameRing
-from streaming.ipc import pack, send_nowait, socket, unpack
-from streaming.timeline import process_started
 
 log = logging.getLogger("ditto.core")
 PUBLISH_POLL = 0.003
@@ -98,7 +98,7 @@ class EngineCore:
         self.config = config
         self.device = torch.device(config["device"])
         self.marks: dict[str, float] = {"started": process_started(), "imported": time.time()}
-        """The start's steps (``streaming.timeline``), reported to the front end in the hello."""
+        """The start's steps (``serving.timeline``), reported to the front end in the hello."""
         factory = config.get("runtime")
         if factory:
             module, _, name = factory.partition(":")
@@ -351,7 +351,7 @@ class EngineCore:
 
 def engine_runtime(config: dict[str, Any], marks: dict[str, float] | None = None) -> tuple[Any, Avatars]:
     """The engine's runtime on the configured device (warmed up: minutes with an empty compile cache) and its avatars;
-    ``marks`` gets the wall-clock time each step of that finished (``streaming.timeline``)."""
+    ``marks`` gets the wall-clock time each step of that finished (``serving.timeline``)."""
     from avatars.cache import hash_checkpoints_ahead
     from engine.engine import models_dir, random_checkpoints
     from engine.runtime import Runtime, RuntimeConfig

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-import streaming.server as server_module
+import serving.server as server_module
 from apps.serve import parse_args
 from avatars.register import register
 from tests.streaming.conftest import free_port

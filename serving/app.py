@@ -2,7 +2,7 @@
 
 Routes: ``GET /`` the preview page (``?session=NAME``), ``GET /info`` the stream names and the
 notice shown on the page, ``POST /whep/NAME`` and ``DELETE /whep/NAME/VIEWER`` WHEP playback
-(``streaming.whep``: the page plays the preview through it, and so can any WHEP player),
+(``serving.whep``: the page plays the preview through it, and so can any WHEP player),
 ``GET /push?session=NAME`` the WebSocket audio push (see sources/push.py), ``GET /metrics``.
 When the server has a token every route wants it, as ``Authorization: Bearer TOKEN`` or
 ``?token=TOKEN`` (how the page's URL carries it to viewers). Given the address it is bound to, the
@@ -25,16 +25,16 @@ import numpy as np
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry
 
-from streaming.access import is_loopback
+from serving.access import is_loopback
+from serving.metrics import metrics_registry, render
+from serving.whep import add_whep_routes
 from streaming.frames import AudioSink
-from streaming.metrics import metrics_registry, render
 from streaming.output import SessionOutput
 from streaming.sinks.webrtc import WebRtcPreview
 from streaming.sources.push import push_handler
-from streaming.whep import add_whep_routes
 
 log = logging.getLogger(__name__)
-PAGE = files("streaming").joinpath("web", "preview.html")
+PAGE = files("serving").joinpath("web", "preview.html")
 REQUEST_TIMEOUT = 10.0
 """Seconds a connection has to send a whole request's headers (and may idle between requests) before it is closed."""
 

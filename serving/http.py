@@ -1,4 +1,4 @@
-"""The session API of the service, over HTTP (aiohttp), beside the routes every server has (``streaming.app``).
+"""The session API of the service, over HTTP (aiohttp), beside the routes every server has (``serving.app``).
 
     POST   /sessions         {"avatar": NAME, "rtmp": URL | [URL...], "mp4": PATH, "preview": bool,
                               "overlap": 75, "seed": 0, "controls": {...}}   -> 201 {"id": ..., "urls": {...}, ...}
@@ -17,9 +17,9 @@ from typing import Any
 
 from aiohttp import web
 
-from streaming.app import stream_app
-from streaming.metrics import stream_families
-from streaming.service import ServedSession, Service, SessionError, SessionSpec
+from serving.app import stream_app
+from serving.metrics import stream_families
+from serving.service import ServedSession, Service, SessionError, SessionSpec
 
 STATUS = {
     "admission": web.HTTPServiceUnavailable, "not_found": web.HTTPNotFound, "invalid": web.HTTPBadRequest,
@@ -59,7 +59,7 @@ def create_service_app(
     service: Service, token: str | None = None, notice: str = "", bound: tuple[str, int] | None = None
 ) -> web.Application:
     """The service's application: the session API, and the preview, push and /metrics routes over its sessions;
-    ``bound`` (host, port) is the address served, for the Host and Origin checks (``streaming.app.allowed_hosts``)."""
+    ``bound`` (host, port) is the address served, for the Host and Origin checks (``serving.app.allowed_hosts``)."""
     from prometheus_client import CollectorRegistry
 
     collector = ServiceCollector(service)

@@ -13,13 +13,13 @@ import types
 import aiohttp
 import pytest
 
-import streaming.server as server_module
+import serving.server as server_module
 from apps.serve import parse_args
-from streaming.server import numbered
-from streaming.service import ServiceOptions
+from serving.server import numbered
+from serving.service import ServiceOptions
 from tests.streaming.conftest import free_port
 from tests.streaming.media import LiveReader
-from tests.streaming.test_service import RUNTIME
+from tests.serving.test_service import RUNTIME
 
 
 def test_each_session_gets_its_own_url_and_file() -> None:

@@ -21,8 +21,8 @@ import av
 import pytest
 from aiohttp import web
 
-from streaming.api import create_service_app
-from streaming.service import Service, ServiceOptions, SessionSpec
+from serving.http import create_service_app
+from serving.service import Service, ServiceOptions, SessionSpec
 from tests.streaming.conftest import free_port
 
 pytestmark = pytest.mark.slow
@@ -60,7 +60,7 @@ async def until(condition, seconds: float = 10.0) -> None:
 
 
 def test_sessions_of_two_avatars_come_and_go_through_the_api(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.INFO, "streaming.service")
+    caplog.set_level(logging.INFO, "serving.service")
 
     async def scenario() -> None:
         async with running() as (service, http, base):
@@ -219,7 +219,7 @@ def test_sessions_created_and_deleted_leave_the_workers_memory_flat(tmp_path: Pa
     """Seen on the H200 (+1.2 MB per cycle over 100): a worker kept every closed MP4/FLV muxer until a full collection.
     Measured from session 30: before it a worker's resident size can still step up by ~3 MB once (sampled every 10
     sessions on the 2-core machine: +3.1, +0.05, +0.3 MB; +3.0, +0.9, +0.2 MB), and flattens after."""
-    from streaming.core import resident_mb
+    from serving.core import resident_mb
 
     async def scenario() -> list[float]:
         async with running(workers=1) as (service, http, base):

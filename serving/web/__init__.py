@@ -1,0 +1,1 @@
+"""The preview page served by serving.app (package data)."""
