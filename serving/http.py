@@ -19,7 +19,8 @@ from aiohttp import web
 
 from serving.app import stream_app
 from serving.metrics import stream_families
-from serving.service import ServedSession, Service, SessionError, SessionSpec
+from serving.service import Service
+from serving.sessions import ServedSession, SessionError, SessionSpec
 
 STATUS = {
     "admission": web.HTTPServiceUnavailable, "not_found": web.HTTPNotFound, "invalid": web.HTTPBadRequest,

@@ -18,7 +18,8 @@ from aiohttp import web
 from serving.access import is_loopback, resolve_token
 from serving.app import app_runner
 from serving.http import create_service_app
-from serving.service import Service, ServiceOptions, SessionSpec
+from serving.service import Service, ServiceOptions
+from serving.sessions import SessionSpec
 from serving.timeline import process_started
 
 CPU_DEMO_SECONDS = 20.0

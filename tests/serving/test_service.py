@@ -22,7 +22,8 @@ import pytest
 from aiohttp import web
 
 from serving.http import create_service_app
-from serving.service import Service, ServiceOptions, SessionSpec
+from serving.service import Service, ServiceOptions
+from serving.sessions import SessionSpec
 from tests.streaming.conftest import free_port
 
 pytestmark = pytest.mark.slow
