@@ -107,7 +107,7 @@ class EngineReplica:
         await self._runner.setup()
         await web.SockSite(self._runner, listener).start()
         self._http = aiohttp.ClientSession()
-        log.info("replica %s: %s, serving http://%s", self.id, self.service.core_info.get("device"), self.netloc)
+        log.info("replica %s: %s, serving http://%s", self.id, self.service.core_info.device, self.netloc)
 
     # -- what Serve calls -------------------------------------------------------------------
 

@@ -31,7 +31,12 @@ import zmq
 from engine.controls import ControlError, Controls
 from engine.runtime import AdmissionError, AudioError, Backpressure, SessionClosed
 from engine.session import Frame, Session
-from serving.ipc import pack, send_nowait, socket, unpack
+from serving.ipc import send_nowait, socket
+from serving.protocol import (
+    CloseSession, ControlsApplied, CoreReady, CoreReply, CoreRequest, CoreStats, CoreStatsRequest, Done, EndSegment,
+    EndSession, FrameReady, Hello, Interrupt, Opened, OpenSession, PushAudio, Refused, SegmentNumber, SegmentsClosed,
+    SessionEnded, Shutdown, StreamEnded, StreamRing, UpdateControls, decode, encode,
+)
 from serving.timeline import process_started
 from streaming.encoders.colour import rgb_to_i420_batch
 from streaming.frame_ring import HEADER_BYTES, FrameRing
@@ -123,14 +128,13 @@ class EngineCore:
             while not self._stopping.is_set() and os.getppid() == parent:
                 if not router.poll(200):
                     continue
-                peer, data = router.recv_multipart()
+                peer, number, data = router.recv_multipart()
                 try:
-                    request = unpack(data)
-                    reply = self.handle(request)
+                    reply = self.handle(decode(data))
                 except Exception as exc:
                     log.exception("core: request failed")
-                    request, reply = {}, {"error": f"{type(exc).__name__}: {exc}", "kind": "internal"}
-                router.send_multipart([peer, pack({"rid": request.get("rid"), **reply})])
+                    reply = Refused(f"{type(exc).__name__}: {exc}", "internal")
+                router.send_multipart([peer, number, encode(reply)])
         finally:
             self._stopping.set()
             publisher.join(5)
@@ -140,51 +144,49 @@ class EngineCore:
                 self._release_ring(core_session)
             self.context.term()
 
-    def handle(self, request: dict[str, Any]) -> dict[str, Any]:
-        """One request -> its reply (``error`` and ``kind`` when refused: admission, not_found, invalid, closed, backpressure)."""
-        kind = request.get("type")
-        if kind == "hello":
-            return self._hello()
-        if kind == "stats":
-            return {
-                "runtime": {**self.runtime.metrics(), **self._memory()},
-                "sessions": {i: c.session.stats() for i, c in list(self.sessions.items())},
-            }
-        if kind == "avatars":
-            return {"avatars": self.avatars.names()}
-        if kind == "shutdown":
-            self._stopping.set()
-            return {}
-        if kind == "open":
-            return self._open(request)
-        core_session = self.sessions.get(request.get("id"))
+    def handle(self, request: CoreRequest) -> CoreReply:
+        """One request -> its reply (``Refused`` with its kind: admission, not_found, invalid, closed, backpressure)."""
+        match request:
+            case Hello():
+                return self._hello()
+            case CoreStatsRequest():
+                return CoreStats(
+                    {**self.runtime.metrics(), **self._memory()},
+                    {i: c.session.stats() for i, c in list(self.sessions.items())},
+                )
+            case Shutdown():
+                self._stopping.set()
+                return Done()
+            case OpenSession():
+                return self._open(request)
+        core_session = self.sessions.get(request.id)
         if core_session is None:
-            return {"error": f"no session {request.get('id')!r}", "kind": "not_found"}
+            return Refused(f"no session {request.id!r}", "not_found")
         session = core_session.session
         try:
-            if kind == "push":
-                pcm = np.frombuffer(request["pcm"], np.float32)
-                session.push_audio(pcm, request["rate"], None, block=False)
-                return {}
-            if kind == "controls":
-                return {"applied": _applied(session.update_controls(**request["changes"]), request["changes"])}
-            if kind == "interrupt":
-                return {"segment": session.interrupt()}
-            if kind == "end_of_segment":
-                return {"segment": session.end_segment()}
-            if kind == "end":
-                session.end()
-                return {}
-            if kind == "close":
-                session.close()
-                return {}
+            match request:
+                case PushAudio(pcm=pcm, rate=rate):
+                    session.push_audio(np.frombuffer(pcm, np.float32), rate, None, block=False)
+                    return Done()
+                case UpdateControls(changes=changes):
+                    return ControlsApplied(_applied(session.update_controls(**changes), changes))
+                case Interrupt():
+                    return SegmentNumber(session.interrupt())
+                case EndSegment():
+                    return SegmentNumber(session.end_segment())
+                case EndSession():
+                    session.end()
+                    return Done()
+                case CloseSession():
+                    session.close()
+                    return Done()
         except Backpressure as exc:
-            return {"error": str(exc), "kind": "backpressure"}
+            return Refused(str(exc), "backpressure")
         except SessionClosed:
-            return {"error": f"session {core_session.id} has ended; create a new one with POST /sessions", "kind": "closed"}
+            return Refused(f"session {core_session.id} has ended; create a new one with POST /sessions", "closed")
         except (AudioError, ControlError, TypeError, ValueError) as exc:
-            return {"error": str(exc), "kind": "invalid"}
-        return {"error": f"unknown request {kind!r}", "kind": "invalid"}
+            return Refused(str(exc), "invalid")
+        return Refused(f"unknown request {type(request).__name__}", "invalid")
 
     def _memory(self) -> dict[str, float]:
         """This process's resident memory and, on CUDA, the GPU memory torch holds (MB): what must stay flat."""
@@ -194,41 +196,41 @@ class EngineCore:
             memory["cuda_reserved_mb"] = round(torch.cuda.memory_reserved(self.device) / 2**20, 1)
         return memory
 
-    def _hello(self) -> dict[str, Any]:
+    def _hello(self) -> CoreReady:
         runtime = self.runtime
         name = torch.cuda.get_device_name(self.device) if self.device.type == "cuda" else "cpu"
-        return {
-            "device": name,
-            "capacity": runtime.capacity(),
-            "warmup_seconds": round(runtime.warmup_seconds, 2),
-            "window_ms": {str(k): v for k, v in runtime.window_ms.items()},
-            "render_ms": {str(k): v for k, v in runtime.render_ms.items()},
-            "avatars": self.avatars.names(),
-            "marks": self.marks,
-        }
+        return CoreReady(
+            device=name,
+            capacity=runtime.capacity(),
+            warmup_seconds=round(runtime.warmup_seconds, 2),
+            window_ms={str(k): v for k, v in runtime.window_ms.items()},
+            render_ms={str(k): v for k, v in runtime.render_ms.items()},
+            avatars=tuple(self.avatars.names()),
+            marks=self.marks,
+        )
 
-    def _open(self, request: dict[str, Any]) -> dict[str, Any]:
+    def _open(self, request: OpenSession) -> Opened | Refused:
         try:
-            avatar = self.avatars.get(request["avatar"])
+            avatar = self.avatars.get(request.avatar)
         except LookupError as exc:
-            return {"error": str(exc.args[0]), "kind": "not_found"}
+            return Refused(str(exc.args[0]), "not_found")
         try:
             controls = self.runtime.default_controls
-            if request.get("controls"):
-                controls = controls.replace(**request["controls"])
+            if request.controls:
+                controls = controls.replace(**request.controls)
             session = self.runtime.open_session(
-                avatar, live=True, overlap=request["overlap"], seed=request["seed"], controls=controls,
-                latency=request.get("latency", "faithful"),
+                avatar, live=True, overlap=request.overlap, seed=request.seed, controls=controls,
+                latency=request.latency,
             )
         except AdmissionError as exc:
-            return {"error": str(exc), "kind": "admission"}
+            return Refused(str(exc), "admission")
         except (ControlError, TypeError, ValueError) as exc:
-            return {"error": str(exc), "kind": "invalid"}
+            return Refused(str(exc), "invalid")
         height, width = avatar.frames.shape[1:3]
         ring = FrameRing(None, int(width), int(height), create=True)
         with self._lock:
-            self.sessions[request["id"]] = CoreSession(request["id"], session, ring, request["worker"])
-        return {"width": int(width), "height": int(height), "ring": ring.name, "slots": ring.slots}
+            self.sessions[request.id] = CoreSession(request.id, session, ring, request.worker)
+        return Opened(int(width), int(height), ring.name, ring.slots)
 
     # -- frames out (publisher thread) --------------------------------------------------------
 
@@ -259,7 +261,7 @@ class EngineCore:
         """Stage this session's ready frames, send the staged ones whose copy is done; True if anything moved."""
         if not core.announced:
             core.announced = send_nowait(
-                worker, {"type": "stream", "id": core.id, "ring": core.ring.name, "width": core.ring.width, "height": core.ring.height, "slots": core.ring.slots}
+                worker, StreamRing(core.id, core.ring.name, core.ring.width, core.ring.height, core.ring.slots)
             )
             if not core.announced:
                 return False
@@ -268,7 +270,7 @@ class EngineCore:
         frames = core.session.take_ready()
         closed = core.session.closed_segments()  # after the take: closed before any frame numbered above them was made
         if closed:
-            send_nowait(worker, {"type": "segments", "id": core.id, "closed": closed})
+            send_nowait(worker, SegmentsClosed(core.id, tuple(closed)))
         if frames:
             self._stage(core, frames, stream)
         sent = self._send_staged(core, worker)
@@ -318,9 +320,7 @@ class EngineCore:
             _, frames, anchor = core.staged.pop(0)
             for frame in frames:
                 core.ring.commit(frame.index)
-                send_nowait(
-                    worker, {"type": "frame", "id": core.id, "index": frame.index, "speech": frame.speech, "anchor": anchor, "segment": frame.segment}
-                )
+                send_nowait(worker, FrameReady(core.id, frame.index, frame.speech, anchor, frame.segment))
             sent = True
         return sent
 
@@ -333,8 +333,8 @@ class EngineCore:
             error = str(exc)
         except TimeoutError:
             pass
-        send_nowait(worker, {"type": "end", "id": core.id})
-        send_nowait(events, {"type": "failed" if error else "ended", "id": core.id, "message": error, "stats": core.session.stats()})
+        send_nowait(worker, StreamEnded(core.id))
+        send_nowait(events, SessionEnded(core.id, error or None, core.session.stats()))
         with self._lock:
             self.sessions.pop(core.id, None)
         self._release_ring(core)

@@ -96,7 +96,7 @@ def create_service_app(
             {
                 "sessions": [described(request, s) for s in service.sessions.values()],
                 "capacity": service.capacity(),
-                "avatars": service.core_info.get("avatars", []),
+                "avatars": list(service.core_info.avatars) if service.core_info else [],
             }
         )
 

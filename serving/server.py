@@ -164,7 +164,7 @@ def _announce(args: argparse.Namespace, host: str, port: int, token: str | None,
     if generated:
         print(f"token (give it to viewers and pushers): {token}", file=sys.stderr)
     print(
-        f"service: {service.core_info.get('device')}, admits {capacity['admitted']} live session(s) "
+        f"service: {service.core_info.device}, admits {capacity['admitted']} live session(s) "
         f"(GPU {capacity['runtime']}, outputs {capacity['outputs']}); sessions: http://{shown}:{port}/sessions{suffix}",
         file=sys.stderr,
     )

@@ -35,7 +35,12 @@ from engine.timebase import FPS
 from serving import timeline
 from serving.client import CoreClient
 from serving.core import resident_mb
-from serving.ipc import ServiceError, endpoint, send_nowait, socket, unpack
+from serving.ipc import ServiceError, endpoint, send_nowait, socket
+from serving.protocol import (
+    CloseSession, CoreReady, CoreStatsRequest, Event, Hello, OpenSession, OutputFailed, OutputsClosed, Playback,
+    PreviewEnded, PreviewPacket, PreviewWatched, RemoveStream, RequestKeyframe, SessionEnded, SessionOutputs, Shutdown,
+    ToWorker, WorkerReady, WorkerStats, decode,
+)
 from serving.sessions import RemoteSession, ServedSession, SessionError, SessionSpec
 from streaming.output import SILENCE, EncodedFrame
 from streaming.sinks.webrtc import WebRtcPreview
@@ -96,7 +101,8 @@ class Service:
     def __init__(self, options: ServiceOptions) -> None:
         self.options = options
         self.sessions: dict[str, ServedSession] = {}
-        self.core_info: dict[str, Any] = {}
+        self.core_info: CoreReady | None = None
+        """What the core said once it had warmed up (None until then)."""
         self.failure: str | None = None
         self.failed = asyncio.Event()
         self._folder = Path(tempfile.mkdtemp(prefix="ditto-svc-"))
@@ -129,14 +135,14 @@ class Service:
         for index in range(self.options.workers):
             self._workers.append(self._spawn_worker(index))
         self._tasks.append(asyncio.ensure_future(self._watch()))
-        hello = asyncio.ensure_future(self.core.request({"type": "hello"}, timeout=None))
+        hello = asyncio.ensure_future(self.core.request(Hello(), timeout=None))
         await asyncio.wait([hello, asyncio.ensure_future(self.failed.wait())], return_when=asyncio.FIRST_COMPLETED)
         if self.failed.is_set():
             hello.cancel()
             raise ServiceError(self.failure)
         self.core_info = hello.result()
         await asyncio.gather(*(w.ready.wait() for w in self._workers))
-        core_marks = {"spawned": spawned, **self.core_info.get("marks", {})}
+        core_marks = {"spawned": spawned, **self.core_info.marks}
         log.info("%s", timeline.describe(launched, time.time(), core_marks, [w.marks for w in self._workers]))
 
     def _spawn_worker(self, index: int) -> WorkerProcess:
@@ -155,12 +161,12 @@ class Service:
                 if isinstance(result, BaseException):
                     log.warning("session %s did not close in time: %s", session_id, result)
         for worker in self._workers:
-            send_nowait(worker.inbox, {"type": "shutdown"})
-        if not self.core_info and self._core is not None:
+            send_nowait(worker.inbox, Shutdown())
+        if self.core_info is None and self._core is not None:
             self._core.terminate()  # still warming up: nothing of its state is worth waiting for
         elif self._core is not None and self._core.poll() is None:
             try:
-                await self.core.request({"type": "shutdown"}, timeout=5.0)
+                await self.core.request(Shutdown(), timeout=5.0)
             except (asyncio.TimeoutError, SessionError):
                 pass
         for process in [self._core, *(w.process for w in self._workers)]:
@@ -186,7 +192,7 @@ class Service:
     def capacity(self) -> dict[str, int | None]:
         """Live sessions the service serves in real time: the GPU's (measured at the core's warm-up), the outputs'
         (the workers' measured encode cost), and the smaller, which is what it admits."""
-        runtime = self.core_info.get("capacity")
+        runtime = self.core_info.capacity if self.core_info is not None else None
         outputs = sum(w.slots() for w in self._workers if w.process.poll() is None)
         admitted = outputs if runtime is None else min(runtime, outputs)
         return {"runtime": runtime, "outputs": outputs, "admitted": admitted}
@@ -205,25 +211,26 @@ class Service:
         if spec.preview:
             session.preview = WebRtcPreview(
                 self._loop,
-                lambda: self._to_worker(session, {"type": "keyframe", "id": session_id}),
+                lambda: self._to_worker(session, RequestKeyframe(session_id)),
                 loopback_only=self.options.loopback_only,
-                on_watching=lambda on: self._to_worker(session, {"type": "watch", "id": session_id, "on": on}),
+                on_watching=lambda on: self._to_worker(session, PreviewWatched(session_id, on)),
             )
         session.audio = RemoteSession(self.core, session_id, self._loop, spec.latency)
         self.sessions[session_id] = session
         worker.sessions.add(session_id)
-        self._to_worker(session, {"type": "outputs", "id": session_id, "rtmp": list(spec.rtmp), "mp4": spec.mp4, "preview": spec.preview})
+        self._to_worker(session, SessionOutputs(session_id, spec.rtmp, spec.mp4, spec.preview))
         try:
-            reply = await self.core.request(
-                {"type": "open", "id": session_id, "avatar": spec.avatar, "overlap": spec.overlap, "latency": spec.latency,
-                 "seed": spec.seed, "controls": spec.controls, "worker": worker.address}
+            opened = await self.core.request(
+                OpenSession(
+                    session_id, spec.avatar, spec.overlap, spec.latency, spec.seed, spec.controls, worker.address
+                )
             )
         except BaseException:
-            self._to_worker(session, {"type": "remove", "id": session_id})
+            self._to_worker(session, RemoveStream(session_id))
             worker.sessions.discard(session_id)
             del self.sessions[session_id]
             raise
-        session.width, session.height, session.state = reply["width"], reply["height"], "live"
+        session.width, session.height, session.state = opened.width, opened.height, "live"
         return session
 
     def _pick_worker(self) -> WorkerProcess:
@@ -239,10 +246,13 @@ class Service:
             )
         return min(open_slots, key=lambda w: len(w.sessions))
 
-    def _to_worker(self, session: ServedSession, message: dict[str, Any]) -> None:
+    def _to_worker(self, session: ServedSession, message: ToWorker) -> None:
         worker = self._workers[session.worker]
         if not send_nowait(worker.inbox, message):
-            log.warning("worker %d is not taking messages; %s for session %s dropped", worker.index, message["type"], session.id)
+            log.warning(
+                "worker %d is not taking messages; %s for session %s dropped",
+                worker.index, type(message).__name__, session.id,
+            )
 
     def _live(self) -> list[ServedSession]:
         return [s for s in self.sessions.values() if s.live]
@@ -253,7 +263,7 @@ class Service:
         if session.live:
             session.state = "ending"
             try:
-                await self.core.request({"type": "close", "id": session_id})
+                await self.core.request(CloseSession(session_id))
             except SessionError as exc:
                 if exc.kind != "not_found":
                     raise
@@ -277,67 +287,68 @@ class Service:
         """The core's figures now (runtime metrics); every live session's counters updated from them."""
         if self.failure is not None:
             return {}
-        stats = await self.core.request({"type": "stats"}, timeout=5.0)
-        for session_id, values in stats["sessions"].items():
+        stats = await self.core.request(CoreStatsRequest(), timeout=5.0)
+        for session_id, values in stats.sessions.items():
             if session_id in self.sessions:
                 self.sessions[session_id].core_stats = values
         memory = {"frontend_rss_mb": round(resident_mb(os.getpid()), 1)}
         memory["workers_rss_mb"] = round(sum(resident_mb(w.process.pid) for w in self._workers), 1)
-        return {**stats["runtime"], **memory}
+        return {**stats.runtime, **memory}
 
     # -- events from the core and the workers ------------------------------------------------
 
     async def _read_events(self) -> None:
         while True:
             try:
-                message = unpack(await self._events.recv())
+                message = decode(await self._events.recv())
                 self._event(message)
             except asyncio.CancelledError:
                 raise
             except Exception:
                 log.exception("service: a bad event")
 
-    def _event(self, message: dict[str, Any]) -> None:
-        kind = message.get("type")
-        if kind == "worker_ready":
-            worker = self._workers[message["worker"]]
-            worker.encode_ms = message["encode_ms"]
-            worker.marks = message.get("marks", {})
-            worker.ready.set()
-            return
-        if kind == "stats":
-            for session_id, values in message["streams"].items():
-                if session_id in self.sessions:
-                    self._degrade(self.sessions[session_id], values)
-            return
-        session = self.sessions.get(message.get("id"))
-        if session is None:
-            return
-        if kind == "packet" and session.preview is not None:
-            opus = tuple((int(pts), data) for pts, data in message["opus"])
-            session.preview.send(
-                EncodedFrame(message["index"], message["width"], message["height"], message["video"], message["keyframe"], SILENCE, opus, message["speech"])
-            )
-        elif kind == "playback":
-            session.audio.playback({"type": message["event"], **{k: v for k, v in message.items() if k not in ("type", "id", "event")}})
-        elif kind == "preview_end" and session.preview is not None:
-            asyncio.ensure_future(session.preview.aclose())
-        elif kind in ("ended", "failed"):
-            session.core_stats = message.get("stats") or session.core_stats
-            if kind == "failed" and session.state != "ending":
-                session.state, session.error = "failed", message.get("message")
-        elif kind == "output_failed":
-            log.error("session %s: %s", session.id, message["message"])
-            session.error = message["message"]
-        elif kind == "closed":
-            session.output_stats = message.get("stats") or session.output_stats
-            if session.state == "live":  # its outputs closed on their own (a frame ring it could not attach): end it
-                asyncio.ensure_future(self._close_quietly(session.id))
-            if session.state != "failed":
-                session.state = "ended"
-            self._workers[session.worker].sessions.discard(session.id)
-            session.closed.set()
-            self._prune()
+    def _event(self, message: Event) -> None:
+        match message:
+            case WorkerReady(worker=index, encode_ms=encode_ms, marks=marks):
+                worker = self._workers[index]
+                worker.encode_ms, worker.marks = encode_ms, marks
+                worker.ready.set()
+            case WorkerStats(streams=streams):
+                for session_id, values in streams.items():
+                    if session_id in self.sessions:
+                        self._degrade(self.sessions[session_id], values)
+            case _ if message.id in self.sessions:
+                self._session_event(self.sessions[message.id], message)
+
+    def _session_event(self, session: ServedSession, message: Event) -> None:
+        match message:
+            case PreviewPacket() if session.preview is not None:
+                session.preview.send(
+                    EncodedFrame(
+                        message.index, message.width, message.height, message.video, message.keyframe, SILENCE,
+                        message.opus, message.speech,
+                    )
+                )
+            case Playback(event=event, fields=fields):
+                session.audio.playback({"type": event, **fields})
+            case PreviewEnded() if session.preview is not None:
+                asyncio.ensure_future(session.preview.aclose())
+            case SessionEnded(error=error, stats=stats):
+                session.core_stats = stats or session.core_stats
+                if error is not None and session.state != "ending":
+                    session.state, session.error = "failed", error
+            case OutputFailed(message=text):
+                log.error("session %s: %s", session.id, text)
+                session.error = text
+            case OutputsClosed(stats=stats):
+                session.output_stats = stats or session.output_stats
+                if session.state == "live":  # its outputs closed on their own (a ring it could not attach): end it
+                    asyncio.ensure_future(self._close_quietly(session.id))
+                if session.state != "failed":
+                    session.state = "ended"
+                self._workers[session.worker].sessions.discard(session.id)
+                session.closed.set()
+                self._prune()
 
     def _degrade(self, session: ServedSession, stats: dict[str, Any]) -> None:
         """Take a worker's counters; mark (and log, once) a session whose output has shed more than DEGRADED_SHARE of
@@ -384,7 +395,7 @@ class Service:
         self.core.fail_all(SessionError(self.failure, "closed"))
         for session in self._live():
             session.state, session.error = "failed", self.failure
-            self._to_worker(session, {"type": "remove", "id": session.id})
+            self._to_worker(session, RemoveStream(session.id))
             session.closed.set()
         self.failed.set()
 
@@ -417,6 +428,6 @@ class Service:
 
     async def _close_quietly(self, session_id: str) -> None:
         try:
-            await self.core.request({"type": "close", "id": session_id})
+            await self.core.request(CloseSession(session_id))
         except (SessionError, asyncio.TimeoutError):
             pass

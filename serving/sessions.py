@@ -17,6 +17,7 @@ import numpy as np
 
 from engine.latency import FAITHFUL, MODES
 from serving.ipc import ServiceError
+from serving.protocol import EndSegment, EndSession, Interrupt, PushAudio, UpdateControls
 from streaming.sinks.webrtc import WebRtcPreview
 
 if TYPE_CHECKING:
@@ -157,7 +158,7 @@ class RemoteSession:
         pcm = np.ascontiguousarray(pcm, np.float32)
         step = max(1, round(sample_rate * PUSH_SPLIT_SECONDS))
         for start in range(0, pcm.size, step):
-            piece = {"type": "push", "id": self.id, "pcm": pcm[start : start + step].tobytes(), "rate": int(sample_rate)}
+            piece = PushAudio(self.id, pcm[start : start + step].tobytes(), int(sample_rate))
             while True:
                 try:
                     await self._core.request(piece)
@@ -169,18 +170,18 @@ class RemoteSession:
 
     async def update_controls(self, **changes: Any) -> dict[str, Any]:
         """Change some controls; the fields as now in force."""
-        return (await self._core.request({"type": "controls", "id": self.id, "changes": changes}))["applied"]
+        return (await self._core.request(UpdateControls(self.id, changes))).applied
 
     async def interrupt(self) -> int | None:
         """Drop speech not yet spoken; the number of the segment this interrupted (None: none was open)."""
-        return (await self._core.request({"type": "interrupt", "id": self.id}))["segment"]
+        return (await self._core.request(Interrupt(self.id))).segment
 
     async def end_segment(self) -> int | None:
         """Close the speech segment pushed since the last close; its number (None: nothing was pushed since)."""
-        return (await self._core.request({"type": "end_of_segment", "id": self.id}))["segment"]
+        return (await self._core.request(EndSegment(self.id))).segment
 
     async def end(self) -> None:
-        await self._core.request({"type": "end", "id": self.id})
+        await self._core.request(EndSession(self.id))
 
     def subscribe(self, listener: Callable[[dict[str, Any]], None]) -> Callable[[], None]:
         """Call ``listener`` (on the event loop) with each playback event; returns the call that unsubscribes it."""
