@@ -1,31 +1,27 @@
-"""The HTTP side of the server (aiohttp): preview page, WHEP playback, audio push, /metrics, token check.
+"""The HTTP side of the server (aiohttp): preview page, WHEP playback, audio push, /metrics, behind the access rules.
 
 Routes: ``GET /`` the preview page (``?session=NAME``), ``GET /info`` the stream names and the
 notice shown on the page, ``POST /whep/NAME`` and ``DELETE /whep/NAME/VIEWER`` WHEP playback
 (``serving.whep``: the page plays the preview through it, and so can any WHEP player),
 ``GET /push?session=NAME`` the WebSocket audio push (see sources/push.py), ``GET /metrics``.
-When the server has a token every route wants it, as ``Authorization: Bearer TOKEN`` or
-``?token=TOKEN`` (how the page's URL carries it to viewers). Given the address it is bound to, the
-server answers only a ``Host`` naming it (no DNS rebinding; any name when bound to every interface
-with a token), and a browser's WebSocket or POST only from a page of an allowed host (``Origin``).
+Every route is behind the token, Host and Origin rules of ``serving.access``; a token is given as
+``Authorization: Bearer TOKEN`` or ``?token=TOKEN`` (how the page's URL carries it to viewers).
 """
 
 from __future__ import annotations
 
 import asyncio
-import hmac
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from importlib.resources import files
 from typing import Any, Protocol
-from urllib.parse import urlsplit
 
 import numpy as np
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry
 
-from serving.access import is_loopback
+from serving.access import Access
 from serving.metrics import metrics_registry, render
 from serving.whep import add_whep_routes
 from streaming.frames import AudioSink
@@ -132,8 +128,7 @@ def stream_app(
     bound: tuple[str, int] | None = None,
 ) -> web.Application:
     """The routes every server has (preview page, info, WHEP, push, metrics) over the streams ``streams()`` names now."""
-    middlewares = [_origin_middleware(allowed_hosts(bound, token))]
-    app = web.Application(middlewares=middlewares + ([_token_middleware(token)] if token else []))
+    app = web.Application(middlewares=[_access_middleware(Access.bound(bound, token))])
 
     def stream_for(request: web.Request) -> Served:
         served = streams()
@@ -181,63 +176,14 @@ def app_runner(app: web.Application, timeout: float = REQUEST_TIMEOUT) -> web.Ap
     return web.AppRunner(app, access_log=None, keepalive_timeout=timeout)
 
 
-def allowed_hosts(bound: tuple[str, int] | None, token: str | None) -> frozenset[str] | None:
-    """The ``Host`` values a server bound to ``bound`` answers (lower case, with the port); None: any.
-
-    Loopback and every-interface binds answer the loopback names; bound to every interface with a
-    token, any name (the machine's names are not known, the token guards it); no ``bound``: any.
-    """
-    if bound is None:
-        return None
-    host, port = bound
-    wildcard = host in ("", "0.0.0.0", "::")
-    if wildcard and token:
-        return None
-    names = {f"[{host}]" if ":" in host else host}
-    if wildcard or is_loopback(host):
-        names |= {"127.0.0.1", "localhost", "[::1]"}
-    names -= {"", "0.0.0.0", "[::]"}
-    hosts = {f"{name}:{port}".lower() for name in names}
-    return frozenset(hosts | ({name.lower() for name in names} if port == 80 else set()))
-
-
-def _origin_middleware(hosts: frozenset[str] | None):
-    """403 for a Host not in ``hosts`` (None: any), and for a WebSocket or non-GET request from a page of another host."""
+def _access_middleware(access: Access):
+    """Answer a request the token, Host or Origin rules do not let in (``serving.access``) before any route sees it."""
 
     @web.middleware
     async def check(request: web.Request, handler):
-        host = request.headers.get("Host", "").lower()
-        if hosts is not None and host not in hosts:
-            raise web.HTTPForbidden(
-                text=f"Host {host!r} is not a name this server is bound to; use one of: {', '.join(sorted(hosts))}"
-            )
-        origin = request.headers.get("Origin")
-        changes = request.method not in ("GET", "HEAD", "OPTIONS") or request.headers.get("Upgrade", "").lower() == "websocket"
-        if origin is not None and changes:
-            page = urlsplit(origin).netloc.lower() if origin != "null" else ""
-            if not page or (page != host and (hosts is None or page not in hosts)):
-                raise web.HTTPForbidden(
-                    text=f"Origin {origin!r} may not push, signal or open sessions here: open the page this server serves "
-                    f"(http://{host}/), or connect without a browser"
-                )
-        return await handler(request)
-
-    return check
-
-
-def _token_middleware(token: str):
-    expected = token.encode()
-
-    @web.middleware
-    async def check(request: web.Request, handler):
-        given = request.query.get("token", "")
-        header = request.headers.get("Authorization", "")
-        if header.startswith("Bearer "):
-            given = header[len("Bearer ") :]
-        if not given.isascii():
-            raise web.HTTPBadRequest(text="the token is ASCII: ?token=TOKEN or Authorization: Bearer TOKEN, as the server printed it")
-        if not hmac.compare_digest(given.encode(), expected):
-            raise web.HTTPUnauthorized(text="a token is required: ?token=TOKEN or Authorization: Bearer TOKEN")
+        refusal = access.check(request.method, request.headers, request.query.get("token", ""))
+        if refusal is not None:
+            return web.Response(status=refusal.status, text=refusal.text)
         return await handler(request)
 
     return check

@@ -60,7 +60,7 @@ def create_service_app(
     service: Service, token: str | None = None, notice: str = "", bound: tuple[str, int] | None = None
 ) -> web.Application:
     """The service's application: the session API, and the preview, push and /metrics routes over its sessions;
-    ``bound`` (host, port) is the address served, for the Host and Origin checks (``serving.app.allowed_hosts``)."""
+    ``bound`` (host, port) is the address served, for the Host and Origin checks (``serving.access``)."""
     from prometheus_client import CollectorRegistry
 
     collector = ServiceCollector(service)

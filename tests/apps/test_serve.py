@@ -56,4 +56,5 @@ def test_the_command_line_becomes_the_options_of_the_libraries() -> None:
     assert bare.at_start is None and (bare.host, bare.port, bare.token) == ("0.0.0.0", 9000, "t0k3n")
     assert not bare.service.loopback_only
     deploy = deploy_options(parse_args(["--ray", "--avatar", "anchor", "--output-workers", "3"]))
-    assert deploy.device is None and deploy.service.workers == 3 and deploy.service.avatars == {AVATAR_AT_START: "anchor"}
+    assert deploy.device is None and deploy.service.workers == 3
+    assert deploy.service.avatars == {AVATAR_AT_START: "anchor"}
