@@ -26,8 +26,7 @@ import aiohttp
 from aiohttp import web
 
 from serving.access import is_loopback
-from serving.app import app_runner
-from serving.http import create_service_app
+from serving.http import app_runner, create_service_app
 from serving.service import Service, ServiceOptions
 
 log = logging.getLogger("cluster.replica")

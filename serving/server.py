@@ -19,8 +19,7 @@ from aiohttp import web
 
 from engine.latency import FAITHFUL
 from serving.access import resolve_token
-from serving.app import app_runner
-from serving.http import create_service_app
+from serving.http import app_runner, create_service_app
 from serving.service import Service, ServiceOptions
 from serving.sessions import SessionSpec
 

@@ -1,1 +1,1 @@
-"""The preview page served by serving.app (package data)."""
+"""The preview page served by serving.http (package data)."""

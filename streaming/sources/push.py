@@ -105,7 +105,8 @@ def decode_chunk(data: bytes, fmt: PushFormat) -> np.ndarray:
 
 
 async def push_handler(request: web.Request, session) -> web.WebSocketResponse:
-    """Serve one pushing client until it ends the session or disconnects (``session``: a ``serving.app.AsyncAudioSink``)."""
+    """Serve one pushing client until it ends the session or disconnects (``session``: the session's audio side,
+    awaited: ``push_audio``, ``update_controls``, ``interrupt``, ``end_segment``, ``end``, ``subscribe``)."""
     ws = web.WebSocketResponse(max_msg_size=16 * 1024 * 1024)
     await ws.prepare(request)
     state = PushState(request.query.get("session", ""))

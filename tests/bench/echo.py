@@ -23,7 +23,7 @@ from engine.session import Frame
 from engine.timebase import FPS
 from harness.live_server import LiveServer
 from harness.nginx import wait_listening
-from serving.app import Stream, create_app
+from tests.serving.inprocess import Stream, create_app
 from serving.server import numbered
 from streaming.frames import AUDIO_RATE, AUDIO_SAMPLES_PER_FRAME
 from streaming.output import SessionOutput

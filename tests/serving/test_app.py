@@ -10,8 +10,8 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 from prometheus_client.parser import text_string_to_metric_families
 
-from serving.app import Stream, app_runner, create_app
-from serving.http import create_service_app
+from tests.serving.inprocess import Stream, create_app
+from serving.http import app_runner, create_service_app
 from streaming.output import SessionOutput
 from streaming.sinks.rtmp import RtmpSink
 from streaming.sinks.webrtc import WebRtcPreview

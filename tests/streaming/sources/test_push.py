@@ -11,7 +11,7 @@ import numpy as np
 from aiohttp.test_utils import TestClient, TestServer
 
 from engine.controls import Controls
-from serving.app import Stream, create_app
+from tests.serving.inprocess import Stream, create_app
 from streaming.output import SessionOutput
 from tests.streaming.synthetic import SyntheticSession
 from tests.streaming.test_output import Recorder
