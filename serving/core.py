@@ -13,7 +13,6 @@ or HTTP handler shares this interpreter, so the loop's Python work never waits b
 from __future__ import annotations
 
 import importlib
-import json
 import logging
 import os
 import signal
@@ -33,9 +32,9 @@ from engine.runtime import AdmissionError, AudioError, Backpressure, SessionClos
 from engine.session import Frame, Session
 from serving.ipc import send_nowait, socket
 from serving.protocol import (
-    CloseSession, ControlsApplied, CoreReady, CoreReply, CoreRequest, CoreStats, CoreStatsRequest, Done, EndSegment,
-    EndSession, FrameReady, Hello, Interrupt, Opened, OpenSession, PushAudio, Refused, SegmentNumber, SegmentsClosed,
-    SessionEnded, Shutdown, StreamEnded, StreamRing, UpdateControls, decode, encode,
+    CloseSession, ControlsApplied, CoreConfig, CoreReady, CoreReply, CoreRequest, CoreStats, CoreStatsRequest, Done,
+    EndSegment, EndSession, FrameReady, Hello, Interrupt, OpenSession, Opened, PushAudio, Refused, SegmentNumber,
+    SegmentsClosed, SessionEnded, Shutdown, StreamEnded, StreamRing, UpdateControls, decode, encode, from_argument,
 )
 from serving.timeline import process_started
 from streaming.encoders.colour import rgb_to_i420_batch
@@ -99,12 +98,12 @@ class Avatars:
 class EngineCore:
     """The runtime, the sessions opened through it and the requests that drive them."""
 
-    def __init__(self, config: dict[str, Any]) -> None:
+    def __init__(self, config: CoreConfig) -> None:
         self.config = config
-        self.device = torch.device(config["device"])
+        self.device = torch.device(config.device)
         self.marks: dict[str, float] = {"started": process_started(), "imported": time.time()}
         """The start's steps (``serving.timeline``), reported to the front end in the hello."""
-        factory = config.get("runtime")
+        factory = config.runtime
         if factory:
             module, _, name = factory.partition(":")
             self.runtime, self.avatars = getattr(importlib.import_module(module), name)(config)
@@ -349,7 +348,7 @@ class EngineCore:
         core.ring.close()
 
 
-def engine_runtime(config: dict[str, Any], marks: dict[str, float] | None = None) -> tuple[Any, Avatars]:
+def engine_runtime(config: CoreConfig, marks: dict[str, float] | None = None) -> tuple[Any, Avatars]:
     """The engine's runtime on the configured device (warmed up: minutes with an empty compile cache) and its avatars;
     ``marks`` gets the wall-clock time each step of that finished (``serving.timeline``)."""
     from avatars.cache import hash_checkpoints_ahead
@@ -357,19 +356,19 @@ def engine_runtime(config: dict[str, Any], marks: dict[str, float] | None = None
     from engine.runtime import Runtime, RuntimeConfig
 
     marks = {} if marks is None else marks
-    random_weights = config["checkpoints"] is None
-    device = torch.device(config["device"])
-    checkpoints = random_checkpoints() if random_weights else models_dir(Path(config["checkpoints"]))
+    random_weights = config.checkpoints is None
+    device = torch.device(config.device)
+    checkpoints = random_checkpoints() if random_weights else models_dir(Path(config.checkpoints))
     hash_checkpoints_ahead(checkpoints)  # every avatar's load checks them (at start or a session's open): hashed meanwhile
-    runtime_config = RuntimeConfig(admission=False if config.get("no_admission") else None)
+    runtime_config = RuntimeConfig(admission=None if config.admission else False)
     runtime = Runtime.from_checkpoints(
-        config["checkpoints"], device=device, steps=config["steps"], config=runtime_config, plans=config.get("plans")
+        config.checkpoints, device=device, steps=config.steps, config=runtime_config, plans=config.plans
     )
     warmed = time.time()
     marks["networks loaded"], marks["warmed up"] = warmed - runtime.warmup_seconds, warmed
     log.info("core: networks: %s", runtime.engine.backend.packages_status)
-    avatars = Avatars(device, checkpoints, config.get("cache_dir"))
-    for name, spec in config.get("avatars", {}).items():
+    avatars = Avatars(device, checkpoints, config.cache_dir)
+    for name, spec in config.avatars.items():
         avatars.add(name, spec, random_weights)
     marks["avatars loaded"] = time.time()
     return runtime, avatars
@@ -392,12 +391,12 @@ def _applied(controls: Controls, changes: dict[str, Any]) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run a core from its JSON configuration (argv[0]): warm up, then serve until shut down."""
+    """Run a core from its configuration (argv[0], ``CoreConfig`` as JSON): warm up, then serve until shut down."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the front end shuts the core down; Ctrl-C reaches it alone
-    config = json.loads((argv or sys.argv[1:])[0])
+    config = from_argument(CoreConfig, (argv or sys.argv[1:])[0])
     core = EngineCore(config)
-    core.serve(config["address"], config["events"])
+    core.serve(config.address, config.events)
     return 0
 
 

@@ -1,7 +1,7 @@
 """/metrics in Prometheus text format: read at scrape time from the sessions, their outputs and their sinks.
 
-Components keep plain counters (no Prometheus objects threaded through the hot paths); this
-front end's collector (``serving.http``) turns them into metric families whenever /metrics is scraped. Every numeric entry
+Components keep plain counters (no Prometheus objects threaded through the hot paths); the front end's
+collector (``serving.http``) turns them into metric families whenever /metrics is scraped. Every numeric entry
 of the runtime session's ``stats()`` is exported as ``ditto_session_<key>``, and every numeric
 entry of the runtime's ``metrics()`` (tick wall and GPU times, GPU busy share, capacity, ...)
 as ``ditto_runtime_<key>``.

@@ -4,17 +4,60 @@ The front end asks the engine core by request and reply (each request gets exact
 is one way, pushed to a socket the receiver binds. Messages are grouped below by direction; each is a frozen
 dataclass, sent as msgpack ``[type name, fields]`` (plain data, never pickle) and dispatched by its receiver with
 ``match``. Only control travels here: frames stay in each session's shared-memory ring (``streaming.frame_ring``).
+Each process is started with its configuration (``CoreConfig``, ``WorkerConfig``) as JSON on its command line.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+import json
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 import msgpack
 
 Stats = dict[str, Any]
 """Counters by name, as a session, an output or the runtime reports them (``/metrics`` exports the numbers)."""
+
+
+# -- front end -> each process, at its start: its command line, as JSON ------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class CoreConfig:
+    """How to start an engine core: its sockets, then the runtime to warm up (``serving.service.ServiceOptions``)."""
+
+    address: str
+    """Where it answers the front end's requests (it binds a ROUTER)."""
+    events: str
+    """Where it pushes its events to the front end."""
+    device: str = "cpu"
+    checkpoints: str | None = None
+    steps: int = 25
+    plans: str | None = None
+    admission: bool = True
+    avatars: dict[str, str | None] = field(default_factory=dict)
+    cache_dir: str | None = None
+    runtime: str | None = None
+    """``module:function`` building the runtime and avatars in place of the engine's (the tests' synthetic one)."""
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerConfig:
+    """How to start output worker ``index``: its inbox (it binds a PULL) and where it pushes its events."""
+
+    index: int
+    address: str
+    events: str
+
+
+def to_argument(config: CoreConfig | WorkerConfig) -> str:
+    """A process's configuration as its command-line argument."""
+    return json.dumps(asdict(config))
+
+
+def from_argument(kind: type[CoreConfig] | type[WorkerConfig], argument: str) -> CoreConfig | WorkerConfig:
+    """The configuration ``to_argument`` wrote."""
+    return kind(**json.loads(argument))
 
 
 # -- front end -> engine core: requests -------------------------------------------------------------------------
@@ -305,7 +348,7 @@ class OutputsClosed:
     stats: Stats
 
 
-CoreRequest = (
+CoreRequest = (  # what the core's ROUTER receives, each answered with one CoreReply
     Hello | CoreStatsRequest | Shutdown | OpenSession | PushAudio | UpdateControls | Interrupt | EndSegment
     | EndSession | CloseSession
 )

@@ -14,7 +14,6 @@ restarts it: warming up again takes as long as a fresh start).
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import math
 import os
@@ -37,9 +36,9 @@ from serving.client import CoreClient
 from serving.core import resident_mb
 from serving.ipc import ServiceError, endpoint, send_nowait, socket
 from serving.protocol import (
-    CloseSession, CoreReady, CoreStatsRequest, Event, Hello, OpenSession, OutputFailed, OutputsClosed, Playback,
-    PreviewEnded, PreviewPacket, PreviewWatched, RemoveStream, RequestKeyframe, SessionEnded, SessionOutputs, Shutdown,
-    ToWorker, WorkerReady, WorkerStats, decode,
+    CloseSession, CoreConfig, CoreReady, CoreStatsRequest, Event, Hello, OpenSession, OutputFailed, OutputsClosed,
+    Playback, PreviewEnded, PreviewPacket, PreviewWatched, RemoveStream, RequestKeyframe, SessionEnded, SessionOutputs,
+    Shutdown, ToWorker, WorkerConfig, WorkerReady, WorkerStats, decode, to_argument,
 )
 from serving.sessions import RemoteSession, ServedSession, SessionError, SessionSpec
 from streaming.output import SILENCE, EncodedFrame
@@ -124,14 +123,14 @@ class Service:
         self._loop = asyncio.get_running_loop()
         self._events = socket(self._context, zmq.PULL, endpoint(self._folder, "events"), bind=True)
         self._tasks.append(asyncio.ensure_future(self._read_events()))
-        config = {
-            "checkpoints": self.options.checkpoints, "device": self.options.device, "steps": self.options.steps, "plans": self.options.plans,
-            "no_admission": not self.options.admission, "avatars": self.options.avatars, "cache_dir": self.options.cache_dir,
-            "address": endpoint(self._folder, "core"), "events": endpoint(self._folder, "events"), "runtime": self.options.runtime,
-        }
+        options = self.options
+        config = CoreConfig(
+            endpoint(self._folder, "core"), endpoint(self._folder, "events"), options.device, options.checkpoints,
+            options.steps, options.plans, options.admission, options.avatars, options.cache_dir, options.runtime,
+        )
         spawned = time.time()
-        self._core = subprocess.Popen([sys.executable, "-m", "serving.core", json.dumps(config)])
-        self.core = CoreClient(self._context, config["address"])
+        self._core = subprocess.Popen([sys.executable, "-m", "serving.core", to_argument(config)])
+        self.core = CoreClient(self._context, config.address)
         for index in range(self.options.workers):
             self._workers.append(self._spawn_worker(index))
         self._tasks.append(asyncio.ensure_future(self._watch()))
@@ -147,8 +146,8 @@ class Service:
 
     def _spawn_worker(self, index: int) -> WorkerProcess:
         address = endpoint(self._folder, f"worker-{index}-{secrets.token_hex(2)}")
-        config = {"index": index, "address": address, "events": endpoint(self._folder, "events")}
-        process = subprocess.Popen([sys.executable, "-m", "serving.worker", json.dumps(config)])
+        config = WorkerConfig(index, address, endpoint(self._folder, "events"))
+        process = subprocess.Popen([sys.executable, "-m", "serving.worker", to_argument(config)])
         return WorkerProcess(index, address, process, socket(self._context, zmq.PUSH, address, bind=False))
 
     async def close(self) -> None:

@@ -14,7 +14,6 @@ every stream's counters; when a stream has flushed and closed its outputs it say
 from __future__ import annotations
 
 import gc
-import json
 import logging
 import os
 import signal
@@ -33,8 +32,8 @@ from engine.timebase import FPS
 from serving.ipc import send_nowait, socket
 from serving.protocol import (
     Event, FrameReady, OutputFailed, OutputsClosed, Playback, PreviewEnded, PreviewPacket, PreviewWatched, RemoveStream,
-    RequestKeyframe, SegmentsClosed, SessionOutputs, Shutdown, StreamEnded, StreamRing, ToWorker, WorkerReady,
-    WorkerStats, decode,
+    RequestKeyframe, SegmentsClosed, SessionOutputs, Shutdown, StreamEnded, StreamRing, ToWorker, WorkerConfig,
+    WorkerReady, WorkerStats, decode, from_argument,
 )
 from serving.timeline import process_started
 from streaming.encoders.audio import OpusEncoder
@@ -161,12 +160,12 @@ class WorkerStream:
 class Worker:
     """The worker's sockets and streams; ``run`` until told to stop."""
 
-    def __init__(self, config: dict[str, Any]) -> None:
+    def __init__(self, config: WorkerConfig) -> None:
         self.config = config
-        self.index = config["index"]
+        self.index = config.index
         self.context = zmq.Context()
-        self.inbox = socket(self.context, zmq.PULL, config["address"], bind=True)
-        self._events = socket(self.context, zmq.PUSH, config["events"], bind=False)
+        self.inbox = socket(self.context, zmq.PULL, config.address, bind=True)
+        self._events = socket(self.context, zmq.PUSH, config.events, bind=False)
         self._events_lock = threading.Lock()
         self.streams: dict[str, WorkerStream] = {}
         self._stop = False
@@ -313,10 +312,10 @@ def calibrate(width: int = CALIBRATION_SIZE[0], height: int = CALIBRATION_SIZE[1
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run a worker from its JSON configuration (argv[0]) until the front end shuts it down."""
+    """Run a worker from its configuration (argv[0], ``WorkerConfig`` as JSON) until the front end shuts it down."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the front end stops its workers; Ctrl-C reaches it alone
-    Worker(json.loads((argv or sys.argv[1:])[0])).run()
+    Worker(from_argument(WorkerConfig, (argv or sys.argv[1:])[0])).run()
     return 0
 
 

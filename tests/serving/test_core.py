@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from serving.core import EngineCore
-from serving.protocol import Done, EndSession, Opened, OpenSession, Refused
+from serving.protocol import CoreConfig, Done, EndSession, Opened, OpenSession, Refused
+
+RUNTIME = "tests.streaming.synthetic_runtime:build"
 
 
 def test_the_engine_core_tells_service_clients_to_create_a_new_session_with_post() -> None:
     """The service's core answers a request for an ended session with the HTTP API's way to go on."""
-    core = EngineCore({"device": "cpu", "runtime": "tests.streaming.synthetic_runtime:build"})
+    core = EngineCore(CoreConfig("inproc://requests", "inproc://events", runtime=RUNTIME))
     try:
         request = OpenSession("s1", "anna", overlap=10, latency="faithful", seed=0, controls=None, worker="inproc://")
         opened = core.handle(request)

@@ -38,3 +38,10 @@ def test_every_message_is_a_frozen_value_with_a_name_of_its_own() -> None:
 def test_anything_else_is_refused(data: bytes) -> None:
     with pytest.raises(ValueError, match="not a service message"):
         decode(data)
+
+
+def test_a_process_is_started_with_its_configuration_on_its_command_line() -> None:
+    core = protocol.CoreConfig("ipc:///tmp/x/core", "ipc:///tmp/x/events", avatars={"anchor": None}, admission=False)
+    worker = protocol.WorkerConfig(2, "ipc:///tmp/x/worker-2", "ipc:///tmp/x/events")
+    assert protocol.from_argument(protocol.CoreConfig, protocol.to_argument(core)) == core
+    assert protocol.from_argument(protocol.WorkerConfig, protocol.to_argument(worker)) == worker

@@ -7,7 +7,7 @@ from pathlib import Path
 import zmq
 
 from serving.ipc import socket
-from serving.protocol import OutputFailed, OutputsClosed, SessionOutputs, StreamRing, decode
+from serving.protocol import OutputFailed, OutputsClosed, SessionOutputs, StreamRing, WorkerConfig, decode
 from serving.worker import Worker
 
 
@@ -16,7 +16,7 @@ def test_a_stream_whose_ring_was_freed_before_the_worker_attached_is_reported_cl
     (its DELETE waits for it), not only the failure."""
     context = zmq.Context()
     events = socket(context, zmq.PULL, f"ipc://{tmp_path}/events", bind=True)
-    worker = Worker({"index": 0, "address": f"ipc://{tmp_path}/inbox", "events": f"ipc://{tmp_path}/events"})
+    worker = Worker(WorkerConfig(0, address=f"ipc://{tmp_path}/inbox", events=f"ipc://{tmp_path}/events"))
     try:
         worker.handle(SessionOutputs("s1", rtmp=(), mp4=None, preview=False))
         worker.handle(StreamRing("s1", ring="ditto-ring-that-is-gone", width=64, height=64, slots=8))
