@@ -31,8 +31,8 @@ from engine.engine import LIVE_OVERLAP, OFFLINE_OVERLAP, RANDOM_WEIGHTS_NOTICE, 
 from engine.runtime import OutOfMemoryAtStart, Runtime, RuntimeConfig
 from engine.session import Session
 from engine.timebase import DEFAULT_STEPS, FPS, SEQ_FRAMES
+from serving.timeline import process_age
 from streaming.mp4 import Mp4Writer
-from streaming.timeline import process_age
 
 CPU_DEMO_SECONDS = 0.4
 MODES = ("offline", "online")

@@ -121,7 +121,8 @@ def decode_chunk(data: bytes, fmt: PushFormat) -> np.ndarray:
 
 
 async def push_handler(request: web.Request, session) -> web.WebSocketResponse:
-    """Serve one pushing client until it ends the session or disconnects (``session``: a ``streaming.app.AsyncAudioSink``)."""
+    """Serve one pushing client until it ends the session or disconnects (``session``: the session's audio side,
+    awaited: ``push_audio``, ``update_controls``, ``interrupt``, ``end_segment``, ``end``, ``subscribe``)."""
     ws = web.WebSocketResponse(max_msg_size=MAX_MESSAGE_BYTES, autoclose=False)
     await ws.prepare(request)
     state = PushState(request.query.get("session", ""))

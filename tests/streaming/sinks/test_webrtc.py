@@ -14,7 +14,7 @@ from aiohttp import web
 from aiortc.rtp import RTCP_PSFB_PLI, RtcpPsfbPacket
 
 from harness.viewers import CHROMIUM_FLAGS
-from streaming.app import Stream, create_app
+from tests.serving.inprocess import Stream, create_app
 from streaming.encoders.h264 import H264Settings
 from streaming.output import EncodedFrame, SessionOutput
 from streaming.sinks.webrtc import Viewer, ViewerRefused, WebRtcPreview, loopback_candidates

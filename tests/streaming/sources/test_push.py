@@ -12,7 +12,7 @@ import numpy as np
 from aiohttp.test_utils import TestClient, TestServer
 
 from engine.controls import Controls
-from streaming.app import Stream, create_app
+from tests.serving.inprocess import Stream, create_app
 from streaming.output import SessionOutput
 from streaming.sources.push import MAX_CONTROL_DEPTH, MAX_MESSAGE_SECONDS
 from tests.streaming.synthetic import SyntheticSession
@@ -179,25 +179,6 @@ def test_after_the_session_ended_a_websocket_client_is_told_what_to_do() -> None
             await client.close()
 
     asyncio.run(scenario())
-
-
-def test_the_engine_core_tells_service_clients_to_create_a_new_session_with_post() -> None:
-    """The service's core answers a request for an ended session with the HTTP API's way to go on."""
-    from streaming.core import EngineCore
-
-    core = EngineCore({"device": "cpu", "runtime": "tests.streaming.synthetic_runtime:build"})
-    try:
-        opened = core.handle({"type": "open", "id": "s1", "avatar": "anna", "overlap": 10, "seed": 0, "worker": "inproc://none"})
-        assert "error" not in opened, opened
-        assert core.handle({"type": "end", "id": "s1"}) == {}
-        reply = core.handle({"type": "end", "id": "s1"})
-        assert reply["kind"] == "closed", reply
-        assert reply["error"] == "session s1 has ended; create a new one with POST /sessions", reply
-    finally:
-        for core_session in list(core.sessions.values()):
-            core._release_ring(core_session)
-        core.runtime.close()
-        core.context.term()
 
 
 class RealTimeSession:

@@ -1,29 +1,30 @@
 """One server process of the service: start it, serve its HTTP side, open the sessions asked for at start, and stop.
 
-``serve`` runs the service (``streaming.service``: the engine core and the output workers) behind the session API
-until Ctrl-C, ``--duration``, the end of every session opened at start, or the core's failure. It takes the
-parsed command line of the server app (``python -m apps.serve``); a cluster deploys the service its own way (``cluster/``).
+``serve`` runs the service (``serving.service``: the engine core and the output workers) behind the session API
+until Ctrl-C, its duration, the end of every session opened at start, or the core's failure. It takes
+``ServerOptions``, which the server app (``python -m apps.serve``) builds from its command line; a cluster deploys
+the service its own way (``cluster/``).
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import signal
 import sys
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from aiohttp import web
 
-from streaming.access import is_loopback, resolve_token
-from streaming.api import create_service_app
-from streaming.app import app_runner
-from streaming.service import Service, ServiceOptions, SessionSpec
-from streaming.timeline import process_started
+from engine.latency import FAITHFUL
+from serving.access import resolve_token
+from serving.http import app_runner, create_service_app
+from serving.service import Service, ServiceOptions
+from serving.sessions import SessionSpec
 
-CPU_DEMO_SECONDS = 20.0
 AVATAR_AT_START = "anchor"
-"""The name the avatar given with --avatar or --demo is served under."""
+"""The name the avatar given at start (``--avatar`` or ``--demo``) is served under."""
 
 
 def numbered(text: str, index: int, count: int) -> str:
@@ -34,36 +35,58 @@ def numbered(text: str, index: int, count: int) -> str:
     return str(path.with_name(f"{path.stem}-{index}{path.suffix}")) if path.suffix else f"{text}-{index}"
 
 
-async def serve(args: argparse.Namespace) -> int:
-    """Run the service until Ctrl-C, ``--duration``, the end of every session opened at start, or the core's failure."""
-    import torch
+@dataclass(frozen=True)
+class SessionsAtStart:
+    """The sessions a server opens at start, each of the avatar given at start (``AVATAR_AT_START``), and what each
+    speaks: the demo clip on loop, a file, a microphone, or audio pushed to it."""
 
+    count: int = 1
+    rtmp: str | None = None
+    """Session 0's RTMP URL; session i's ends -i (``numbered``)."""
+    mp4: str | None = None
+    preview: bool = False
+    overlap: int | None = None
+    seed: int = 0
+    """Session 0's seed; session i's is seed + i."""
+    controls: dict[str, Any] | None = None
+    latency: str = FAITHFUL.name
+    push: bool = False
+    audio: str | None = None
+    mic: str | None = None
+    """A microphone: its index or name ("" the default device)."""
+    demo_audio: bool = False
+
+
+@dataclass(frozen=True)
+class ServerOptions:
+    """How to run one server: its service's processes, the address it serves, its token and its sessions at start."""
+
+    service: ServiceOptions
+    host: str = "127.0.0.1"
+    port: int = 8080
+    token: str | None = None
+    """Required from every client; None: none on loopback, one generated (and printed) beyond it."""
+    at_start: SessionsAtStart | None = None
+    duration: float | None = None
+    """Stop this many seconds after the first frame is out; None: when every session opened at start has ended."""
+
+
+async def serve(options: ServerOptions) -> int:
+    """Run the service until Ctrl-C, ``duration``, the end of every session opened at start, or the core's failure."""
     from engine.engine import RANDOM_WEIGHTS_NOTICE
 
-    random_weights = args.checkpoints is None or args.demo
-    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    random_weights = options.service.checkpoints is None
     if random_weights:
         print(RANDOM_WEIGHTS_NOTICE, file=sys.stderr)
-    if device == "cpu":
+    if options.service.device == "cpu":
         print(
             "CPU: the networks render a frame every few seconds here, far from the 25 fps a live stream needs; "
             "the stream repeats its last picture meanwhile. Use a GPU for real-time output.",
             file=sys.stderr,
         )
-        if args.demo and args.duration is None:
-            args.duration = CPU_DEMO_SECONDS
-            print(f"CPU demo: a short run of {CPU_DEMO_SECONDS:.0f} s after the first frame", file=sys.stderr)
-    host, port = args.webrtc or args.http
-    token, generated = resolve_token(host, args.token)
-    avatars = {}
-    if args.demo or args.avatar:
-        avatars[AVATAR_AT_START] = None if args.demo else args.avatar
-    options = ServiceOptions(
-        checkpoints=None if random_weights else str(args.checkpoints), device=device, steps=args.steps, plans=args.plans and str(args.plans),
-        admission=not args.no_admission, workers=args.output_workers, avatars=avatars, loopback_only=is_loopback(host),
-        launched=process_started(),
-    )
-    service = Service(options)
+    host, port = options.host, options.port
+    token, generated = resolve_token(host, options.token)
+    service = Service(options.service)
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -83,13 +106,13 @@ async def serve(args: argparse.Namespace) -> int:
     runner = app_runner(app)
     await runner.setup()
     await web.TCPSite(runner, host, port).start()
-    sessions, sources = await _open_at_start(args, service)
-    _announce(args, host, port, token, generated, sessions, service)
+    sessions, sources = await _open_at_start(options.at_start, service)
+    _announce(options.at_start, host, port, token, generated, sessions, service)
     waits = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(service.failed.wait())]
     if sessions:
         waits.append(asyncio.ensure_future(asyncio.gather(*(s.closed.wait() for s in sessions))))
-    if args.duration is not None:
-        waits.append(asyncio.ensure_future(_after_first_frame(service, args.duration)))
+    if options.duration is not None:
+        waits.append(asyncio.ensure_future(_after_first_frame(service, options.duration)))
     await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
     print("stopping: ending the sessions, flushing their outputs...", file=sys.stderr)
     for source in sources:
@@ -103,31 +126,31 @@ async def serve(args: argparse.Namespace) -> int:
     return 0
 
 
-async def _open_at_start(args: argparse.Namespace, service: Service) -> tuple[list, list]:
-    """The ``--sessions`` sessions of ``--avatar``/``--demo``, opened through the service, and their audio sources."""
-    if not (args.avatar or args.demo) or args.sessions == 0:
+async def _open_at_start(at_start: SessionsAtStart | None, service: Service) -> tuple[list, list]:
+    """The sessions to open at start, opened through the service, and their audio sources."""
+    if at_start is None or at_start.count == 0:
         return [], []
     audio = None
-    if args.demo:
+    if at_start.demo_audio:
         from engine.assets import demo_audio
 
         audio = demo_audio()
     sessions, sources = [], []
-    for i in range(args.sessions):
+    for i in range(at_start.count):
         spec = SessionSpec(
             AVATAR_AT_START,
-            rtmp=(numbered(args.rtmp, i, args.sessions),) if args.rtmp else (),
-            mp4=numbered(str(args.mp4), i, args.sessions) if args.mp4 else None,
-            preview=args.webrtc is not None,
-            overlap=args.overlap,
-            seed=args.seed + i,
-            controls=args.control_changes or None,
-            latency=args.latency,
+            rtmp=(numbered(at_start.rtmp, i, at_start.count),) if at_start.rtmp else (),
+            mp4=numbered(at_start.mp4, i, at_start.count) if at_start.mp4 else None,
+            preview=at_start.preview,
+            overlap=at_start.overlap,
+            seed=at_start.seed + i,
+            controls=at_start.controls,
+            latency=at_start.latency,
         )
         session = await service.create(spec, session_id=str(i))
-        session.push = args.listen
+        session.push = at_start.push
         sessions.append(session)
-        source = _audio_source(args, session.audio.blocking(), audio)
+        source = _audio_source(at_start, session.audio.blocking(), audio)
         if source is not None:
             sources.append(source.start())
     return sessions, sources
@@ -140,22 +163,25 @@ async def _after_first_frame(service: Service, seconds: float) -> None:
     await asyncio.sleep(seconds)
 
 
-def _audio_source(args: argparse.Namespace, session, demo_audio):
+def _audio_source(at_start: SessionsAtStart, session, demo_audio):
     from streaming.sources.file import FileSource
     from streaming.sources.mic import MicrophoneSource
 
     if demo_audio is not None:
         samples, rate = demo_audio
         return FileSource(session, samples, rate, loop=True)
-    if args.audio:
-        return FileSource.open(session, args.audio)
-    if args.mic is not None:
-        device = int(args.mic) if args.mic.isdigit() else (args.mic or None)
+    if at_start.audio:
+        return FileSource.open(session, at_start.audio)
+    if at_start.mic is not None:
+        device = int(at_start.mic) if at_start.mic.isdigit() else (at_start.mic or None)
         return MicrophoneSource(session, device)
     return None
 
 
-def _announce(args: argparse.Namespace, host: str, port: int, token: str | None, generated: bool, sessions: list, service: Service) -> None:
+def _announce(
+    at_start: SessionsAtStart | None, host: str, port: int, token: str | None, generated: bool, sessions: list,
+    service: Service,
+) -> None:
     shown = f"[{host}]" if ":" in host else host
     suffix = f"?token={token}" if token else ""
     also = f"&token={token}" if token else ""
@@ -163,7 +189,7 @@ def _announce(args: argparse.Namespace, host: str, port: int, token: str | None,
     if generated:
         print(f"token (give it to viewers and pushers): {token}", file=sys.stderr)
     print(
-        f"service: {service.core_info.get('device')}, admits {capacity['admitted']} live session(s) "
+        f"service: {service.core_info.device}, admits {capacity['admitted']} live session(s) "
         f"(GPU {capacity['runtime']}, outputs {capacity['outputs']}); sessions: http://{shown}:{port}/sessions{suffix}",
         file=sys.stderr,
     )
@@ -172,7 +198,7 @@ def _announce(args: argparse.Namespace, host: str, port: int, token: str | None,
             print(f"preview: http://{shown}:{port}/?session={session.id}{also}", file=sys.stderr)
         if session.push:
             print(f"push:    ws://{shown}:{port}/push?session={session.id}{also}", file=sys.stderr)
-    if args.rtmp and sessions:
-        others = f" (sessions 1 to {args.sessions - 1}: the same URL ending -1, -2, ...)" if args.sessions > 1 else ""
-        print(f"rtmp:    {args.rtmp}{others}", file=sys.stderr)
+    if at_start is not None and at_start.rtmp and sessions:
+        others = f" (sessions 1 to {at_start.count - 1}: the same URL ending -1, -2, ...)" if at_start.count > 1 else ""
+        print(f"rtmp:    {at_start.rtmp}{others}", file=sys.stderr)
     print(f"metrics: http://{shown}:{port}/metrics{suffix}", file=sys.stderr)

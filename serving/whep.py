@@ -7,7 +7,7 @@
 The offer is answered whole (no trickle ICE: the player gathers its candidates before it posts,
 as the preview page does; PATCH is not served). A full preview is a 503, an offer that cannot be
 answered a 400, a body of another type a 415. The server's token and Host/Origin rules apply as
-on every other route (``streaming.app``): ``Authorization: Bearer TOKEN``, which WHEP players send.
+on every other route (``serving.access``): ``Authorization: Bearer TOKEN``, which WHEP players send.
 """
 
 from __future__ import annotations

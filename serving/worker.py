@@ -1,6 +1,6 @@
 """An output worker: the process that encodes some sessions' frames and sends them to their RTMP servers and files.
 
-``python -m streaming.worker CONFIG_JSON`` (started by ``streaming.service``). It binds one PULL
+``python -m serving.worker CONFIG_JSON`` (started by ``serving.service``). It binds one PULL
 socket: the engine core announces each session's frame ring there, then each frame's slot and the
 speech segments it closed (for the playback events, ``streaming.playback``); the front end says
 which outputs a session has (RTMP URLs, an MP4 path, the WebRTC preview), whether anyone watches
@@ -14,7 +14,6 @@ every stream's counters; when a stream has flushed and closed its outputs it say
 from __future__ import annotations
 
 import gc
-import json
 import logging
 import os
 import signal
@@ -30,17 +29,22 @@ import numpy as np
 import zmq
 
 from engine.timebase import FPS
+from serving.ipc import send_nowait, socket
+from serving.protocol import (
+    Event, FrameReady, OutputFailed, OutputsClosed, Playback, PreviewEnded, PreviewPacket, PreviewWatched, RemoveStream,
+    RequestKeyframe, SegmentsClosed, SessionOutputs, Shutdown, StreamEnded, StreamRing, ToWorker, WorkerConfig,
+    WorkerReady, WorkerStats, decode, from_argument,
+)
+from serving.timeline import process_started
 from streaming.encoders.audio import OpusEncoder
 from streaming.encoders.h264 import H264Settings
 from streaming.encoders.x264 import X264Encoder
 from streaming.frame_ring import FrameRing, i420_bytes
 from streaming.frames import AUDIO_SAMPLES_PER_FRAME
-from streaming.ipc import send_nowait, socket, unpack
 from streaming.output import EncodedFrame, SessionOutput
 from streaming.playback import PlaybackEvents
 from streaming.sinks.mp4 import Mp4Sink
 from streaming.sinks.rtmp import RtmpSink
-from streaming.timeline import process_started
 
 log = logging.getLogger("ditto.worker")
 STATS_EVERY = 1.0
@@ -123,17 +127,17 @@ class PreviewRelay:
     def send(self, frame: EncodedFrame) -> None:
         if not self.watching:
             return
-        message = {
-            "type": "packet", "id": self.session_id, "index": frame.index, "width": frame.width, "height": frame.height,
-            "video": frame.video, "keyframe": frame.keyframe, "opus": [list(p) for p in frame.opus], "speech": frame.speech,
-        }
+        message = PreviewPacket(
+            self.session_id, frame.index, frame.width, frame.height, frame.video, frame.keyframe, tuple(frame.opus),
+            frame.speech,
+        )
         if self._send(message):
             self.frames_sent += 1
         else:
             self.frames_dropped += 1
 
     def close(self) -> None:
-        self._send({"type": "preview_end", "id": self.session_id})
+        self._send(PreviewEnded(self.session_id))
 
     def stats(self) -> dict[str, int]:
         return {"frames_sent": self.frames_sent, "frames_dropped": self.frames_dropped}
@@ -144,30 +148,30 @@ class WorkerStream:
     """One session this worker serves: what the front end asked for, and once the core announced it, its output."""
 
     id: str
-    outputs: dict[str, Any] | None = None
-    ring: dict[str, Any] | None = None
+    outputs: SessionOutputs | None = None
+    ring: StreamRing | None = None
     source: RingSource | None = None
     output: SessionOutput | None = None
     relay: PreviewRelay | None = None
     playback: PlaybackEvents | None = None
-    early: list = field(default_factory=list)
+    early: list[ToWorker] = field(default_factory=list)
 
 
 class Worker:
     """The worker's sockets and streams; ``run`` until told to stop."""
 
-    def __init__(self, config: dict[str, Any]) -> None:
+    def __init__(self, config: WorkerConfig) -> None:
         self.config = config
-        self.index = config["index"]
+        self.index = config.index
         self.context = zmq.Context()
-        self.inbox = socket(self.context, zmq.PULL, config["address"], bind=True)
-        self._events = socket(self.context, zmq.PUSH, config["events"], bind=False)
+        self.inbox = socket(self.context, zmq.PULL, config.address, bind=True)
+        self._events = socket(self.context, zmq.PUSH, config.events, bind=False)
         self._events_lock = threading.Lock()
         self.streams: dict[str, WorkerStream] = {}
         self._stop = False
         self._parent = os.getppid()
 
-    def emit(self, message: dict[str, Any]) -> bool:
+    def emit(self, message: Event) -> bool:
         """Send an event to the front end from any thread (False when its queue is full: dropped)."""
         with self._events_lock:
             return send_nowait(self._events, message)
@@ -175,20 +179,22 @@ class Worker:
     def run(self) -> None:
         imported = time.time()
         encode_ms = calibrate()
-        self.emit({"type": "worker_ready", "worker": self.index, "encode_ms": encode_ms, "marks": {"started": process_started(), "imported": imported, "ready": time.time()}})
+        marks = {"started": process_started(), "imported": imported, "ready": time.time()}
+        self.emit(WorkerReady(self.index, encode_ms, marks))
         next_stats = time.monotonic() + STATS_EVERY
         try:
             while not self._stop and os.getppid() == self._parent:
                 if self.inbox.poll(50):
                     while True:
                         try:
-                            self.handle(unpack(self.inbox.recv(zmq.NOBLOCK)))
+                            self.handle(decode(self.inbox.recv(zmq.NOBLOCK)))
                         except zmq.Again:
                             break
                 self._reap()
                 if time.monotonic() >= next_stats:
                     next_stats += STATS_EVERY
-                    self.emit({"type": "stats", "worker": self.index, "streams": {i: stream_stats(s) for i, s in self.streams.items() if s.output}})
+                    streams = {i: stream_stats(s) for i, s in self.streams.items() if s.output}
+                    self.emit(WorkerStats(self.index, streams))
         finally:
             for stream in self.streams.values():
                 if stream.output is not None:
@@ -197,48 +203,42 @@ class Worker:
             self._events.close()
             self.context.term()
 
-    def handle(self, message: dict[str, Any]) -> None:
-        """One message from the core or the front end."""
-        kind, session_id = message.get("type"), message.get("id")
-        if kind == "shutdown":
+    def handle(self, message: ToWorker) -> None:
+        """One message from the core or the front end; a stream's messages that come before its output is built wait."""
+        if isinstance(message, Shutdown):
             self._stop = True
             return
-        if kind in ("outputs", "stream"):
-            self.streams.setdefault(session_id, WorkerStream(session_id))
-        stream = self.streams.get(session_id)
+        if isinstance(message, (SessionOutputs, StreamRing)):
+            self.streams.setdefault(message.id, WorkerStream(message.id))
+        stream = self.streams.get(message.id)
         if stream is None:
             return
-        if kind == "outputs":
-            stream.outputs = message
-        elif kind == "stream":
-            stream.ring = message
-        elif kind == "frame":
-            if stream.source is None:
+        match message:
+            case SessionOutputs():
+                stream.outputs = message
+            case StreamRing():
+                stream.ring = message
+            case FrameReady() | StreamEnded() if stream.source is None:
                 stream.early.append(message)
-            else:
-                stream.source.put(message["index"], message["speech"], message["anchor"], message["segment"])
-        elif kind == "end":
-            if stream.source is None:
-                stream.early.append(message)
-            else:
+            case FrameReady(index=index, speech=speech, anchor=anchor, segment=segment):
+                stream.source.put(index, speech, anchor, segment)
+            case StreamEnded():
                 stream.source.end()
-        elif kind == "keyframe" and stream.output is not None:
-            stream.output.request_keyframe()
-        elif kind == "segments":
-            if stream.playback is None:
+            case RequestKeyframe() if stream.output is not None:
+                stream.output.request_keyframe()
+            case SegmentsClosed() if stream.playback is None:
                 stream.early.append(message)
-            else:
-                stream.playback.closed([(segment, interrupted) for segment, interrupted in message["closed"]])
-        elif kind == "watch":
-            if stream.output is None:
+            case SegmentsClosed(closed=closed):
+                stream.playback.closed(list(closed))
+            case PreviewWatched() if stream.output is None:
                 stream.early.append(message)
-            elif stream.relay is not None:
-                stream.relay.watching = message["on"]
-        elif kind == "remove":
-            if stream.output is not None:
-                stream.output.stop()
-            else:
-                self.streams.pop(session_id, None)
+            case PreviewWatched(on=on) if stream.relay is not None:
+                stream.relay.watching = on
+            case RemoveStream():
+                if stream.output is not None:
+                    stream.output.stop()
+                else:
+                    self.streams.pop(message.id, None)
         if stream.output is None and stream.outputs is not None and stream.ring is not None:
             self._start(stream)
 
@@ -246,27 +246,27 @@ class Worker:
         """Both halves known: attach the ring, build the encoder's output and its sinks, replay what came early."""
         ring = stream.ring
         try:
-            stream.source = RingSource(FrameRing(ring["ring"], ring["width"], ring["height"], ring["slots"]))
+            stream.source = RingSource(FrameRing(ring.ring, ring.width, ring.height, ring.slots))
         except (OSError, ValueError) as exc:
             # The core frees a ring when its session ends: one deleted before this worker caught up has none left.
-            self.emit({"type": "output_failed", "id": stream.id, "message": f"cannot attach the frame ring: {exc}"})
-            self.emit({"type": "closed", "id": stream.id, "stats": {}})
+            self.emit(OutputFailed(stream.id, f"cannot attach the frame ring: {exc}"))
+            self.emit(OutputsClosed(stream.id, {}))
             self.streams.pop(stream.id, None)
             return
         spec = stream.outputs
         output = SessionOutput(stream.source, encoder="x264", settings=H264Settings(), name=stream.id)
-        stream.playback = PlaybackEvents(lambda event: self.emit({"type": "playback", "id": stream.id, **event}))
+        stream.playback = PlaybackEvents(lambda event: self.emit(playback(stream.id, event)))
         output.add_sink(stream.playback)
         try:
-            for url in spec.get("rtmp") or []:
+            for url in spec.rtmp:
                 output.add_sink(RtmpSink(url, output.request_keyframe))
-            if spec.get("mp4"):
-                output.add_sink(Mp4Sink(spec["mp4"], output.request_keyframe))
-            if spec.get("preview"):
+            if spec.mp4:
+                output.add_sink(Mp4Sink(spec.mp4, output.request_keyframe))
+            if spec.preview:
                 stream.relay = PreviewRelay(stream.id, self.emit)
                 output.add_sink(stream.relay)
         except ValueError as exc:
-            self.emit({"type": "output_failed", "id": stream.id, "message": str(exc)})
+            self.emit(OutputFailed(stream.id, str(exc)))
         stream.output = output.start()
         for message in stream.early:
             self.handle(message)
@@ -276,10 +276,15 @@ class Worker:
         """Report and forget the streams whose output has flushed and closed."""
         for session_id, stream in list(self.streams.items()):
             if stream.output is not None and stream.output.finished.is_set():
-                self.emit({"type": "closed", "id": session_id, "stats": stream_stats(stream)})
+                self.emit(OutputsClosed(session_id, stream_stats(stream)))
                 stream.source.ring.close()
                 del self.streams[session_id]
                 gc.collect()
+
+
+def playback(session_id: str, event: dict[str, Any]) -> Playback:
+    """A playback event of ``streaming.playback`` (its name under ``event``) as the message to the front end."""
+    return Playback(session_id, event["event"], {k: v for k, v in event.items() if k != "event"})
 
 
 def stream_stats(stream: WorkerStream) -> dict[str, Any]:
@@ -307,10 +312,10 @@ def calibrate(width: int = CALIBRATION_SIZE[0], height: int = CALIBRATION_SIZE[1
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run a worker from its JSON configuration (argv[0]) until the front end shuts it down."""
+    """Run a worker from its configuration (argv[0], ``WorkerConfig`` as JSON) until the front end shuts it down."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the front end stops its workers; Ctrl-C reaches it alone
-    Worker(json.loads((argv or sys.argv[1:])[0])).run()
+    Worker(from_argument(WorkerConfig, (argv or sys.argv[1:])[0])).run()
     return 0
 
 

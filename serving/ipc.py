@@ -1,7 +1,7 @@
-"""Messages between the service's processes: ZeroMQ sockets carrying msgpack maps (plain data, never pickle).
+"""The sockets between the service's processes: ZeroMQ, carrying the messages of ``serving.protocol``.
 
 The front end talks to the engine core by request and reply (a DEALER against the core's ROUTER,
-each request numbered ``rid`` and answered with the same number), and every process pushes
+each request sent as [number, message] and answered with the same number), and every process pushes
 one-way messages (frames, stream commands, events) to PULL sockets the receivers bind. Endpoints
 are ``ipc://`` paths in one private folder per service, so nothing listens on the network.
 """
@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
-from typing import Any
 
-import msgpack
 import zmq
+
+from serving.protocol import Message, encode
 
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 """The largest message any socket accepts (a pushed second of 192 kHz float audio is 0.77 MB)."""
@@ -23,19 +23,6 @@ SEND_HWM = 1000
 
 class ServiceError(RuntimeError):
     """A request the engine core refused or could not carry out; the message says why."""
-
-
-def pack(message: dict[str, Any]) -> bytes:
-    """A message as msgpack bytes (bytes values stay binary)."""
-    return msgpack.packb(message, use_bin_type=True)
-
-
-def unpack(data: bytes) -> dict[str, Any]:
-    """msgpack bytes as a message map; ValueError for anything that is not a map."""
-    message = msgpack.unpackb(data, raw=False)
-    if not isinstance(message, dict):
-        raise ValueError(f"a service message must be a map, got {type(message).__name__}")
-    return message
 
 
 def endpoint(folder: Path, name: str) -> str:
@@ -56,11 +43,11 @@ def socket(context: zmq.Context, kind: int, address: str, bind: bool) -> zmq.Soc
     return sock
 
 
-def send_nowait(sock: zmq.Socket, message: dict[str, Any]) -> bool:
+def send_nowait(sock: zmq.Socket, message: Message) -> bool:
     """Send without blocking; False when the receiver's queue is full (the message is dropped). An asyncio socket
     reports that in the finished future it returns rather than by raising, so both kinds are looked at."""
     try:
-        sent = sock.send(pack(message), zmq.NOBLOCK)
+        sent = sock.send(encode(message), zmq.NOBLOCK)
     except zmq.Again:
         return False
     if isinstance(sent, asyncio.Future):

@@ -21,8 +21,9 @@ import av
 import pytest
 from aiohttp import web
 
-from streaming.api import create_service_app
-from streaming.service import Service, ServiceOptions, SessionSpec
+from serving.http import create_service_app
+from serving.service import Service, ServiceOptions
+from serving.sessions import SessionSpec
 from tests.streaming.conftest import free_port
 
 pytestmark = pytest.mark.slow
@@ -60,7 +61,7 @@ async def until(condition, seconds: float = 10.0) -> None:
 
 
 def test_sessions_of_two_avatars_come_and_go_through_the_api(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.INFO, "streaming.service")
+    caplog.set_level(logging.INFO, "serving.service")
 
     async def scenario() -> None:
         async with running() as (service, http, base):
@@ -219,7 +220,7 @@ def test_sessions_created_and_deleted_leave_the_workers_memory_flat(tmp_path: Pa
     """A worker that keeps every closed MP4/FLV muxer until a full garbage collection grows with each session
     (the create/delete cycles of bench/results/2026-12-01_h200_service_12_16_streams_after_phase_fix.json). Measured
     from session 30: before it a worker's resident size can still step up once by a few MB, and it flattens after."""
-    from streaming.core import resident_mb
+    from serving.core import resident_mb
 
     async def scenario() -> list[float]:
         async with running(workers=1) as (service, http, base):

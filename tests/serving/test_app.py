@@ -10,8 +10,8 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 from prometheus_client.parser import text_string_to_metric_families
 
-from streaming.api import create_service_app
-from streaming.app import Stream, app_runner, create_app
+from tests.serving.inprocess import Stream, create_app
+from serving.http import app_runner, create_service_app
 from streaming.output import SessionOutput
 from streaming.sinks.rtmp import RtmpSink
 from streaming.sinks.webrtc import WebRtcPreview
@@ -195,7 +195,7 @@ def test_bound_to_every_interface_any_host_with_a_token_but_origin_is_same_origi
 def test_the_service_routes_get_the_host_check_too() -> None:
     class Idle:
         sessions: dict = {}
-        core_info: dict = {}
+        core_info = None
 
         async def refresh(self) -> dict:
             return {}

@@ -6,8 +6,9 @@ from pathlib import Path
 
 import zmq
 
-from streaming.ipc import socket, unpack
-from streaming.worker import Worker
+from serving.ipc import socket
+from serving.protocol import OutputFailed, OutputsClosed, SessionOutputs, StreamRing, WorkerConfig, decode
+from serving.worker import Worker
 
 
 def test_a_stream_whose_ring_was_freed_before_the_worker_attached_is_reported_closed(tmp_path: Path) -> None:
@@ -15,15 +16,15 @@ def test_a_stream_whose_ring_was_freed_before_the_worker_attached_is_reported_cl
     (its DELETE waits for it), not only the failure."""
     context = zmq.Context()
     events = socket(context, zmq.PULL, f"ipc://{tmp_path}/events", bind=True)
-    worker = Worker({"index": 0, "address": f"ipc://{tmp_path}/inbox", "events": f"ipc://{tmp_path}/events"})
+    worker = Worker(WorkerConfig(0, address=f"ipc://{tmp_path}/inbox", events=f"ipc://{tmp_path}/events"))
     try:
-        worker.handle({"type": "outputs", "id": "s1", "rtmp": [], "mp4": None, "preview": False})
-        worker.handle({"type": "stream", "id": "s1", "ring": "ditto-ring-that-is-gone", "width": 64, "height": 64, "slots": 8})
+        worker.handle(SessionOutputs("s1", rtmp=(), mp4=None, preview=False))
+        worker.handle(StreamRing("s1", ring="ditto-ring-that-is-gone", width=64, height=64, slots=8))
         received = []
         while events.poll(2000) and len(received) < 2:
-            received.append(unpack(events.recv()))
-        assert [m["type"] for m in received] == ["output_failed", "closed"]
-        assert "frame ring" in received[0]["message"] and received[1]["id"] == "s1"
+            received.append(decode(events.recv()))
+        assert [type(m) for m in received] == [OutputFailed, OutputsClosed]
+        assert "frame ring" in received[0].message and received[1].id == "s1"
         assert "s1" not in worker.streams
     finally:
         worker.inbox.close()

@@ -14,8 +14,8 @@ import pytest
 from aiohttp import web
 
 from harness.viewers import CHROMIUM_FLAGS, chromium_path
-from streaming.api import create_service_app
-from streaming.service import Service, ServiceOptions
+from serving.http import create_service_app
+from serving.service import Service, ServiceOptions
 from tests.streaming.conftest import INSTALL_HINT, free_port
 from tests.streaming.sinks.test_webrtc import poll
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
+import dataclasses
 import os
 import signal
 import time
@@ -13,13 +13,18 @@ import types
 import aiohttp
 import pytest
 
-import streaming.server as server_module
-from apps.serve import parse_args
-from streaming.server import numbered
-from streaming.service import ServiceOptions
+import serving.server as server_module
+from apps.serve import parse_args, server_options
+from serving.server import ServerOptions, numbered
 from tests.streaming.conftest import free_port
 from tests.streaming.media import LiveReader
-from tests.streaming.test_service import RUNTIME
+from tests.serving.test_service import RUNTIME
+
+
+def synthetic(argv: list[str], runtime: str = RUNTIME) -> ServerOptions:
+    """The server options of a command line, the core running the synthetic ``runtime`` in place of the engine's."""
+    options = server_options(parse_args(argv))
+    return dataclasses.replace(options, service=dataclasses.replace(options.service, runtime=runtime))
 
 
 def test_each_session_gets_its_own_url_and_file() -> None:
@@ -30,19 +35,18 @@ def test_each_session_gets_its_own_url_and_file() -> None:
 
 
 @pytest.mark.slow
-def test_serve_opens_its_sessions_through_the_service_and_ends_with_them(nginx_rtmp, monkeypatch) -> None:
+def test_serve_opens_its_sessions_through_the_service_and_ends_with_them(nginx_rtmp) -> None:
     """Everything but the model (the core runs the synthetic runtime): two sessions, RTMP and push per session,
     controls from the flags; ending both ends the server."""
-    monkeypatch.setattr(server_module, "ServiceOptions", functools.partial(ServiceOptions, runtime=RUNTIME))
     port = free_port()
-    args = parse_args(
+    options = synthetic(
         ["--avatar", "anna.png", "--sessions", "2", "--listen", "--encoder", "x264", "--device", "cpu", "--no-admission"]
         + ["--rtmp", nginx_rtmp.url("show"), "--http", f"127.0.0.1:{port}", "--yaw", "-4", "--emotion", "happy", "--output-workers", "1"]
     )
     readers = []
 
     async def drive() -> dict:
-        server = asyncio.ensure_future(server_module.serve(args))
+        server = asyncio.ensure_future(server_module.serve(options))
         async with aiohttp.ClientSession() as http:
 
             async def metrics() -> str:
@@ -82,13 +86,13 @@ def test_serve_opens_its_sessions_through_the_service_and_ends_with_them(nginx_r
 
 
 @pytest.mark.parametrize("runtime, while_", [(RUNTIME + "_slowly", "warming up"), (RUNTIME, "serving")])
-def test_ctrl_c_stops_the_server_within_seconds(runtime: str, while_: str, monkeypatch) -> None:
+def test_ctrl_c_stops_the_server_within_seconds(runtime: str, while_: str) -> None:
     """Issue 28: Ctrl-C was ignored for 40 s or more during start-up and took 60-110 s after it."""
-    monkeypatch.setattr(server_module, "ServiceOptions", functools.partial(ServiceOptions, runtime=runtime))
-    args = parse_args(["--avatar", "anna.png", "--sessions", "2", "--device", "cpu", "--http", f"127.0.0.1:{free_port()}", "--output-workers", "1"])
+    argv = ["--avatar", "anna.png", "--sessions", "2", "--device", "cpu", "--output-workers", "1"]
+    options = synthetic(argv + ["--http", f"127.0.0.1:{free_port()}"], runtime)
 
     async def interrupted() -> tuple[int, float]:
-        server = asyncio.ensure_future(server_module.serve(args))
+        server = asyncio.ensure_future(server_module.serve(options))
         await asyncio.sleep(8.0 if while_ == "serving" else 3.0)
         assert not server.done(), server
         os.kill(os.getpid(), signal.SIGINT)

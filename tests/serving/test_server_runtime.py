@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-import streaming.server as server_module
-from apps.serve import parse_args
+import serving.server as server_module
+from apps.serve import parse_args, server_options
 from avatars.register import register
 from tests.streaming.conftest import free_port
 
@@ -45,7 +45,7 @@ def test_a_spoken_file_reaches_rtmp_and_mp4_with_its_audio(tmp_path, checkpoint_
         ["--avatar", str(avatar), "--audio", str(tmp_path / "speech.wav"), "--mp4", str(out), "--rtmp", nginx_rtmp.url("e2e")]
         + ["--encoder", "x264", "--device", "cpu", "--steps", "2", "--http", f"127.0.0.1:{free_port()}"]
     )
-    assert asyncio.run(asyncio.wait_for(server_module.serve(args), 900)) == 0
+    assert asyncio.run(asyncio.wait_for(server_module.serve(server_options(args)), 900)) == 0
     with av.open(str(out)) as container:
         video = container.streams.video[0]
         audio = container.streams.audio[0]

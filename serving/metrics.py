@@ -1,7 +1,7 @@
 """/metrics in Prometheus text format: read at scrape time from the sessions, their outputs and their sinks.
 
-Components keep plain counters (no Prometheus objects threaded through the hot paths); this
-collector turns them into metric families whenever /metrics is scraped. Every numeric entry
+Components keep plain counters (no Prometheus objects threaded through the hot paths); the front end's
+collector (``serving.http``) turns them into metric families whenever /metrics is scraped. Every numeric entry
 of the runtime session's ``stats()`` is exported as ``ditto_session_<key>``, and every numeric
 entry of the runtime's ``metrics()`` (tick wall and GPU times, GPU busy share, capacity, ...)
 as ``ditto_runtime_<key>``.
@@ -10,22 +10,10 @@ as ``ditto_runtime_<key>``.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Protocol
+from collections.abc import Mapping
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
-from prometheus_client.registry import Collector
-
-from streaming.output import SessionOutput
-
-
-class Stream(Protocol):
-    """What the collector reads of one in-process stream."""
-
-    name: str
-    session: object
-    output: SessionOutput
 
 
 def stream_families(streams: Mapping[str, Mapping], live: int, runtime: Mapping | None) -> list[Metric]:
@@ -64,54 +52,22 @@ def stream_families(streams: Mapping[str, Mapping], live: int, runtime: Mapping 
                 connected.add_metric([name], stats["connected"])
         if stream.get("viewers") is not None:
             viewers.add_metric([name], stream["viewers"])
-        for key, value in _numeric(stream.get("session", {})).items():
+        for key, value in numeric(stream.get("session", {})).items():
             metric = f"ditto_session_{re.sub(r'[^a-zA-Z0-9_]', '_', key)}"
             family = session_stats.setdefault(metric, GaugeMetricFamily(metric, f"The runtime session's {key!r} statistic", labels=["session"]))
             family.add_metric([name], value)
     families: list[Metric] = [sessions, encoded, released, late, repeated, skipped, encode_ms, sent, dropped, reconnects, connected, viewers]
     families += session_stats.values()
-    for key, value in _numeric(runtime or {}).items():
+    for key, value in numeric(runtime or {}).items():
         family = GaugeMetricFamily(f"ditto_runtime_{re.sub(r'[^a-zA-Z0-9_]', '_', key)}", f"The runtime's {key!r} figure")
         family.add_metric([], value)
         families.append(family)
     return families
 
 
-class StreamCollector(Collector):
-    """Metric families for the in-process streams ``streams()`` returns at scrape time, and the runtime's own figures."""
-
-    def __init__(self, streams: Callable[[], Sequence[Stream]], runtime: Callable[[], dict] | None = None) -> None:
-        self._streams = streams
-        self._runtime = runtime
-
-    def collect(self) -> Iterable[Metric]:
-        streams = self._streams()
-        snapshots = {}
-        for stream in streams:
-            snapshot = stream.output.snapshot()
-            snapshot["session"] = _session_stats(stream.session)
-            preview = getattr(stream, "preview", None)
-            snapshot["viewers"] = preview.viewers if preview is not None else None
-            snapshots[stream.name] = snapshot
-        live = sum(not s.output.finished.is_set() for s in streams)
-        yield from stream_families(snapshots, live, self._runtime() if self._runtime else None)
-
-
-def _session_stats(session: object) -> dict[str, float]:
-    stats = getattr(session, "stats", None)
-    return {} if stats is None else _numeric(stats())
-
-
-def _numeric(values: dict) -> dict[str, float]:
+def numeric(values: dict) -> dict[str, float]:
     """The entries that are numbers (None, flags and nested values are left out)."""
     return {k: float(v) for k, v in values.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
-
-
-def metrics_registry(streams: Callable[[], Sequence[Stream]], runtime: Callable[[], dict] | None = None) -> CollectorRegistry:
-    """A registry holding only the streaming collector (so several apps can live in one process)."""
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(StreamCollector(streams, runtime))
-    return registry
 
 
 def render(registry: CollectorRegistry) -> bytes:

@@ -1,6 +1,6 @@
 """The engine core: the process that owns the GPU, runs the runtime loop and nothing else of the server.
 
-``python -m streaming.core CONFIG_JSON`` (started by ``streaming.service``; its ``runtime`` entry,
+``python -m serving.core CONFIG_JSON`` (started by ``serving.service``; its ``runtime`` entry,
 ``module:function``, builds another runtime in place of the engine's: the tests' synthetic one). Three threads:
 the runtime's loop; this process's main thread, answering the front end's requests (open a
 session, pushed audio, controls, interrupt, end of a speech segment, end, close, stats) on a
@@ -13,7 +13,6 @@ or HTTP handler shares this interpreter, so the loop's Python work never waits b
 from __future__ import annotations
 
 import importlib
-import json
 import logging
 import os
 import signal
@@ -31,10 +30,15 @@ import zmq
 from engine.controls import ControlError, Controls
 from engine.runtime import AdmissionError, AudioError, Backpressure, SessionClosed
 from engine.session import Frame, Session
+from serving.ipc import send_nowait, socket
+from serving.protocol import (
+    CloseSession, ControlsApplied, CoreConfig, CoreReady, CoreReply, CoreRequest, CoreStats, CoreStatsRequest, Done,
+    EndSegment, EndSession, FrameReady, Hello, Interrupt, OpenSession, Opened, PushAudio, Refused, SegmentNumber,
+    SegmentsClosed, SessionEnded, Shutdown, StreamEnded, StreamRing, UpdateControls, decode, encode, from_argument,
+)
+from serving.timeline import process_started
 from streaming.encoders.colour import rgb_to_i420_batch
 from streaming.frame_ring import HEADER_BYTES, FrameRing
-from streaming.ipc import pack, send_nowait, socket, unpack
-from streaming.timeline import process_started
 
 log = logging.getLogger("ditto.core")
 PUBLISH_POLL = 0.003
@@ -94,12 +98,12 @@ class Avatars:
 class EngineCore:
     """The runtime, the sessions opened through it and the requests that drive them."""
 
-    def __init__(self, config: dict[str, Any]) -> None:
+    def __init__(self, config: CoreConfig) -> None:
         self.config = config
-        self.device = torch.device(config["device"])
+        self.device = torch.device(config.device)
         self.marks: dict[str, float] = {"started": process_started(), "imported": time.time()}
-        """The start's steps (``streaming.timeline``), reported to the front end in the hello."""
-        factory = config.get("runtime")
+        """The start's steps (``serving.timeline``), reported to the front end in the hello."""
+        factory = config.runtime
         if factory:
             module, _, name = factory.partition(":")
             self.runtime, self.avatars = getattr(importlib.import_module(module), name)(config)
@@ -123,14 +127,13 @@ class EngineCore:
             while not self._stopping.is_set() and os.getppid() == parent:
                 if not router.poll(200):
                     continue
-                peer, data = router.recv_multipart()
+                peer, number, data = router.recv_multipart()
                 try:
-                    request = unpack(data)
-                    reply = self.handle(request)
+                    reply = self.handle(decode(data))
                 except Exception as exc:
                     log.exception("core: request failed")
-                    request, reply = {}, {"error": f"{type(exc).__name__}: {exc}", "kind": "internal"}
-                router.send_multipart([peer, pack({"rid": request.get("rid"), **reply})])
+                    reply = Refused(f"{type(exc).__name__}: {exc}", "internal")
+                router.send_multipart([peer, number, encode(reply)])
         finally:
             self._stopping.set()
             publisher.join(5)
@@ -140,51 +143,49 @@ class EngineCore:
                 self._release_ring(core_session)
             self.context.term()
 
-    def handle(self, request: dict[str, Any]) -> dict[str, Any]:
-        """One request -> its reply (``error`` and ``kind`` when refused: admission, not_found, invalid, closed, backpressure)."""
-        kind = request.get("type")
-        if kind == "hello":
-            return self._hello()
-        if kind == "stats":
-            return {
-                "runtime": {**self.runtime.metrics(), **self._memory()},
-                "sessions": {i: c.session.stats() for i, c in list(self.sessions.items())},
-            }
-        if kind == "avatars":
-            return {"avatars": self.avatars.names()}
-        if kind == "shutdown":
-            self._stopping.set()
-            return {}
-        if kind == "open":
-            return self._open(request)
-        core_session = self.sessions.get(request.get("id"))
+    def handle(self, request: CoreRequest) -> CoreReply:
+        """One request -> its reply (``Refused`` with its kind: admission, not_found, invalid, closed, backpressure)."""
+        match request:
+            case Hello():
+                return self._hello()
+            case CoreStatsRequest():
+                return CoreStats(
+                    {**self.runtime.metrics(), **self._memory()},
+                    {i: c.session.stats() for i, c in list(self.sessions.items())},
+                )
+            case Shutdown():
+                self._stopping.set()
+                return Done()
+            case OpenSession():
+                return self._open(request)
+        core_session = self.sessions.get(request.id)
         if core_session is None:
-            return {"error": f"no session {request.get('id')!r}", "kind": "not_found"}
+            return Refused(f"no session {request.id!r}", "not_found")
         session = core_session.session
         try:
-            if kind == "push":
-                pcm = np.frombuffer(request["pcm"], np.float32)
-                session.push_audio(pcm, request["rate"], None, block=False)
-                return {}
-            if kind == "controls":
-                return {"applied": _applied(session.update_controls(**request["changes"]), request["changes"])}
-            if kind == "interrupt":
-                return {"segment": session.interrupt()}
-            if kind == "end_of_segment":
-                return {"segment": session.end_segment()}
-            if kind == "end":
-                session.end()
-                return {}
-            if kind == "close":
-                session.close()
-                return {}
+            match request:
+                case PushAudio(pcm=pcm, rate=rate):
+                    session.push_audio(np.frombuffer(pcm, np.float32), rate, None, block=False)
+                    return Done()
+                case UpdateControls(changes=changes):
+                    return ControlsApplied(_applied(session.update_controls(**changes), changes))
+                case Interrupt():
+                    return SegmentNumber(session.interrupt())
+                case EndSegment():
+                    return SegmentNumber(session.end_segment())
+                case EndSession():
+                    session.end()
+                    return Done()
+                case CloseSession():
+                    session.close()
+                    return Done()
         except Backpressure as exc:
-            return {"error": str(exc), "kind": "backpressure"}
+            return Refused(str(exc), "backpressure")
         except SessionClosed:
-            return {"error": f"session {core_session.id} has ended; create a new one with POST /sessions", "kind": "closed"}
+            return Refused(f"session {core_session.id} has ended; create a new one with POST /sessions", "closed")
         except (AudioError, ControlError, TypeError, ValueError) as exc:
-            return {"error": str(exc), "kind": "invalid"}
-        return {"error": f"unknown request {kind!r}", "kind": "invalid"}
+            return Refused(str(exc), "invalid")
+        return Refused(f"unknown request {type(request).__name__}", "invalid")
 
     def _memory(self) -> dict[str, float]:
         """This process's resident memory and, on CUDA, the GPU memory torch holds (MB): what must stay flat."""
@@ -194,41 +195,41 @@ class EngineCore:
             memory["cuda_reserved_mb"] = round(torch.cuda.memory_reserved(self.device) / 2**20, 1)
         return memory
 
-    def _hello(self) -> dict[str, Any]:
+    def _hello(self) -> CoreReady:
         runtime = self.runtime
         name = torch.cuda.get_device_name(self.device) if self.device.type == "cuda" else "cpu"
-        return {
-            "device": name,
-            "capacity": runtime.capacity(),
-            "warmup_seconds": round(runtime.warmup_seconds, 2),
-            "window_ms": {str(k): v for k, v in runtime.window_ms.items()},
-            "render_ms": {str(k): v for k, v in runtime.render_ms.items()},
-            "avatars": self.avatars.names(),
-            "marks": self.marks,
-        }
+        return CoreReady(
+            device=name,
+            capacity=runtime.capacity(),
+            warmup_seconds=round(runtime.warmup_seconds, 2),
+            window_ms={str(k): v for k, v in runtime.window_ms.items()},
+            render_ms={str(k): v for k, v in runtime.render_ms.items()},
+            avatars=tuple(self.avatars.names()),
+            marks=self.marks,
+        )
 
-    def _open(self, request: dict[str, Any]) -> dict[str, Any]:
+    def _open(self, request: OpenSession) -> Opened | Refused:
         try:
-            avatar = self.avatars.get(request["avatar"])
+            avatar = self.avatars.get(request.avatar)
         except LookupError as exc:
-            return {"error": str(exc.args[0]), "kind": "not_found"}
+            return Refused(str(exc.args[0]), "not_found")
         try:
             controls = self.runtime.default_controls
-            if request.get("controls"):
-                controls = controls.replace(**request["controls"])
+            if request.controls:
+                controls = controls.replace(**request.controls)
             session = self.runtime.open_session(
-                avatar, live=True, overlap=request["overlap"], seed=request["seed"], controls=controls,
-                latency=request.get("latency", "faithful"),
+                avatar, live=True, overlap=request.overlap, seed=request.seed, controls=controls,
+                latency=request.latency,
             )
         except AdmissionError as exc:
-            return {"error": str(exc), "kind": "admission"}
+            return Refused(str(exc), "admission")
         except (ControlError, TypeError, ValueError) as exc:
-            return {"error": str(exc), "kind": "invalid"}
+            return Refused(str(exc), "invalid")
         height, width = avatar.frames.shape[1:3]
         ring = FrameRing(None, int(width), int(height), create=True)
         with self._lock:
-            self.sessions[request["id"]] = CoreSession(request["id"], session, ring, request["worker"])
-        return {"width": int(width), "height": int(height), "ring": ring.name, "slots": ring.slots}
+            self.sessions[request.id] = CoreSession(request.id, session, ring, request.worker)
+        return Opened(int(width), int(height), ring.name, ring.slots)
 
     # -- frames out (publisher thread) --------------------------------------------------------
 
@@ -259,7 +260,7 @@ class EngineCore:
         """Stage this session's ready frames, send the staged ones whose copy is done; True if anything moved."""
         if not core.announced:
             core.announced = send_nowait(
-                worker, {"type": "stream", "id": core.id, "ring": core.ring.name, "width": core.ring.width, "height": core.ring.height, "slots": core.ring.slots}
+                worker, StreamRing(core.id, core.ring.name, core.ring.width, core.ring.height, core.ring.slots)
             )
             if not core.announced:
                 return False
@@ -268,7 +269,7 @@ class EngineCore:
         frames = core.session.take_ready()
         closed = core.session.closed_segments()  # after the take: closed before any frame numbered above them was made
         if closed:
-            send_nowait(worker, {"type": "segments", "id": core.id, "closed": closed})
+            send_nowait(worker, SegmentsClosed(core.id, tuple(closed)))
         if frames:
             self._stage(core, frames, stream)
         sent = self._send_staged(core, worker)
@@ -318,9 +319,7 @@ class EngineCore:
             _, frames, anchor = core.staged.pop(0)
             for frame in frames:
                 core.ring.commit(frame.index)
-                send_nowait(
-                    worker, {"type": "frame", "id": core.id, "index": frame.index, "speech": frame.speech, "anchor": anchor, "segment": frame.segment}
-                )
+                send_nowait(worker, FrameReady(core.id, frame.index, frame.speech, anchor, frame.segment))
             sent = True
         return sent
 
@@ -333,8 +332,8 @@ class EngineCore:
             error = str(exc)
         except TimeoutError:
             pass
-        send_nowait(worker, {"type": "end", "id": core.id})
-        send_nowait(events, {"type": "failed" if error else "ended", "id": core.id, "message": error, "stats": core.session.stats()})
+        send_nowait(worker, StreamEnded(core.id))
+        send_nowait(events, SessionEnded(core.id, error or None, core.session.stats()))
         with self._lock:
             self.sessions.pop(core.id, None)
         self._release_ring(core)
@@ -349,27 +348,27 @@ class EngineCore:
         core.ring.close()
 
 
-def engine_runtime(config: dict[str, Any], marks: dict[str, float] | None = None) -> tuple[Any, Avatars]:
+def engine_runtime(config: CoreConfig, marks: dict[str, float] | None = None) -> tuple[Any, Avatars]:
     """The engine's runtime on the configured device (warmed up: minutes with an empty compile cache) and its avatars;
-    ``marks`` gets the wall-clock time each step of that finished (``streaming.timeline``)."""
+    ``marks`` gets the wall-clock time each step of that finished (``serving.timeline``)."""
     from avatars.cache import hash_checkpoints_ahead
     from engine.engine import models_dir, random_checkpoints
     from engine.runtime import Runtime, RuntimeConfig
 
     marks = {} if marks is None else marks
-    random_weights = config["checkpoints"] is None
-    device = torch.device(config["device"])
-    checkpoints = random_checkpoints() if random_weights else models_dir(Path(config["checkpoints"]))
+    random_weights = config.checkpoints is None
+    device = torch.device(config.device)
+    checkpoints = random_checkpoints() if random_weights else models_dir(Path(config.checkpoints))
     hash_checkpoints_ahead(checkpoints)  # every avatar's load checks them (at start or a session's open): hashed meanwhile
-    runtime_config = RuntimeConfig(admission=False if config.get("no_admission") else None)
+    runtime_config = RuntimeConfig(admission=None if config.admission else False)
     runtime = Runtime.from_checkpoints(
-        config["checkpoints"], device=device, steps=config["steps"], config=runtime_config, plans=config.get("plans")
+        config.checkpoints, device=device, steps=config.steps, config=runtime_config, plans=config.plans
     )
     warmed = time.time()
     marks["networks loaded"], marks["warmed up"] = warmed - runtime.warmup_seconds, warmed
     log.info("core: networks: %s", runtime.engine.backend.packages_status)
-    avatars = Avatars(device, checkpoints, config.get("cache_dir"))
-    for name, spec in config.get("avatars", {}).items():
+    avatars = Avatars(device, checkpoints, config.cache_dir)
+    for name, spec in config.avatars.items():
         avatars.add(name, spec, random_weights)
     marks["avatars loaded"] = time.time()
     return runtime, avatars
@@ -392,12 +391,12 @@ def _applied(controls: Controls, changes: dict[str, Any]) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run a core from its JSON configuration (argv[0]): warm up, then serve until shut down."""
+    """Run a core from its configuration (argv[0], ``CoreConfig`` as JSON): warm up, then serve until shut down."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the front end shuts the core down; Ctrl-C reaches it alone
-    config = json.loads((argv or sys.argv[1:])[0])
+    config = from_argument(CoreConfig, (argv or sys.argv[1:])[0])
     core = EngineCore(config)
-    core.serve(config["address"], config["events"])
+    core.serve(config.address, config.events)
     return 0
 
 

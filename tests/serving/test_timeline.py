@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from streaming.timeline import describe, process_age, process_started, since
+from serving.timeline import describe, process_age, process_started, since
 
 
 def test_marks_are_seconds_after_the_launch() -> None:
