@@ -55,7 +55,8 @@ class AudioBlocks:
 
     def _frame(self, block: np.ndarray) -> av.AudioFrame:
         planes = np.repeat(np.ascontiguousarray(block)[None], self.channels, axis=0)
-        frame = av.AudioFrame.from_ndarray(planes, format="flt" if self.channels == 1 else "fltp", layout=LAYOUTS[self.channels])
+        layout = LAYOUTS[self.channels]
+        frame = av.AudioFrame.from_ndarray(planes, format="flt" if self.channels == 1 else "fltp", layout=layout)
         frame.sample_rate = self.rate
         frame.pts = self._next_pts
         frame.time_base = Fraction(1, self.rate)

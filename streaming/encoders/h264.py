@@ -20,13 +20,13 @@ from engine.timebase import FPS
 NAL_IDR = 5
 NAL_SPS = 7
 NAL_PPS = 8
-# (level, max macroblocks per frame, max macroblocks per second, MaxBR and MaxCPB in kbit) from H.264 Table A-1.
+# (level, max macroblocks per frame, max macroblocks per second, MaxCPB in kbit) from H.264 Table A-1.
 _LEVELS = (
-    (3.1, 3600, 108_000, 14_000, 14_000),
-    (3.2, 5120, 216_000, 20_000, 20_000),
-    (4.0, 8192, 245_760, 20_000, 25_000),
-    (4.2, 8704, 522_240, 50_000, 62_500),
-    (5.1, 36_864, 983_040, 240_000, 240_000),
+    (3.1, 3600, 108_000, 14_000),
+    (3.2, 5120, 216_000, 20_000),
+    (4.0, 8192, 245_760, 25_000),
+    (4.2, 8704, 522_240, 62_500),
+    (5.1, 36_864, 983_040, 240_000),
 )
 PROFILES = ("baseline", "main", "high")
 HIGH_RATE_FACTOR = 1.25
@@ -77,18 +77,18 @@ class EncodedVideo:
 def level_for(width: int, height: int, fps: int = FPS) -> float:
     """The lowest H.264 level (3.1 at least: WebRTC's 42e01f) that allows this frame size and rate."""
     mbs = ((width + 15) // 16) * ((height + 15) // 16)
-    for level, max_fs, max_mbps, _, _ in _LEVELS:
+    for level, max_fs, max_mbps, _ in _LEVELS:
         if mbs <= max_fs and mbs * fps <= max_mbps:
             return level
     raise ValueError(f"{width}x{height} at {fps} fps is beyond H.264 level 5.1")
 
 
-def level_limits(level: float, profile: str) -> tuple[int, int]:
-    """(max bitrate, max VBV buffer) in bits for ``level`` and ``profile`` (High allows 1.25 times Baseline's)."""
+def max_buffer(level: float, profile: str) -> int:
+    """The largest VBV buffer in bits that ``level`` allows ``profile`` (High: 1.25 times Baseline's and Main's)."""
     factor = 1000 * (HIGH_RATE_FACTOR if profile == "high" else 1)
-    for known, _, _, max_br, max_cpb in _LEVELS:
+    for known, _, _, max_cpb in _LEVELS:
         if known == level:
-            return round(max_br * factor), round(max_cpb * factor)
+            return round(max_cpb * factor)
     raise ValueError(f"unknown H.264 level {level}")
 
 

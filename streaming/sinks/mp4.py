@@ -44,7 +44,11 @@ class Mp4Sink:
     name = "mp4"
 
     def __init__(
-        self, path: str | Path, request_keyframe: Callable[[], None], queue_seconds: float = 4.0, audio_channels: int = 1
+        self,
+        path: str | Path,
+        request_keyframe: Callable[[], None],
+        queue_seconds: float = 4.0,
+        audio_channels: int = 1,
     ) -> None:
         self.path = Path(path)
         self.audio_channels = audio_channels
