@@ -9,8 +9,8 @@ and a bar), the dearest case: a video avatar's every pixel changes; a still-imag
 
 from __future__ import annotations
 
-import threading
 import time
+from dataclasses import dataclass
 
 import av
 import numpy as np
@@ -20,6 +20,7 @@ from streaming.encoders.audio import AAC_BITRATE, AAC_BLOCK, AudioBlocks, OpusEn
 from streaming.encoders.h264 import H264Settings
 from streaming.encoders.x264 import X264Encoder
 from streaming.frames import AUDIO_RATE, AUDIO_SAMPLES_PER_FRAME
+from streaming.output_settings import OutputSettings
 
 CALIBRATION_FRAMES = 2 * FPS
 """One GOP at the default 2 s interval: its IDR and the P-frames after it."""
@@ -58,22 +59,60 @@ def encode_cost_ms(width: int, height: int, settings: H264Settings, frames: int 
     return round(float(np.median(times)) * 1000, 3)
 
 
-class EncodeCosts:
-    """Each (size, settings)'s cost per frame, measured the first time it is asked for and remembered: what admission
-    asks before it places a stream of that size and preset on this worker."""
+STANDARD_SIZES = ((1920, 1080), (1280, 720), (960, 540), (512, 512))
+"""The output sizes measured at a worker's start: a 16:9 anchor at 1080p, 720p and 540p, and a 512x512 portrait."""
 
-    def __init__(self, frames: int = CALIBRATION_FRAMES) -> None:
-        self.frames = frames
-        self._known: dict[tuple[int, int, H264Settings], float] = {}
-        self._lock = threading.Lock()
 
-    def cost_ms(self, width: int, height: int, settings: H264Settings) -> float:
-        """Milliseconds per frame of a stream at ``width`` x ``height`` encoded with ``settings``."""
-        key = (width, height, settings)
-        with self._lock:
-            if key not in self._known:
-                self._known[key] = encode_cost_ms(width, height, settings, self.frames)
-            return self._known[key]
+@dataclass(frozen=True)
+class CostTable:
+    """Milliseconds per output frame by (width, height, preset), each measured at its size's default output
+    settings; a size not measured is estimated from the measured one of that preset nearest in pixels, in
+    proportion to the pixels (libx264's work per frame is about linear in them)."""
+
+    measured: dict[tuple[int, int, str], float]
+
+    @classmethod
+    def measure(
+        cls,
+        presets: tuple[str, ...],
+        sizes: tuple[tuple[int, int], ...] = STANDARD_SIZES,
+        frames: int = CALIBRATION_FRAMES,
+    ) -> CostTable:
+        """Measure every size at every preset (what a worker does once, at its start)."""
+        return cls(
+            {
+                (width, height, preset): encode_cost_ms(
+                    width, height, OutputSettings(preset=preset).video(width, height), frames
+                )
+                for width, height in sizes
+                for preset in presets
+            }
+        )
+
+    def ms(self, width: int, height: int, preset: str) -> float:
+        """The cost per frame of a ``width`` x ``height`` stream at ``preset``; KeyError for a preset not measured."""
+        known = {(w, h): ms for (w, h, p), ms in self.measured.items() if p == preset}
+        if not known:
+            raise KeyError(f"no cost measured for preset {preset!r}")
+        if (width, height) in known:
+            return known[width, height]
+        pixels = width * height
+        (w, h), ms = min(known.items(), key=lambda item: abs(item[0][0] * item[0][1] - pixels))
+        return round(ms * pixels / (w * h), 3)
+
+    def to_json(self) -> dict[str, float]:
+        """The table as a message carries it: ``{"1920x1080 veryfast": ms, ...}``."""
+        return {f"{w}x{h} {preset}": ms for (w, h, preset), ms in self.measured.items()}
+
+    @classmethod
+    def from_json(cls, table: dict[str, float]) -> CostTable:
+        """The table ``to_json`` wrote."""
+        measured = {}
+        for key, ms in table.items():
+            size, preset = key.split(" ")
+            width, height = size.split("x")
+            measured[int(width), int(height), preset] = float(ms)
+        return cls(measured)
 
 
 def _aac() -> av.AudioCodecContext:

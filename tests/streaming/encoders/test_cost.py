@@ -1,13 +1,11 @@
-"""The output's encode cost per frame, measured at the stream's own size and settings for admission."""
+"""The output's encode cost per frame, measured at the stream's own size and preset, for admission per size."""
 
 from __future__ import annotations
 
-import time
-
 import numpy as np
+import pytest
 
-from streaming.encoders.cost import EncodeCosts, encode_cost_ms, moving_pictures
-from streaming.encoders.h264 import H264Settings
+from streaming.encoders.cost import CostTable, encode_cost_ms, moving_pictures
 from streaming.output_settings import OutputSettings
 
 
@@ -22,17 +20,23 @@ def test_a_1080p_frame_costs_more_than_a_small_one() -> None:
     assert encode_cost_ms(1920, 1080, settings, frames=10) > 2 * encode_cost_ms(480, 270, settings, frames=10)
 
 
-def asked(costs: EncodeCosts, width: int, height: int, settings: H264Settings) -> tuple[float, float]:
-    """(the cost, seconds the question took)."""
-    started = time.perf_counter()
-    return costs.cost_ms(width, height, settings), time.perf_counter() - started
+def test_a_worker_measures_each_size_at_each_preset_once() -> None:
+    table = CostTable.measure(("ultrafast", "veryfast"), sizes=((320, 180), (160, 90)), frames=5)
+    assert set(table.measured) == {(w, h, p) for w, h in ((320, 180), (160, 90)) for p in ("ultrafast", "veryfast")}
+    assert all(ms > 0 for ms in table.measured.values())
+    assert table.ms(320, 180, "veryfast") == table.measured[320, 180, "veryfast"]
 
 
-def test_each_size_and_settings_is_measured_once_then_remembered() -> None:
-    costs = EncodeCosts(frames=10)
-    fast = H264Settings(preset="ultrafast")
-    first, measuring = asked(costs, 640, 360, fast)
-    again, remembering = asked(costs, 640, 360, fast)
-    assert again == first and remembering < measuring / 10
-    assert asked(costs, 640, 360, H264Settings(preset="veryfast"))[1] > remembering * 10, "another preset: measured"
-    assert asked(costs, 320, 180, fast)[1] > remembering * 10, "another size: measured"
+def test_an_unmeasured_size_scales_the_nearest_measured_one_by_its_pixels() -> None:
+    table = CostTable({(1920, 1080, "veryfast"): 20.0, (1280, 720, "veryfast"): 9.0, (1280, 720, "ultrafast"): 4.0})
+    assert table.ms(1080, 1920, "veryfast") == 20.0, "a vertical 1080p stream has 1080p's pixels"
+    assert table.ms(1366, 768, "veryfast") == pytest.approx(9.0 * 1366 * 768 / (1280 * 720), abs=1e-3)
+    assert table.ms(1920, 1080, "ultrafast") == pytest.approx(4.0 * 2.25)
+    with pytest.raises(KeyError, match="no cost measured for preset 'medium'"):
+        table.ms(1920, 1080, "medium")
+
+
+def test_the_table_travels_as_json_and_back() -> None:
+    table = CostTable({(1920, 1080, "veryfast"): 20.5, (512, 512, "ultrafast"): 2.9})
+    assert table.to_json() == {"1920x1080 veryfast": 20.5, "512x512 ultrafast": 2.9}
+    assert CostTable.from_json(table.to_json()) == table
