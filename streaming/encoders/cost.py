@@ -1,9 +1,9 @@
 """What one output stream costs the output worker's CPU per frame, at the stream's real size and settings.
 
 Admission needs each stream's encode cost, and libx264's cost grows with the picture (1080p has 2.25 times
-720p's pixels) and with the preset (veryfast is about three times ultrafast). So the cost is measured, not
-scaled: frames of the stream's own size, through libx264 at its own settings, plus the audio every stream
-encodes (Opus for WebRTC, AAC for a muxer). The test picture moves everywhere (a sliding grain texture, a ramp
+720p's pixels) and with the preset (veryfast costs about twice ultrafast at 1080p, bench.output_sizes). So the
+cost is measured: frames of the stream's own size, through libx264 at its own settings, plus the audio every
+stream encodes (Opus for WebRTC, AAC for a muxer); sizes between the measured ones are scaled by their pixels. The test picture moves everywhere (a sliding grain texture, a ramp
 and a bar), the dearest case: a video avatar's every pixel changes; a still-image avatar's studio stays put.
 """
 
