@@ -2,9 +2,9 @@
 
 The RGB -> I420 conversion runs in torch where the frame already is (the GPU in production), on
 the encoder's own stream after the frame's event, so only 1.5 bytes per pixel cross the bus, in
-one copy into a page-locked buffer that is reused for every frame. libx264 runs ultrafast +
-zerolatency with no B-frames and no lookahead, so each call returns the packet of the frame it
-was given: no encoder delay to hide.
+one copy into a page-locked buffer that is reused for every frame. libx264 runs the session's preset
+(ultrafast unless its output settings say otherwise) with zerolatency: no B-frames and no lookahead,
+so each call returns the packet of the frame it was given: no encoder delay to hide.
 """
 
 from __future__ import annotations
