@@ -4,7 +4,7 @@ One typed value per session, read from the ``output`` object of ``POST /sessions
 error names its field, for a 400) and shown by ``describe`` in ``GET /sessions/{id}``. Defaults follow the
 ingest recommendations broadcast platforms publish for H.264 at 25-30 fps: a 2 s closed GOP (YouTube Live
 and Twitch both ask for 2 s keyframes), constant bitrate (Twitch requires CBR; YouTube recommends it), High
-profile, AAC stereo at 48 kHz, and a bitrate per size inside YouTube Live's recommended range and at or
+profile (YouTube's recommendation; Twitch prefers Main, one setting away), AAC stereo at 48 kHz, and a bitrate per size inside YouTube Live's recommended range and at or
 under Twitch's 6000 kbps ingest ceiling (1080p 6000, 720p 3500, 540p 2000, 512x512 1500 kbps).
 """
 
@@ -20,7 +20,8 @@ AVATAR = "avatar"
 SIZES = {"1080p": 1080, "720p": 720, "540p": 540}
 """Named sizes: the short side in pixels (1920x1080 for a 16:9 avatar, 1080x1920 for a 9:16 one)."""
 PRESETS = ("ultrafast", "superfast", "veryfast", "faster", "fast", "medium")
-"""x264 presets fast enough for a live 1080p25 stream on one or two server cores; slower ones are not offered."""
+"""x264 presets offered; medium already takes about 80 ms a 1080p frame on two cores (admission counts it), and
+slower ones would need several cores per stream."""
 TUNES = ("zerolatency", "film", "animation", "stillimage")
 """x264 tunes; the psy ones are combined with zerolatency (a live frame's packet must come back at once)."""
 RATE_CONTROLS = ("cbr", "capped")
