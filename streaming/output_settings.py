@@ -4,8 +4,9 @@ One typed value per session, read from the ``output`` object of ``POST /sessions
 error names its field, for a 400) and shown by ``describe`` in ``GET /sessions/{id}``. Defaults follow the
 ingest recommendations broadcast platforms publish for H.264 at 25-30 fps: a 2 s closed GOP (YouTube Live
 and Twitch both ask for 2 s keyframes), constant bitrate (Twitch requires CBR; YouTube recommends it), High
-profile (YouTube's recommendation; Twitch prefers Main, one setting away), AAC stereo at 48 kHz, and a bitrate per size inside YouTube Live's recommended range and at or
-under Twitch's 6000 kbps ingest ceiling (1080p 6000, 720p 3500, 540p 2000, 512x512 1500 kbps).
+profile (YouTube's recommendation; Twitch prefers Main, one setting away), AAC stereo at 48 kHz, and a
+bitrate per size inside YouTube Live's recommended range and at or under the top of Twitch's 3-6 Mbit/s
+(1080p 6000, 720p 3500, 540p 2000, 512x512 1500 kbit/s).
 """
 
 from __future__ import annotations
