@@ -3,8 +3,9 @@
 Admission needs each stream's encode cost, and libx264's cost grows with the picture (1080p has 2.25 times
 720p's pixels) and with the preset (veryfast costs about twice ultrafast at 1080p, bench.output_sizes). So the
 cost is measured: frames of the stream's own size, through libx264 at its own settings, plus the audio every
-stream encodes (Opus for WebRTC, AAC for a muxer); sizes between the measured ones are scaled by their pixels. The test picture moves everywhere (a sliding grain texture, a ramp
-and a bar), the dearest case: a video avatar's every pixel changes; a still-image avatar's studio stays put.
+stream encodes (Opus for WebRTC, AAC for a muxer); sizes between the measured ones are scaled by their
+pixels. The test picture moves everywhere (a sliding grain texture, a ramp and a bar), the dearest case: a
+video avatar's every pixel changes; a still-image avatar's studio stays put.
 """
 
 from __future__ import annotations
