@@ -4,7 +4,9 @@
 measures, for a 1920x1080 anchor streamed at 1080p, 720p and 540p (and a 512x512 portrait), the median
 milliseconds of one output frame as ``streaming.encoders.cost`` calibrates it (x264 with the session's
 output settings at their defaults for the size, Opus, stereo AAC) for each preset and libx264 thread
-count, and the time to scale a batch of 8 anchor frames to each size where they are (``--device``).
+count; for the anchor sizes also on the generated studio anchor (``avatars.anchor``) with only the region its
+face is pasted into changing (a still-image anchor talking, the usual newsroom case); and the time to scale a
+batch of 8 anchor frames to each size where they are (``--device``).
 At one thread, milliseconds per frame x 25 / 1000 is the share of one core a 25 fps stream takes: what
 admission divides the worker's cores by.
 """
@@ -19,9 +21,11 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from engine.timebase import FPS
+from streaming.encoders.colour import rgb_to_i420
 from streaming.encoders.cost import encode_cost_ms
 from streaming.encoders.scale import scale_frames
 from streaming.output_settings import SIZES, OutputSettings
@@ -29,6 +33,27 @@ from streaming.output_settings import SIZES, OutputSettings
 ANCHOR = (1920, 1080)
 PORTRAIT = (512, 512)
 SCALE_BATCH = 8
+PASTE_REGION = (100, 530, 478, 908)
+"""Rows and columns of the 1080p anchor that its registered face crop is pasted into (registration's M_c2o)."""
+
+
+def studio_pictures(width: int, height: int, frames: int) -> list[np.ndarray]:
+    """The anchor at ``width`` x ``height`` as I420, its face region moving a little and grainy in every frame."""
+    import cv2
+
+    from avatars.anchor import anchor_frame
+
+    scale = height / ANCHOR[1]
+    frame = cv2.resize(anchor_frame(), (width, height), interpolation=cv2.INTER_AREA)
+    top, bottom, left, right = (round(v * scale) for v in PASTE_REGION)
+    rng = np.random.default_rng(0)
+    pictures = []
+    for i in range(frames):
+        picture = frame.copy()
+        face = np.roll(frame[top:bottom, left:right], i % 5 - 2, axis=0).astype(np.int16)
+        picture[top:bottom, left:right] = np.clip(face + rng.integers(-3, 4, face.shape), 0, 255)
+        pictures.append(rgb_to_i420(torch.from_numpy(picture)).numpy())
+    return pictures
 
 
 def streams() -> list[tuple[str, tuple[int, int]]]:
@@ -62,19 +87,22 @@ def main() -> None:
     parser.add_argument("--out", type=Path, help="write the results as JSON here")
     args = parser.parse_args()
     rows = []
-    print(f"{'size':>7} {'WxH':>10} {'kbps':>5} {'preset':>9} {'threads':>7} {'ms/frame':>8} {'core share':>10}")
+    titles = ("size", 7), ("WxH", 10), ("kbps", 5), ("preset", 9), ("threads", 7), ("ms/frame", 8), ("studio", 7)
+    print(" ".join(f"{title:>{width}}" for title, width in titles), f"{'cores':>6}")
     for name, avatar in streams():
         settings = OutputSettings(size=name)
         width, height = settings.frame_size(*avatar)
+        studio = studio_pictures(width, height, args.frames) if avatar == ANCHOR else None
         for preset in args.presets:
             for threads in args.threads:
                 video = replace(OutputSettings(size=name, preset=preset).video(*avatar), threads=threads)
                 ms = encode_cost_ms(width, height, video, args.frames)
+                still = encode_cost_ms(width, height, video, args.frames, studio) if studio else None
                 rows.append({"size": name, "width": width, "height": height, "kbps": video.bitrate // 1000,
-                             "preset": preset, "threads": threads, "ms_per_frame": ms})
+                             "preset": preset, "threads": threads, "ms_per_frame": ms, "studio_ms_per_frame": still})
                 share = f"{ms * FPS / 1000:.2f}" if threads == 1 else "-"
                 print(f"{name:>7} {f'{width}x{height}':>10} {video.bitrate // 1000:>5} {preset:>9} {threads:>7} "
-                      f"{ms:>8.2f} {share:>10}")
+                      f"{ms:>8.2f} {still if still is not None else '-':>7} {share:>6}")
     scaling = scale_ms(torch.device(args.device))
     print(f"scaling 1080p frames on {args.device}, ms per frame: {scaling}")
     if args.out:

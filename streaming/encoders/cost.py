@@ -43,14 +43,20 @@ def moving_pictures(width: int, height: int, frames: int) -> list[np.ndarray]:
     return pictures
 
 
-def encode_cost_ms(width: int, height: int, settings: H264Settings, frames: int = CALIBRATION_FRAMES) -> float:
+def encode_cost_ms(
+    width: int,
+    height: int,
+    settings: H264Settings,
+    frames: int = CALIBRATION_FRAMES,
+    pictures: list[np.ndarray] | None = None,
+) -> float:
     """Median milliseconds of one output frame at ``width`` x ``height``: libx264 at ``settings`` (live), the frame's
-    Opus and its stereo AAC."""
+    Opus and its stereo AAC; ``pictures``: the I420 pictures to encode (default: ``moving_pictures``)."""
     encoder, opus = X264Encoder(width, height, settings), OpusEncoder()
     aac, blocks = _aac(), AudioBlocks(AAC_BLOCK, channels=2)
     audio = (0.1 * np.sin(np.arange(AUDIO_SAMPLES_PER_FRAME) * 2 * np.pi * 440 / AUDIO_RATE)).astype(np.float32)
     times = []
-    for index, picture in enumerate(moving_pictures(width, height, frames)):
+    for index, picture in enumerate(pictures or moving_pictures(width, height, frames)):
         started = time.perf_counter()
         encoder.encode_picture(picture, index)
         opus.encode(audio)
