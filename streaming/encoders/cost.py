@@ -58,7 +58,7 @@ def encode_cost_ms(
     times = []
     for index, picture in enumerate(pictures or moving_pictures(width, height, frames)):
         started = time.perf_counter()
-        encoder.encode_picture(picture, index)
+        encoder.encode_picture(encoder.prepare(picture), index)
         opus.encode(audio)
         for block in blocks.push(audio):
             aac.encode(block)

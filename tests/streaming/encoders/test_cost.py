@@ -40,3 +40,10 @@ def test_the_table_travels_as_json_and_back() -> None:
     table = CostTable({(1920, 1080, "veryfast"): 20.5, (512, 512, "ultrafast"): 2.9})
     assert table.to_json() == {"1920x1080 veryfast": 20.5, "512x512 ultrafast": 2.9}
     assert CostTable.from_json(table.to_json()) == table
+
+
+def test_given_pictures_are_the_ones_encoded_and_must_be_the_stream_s_size() -> None:
+    settings = OutputSettings(preset="ultrafast").video(320, 180)
+    assert encode_cost_ms(320, 180, settings, pictures=moving_pictures(320, 180, 3)) > 0
+    with pytest.raises(ValueError, match="320x180 I420 pictures"):
+        encode_cost_ms(320, 180, settings, pictures=moving_pictures(160, 90, 3))
