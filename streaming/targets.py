@@ -1,5 +1,6 @@
 """Where a client may send a session's outputs: MP4 files only inside the folder the operator names, RTMP only to
-``rtmp://`` and ``rtmps://`` servers, and only a few of them.
+``rtmp://`` and ``rtmps://`` servers, and only a few of them; SRT only to ``srt://`` servers, and only where this
+process's FFmpeg can send SRT (``streaming.protocols``).
 
 A client's MP4 target is a name relative to the operator's recordings folder, never a path of its own choosing nor an
 FFmpeg URL (``file:``, ``tee:``, ``pipe:``, ...): the sink opens the file itself and hands PyAV a file object. A
@@ -15,6 +16,8 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 from urllib.parse import urlsplit
 
+from streaming.protocols import srt_unavailable
+
 MP4_SUFFIX = ".mp4"
 MAX_NAME_BYTES = 255
 """The longest MP4 target name (UTF-8 bytes): one file name's length on the common filesystems."""
@@ -23,6 +26,7 @@ MAX_RTMP_OUTPUTS = 8
 MAX_URL_LENGTH = 2048
 RTMP_SCHEMES = ("rtmp", "rtmps")
 """The schemes ``streaming.sinks.rtmp_io`` publishes to (FFmpeg's native RTMP client, plain and over TLS)."""
+SRT_SCHEMES = ("srt",)
 _URL_CHARACTERS = re.compile(r"[\x21-\x7e]+")
 """Printable ASCII without spaces: no control character (a newline forged log lines) and no FFmpeg option syntax."""
 
@@ -63,19 +67,37 @@ def resolve_mp4_target(name: Any, root: Path) -> Path:
 
 def check_rtmp_url(url: Any) -> str:
     """``url`` if it is an ``rtmp://`` or ``rtmps://`` URL with a host, printable, at most MAX_URL_LENGTH long."""
-    if not isinstance(url, str) or not url.startswith(tuple(f"{scheme}://" for scheme in RTMP_SCHEMES)):
-        raise TargetError("rtmp", "an rtmp:// or rtmps:// URL or a list of them")
+    return _check_url(url, "rtmp", RTMP_SCHEMES, "an rtmp:// or rtmps:// URL or a list of them")
+
+
+def check_srt_url(url: Any) -> str:
+    """``url`` if it is an ``srt://`` URL with a host and a port, printable, at most MAX_URL_LENGTH long, and this
+    process can send SRT; TargetError saying which otherwise."""
+    _check_url(url, "srt", SRT_SCHEMES, "an srt://host:port URL")
+    if urlsplit(url).port is None:
+        raise TargetError("srt", f"an srt://host:port URL: SRT has no default port, got {url!r}")
+    reason = srt_unavailable()
+    if reason is not None:
+        raise TargetError("srt", reason)
+    return url
+
+
+def _check_url(url: Any, field: str, schemes: tuple[str, ...], expected: str) -> str:
+    """``url`` if it is a URL of one of ``schemes`` with a host, printable, at most MAX_URL_LENGTH long; else
+    TargetError naming ``field`` (``expected``: what the field takes, when the value is no such URL at all)."""
+    if not isinstance(url, str) or not url.startswith(tuple(f"{scheme}://" for scheme in schemes)):
+        raise TargetError(field, expected)
     if len(url) > MAX_URL_LENGTH:
-        raise TargetError("rtmp", f"a URL of at most {MAX_URL_LENGTH} characters")
+        raise TargetError(field, f"a URL of at most {MAX_URL_LENGTH} characters")
     if not _URL_CHARACTERS.fullmatch(url):
-        raise TargetError("rtmp", "a URL of printable ASCII characters, without spaces or control characters")
+        raise TargetError(field, "a URL of printable ASCII characters, without spaces or control characters")
     try:
         parts = urlsplit(url)
         parts.port  # noqa: B018 (parsing the port is the check)
     except ValueError as exc:
-        raise TargetError("rtmp", f"not a URL ({exc})") from None
+        raise TargetError(field, f"not a URL ({exc})") from None
     if not parts.hostname:
-        raise TargetError("rtmp", f"a URL with a server host, got {url!r}")
+        raise TargetError(field, f"a URL with a server host, got {url!r}")
     return url
 
 

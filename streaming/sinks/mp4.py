@@ -39,12 +39,19 @@ def create_recording(path: Path) -> BinaryIO:
 
 
 class Mp4Sink:
-    """Write the released frames to ``path`` until the output closes it."""
+    """Write the released frames to ``path`` (AAC of ``audio_channels`` channels) until the output closes it."""
 
     name = "mp4"
 
-    def __init__(self, path: str | Path, request_keyframe: Callable[[], None], queue_seconds: float = 4.0) -> None:
+    def __init__(
+        self,
+        path: str | Path,
+        request_keyframe: Callable[[], None],
+        queue_seconds: float = 4.0,
+        audio_channels: int = 1,
+    ) -> None:
         self.path = Path(path)
+        self.audio_channels = audio_channels
         self._request_keyframe = request_keyframe
         self._queue: queue.Queue = queue.Queue(max(1, round(queue_seconds * FPS)))
         self._file: BinaryIO | None = None
@@ -119,7 +126,7 @@ class Mp4Sink:
     def _write(self, frame: EncodedFrame) -> None:
         if self._muxer is None:
             self._file = create_recording(self.path)
-            self._muxer = Muxer(self._file, "mp4", frame.width, frame.height)
+            self._muxer = Muxer(self._file, "mp4", frame.width, frame.height, self.audio_channels)
         if self._muxer.write(frame):
             self.frames_sent += 1
             return

@@ -55,7 +55,8 @@ class Backoff:
 
 
 class RtmpSink:
-    """Publish the released frames to ``url``; reconnects on its own, gives up after the backoff's attempts."""
+    """Publish the released frames to ``url`` (AAC of ``audio_channels`` channels); reconnects on its own, gives up
+    after the backoff's attempts."""
 
     name = "rtmp"
 
@@ -67,8 +68,10 @@ class RtmpSink:
         queue_seconds: float = 2.0,
         seed: int | None = None,
         io_timeout: float = IO_TIMEOUT,
+        audio_channels: int = 1,
     ) -> None:
         self.url, self.io_timeout = check_rtmp_url(url), io_timeout
+        self.audio_channels = audio_channels
         self.backoff = backoff or Backoff()
         self._request_keyframe = request_keyframe
         self._rng = random.Random(seed)
@@ -173,7 +176,7 @@ class RtmpSink:
             return False
         try:
             self._connection = RtmpConnection(self.url, self.io_timeout)
-            self._muxer = Muxer(self._connection, "flv", frame.width, frame.height)
+            self._muxer = Muxer(self._connection, "flv", frame.width, frame.height, self.audio_channels)
         except Exception as exc:
             self._lost(exc)
             return False

@@ -9,6 +9,7 @@ import pytest
 
 from engine.timebase import FPS
 from streaming.output import SessionOutput
+from streaming.output_settings import OutputSettings
 from streaming.sinks.rtmp import Backoff, RtmpSink
 from tests.streaming.conftest import free_port
 from tests.streaming.media import ONE_FRAME, LiveReader
@@ -74,6 +75,25 @@ def test_a_stream_arrives_whole_at_25_fps_with_audio_in_sync(nginx_rtmp) -> None
         "failed_attempts": 0,
         "connected": 0,
     }
+
+
+@pytest.mark.slow
+def test_a_session_s_broadcast_settings_reach_the_server(nginx_rtmp) -> None:
+    settings = OutputSettings(preset="ultrafast", audio_channels=2)
+    frames = 2 * FPS
+    reader = LiveReader(nginx_rtmp.url(), last_index=frames - 1)
+    time.sleep(0.3)
+    session = SyntheticSession(320, 180, frames=frames)
+    output = SessionOutput(session, encoder="x264", settings=settings.video(320, 180))
+    output.add_sink(RtmpSink(nginx_rtmp.url(), output.request_keyframe, audio_channels=settings.audio_channels))
+    output.start()
+    assert output.finished.wait(30)
+    output.stop()
+    got = reader.join()
+    assert got.indices == list(range(frames)), got.error
+    assert (got.video_profile, got.audio_codec, got.audio_rate, got.audio_channels) == ("High", "aac", 48_000, 2)
+    errors = got.sync_errors()
+    assert len(errors) == 2 and max(errors) <= ONE_FRAME
 
 
 @pytest.mark.slow
