@@ -29,7 +29,7 @@ from engine.audio.pcm import to_mono_16k
 from engine.buckets import RENDER_BUCKETS
 from engine.engine import LIVE_OVERLAP, OFFLINE_OVERLAP, RANDOM_WEIGHTS_NOTICE, models_dir, random_checkpoints
 from engine.runtime import OutOfMemoryAtStart, Runtime, RuntimeConfig
-from engine.session import Session
+from engine.runtime.session import Session
 from engine.timebase import DEFAULT_STEPS, FPS, SEQ_FRAMES
 from serving.timeline import process_age
 from streaming.mp4 import Mp4Writer

@@ -28,7 +28,7 @@ from bench.common.stats import psnr
 from engine.engine import Engine
 from engine.latency import LOW, MODES
 from engine.runtime import OutOfMemoryAtStart, Runtime, RuntimeConfig
-from engine.session import Session
+from engine.runtime.session import Session
 
 def offline_frames(runtime: Runtime, avatar, seeds: list[int], seconds: float) -> list[torch.Tensor]:
     """Offline sessions side by side on the same audio; each one's frames, stacked."""

@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from collections import deque
 
-from engine.session import Frame
+from engine.runtime.session import Frame
 from engine.timebase import FPS
 from streaming.slots import Fill, fill
 

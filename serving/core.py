@@ -29,7 +29,7 @@ import zmq
 
 from engine.controls import ControlError, Controls
 from engine.runtime import AdmissionError, AudioError, Backpressure, SessionClosed
-from engine.session import Frame, Session
+from engine.runtime.session import Frame, Session
 from serving.ipc import send_nowait, socket
 from serving.protocol import (
     CloseSession, ControlsApplied, CoreConfig, CoreReady, CoreReply, CoreRequest, CoreStats, CoreStatsRequest, Done,

@@ -1,6 +1,6 @@
 """What streaming consumes: the session's frames (index, RGB image on the device, 48 kHz audio) and its clock.
 
-These are the serving runtime's contract (``engine.session``), restated as protocols so that
+These are the serving runtime's contract (``engine.runtime.session``), restated as protocols so that
 streaming depends only on the shape of a frame, never on how it was made: tests drive every
 sink with a synthetic source, the server drives them with the runtime.
 """

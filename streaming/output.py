@@ -53,7 +53,7 @@ SILENCE = np.zeros(AUDIO_SAMPLES_PER_FRAME, np.float32)
 class EncodedFrame:
     """Output frame ``index`` (its slot) encoded: its H.264 access unit, its own audio (48 kHz float32) and that audio
     as Opus; ``repeat``: a stand-in for a frame that was not ready (the last picture again, silence); ``segment``: the
-    speech segment of the session frame it shows (``engine.session``)."""
+    speech segment of the session frame it shows (``engine.runtime.session``)."""
 
     index: int
     width: int

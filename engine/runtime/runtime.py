@@ -48,7 +48,7 @@ from engine.runtime.metrics import TickTimes
 from engine.runtime.pacing import Lead
 from engine.runtime.pipeline import SessionPipeline
 from engine.runtime.scheduler import FrameJob, Scheduler
-from engine.session import Session
+from engine.runtime.session import Session
 from engine.timebase import DEFAULT_STEPS, FPS, SEQ_FRAMES
 from engine.timing import gpu_time
 
@@ -515,7 +515,7 @@ class Runtime:
 
     def _fail(self, pipeline: SessionPipeline, error: BaseException) -> None:
         log.error("session %d failed: %s", pipeline.session.id, error)
-        pipeline.port.fail(error)
+        pipeline.session.fail(error)
         self._remove(pipeline)
 
     def _remove(self, pipeline: SessionPipeline) -> None:

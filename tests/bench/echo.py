@@ -19,7 +19,7 @@ from aiohttp import web
 
 from engine.audio.pcm import StreamingResampler
 from engine.latency import FAITHFUL
-from engine.session import Frame
+from engine.runtime.session import Frame
 from engine.timebase import FPS
 from harness.live_server import LiveServer
 from harness.nginx import wait_listening

@@ -20,7 +20,7 @@ import torch
 
 from engine.controls import Controls
 from engine.runtime import AdmissionError, Backpressure, SessionClosed
-from engine.session import Frame
+from engine.runtime.session import Frame
 from engine.timebase import FPS
 from serving.protocol import CoreConfig
 from tests.streaming.synthetic import picture, sound

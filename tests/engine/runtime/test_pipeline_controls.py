@@ -23,7 +23,7 @@ from engine.runtime.avatars import LoadedAvatar
 from engine.runtime.config import RuntimeConfig
 from engine.runtime.errors import SessionClosed
 from engine.runtime.pipeline import BLINK_SCHEDULE_FRAMES, SessionPipeline
-from engine.session import Session
+from engine.runtime.session import Session
 
 SR = 16_000
 

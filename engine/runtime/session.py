@@ -348,9 +348,9 @@ class Session:
                 stats["speech_latency_ms"] = round(self._speech_latency * 1000, 1)
             return stats
 
-    # -- the runtime's side (loop thread only; reached through ``SessionPort``) --------------
+    # -- the runtime's side (``SessionLoopSide``: the loop thread only, never a client) ----------
 
-    def _collect(self) -> Intake:
+    def collect(self) -> Intake:
         """Everything queued since the last call, in order: interrupt first, then audio, then end/close."""
         with self._changed:
             intake = Intake(
@@ -369,7 +369,7 @@ class Session:
             self.committed_samples += intake.model.size
         return intake
 
-    def _deliver(self, frames: list[Frame], drop_oldest: bool, generation: int) -> None:
+    def deliver(self, frames: list[Frame], drop_oldest: bool, generation: int) -> None:
         """Queue rendered frames (unless an interrupt came since the loop collected); a live session drops its oldest beyond the bound."""
         with self._changed:
             if self._close or generation != self._generation:
@@ -382,11 +382,21 @@ class Session:
                 self.counters["frames_taken"] -= 1
             self._changed.notify_all()
 
-    def _room(self) -> int:
+    def room(self) -> int:
         """Frames the queue can still take."""
         return max(self._max_queued - len(self._queue), 0)
 
-    def _drain_resamplers(self) -> tuple[np.ndarray, np.ndarray] | None:
+    @property
+    def last_taken(self) -> Frame | None:
+        """The frame the client took last (None before the first)."""
+        return self._last_taken
+
+    def count(self, counter: str, n: int = 1) -> None:
+        """Add ``n`` to one of the session's ``counters``."""
+        self.counters[counter] += n
+
+
+    def drain_resamplers(self) -> tuple[np.ndarray, np.ndarray] | None:
         """The samples the resamplers still hold, when no newer audio waits (speech ended: idle follows); None otherwise."""
         with self._changed:
             if self._model_parts or self._to_model is None:
@@ -396,23 +406,28 @@ class Session:
             self._format = None
             return tail
 
-    def _set_committed(self, samples: int) -> None:
+    def set_committed(self, samples: int) -> None:
+        """Model-rate samples committed to the motion stream so far (the session's lead counts them)."""
         with self._changed:
             self.committed_samples = samples
             self._changed.notify_all()
 
-    def _set_clock(self, anchor: float) -> None:
+    def set_clock(self, anchor: float) -> None:
+        """Start (or restart) the live clock: frame 0 is shown at ``anchor``."""
         self._clock = anchor
 
-    def _set_speech_latency(self, seconds: float) -> None:
+    def set_speech_latency(self, seconds: float) -> None:
+        """How long after it is pushed speech is shown now (reported in ``stats``)."""
         self._speech_latency = seconds
 
-    def _finish(self) -> None:
+    def finish(self) -> None:
+        """Every frame was delivered: ``next_frame`` returns None once the queue is drained."""
         with self._changed:
             self._finished = True
             self._changed.notify_all()
 
-    def _fail(self, error: BaseException) -> None:
+    def fail(self, error: BaseException) -> None:
+        """The session failed: its frames are dropped and its client's next call raises ``SessionClosed``."""
         with self._changed:
             self._error = error
             self._finished = True
@@ -463,63 +478,6 @@ class Session:
         self._last_taken = frame
         self._taken_samples = max(self._taken_samples, (frame.index + 1) * SAMPLES_PER_FRAME)
         self.counters["frames_taken"] += 1
-
-
-class SessionPort:
-    """The runtime's side of a session, for its loop thread only: what the loop takes from the session
-    (queued audio and commands, room in the frame queue, the frame last taken) and what it hands back
-    (frames, the committed audio, the clock, the speech latency, counts, the end or a failure).
-
-    Clients hold the ``Session``; the loop holds this port, so the session's internals stay its own.
-    """
-
-    def __init__(self, session: Session) -> None:
-        self._session = session
-
-    def collect(self) -> Intake:
-        """Everything queued since the last call, in order: interrupt first, then audio, then end/close."""
-        return self._session._collect()
-
-    def deliver(self, frames: list[Frame], drop_oldest: bool, generation: int) -> None:
-        """Queue rendered frames (unless an interrupt came since ``generation`` was collected); ``drop_oldest``: beyond the bound."""
-        self._session._deliver(frames, drop_oldest, generation)
-
-    def room(self) -> int:
-        """Frames the session's queue can still take."""
-        return self._session._room()
-
-    def drain_resamplers(self) -> tuple[np.ndarray, np.ndarray] | None:
-        """The samples the resamplers still hold, when no newer audio waits (speech ended: idle follows); None otherwise."""
-        return self._session._drain_resamplers()
-
-    @property
-    def last_taken(self) -> Frame | None:
-        """The frame the client took last (None before the first)."""
-        return self._session._last_taken
-
-    def set_committed(self, samples: int) -> None:
-        """Model-rate samples committed to the motion stream so far (the session's lead counts them)."""
-        self._session._set_committed(samples)
-
-    def set_clock(self, anchor: float) -> None:
-        """Start (or restart) the live clock: frame 0 is shown at ``anchor``."""
-        self._session._set_clock(anchor)
-
-    def set_speech_latency(self, seconds: float) -> None:
-        """How long after it is pushed speech is shown now (reported in ``stats``)."""
-        self._session._set_speech_latency(seconds)
-
-    def count(self, counter: str, n: int = 1) -> None:
-        """Add ``n`` to one of the session's ``counters``."""
-        self._session.counters[counter] += n
-
-    def finish(self) -> None:
-        """Every frame was delivered: ``next_frame`` returns None once the queue is drained."""
-        self._session._finish()
-
-    def fail(self, error: BaseException) -> None:
-        """The session failed: its frames are dropped and its client's next call raises ``SessionClosed``."""
-        self._session._fail(error)
 
 
 def _frames_in(pcm: np.ndarray, channels: int | None) -> int:
