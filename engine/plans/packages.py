@@ -103,7 +103,7 @@ class PackageManifest:
         except RecursionError:
             raise StalePackages(f"{where}: nested too deep to be a package manifest: rebuild the packages") from None
         except ValueError as exc:
-            raise StalePackages(f"{where}: not JSON ({exc}): rebuild the packages") from exc
+            raise StalePackages(f"{where}: not a package manifest (not JSON: {exc}): rebuild the packages") from exc
         if nested_over(raw, MAX_DEPTH):
             raise StalePackages(f"{where}: nested more than {MAX_DEPTH} deep, not a package manifest: rebuild them")
         try:
