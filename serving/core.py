@@ -27,7 +27,7 @@ import numpy as np
 import torch
 import zmq
 
-from engine.controls import ControlError, Controls
+from engine.controls import ControlError, Controls, check_changes
 from engine.runtime import AdmissionError, AudioError, Backpressure, SessionClosed
 from engine.session import Frame, Session
 from serving.ipc import send_nowait, socket
@@ -168,6 +168,7 @@ class EngineCore:
                     session.push_audio(np.frombuffer(pcm, np.float32), rate, None, block=False)
                     return Done()
                 case UpdateControls(changes=changes):
+                    changes = check_changes(changes)  # control names only: never a parameter of the call (``self``)
                     return ControlsApplied(_applied(session.update_controls(**changes), changes))
                 case Interrupt():
                     return SegmentNumber(session.interrupt())

@@ -29,7 +29,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry
 from serving.access import Access
 from serving.metrics import render, stream_families
 from serving.service import Service
-from serving.sessions import ServedSession, SessionError, SessionSpec
+from serving.sessions import ServedSession, SessionError, SessionSpec, parse_body
 from serving.whep import add_whep_routes
 from streaming.sinks.webrtc import WebRtcPreview
 from streaming.sources.push import push_handler
@@ -46,7 +46,7 @@ class AsyncAudioSink(Protocol):
 
     async def push_audio(self, pcm: np.ndarray, sample_rate: int) -> None: ...
 
-    async def update_controls(self, **changes: Any) -> dict[str, Any]: ...
+    async def update_controls(self, /, **changes: Any) -> dict[str, Any]: ...
 
     async def interrupt(self) -> int | None: ...
 
@@ -126,11 +126,8 @@ def create_service_app(
 
     async def create(request: web.Request) -> web.Response:
         try:
-            body = await request.json()
-        except ValueError as exc:
-            raise web.HTTPBadRequest(text=f"POST /sessions takes JSON: {exc}") from exc
-        try:
-            session = await service.create(SessionSpec.from_json(body))
+            spec = SessionSpec.from_json(parse_body(await request.text()), service.recordings)
+            session = await service.create(spec)
         except SessionError as exc:
             raise _http(exc) from exc
         return web.json_response(described(request, session), status=201)

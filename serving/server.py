@@ -21,7 +21,8 @@ from engine.latency import FAITHFUL
 from serving.access import resolve_token
 from serving.http import app_runner, create_service_app
 from serving.service import Service, ServiceOptions
-from serving.sessions import SessionSpec
+from serving.sessions import SessionError, SessionSpec, recording_path
+from streaming.targets import TargetError
 
 AVATAR_AT_START = "anchor"
 """The name the avatar given at start (``--avatar`` or ``--demo``) is served under."""
@@ -44,6 +45,7 @@ class SessionsAtStart:
     rtmp: str | None = None
     """Session 0's RTMP URL; session i's ends -i (``numbered``)."""
     mp4: str | None = None
+    """Session 0's MP4 name inside the service's recordings folder; session i's ends -i (``numbered``)."""
     preview: bool = False
     overlap: int | None = None
     seed: int = 0
@@ -106,7 +108,13 @@ async def serve(options: ServerOptions) -> int:
     runner = app_runner(app)
     await runner.setup()
     await web.TCPSite(runner, host, port).start()
-    sessions, sources = await _open_at_start(options.at_start, service)
+    try:
+        sessions, sources = await _open_at_start(options.at_start, service)
+    except (SessionError, TargetError) as exc:
+        print(f"error: the sessions asked for at start cannot open: {exc}", file=sys.stderr)
+        await runner.cleanup()
+        await service.close()
+        return 2
     _announce(options.at_start, host, port, token, generated, sessions, service)
     waits = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(service.failed.wait())]
     if sessions:
@@ -137,15 +145,17 @@ async def _open_at_start(at_start: SessionsAtStart | None, service: Service) -> 
         audio = demo_audio()
     sessions, sources = [], []
     for i in range(at_start.count):
+        mp4 = numbered(at_start.mp4, i, at_start.count) if at_start.mp4 else None
         spec = SessionSpec(
             AVATAR_AT_START,
             rtmp=(numbered(at_start.rtmp, i, at_start.count),) if at_start.rtmp else (),
-            mp4=numbered(at_start.mp4, i, at_start.count) if at_start.mp4 else None,
+            mp4=mp4,
             preview=at_start.preview,
             overlap=at_start.overlap,
             seed=at_start.seed + i,
             controls=at_start.controls,
             latency=at_start.latency,
+            recording=str(recording_path(mp4, service.recordings)) if mp4 else None,
         )
         session = await service.create(spec, session_id=str(i))
         session.push = at_start.push

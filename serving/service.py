@@ -90,6 +90,8 @@ class ServiceOptions:
     """``module:function`` building the core's runtime and avatars in place of the engine's (the tests' synthetic one)."""
     plans: str | None = None
     """Where the torch backend's compiled packages are (``docs/startup.md``): used when they match this GPU."""
+    recordings: str | None = None
+    """The folder sessions record their MP4 files into (created at start); None: this server records no files."""
     launched: float | None = None
     """When the server process was launched (wall clock), the origin of the start-up timeline; None: when ``start`` is called."""
 
@@ -112,6 +114,9 @@ class Service:
         self._tasks: list[asyncio.Task] = []
         self._loop: asyncio.AbstractEventLoop | None = None
         self._closing = False
+        self.recordings = Path(options.recordings) if options.recordings else None
+        if self.recordings is not None:
+            self.recordings.mkdir(parents=True, exist_ok=True)
         self.refusing: str | None = None
         """Set to a reason to stop admitting new sessions while the live ones go on (a cluster replica draining)."""
 
@@ -217,7 +222,7 @@ class Service:
         session.audio = RemoteSession(self.core, session_id, self._loop, spec.latency)
         self.sessions[session_id] = session
         worker.sessions.add(session_id)
-        self._to_worker(session, SessionOutputs(session_id, spec.rtmp, spec.mp4, spec.preview))
+        self._to_worker(session, SessionOutputs(session_id, spec.rtmp, spec.recording, spec.preview))
         try:
             opened = await self.core.request(
                 OpenSession(

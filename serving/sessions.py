@@ -11,14 +11,18 @@ import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from engine.latency import FAITHFUL, MODES
+from engine.controls import ControlError, check_changes
+from engine.latency import FAITHFUL, MODES, latency_mode
+from engine.nesting import load_json
 from serving.ipc import ServiceError
 from serving.protocol import EndSegment, EndSession, Interrupt, PushAudio, UpdateControls
 from streaming.sinks.webrtc import WebRtcPreview
+from streaming.targets import TargetError, check_rtmp_urls, resolve_mp4_target
 
 if TYPE_CHECKING:
     from serving.client import CoreClient
@@ -30,6 +34,8 @@ SPEC_FIELDS = ("avatar", "rtmp", "mp4", "preview", "latency", "overlap", "seed",
 """The fields of a ``POST /sessions`` body."""
 AVATAR_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 """A client names a registered avatar; never a path (the server reads no folder a client points it at)."""
+MAX_BODY_DEPTH = 8
+"""How deep a request body's JSON may nest (a session's controls are three levels)."""
 
 
 class SessionError(ServiceError):
@@ -54,9 +60,13 @@ class SessionSpec:
     controls: dict[str, Any] | None = None
     latency: str = FAITHFUL.name
 
+    recording: str | None = field(default=None, repr=False)
+    """The MP4 target's absolute path inside the recordings folder (``mp4`` is the client's name, the one shown)."""
+
     @classmethod
-    def from_json(cls, body: Any) -> SessionSpec:
-        """Validate a ``POST /sessions`` body; SessionError(invalid) naming the bad field."""
+    def from_json(cls, body: Any, recordings: Path | None = None) -> SessionSpec:
+        """Validate a ``POST /sessions`` body, resolving an MP4 name inside the ``recordings`` folder (None: this server
+        records no files); SessionError(invalid) naming the bad field."""
         if not isinstance(body, dict):
             raise SessionError('POST /sessions takes a JSON object, e.g. {"avatar": "anchor"}', "invalid")
         unknown = set(body) - set(SPEC_FIELDS)
@@ -65,27 +75,44 @@ class SessionSpec:
         avatar = body.get("avatar")
         if not isinstance(avatar, str) or not AVATAR_NAME.fullmatch(avatar):
             raise SessionError('"avatar" (a registered avatar\'s name: letters, digits, ".", "_", "-") is required', "invalid")
-        rtmp = body.get("rtmp", [])
-        rtmp = [rtmp] if isinstance(rtmp, str) else rtmp
-        if not isinstance(rtmp, list) or not all(isinstance(u, str) and u.startswith(("rtmp://", "rtmps://")) for u in rtmp):
-            raise SessionError('"rtmp" is an rtmp:// URL or a list of them', "invalid")
-        mp4 = body.get("mp4")
-        if mp4 is not None and not isinstance(mp4, str):
-            raise SessionError('"mp4" is a file path', "invalid")
-        preview = body.get("preview", False)
+        try:
+            rtmp = check_rtmp_urls(body.get("rtmp", []))
+            mp4, recording = body.get("mp4"), None
+            if mp4 is not None:
+                recording = str(recording_path(mp4, recordings))
+            controls = check_changes(body["controls"]) if body.get("controls") is not None else None
+        except TargetError as exc:
+            raise SessionError(str(exc), "invalid") from None
+        except ControlError as exc:
+            raise SessionError(f'"controls": {exc}', "invalid") from None
         latency = body.get("latency", FAITHFUL.name)
-        if latency not in MODES:
-            raise SessionError(f'"latency" is one of {", ".join(MODES)}, got {latency!r}', "invalid")
-        overlap, seed = body.get("overlap", MODES[latency].overlap), body.get("seed", 0)
+        try:
+            latency = latency_mode(latency).name
+        except ValueError:
+            raise SessionError(f'"latency" is one of {", ".join(MODES)}, got {latency!r}', "invalid") from None
+        preview = body.get("preview", False)
         if not isinstance(preview, bool):
             raise SessionError('"preview" is true or false', "invalid")
+        overlap, seed = body.get("overlap", MODES[latency].overlap), body.get("seed", 0)
         for key, value, low, high in (("overlap", overlap, 0, 79), ("seed", seed, 0, 2**31 - 1)):
             if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
                 raise SessionError(f'"{key}" is an integer from {low} to {high}, got {value!r}', "invalid")
-        controls = body.get("controls")
-        if controls is not None and not isinstance(controls, dict):
-            raise SessionError('"controls" is an object of control fields (see engine.controls)', "invalid")
-        return cls(avatar, tuple(rtmp), mp4, preview, overlap, seed, controls, latency)
+        return cls(avatar, rtmp, mp4, preview, overlap, seed, controls, latency, recording)
+
+
+def recording_path(name: Any, recordings: Path | None) -> Path:
+    """Where MP4 target ``name`` is written: inside the server's recordings folder; TargetError when it has none."""
+    if recordings is None:
+        raise TargetError("mp4", "this server records no files; start it with --recordings DIR")
+    return resolve_mp4_target(name, recordings)
+
+
+def parse_body(text: str) -> Any:
+    """A request body as JSON nested at most MAX_BODY_DEPTH deep; SessionError(invalid) otherwise."""
+    try:
+        return load_json(text, MAX_BODY_DEPTH, "the request body")
+    except ValueError as exc:
+        raise SessionError(f"the request body is JSON: {exc}", "invalid") from None
 
 
 @dataclass
@@ -168,8 +195,8 @@ class RemoteSession:
                         raise
                     await asyncio.sleep(BACKPRESSURE_WAIT)
 
-    async def update_controls(self, **changes: Any) -> dict[str, Any]:
-        """Change some controls; the fields as now in force."""
+    async def update_controls(self, /, **changes: Any) -> dict[str, Any]:
+        """Change some controls; the fields as now in force (``self`` positional-only: a control may be called so)."""
         return (await self._core.request(UpdateControls(self.id, changes))).applied
 
     async def interrupt(self) -> int | None:
@@ -212,7 +239,7 @@ class BlockingSession:
 
         self._run(self._remote.push_audio(to_float_mono(pcm, channels), sample_rate))
 
-    def update_controls(self, **changes: Any) -> dict[str, Any]:
+    def update_controls(self, /, **changes: Any) -> dict[str, Any]:
         return self._run(self._remote.update_controls(**changes))
 
     def interrupt(self) -> int | None:

@@ -23,7 +23,7 @@ from aiohttp import web
 
 from serving.http import create_service_app
 from serving.service import Service, ServiceOptions
-from serving.sessions import SessionSpec
+from serving.sessions import SessionError, SessionSpec
 from tests.streaming.conftest import free_port
 
 pytestmark = pytest.mark.slow
@@ -31,9 +31,13 @@ RUNTIME = "tests.streaming.synthetic_runtime:build"
 
 
 @contextlib.asynccontextmanager
-async def running(workers: int = 2, admission: bool = True) -> AsyncIterator[tuple[Service, aiohttp.ClientSession, str]]:
-    """A started service with its HTTP API on a free port, and a client; everything stopped on the way out."""
-    service = Service(ServiceOptions(workers=workers, admission=admission, runtime=RUNTIME))
+async def running(
+    workers: int = 2, admission: bool = True, recordings: Path | None = None
+) -> AsyncIterator[tuple[Service, aiohttp.ClientSession, str]]:
+    """A started service with its HTTP API on a free port, and a client; everything stopped on the way out.
+    ``recordings``: the folder sessions record their MP4 names into (None: the server records no files)."""
+    options = ServiceOptions(workers=workers, admission=admission, runtime=RUNTIME, recordings=recordings and str(recordings))
+    service = Service(options)
     await service.start()
     runner = web.AppRunner(create_service_app(service))
     await runner.setup()
@@ -64,13 +68,13 @@ def test_sessions_of_two_avatars_come_and_go_through_the_api(tmp_path: Path, cap
     caplog.set_level(logging.INFO, "serving.service")
 
     async def scenario() -> None:
-        async with running() as (service, http, base):
+        async with running(recordings=tmp_path) as (service, http, base):
             timeline = next(r.getMessage() for r in caplog.records if r.getMessage().startswith("service ready"))
             assert "engine core spawned" in timeline and "imported" in timeline and timeline.endswith("s") and "2 output worker(s) ready" in timeline
             assert (await (await http.get(f"{base}/sessions")).json())["sessions"] == []
             made = []
             for avatar in ("anna", "ben"):
-                response = await http.post(f"{base}/sessions", json={"avatar": avatar, "mp4": str(tmp_path / f"{avatar}.mp4")})
+                response = await http.post(f"{base}/sessions", json={"avatar": avatar, "mp4": f"{avatar}.mp4"})
                 assert response.status == 201, await response.text()
                 made.append(await response.json())
             anna, ben = (m["id"] for m in made)
@@ -133,6 +137,49 @@ def test_bad_requests_get_clear_answers_and_capacity_is_a_503() -> None:
             assert response.status == 503 and "at most 4" in await response.text()
 
     asyncio.run(scenario())
+
+
+def test_hostile_session_requests_get_a_400_naming_the_field_and_record_only_new_files_inside_the_folder(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "taken.mp4").write_bytes(b"someone's file")
+    deep = "[" * 100_000 + "]" * 100_000
+
+    async def scenario() -> None:
+        async with running(workers=1, recordings=tmp_path) as (service, http, base):
+            for body, text in [
+                ({"avatar": "anna", "mp4": "../out.mp4"}, '"mp4"'),
+                ({"avatar": "anna", "mp4": "/tmp/out.mp4"}, '"mp4"'),
+                ({"avatar": "anna", "mp4": "taken.mp4"}, "never replaces"),
+                ({"avatar": "anna", "rtmp": ["rtmp://h/a/k"] * 9}, '"rtmp": at most 8'),
+                ({"avatar": "anna", "rtmp": "rtmp://h/a/k\nforged log line"}, '"rtmp"'),
+                ({"avatar": "anna", "controls": {"self": 1}}, '"controls"'),
+                ({"avatar": "anna", "controls": {"yaw": "x"}}, '"controls"'),
+                ({"avatar": "anna", "latency": []}, '"latency"'),
+                ({"avatar": "anna", "latency": {}}, '"latency"'),
+                ({"avatar": "anna", "overlap": 1e23}, '"overlap"'),
+                ([{"avatar": "anna"}], "JSON object"),
+            ]:
+                response = await http.post(f"{base}/sessions", json=body)
+                assert response.status == 400 and text in await response.text(), (body, await response.text())
+            response = await http.post(f"{base}/sessions", data=deep, headers={"Content-Type": "application/json"})
+            assert response.status == 400 and "nested" in await response.text()
+            assert (tmp_path / "taken.mp4").read_bytes() == b"someone's file"
+
+            made = await (await http.post(f"{base}/sessions", json={"avatar": "anna", "mp4": "day/one.mp4"})).json()
+            assert made["outputs"]["mp4"] == "day/one.mp4", "the client's name is shown, never the server's path"
+            with pytest.raises(SessionError, match="unknown control"):
+                await service.sessions[made["id"]].audio.update_controls(**{"self": 1})
+            await until(lambda: _more(http, base, made["id"], 5))
+            assert (await http.delete(f"{base}/sessions/{made['id']}")).status == 200
+        assert (tmp_path / "day" / "one.mp4").stat().st_size > 0
+
+    asyncio.run(scenario())
+
+
+def test_a_server_without_a_recordings_folder_records_no_files() -> None:
+    with pytest.raises(SessionError, match='"mp4": this server records no files; start it with --recordings DIR'):
+        SessionSpec.from_json({"avatar": "anna", "mp4": "out.mp4"})
 
 
 def test_an_overloaded_session_sheds_frames_and_its_stream_keeps_wall_time() -> None:
@@ -229,7 +276,7 @@ def test_sessions_created_and_deleted_leave_the_workers_memory_flat(tmp_path: Pa
             for i in range(51):
                 if i in (30, 50):  # after the first sessions' allocations have settled
                     sizes.append(resident_mb(pid))
-                session = await service.create(SessionSpec("anna", mp4=str(tmp_path / f"{i % 2}.mp4")))
+                session = await service.create(SessionSpec("anna", mp4=f"{i}.mp4", recording=str(tmp_path / f"{i}.mp4")))
                 deadline = time.monotonic() + 30
                 while not session.output_stats.get("frames_released"):
                     assert time.monotonic() < deadline, f"session {i} released no frame within 30 s: {session.output_stats}"
