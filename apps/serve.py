@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 from apps.control_flags import add_control_arguments, control_changes
 from engine.latency import FAITHFUL, MODES
 from engine.timebase import DEFAULT_STEPS
-from serving.access import is_loopback
+from serving.access import is_loopback, origin_name
 from serving.server import AVATAR_AT_START, ServerOptions, SessionsAtStart, serve
 from serving.service import ServiceOptions
 from serving.timeline import process_started
@@ -96,6 +96,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--encoder", choices=ENCODERS, default="auto", help="H.264 encoder; the service's output workers encode with x264 (see README)"
     )
     parser.add_argument("--token", help="required from viewers and pushers; generated when binding beyond loopback without one")
+    parser.add_argument(
+        "--allow-origin", metavar="ORIGIN", action="append", default=[], type=origin_argument,
+        help="a page of another origin (https://player.example) that may use the API and WHEP from a browser "
+        "(CORS; repeatable; default: none)",
+    )
     parser.add_argument("--checkpoints", type=Path, help="official checkpoints folder (default: random stand-in weights)")
     parser.add_argument("--device", help="cuda or cpu (default: cuda when available)")
     parser.add_argument(
@@ -135,6 +140,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
+def origin_argument(text: str) -> str:
+    """An ``--allow-origin`` value as browsers send it in ``Origin``."""
+    try:
+        return origin_name(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def default_workers() -> int:
     """Half the cores, at least 1, at most 8: each worker is a process with its encoders' threads."""
     return max(1, min(8, (os.cpu_count() or 2) // 2))
@@ -165,7 +178,7 @@ def server_options(args: argparse.Namespace) -> ServerOptions:
         avatars={AVATAR_AT_START: None if args.demo else args.avatar} if at_start else {},
         loopback_only=is_loopback(host), recordings=recordings and str(recordings), launched=process_started(),
     )
-    return ServerOptions(service, host, port, args.token, at_start, duration)
+    return ServerOptions(service, host, port, args.token, at_start, tuple(args.allow_origin), duration)
 
 
 def recordings_and_name(recordings: Path | None, mp4: Path | None) -> tuple[Path | None, str | None]:

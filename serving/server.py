@@ -22,8 +22,10 @@ from serving.access import resolve_token
 from serving.http import app_runner, create_service_app
 from serving.service import Service, ServiceOptions
 from serving.sessions import SessionError, SessionSpec, recording_path
-from streaming.targets import TargetError
+from streaming.targets import TargetError, masked_rtmp_url
 
+TOKEN_SHOWN = "TOKEN"
+"""What the printed URLs carry in place of the token: a log is no place for it (a generated one is printed once)."""
 AVATAR_AT_START = "anchor"
 """The name the avatar given at start (``--avatar`` or ``--demo``) is served under."""
 
@@ -69,6 +71,8 @@ class ServerOptions:
     token: str | None = None
     """Required from every client; None: none on loopback, one generated (and printed) beyond it."""
     at_start: SessionsAtStart | None = None
+    allow_origins: tuple[str, ...] = ()
+    """Pages of other origins (``https://player.example``) that may use the API and WHEP from a browser."""
     duration: float | None = None
     """Stop this many seconds after the first frame is out; None: when every session opened at start has ended."""
 
@@ -104,7 +108,9 @@ async def serve(options: ServerOptions) -> int:
         print(f"the service could not start: {started.exception()}", file=sys.stderr)
         await service.close()
         return 1
-    app = create_service_app(service, token, RANDOM_WEIGHTS_NOTICE if random_weights else "", bound=(host, port))
+    app = create_service_app(service, token, RANDOM_WEIGHTS_NOTICE if random_weights else "", bound=(host, port),
+        origins=options.allow_origins,
+    )
     runner = app_runner(app)
     await runner.setup()
     await web.TCPSite(runner, host, port).start()
@@ -193,11 +199,11 @@ def _announce(
     service: Service,
 ) -> None:
     shown = f"[{host}]" if ":" in host else host
-    suffix = f"?token={token}" if token else ""
-    also = f"&token={token}" if token else ""
+    suffix = f"?token={TOKEN_SHOWN}" if token else ""
+    also = f"&token={TOKEN_SHOWN}" if token else ""
     capacity = service.capacity()
     if generated:
-        print(f"token (give it to viewers and pushers): {token}", file=sys.stderr)
+        print(f"token (give it to viewers and pushers; {TOKEN_SHOWN} below): {token}", file=sys.stderr)
     print(
         f"service: {service.core_info.device}, admits {capacity['admitted']} live session(s) "
         f"(GPU {capacity['runtime']}, outputs {capacity['outputs']}); sessions: http://{shown}:{port}/sessions{suffix}",
@@ -210,5 +216,5 @@ def _announce(
             print(f"push:    ws://{shown}:{port}/push?session={session.id}{also}", file=sys.stderr)
     if at_start is not None and at_start.rtmp and sessions:
         others = f" (sessions 1 to {at_start.count - 1}: the same URL ending -1, -2, ...)" if at_start.count > 1 else ""
-        print(f"rtmp:    {at_start.rtmp}{others}", file=sys.stderr)
+        print(f"rtmp:    {masked_rtmp_url(at_start.rtmp)}{others}", file=sys.stderr)
     print(f"metrics: http://{shown}:{port}/metrics{suffix}", file=sys.stderr)

@@ -22,7 +22,7 @@ from engine.nesting import load_json
 from serving.ipc import ServiceError
 from serving.protocol import EndSegment, EndSession, Interrupt, PushAudio, UpdateControls
 from streaming.sinks.webrtc import WebRtcPreview
-from streaming.targets import TargetError, check_rtmp_urls, resolve_mp4_target
+from streaming.targets import TargetError, check_rtmp_urls, masked_rtmp_url, resolve_mp4_target
 
 if TYPE_CHECKING:
     from serving.client import CoreClient
@@ -149,14 +149,15 @@ class ServedSession:
         return self.audio
 
     def describe(self) -> dict[str, Any]:
-        """The session as ``GET /sessions/{id}`` shows it (URLs are added by the API, which knows the host)."""
+        """The session as ``GET /sessions/{id}`` shows it (URLs are added by the API, which knows the host); RTMP URLs
+        with their stream keys masked (any client of the API may list every session)."""
         return {
             "id": self.id,
             "state": self.state,
             "error": self.error,
             "avatar": self.spec.avatar,
             "size": [self.width, self.height],
-            "outputs": {"rtmp": list(self.spec.rtmp), "mp4": self.spec.mp4, "preview": self.spec.preview},
+            "outputs": {"rtmp": [masked_rtmp_url(url) for url in self.spec.rtmp], "mp4": self.spec.mp4, "preview": self.spec.preview},
             "latency": self.spec.latency,
             "overlap": self.spec.overlap if self.spec.overlap is not None else MODES[self.spec.latency].overlap,
             "seed": self.spec.seed,
