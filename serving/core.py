@@ -127,9 +127,19 @@ class EngineCore:
             while not self._stopping.is_set() and os.getppid() == parent:
                 if not router.poll(200):
                     continue
-                peer, number, data = router.recv_multipart()
+                frames = router.recv_multipart()
+                if len(frames) != 3:  # [peer, number, message]: anything else has no one to answer
+                    log.warning("core: dropped a malformed request of %d frame(s)", len(frames))
+                    continue
+                peer, number, data = frames
                 try:
-                    reply = self.handle(decode(data))
+                    request = decode(data)
+                except ValueError as exc:
+                    log.warning("core: dropped an undecodable request: %s", exc)
+                    router.send_multipart([peer, number, encode(Refused(str(exc), "invalid"))])
+                    continue
+                try:
+                    reply = self.handle(request)
                 except Exception as exc:
                     log.exception("core: request failed")
                     reply = Refused(f"{type(exc).__name__}: {exc}", "internal")

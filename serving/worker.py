@@ -187,9 +187,16 @@ class Worker:
                 if self.inbox.poll(50):
                     while True:
                         try:
-                            self.handle(decode(self.inbox.recv(zmq.NOBLOCK)))
+                            message = decode(self.inbox.recv(zmq.NOBLOCK))
                         except zmq.Again:
                             break
+                        except ValueError as exc:
+                            log.warning("worker %d: dropped an undecodable message: %s", self.index, exc)
+                            continue
+                        if not isinstance(message, ToWorker):
+                            log.warning("worker %d: dropped a %s (not a worker's message)", self.index, type(message).__name__)
+                            continue
+                        self.handle(message)
                 self._reap()
                 if time.monotonic() >= next_stats:
                     next_stats += STATS_EVERY

@@ -182,6 +182,38 @@ def test_a_server_without_a_recordings_folder_records_no_files() -> None:
         SessionSpec.from_json({"avatar": "anna", "mp4": "out.mp4"})
 
 
+def test_malformed_messages_on_the_internal_sockets_are_dropped_and_every_process_goes_on() -> None:
+    import zmq
+
+    from serving.protocol import Hello, encode
+
+    async def scenario() -> None:
+        async with running(workers=1) as (service, http, base):
+            session_id = (await (await http.post(f"{base}/sessions", json={"avatar": "anna"})).json())["id"]
+            context = zmq.Context()
+            try:
+                core = context.socket(zmq.DEALER)
+                core.connect(service.core._socket.getsockopt_string(zmq.LAST_ENDPOINT))
+                core.send(b"one frame, no number")
+                core.send_multipart([b"\x00" * 8, b"not msgpack"])
+                assert core.poll(5000), "the core answers an undecodable request"
+                worker = context.socket(zmq.PUSH)
+                worker.connect(service._workers[0].address)
+                for junk in (b"not msgpack", b"\x92\xa3Bad\x80", encode(Hello())):
+                    worker.send(junk)
+                await asyncio.sleep(1.0)
+                core.close(0)
+                worker.close(0)
+            finally:
+                context.term()
+            assert service._core.poll() is None and service._workers[0].process.poll() is None, "nobody died"
+            before = await released(http, base, session_id)
+            await until(lambda: _more(http, base, session_id, before + 10))
+            assert (await http.post(f"{base}/sessions", json={"avatar": "ben"})).status == 201
+
+    asyncio.run(scenario())
+
+
 def test_an_overloaded_session_sheds_frames_and_its_stream_keeps_wall_time() -> None:
     async def scenario() -> None:
         async with running(workers=1) as (service, http, base):
