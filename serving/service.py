@@ -341,9 +341,10 @@ class Service:
                 session.core_stats = stats or session.core_stats
                 if error is not None and session.state != "ending":
                     session.state, session.error = "failed", error
-            case OutputFailed(message=text):
-                log.error("session %s: %s", session.id, text)
-                session.error = text
+            case OutputFailed(sink=sink, message=text):
+                log.error("session %s: its %s output failed: %s", session.id, sink, text)
+                session.error = f"{sink}: {text}"
+                session.audio.playback({"type": "output_failed", "sink": sink, "message": text})
             case OutputsClosed(stats=stats):
                 session.output_stats = stats or session.output_stats
                 if session.state == "live":  # its outputs closed on their own (a ring it could not attach): end it

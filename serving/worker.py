@@ -256,24 +256,28 @@ class Worker:
             stream.source = RingSource(FrameRing(ring.ring, ring.width, ring.height, ring.slots))
         except (OSError, ValueError) as exc:
             # The core frees a ring when its session ends: one deleted before this worker caught up has none left.
-            self.emit(OutputFailed(stream.id, f"cannot attach the frame ring: {exc}"))
+            self.emit(OutputFailed(stream.id, "ring", f"cannot attach the frame ring: {exc}"))
             self.emit(OutputsClosed(stream.id, {}))
             self.streams.pop(stream.id, None)
             return
         spec = stream.outputs
-        output = SessionOutput(stream.source, encoder="x264", settings=H264Settings(), name=stream.id)
+        output = SessionOutput(
+            stream.source, encoder="x264", settings=H264Settings(), name=stream.id,
+            on_sink_failed=lambda sink, message: self.emit(OutputFailed(stream.id, sink, message)),
+        )
         stream.playback = PlaybackEvents(lambda event: self.emit(playback(stream.id, event)))
         output.add_sink(stream.playback)
-        try:
-            for url in spec.rtmp:
-                output.add_sink(RtmpSink(url, output.request_keyframe))
-            if spec.mp4:
-                output.add_sink(Mp4Sink(spec.mp4, output.request_keyframe))
-            if spec.preview:
-                stream.relay = PreviewRelay(stream.id, self.emit)
-                output.add_sink(stream.relay)
-        except ValueError as exc:
-            self.emit(OutputFailed(stream.id, str(exc)))
+        sinks = [("rtmp", lambda url=url: RtmpSink(url, output.request_keyframe)) for url in spec.rtmp]
+        if spec.mp4:
+            sinks.append(("mp4", lambda: Mp4Sink(spec.mp4, output.request_keyframe)))
+        for name, make in sinks:
+            try:
+                output.add_sink(make())
+            except (OSError, ValueError) as exc:
+                self.emit(OutputFailed(stream.id, name, str(exc)))
+        if spec.preview:
+            stream.relay = PreviewRelay(stream.id, self.emit)
+            output.add_sink(stream.relay)
         stream.output = output.start()
         for message in stream.early:
             self.handle(message)

@@ -214,6 +214,24 @@ def test_malformed_messages_on_the_internal_sockets_are_dropped_and_every_proces
     asyncio.run(scenario())
 
 
+def test_a_failed_recording_is_told_to_pushers_and_shown_while_the_session_goes_on(tmp_path: Path) -> None:
+    (tmp_path / "blocked").write_bytes(b"a file where the recording's folder would be")
+
+    async def scenario() -> None:
+        async with running(workers=1, recordings=tmp_path) as (service, http, base):
+            created = await http.post(f"{base}/sessions", json={"avatar": "crawl", "mp4": "blocked/rec.mp4"})
+            assert created.status == 201, "the name is fine; the file cannot be created"
+            session_id = (await created.json())["id"]
+            async with http.ws_connect(f"{base}/push?session={session_id}") as ws:
+                event = await ws.receive_json(timeout=15)
+                assert event["type"] == "output_failed" and event["sink"] == "mp4" and event["message"], event
+            body = await (await http.get(f"{base}/sessions/{session_id}")).json()
+            assert body["state"] == "live" and body["error"].startswith("mp4: "), body
+            await until(lambda: _more(http, base, session_id, 50))
+
+    asyncio.run(scenario())
+
+
 def test_an_overloaded_session_sheds_frames_and_its_stream_keeps_wall_time() -> None:
     async def scenario() -> None:
         async with running(workers=1) as (service, http, base):
