@@ -400,6 +400,7 @@ class Service:
         self.core.fail_all(SessionError(self.failure, "closed"))
         for session in self._live():
             session.state, session.error = "failed", self.failure
+            session.audio.fail(self.failure)
             self._to_worker(session, RemoveStream(session.id))
             session.closed.set()
         self.failed.set()
@@ -426,6 +427,7 @@ class Service:
             session = self.sessions.get(session_id)
             if session is not None and session.live:
                 session.state, session.error = "failed", message
+                session.audio.fail(message)
                 session.closed.set()
                 asyncio.ensure_future(self._close_quietly(session_id))
         worker.inbox.close()

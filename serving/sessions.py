@@ -180,6 +180,8 @@ class RemoteSession:
         self._core, self.id, self._loop = core, session_id, loop
         self.latency = latency
         self._listeners: list[Callable[[dict[str, Any]], None]] = []
+        self._unfinished: dict[int, float | None] = {}
+        """Segments told of but not finished -> when their playback started (None: not yet): finished on a failure."""
 
     async def push_audio(self, pcm: np.ndarray, sample_rate: int) -> None:
         """Queue mono float32 PCM at ``sample_rate``, in pieces of at most PUSH_SPLIT_SECONDS."""
@@ -206,7 +208,10 @@ class RemoteSession:
 
     async def end_segment(self) -> int | None:
         """Close the speech segment pushed since the last close; its number (None: nothing was pushed since)."""
-        return (await self._core.request(EndSegment(self.id))).segment
+        segment = (await self._core.request(EndSegment(self.id))).segment
+        if segment is not None:
+            self._unfinished.setdefault(segment, None)
+        return segment
 
     async def end(self) -> None:
         await self._core.request(EndSession(self.id))
@@ -218,8 +223,21 @@ class RemoteSession:
 
     def playback(self, event: dict[str, Any]) -> None:
         """Hand one playback event from the session's worker to every listener."""
+        if event["type"] == "playback_started":
+            self._unfinished[event["segment"]] = time.monotonic()
+        elif event["type"] == "playback_finished":
+            self._unfinished.pop(event["segment"], None)
         for listener in tuple(self._listeners):
             listener(event)
+
+    def fail(self, reason: str) -> None:
+        """The session failed (its worker or the core died): finish every open segment, as interrupted, and tell the
+        listeners, whose sockets then close; no event of the session follows."""
+        for segment, started in sorted(self._unfinished.items()):
+            position = 0.0 if started is None else round(time.monotonic() - started, 2)
+            self.playback({"type": "playback_finished", "segment": segment, "position": position, "interrupted": True})
+        self.playback({"type": "session_failed", "message": reason})
+        self._listeners.clear()
 
     def blocking(self) -> BlockingSession:
         """The same session for threads (the file and microphone sources): each call waits for the event loop."""

@@ -254,7 +254,20 @@ def test_a_dead_output_worker_fails_only_its_sessions() -> None:
             second = (await (await http.post(f"{base}/sessions", json={"avatar": "anna"})).json())["id"]
             assert service.sessions[first].worker != service.sessions[second].worker
             await until(lambda: _more(http, base, second, 5))
-            os.kill(service._workers[service.sessions[first].worker].process.pid, signal.SIGKILL)
+            async with http.ws_connect(f"{base}/push?session={first}") as ws:
+                await ws.send_json({"type": "format", "sample_rate": 16000, "channels": 1, "encoding": "s16le"})
+                assert (await ws.receive_json(timeout=5))["type"] == "ready"
+                await ws.send_bytes(b"\x00\x10" * 16000 * 5)  # 5 s, cut by the worker's death
+                await ws.send_json({"type": "end_of_segment"})
+                assert (await ws.receive_json(timeout=5)) == {"type": "end_of_segment", "segment": 0}
+                assert (await ws.receive_json(timeout=5)) == {"type": "playback_started", "segment": 0}
+                os.kill(service._workers[service.sessions[first].worker].process.pid, signal.SIGKILL)
+                finished = await ws.receive_json(timeout=5)
+                assert finished["type"] == "playback_finished" and finished["segment"] == 0 and finished["interrupted"]
+                failed = await ws.receive_json(timeout=5)
+                assert failed["type"] == "session_failed" and "output worker" in failed["message"]
+                closing = await ws.receive(timeout=5)
+                assert closing.type == aiohttp.WSMsgType.CLOSE and closing.data == 1011 and "output worker" in closing.extra
             await until(lambda: _state(http, base, first, "failed"))
             body = await (await http.get(f"{base}/sessions/{first}")).json()
             assert "output worker" in body["error"]
