@@ -43,6 +43,8 @@ from streaming.frame_ring import HEADER_BYTES, FrameRing
 log = logging.getLogger("ditto.core")
 PUBLISH_POLL = 0.003
 """Seconds the publisher sleeps when no frame is ready (frames are ready a lead of 100+ ms before they are due)."""
+RUNTIME_CLOSE_WAIT = 2.0
+"""Seconds a stopping core waits for its runtime's loop to finish its tick."""
 
 
 @dataclass
@@ -148,10 +150,19 @@ class EngineCore:
             self._stopping.set()
             publisher.join(5)
             router.close()
-            self.runtime.close()
+            self._close_runtime()
             for core_session in list(self.sessions.values()):
                 self._release_ring(core_session)
             self.context.term()
+
+    def _close_runtime(self) -> None:
+        """Close the runtime, waiting at most RUNTIME_CLOSE_WAIT: its loop may be inside a tick that takes a minute on
+        a CPU, and nothing of it is worth waiting for when the process ends (the loop's thread is a daemon)."""
+        closing = threading.Thread(target=self.runtime.close, name="ditto-runtime-close", daemon=True)
+        closing.start()
+        closing.join(RUNTIME_CLOSE_WAIT)
+        if closing.is_alive():
+            log.info("core: the runtime is inside a long tick; stopping without waiting for it")
 
     def handle(self, request: CoreRequest) -> CoreReply:
         """One request -> its reply (``Refused`` with its kind: admission, not_found, invalid, closed, backpressure)."""

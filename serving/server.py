@@ -9,7 +9,9 @@ the service its own way (``cluster/``).
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
+import socket
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -92,6 +94,12 @@ async def serve(options: ServerOptions) -> int:
         )
     host, port = options.host, options.port
     token, generated = resolve_token(host, options.token)
+    try:
+        listening = listen(host, port)
+    except OSError as exc:
+        reason = os.strerror(exc.errno) if exc.errno else str(exc)
+        print(f"error: cannot serve on {host}:{port}: {reason} (another server there? use --http)", file=sys.stderr)
+        return 1
     service = Service(options.service)
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
@@ -102,10 +110,12 @@ async def serve(options: ServerOptions) -> int:
     if not started.done():
         print("stopping during start-up: ending the engine core and the output workers...", file=sys.stderr)
         started.cancel()
+        listening.close()
         await service.close()
         return 130
     if started.exception() is not None:
         print(f"the service could not start: {started.exception()}", file=sys.stderr)
+        listening.close()
         await service.close()
         return 1
     app = create_service_app(service, token, RANDOM_WEIGHTS_NOTICE if random_weights else "", bound=(host, port),
@@ -113,7 +123,7 @@ async def serve(options: ServerOptions) -> int:
     )
     runner = app_runner(app)
     await runner.setup()
-    await web.TCPSite(runner, host, port).start()
+    await web.SockSite(runner, listening).start()
     try:
         sessions, sources = await _open_at_start(options.at_start, service)
     except (SessionError, TargetError) as exc:
@@ -138,6 +148,12 @@ async def serve(options: ServerOptions) -> int:
         print(f"error: {failure}", file=sys.stderr)
         return 3
     return 0
+
+
+def listen(host: str, port: int) -> socket.socket:
+    """The server's listening socket, bound before the engine starts: a busy port fails at once, not after warm-up."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    return socket.create_server((host, port), family=family, backlog=128)
 
 
 async def _open_at_start(at_start: SessionsAtStart | None, service: Service) -> tuple[list, list]:

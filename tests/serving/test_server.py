@@ -7,6 +7,7 @@ import contextlib
 import dataclasses
 import os
 import signal
+import socket
 import time
 import types
 
@@ -85,7 +86,9 @@ def test_serve_opens_its_sessions_through_the_service_and_ends_with_them(nginx_r
     assert got.indices == list(range(got.indices[0], got.indices[0] + len(got.indices)))
 
 
-@pytest.mark.parametrize("runtime, while_", [(RUNTIME + "_slowly", "warming up"), (RUNTIME, "serving")])
+@pytest.mark.parametrize(
+    "runtime, while_", [(RUNTIME + "_slowly", "warming up"), (RUNTIME, "serving"), (RUNTIME[: -len("build")] + "build_busy", "serving")]
+)
 def test_ctrl_c_stops_the_server_within_seconds(runtime: str, while_: str) -> None:
     """Issue 28: Ctrl-C was ignored for 40 s or more during start-up and took 60-110 s after it."""
     argv = ["--avatar", "anna.png", "--sessions", "2", "--device", "cpu", "--output-workers", "1"]
@@ -119,3 +122,14 @@ def test_duration_counts_from_the_first_frame_out() -> None:
         return time.monotonic() - started
 
     assert 0.2 < asyncio.run(run()) < 1.0
+
+
+def test_a_busy_port_fails_in_one_line_before_the_engine_starts(capsys: pytest.CaptureFixture) -> None:
+    port = free_port()
+    options = synthetic(["--avatar", "anna.png", "--device", "cpu", "--http", f"127.0.0.1:{port}"], f"{RUNTIME}_slowly")
+    with socket.create_server(("127.0.0.1", port)):
+        started = time.monotonic()
+        assert asyncio.run(server_module.serve(options)) == 1
+        assert time.monotonic() - started < 2, "no engine was started to find out"
+    errors = [line for line in capsys.readouterr().err.splitlines() if "error" in line]
+    assert errors == [f"error: cannot serve on 127.0.0.1:{port}: Address already in use (another server there? use --http)"]
