@@ -49,6 +49,8 @@ UTILIZATION = 0.8
 """Share of a frame period an output worker's encoders may fill (as the runtime admits against 0.8 of each hop)."""
 DELETE_TIMEOUT = 10.0
 DEGRADED_SHARE = 0.1
+BEHIND_SECONDS = 5.0
+"""A session whose newest frame is further than this behind its live clock is logged once as behind real time."""
 KEPT_ENDED = 100
 
 
@@ -194,7 +196,7 @@ class Service:
     # -- sessions ---------------------------------------------------------------------------
 
     def capacity(self) -> dict[str, int | None]:
-        """Live sessions the service serves in real time: the GPU's (measured at the core's warm-up), the outputs'
+        """Live sessions the service serves in real time: the device's (measured at the core's warm-up), the outputs'
         (the workers' measured encode cost), and the smaller, which is what it admits."""
         runtime = self.core_info.capacity if self.core_info is not None else None
         outputs = sum(w.slots() for w in self._workers if w.process.poll() is None)
@@ -362,16 +364,27 @@ class Service:
         slots = stats.get("frames_released", 0) - before.get("frames_released", 0)
         repeats = stats.get("repeated", 0) - before.get("repeated", 0)
         session.output_stats = stats
+        behind = stats.get("behind_seconds", 0.0) > BEHIND_SECONDS
+        if behind and not session.behind:
+            log.warning(
+                "session %s is %.0f s behind real time: %s renders slower than real time, so what is pushed now is "
+                "shown that much later", session.id, stats["behind_seconds"], self._device(),
+            )
+        session.behind = behind
         degraded = slots > 0 and repeats > DEGRADED_SHARE * slots
         if degraded != session.degraded:
             session.degraded = degraded
             if degraded:
                 log.warning(
                     "session %s is shedding: %d of its last %d frames were repeats (its frames are not ready in time: "
-                    "more sessions than the GPU serves)", session.id, repeats, slots,
+                    "more sessions than %s serves)", session.id, repeats, slots, self._device(),
                 )
             else:
                 log.info("session %s keeps up again", session.id)
+
+    def _device(self) -> str:
+        """The device the core runs on, as the log names it: "the CPU" or "the GPU"."""
+        return "the CPU" if self.options.device == "cpu" else "the GPU"
 
     def _prune(self) -> None:
         """Keep the records of the last KEPT_ENDED sessions that ended (GET shows how they ended), not of every one."""

@@ -134,7 +134,9 @@ class ServedSession:
     closed: asyncio.Event = field(default_factory=asyncio.Event)
     push: bool = True
     degraded: bool = False
-    """Over the last second more than DEGRADED_SHARE of its output slots were repeats: the GPU cannot keep up with it."""
+    """Over the last second more than DEGRADED_SHARE of its output slots were repeats: the device cannot keep up."""
+    behind: bool = False
+    """Its newest rendered frame is more than BEHIND_SECONDS behind its live clock (said once in the log)."""
 
     @property
     def name(self) -> str:
@@ -163,6 +165,7 @@ class ServedSession:
             "seed": self.spec.seed,
             "created_at": self.created_at,
             "degraded": self.degraded,
+            "behind_seconds": self.output_stats.get("behind_seconds", 0.0),
             "counters": {**self.core_stats, **{k: v for k, v in self.output_stats.items() if k != "sinks"}},
             "sinks": self.output_stats.get("sinks", {}),
         }

@@ -78,6 +78,7 @@ class RingSource:
         self._anchor: float | None = None
         self._ended = False
         self.overwritten = 0
+        self._newest: int | None = None
 
     @property
     def clock_anchor(self) -> float | None:
@@ -92,6 +93,7 @@ class RingSource:
             return
         with self._changed:
             self._anchor = anchor
+            self._newest = index
             self._frames.append(RingFrame(index, copied[0], copied[1], speech, segment))
             self._changed.notify_all()
 
@@ -108,8 +110,15 @@ class RingSource:
                 raise TimeoutError
             return self._frames.popleft() if self._frames else None
 
-    def stats(self) -> dict[str, int]:
-        return {"ring_overwritten": self.overwritten}
+    def behind_seconds(self) -> float:
+        """How far the newest rendered frame is behind the session's live clock (0 before the first frame): a device
+        slower than real time (a CPU) leaves it growing, and speech pushed now is shown that much later."""
+        if self._anchor is None or self._newest is None:
+            return 0.0
+        return round(max(0.0, time.monotonic() - self._anchor - self._newest / FPS), 2)
+
+    def stats(self) -> dict[str, float]:
+        return {"ring_overwritten": self.overwritten, "behind_seconds": self.behind_seconds()}
 
 
 class PreviewRelay:

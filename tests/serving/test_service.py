@@ -243,6 +243,10 @@ def test_an_overloaded_session_sheds_frames_and_its_stream_keeps_wall_time() -> 
             assert body["counters"]["frames_released"] - start >= 45, "the output clock holds 25 fps"
             assert body["counters"]["repeated"] >= 15, "half the slots have no frame: shed and counted"
             assert body["degraded"], "and the session is reported as shedding"
+            assert body["behind_seconds"] >= 0.5, "its renders fall behind its live clock, and GET says how far"
+            await asyncio.sleep(1.0)
+            later = await (await http.get(f"{base}/sessions/{session['id']}")).json()
+            assert later["behind_seconds"] >= body["behind_seconds"] + 0.3, (body["behind_seconds"], later["behind_seconds"])
 
     asyncio.run(scenario())
 
