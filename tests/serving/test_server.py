@@ -133,3 +133,19 @@ def test_a_busy_port_fails_in_one_line_before_the_engine_starts(capsys: pytest.C
         assert time.monotonic() - started < 2, "no engine was started to find out"
     errors = [line for line in capsys.readouterr().err.splitlines() if "error" in line]
     assert errors == [f"error: cannot serve on 127.0.0.1:{port}: Address already in use (another server there? use --http)"]
+
+
+def test_a_given_token_and_a_stream_key_are_never_printed(capsys: pytest.CaptureFixture) -> None:
+    service = types.SimpleNamespace(
+        core_info=types.SimpleNamespace(device="cpu"), options=types.SimpleNamespace(device="cpu"),
+        capacity=lambda: {"admitted": 1, "runtime": 1, "outputs": 4},
+    )
+    session = types.SimpleNamespace(id="0", preview=object(), push=True)
+    at_start = server_module.SessionsAtStart(rtmp="rtmp://live.example/app/sk_live_secret")
+    server_module._announce(at_start, "0.0.0.0", 8080, "given-s3cret", False, [session], service)
+    printed = capsys.readouterr().err
+    assert "given-s3cret" not in printed and "sk_live_secret" not in printed
+    assert "?session=0&token=TOKEN" in printed and "rtmp://live.example/app/***" in printed
+    assert "(CPU 1, outputs 4)" in printed, "a CPU server says CPU"
+    server_module._announce(None, "0.0.0.0", 8080, "generated-s3cret", True, [], service)
+    assert capsys.readouterr().err.count("generated-s3cret") == 1, "a generated token is printed once, for the operator"
