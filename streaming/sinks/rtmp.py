@@ -193,13 +193,14 @@ class RtmpSink:
         if self._delays is None:
             self._delays = self.backoff.delays(self._rng)
         delay = next(self._delays, None)
+        reason = str(exc).replace(self.url, self.shown)
         if delay is None:
-            self._failure = f"gave up on {self.shown} after {self.backoff.attempts} attempts: {exc}"
+            self._failure = f"gave up on {self.shown} after {self.backoff.attempts} attempts: {reason}"
             self.gave_up = True
             log.error("rtmp: %s", self._failure)
             return
         self._retry_at = time.monotonic() + delay
-        log.warning("rtmp: %s %s (%s); retrying in %.1f s", "lost" if was_connected else "cannot reach", self.shown, exc, delay)
+        log.warning("rtmp: %s %s (%s); retrying in %.1f s", "lost" if was_connected else "cannot reach", self.shown, reason, delay)
 
     def _disconnect(self) -> None:
         muxer, connection, self._muxer, self._connection = self._muxer, self._connection, None, None
