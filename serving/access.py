@@ -1,11 +1,11 @@
 """Who may reach a server: its token, and the Host and Origin rules, with no web framework in them.
 
-One bound to loopback needs no token, any other address one (given or generated). Given the address it is bound
-to, a server answers only a ``Host`` naming it (no DNS rebinding; any name when bound to every interface with a
-token), and a browser's WebSocket or change (any method but GET, HEAD, OPTIONS) only from a page of an allowed
-host (``Origin``) or of an origin the operator allows (``--allow-origin``: a WHEP player's page elsewhere), which
-is also answered with the CORS headers a browser needs to read the answer. The front end's aiohttp middleware (``serving.http``) and the cluster's ingress
-(``cluster.ingress``) both ask ``Access.check``.
+One bound to loopback needs no token, any other address one (given or generated). Given the address it is bound to,
+a server answers only a ``Host`` naming it (no DNS rebinding; any name when bound to every interface with a token),
+and a browser's WebSocket or change (any method but GET, HEAD, OPTIONS) only from a page of an allowed host
+(``Origin``) or of an origin the operator allows (``--allow-origin``: a WHEP player's page elsewhere), which is also
+answered with the CORS headers a browser needs to read the answer. The front end's aiohttp middleware
+(``serving.http``) and the cluster's ingress (``cluster.ingress``) both ask ``Access.check``.
 """
 
 from __future__ import annotations

@@ -6,13 +6,13 @@
     GET    /sessions/{id}    -> the session: state, counters, URLs
     DELETE /sessions/{id}    -> ends it now; its outputs flush and close; 200 with its final state
 
-Beyond capacity POST answers 503 naming it; an unknown avatar is a 404 naming the registered ones,
-an unknown id a 404, a bad body a 400; every error is JSON ``{"error": "..."}``. Beside them: ``GET /`` the preview page (``?session=NAME``),
-``GET /info`` the session names and the notice shown on the page, ``POST /whep/NAME`` and
-``DELETE /whep/NAME/VIEWER`` WHEP playback (``serving.whep``: the page plays the preview through it, and so
-can any WHEP player), ``GET /push?session=NAME`` the WebSocket audio push (``streaming.sources.push``),
-``GET /metrics``. Every route is behind the token, Host and Origin rules of ``serving.access``; a token is
-given as ``Authorization: Bearer TOKEN`` or ``?token=TOKEN`` (how the page's URL carries it to viewers).
+Beyond capacity POST answers 503 naming it; an unknown avatar is a 404 naming the registered ones, an unknown id a
+404, a bad body a 400; every error is JSON ``{"error": "..."}``. Beside them: ``GET /`` the preview page
+(``?session=NAME``), ``GET /info`` the session names and the notice shown on the page, ``POST /whep/NAME`` and
+``DELETE /whep/NAME/VIEWER`` WHEP playback (``serving.whep``: the page plays the preview through it, and so can any
+WHEP player), ``GET /push?session=NAME`` the WebSocket audio push (``streaming.sources.push``), ``GET /metrics``.
+Every route is behind the token, Host and Origin rules of ``serving.access``; a token is given as ``Authorization:
+Bearer TOKEN`` or ``?token=TOKEN`` (how the page's URL carries it to viewers).
 """
 
 from __future__ import annotations
@@ -113,7 +113,10 @@ def create_service_app(
     collector = ServiceCollector(service)
     registry = CollectorRegistry(auto_describe=False)
     registry.register(collector)
-    app = stream_app(lambda: {s.id: s for s in service.sessions.values() if s.live}, token, notice, registry, bound, origins)
+    def live() -> dict[str, ServedSession]:
+        return {s.id: s for s in service.sessions.values() if s.live}
+
+    app = stream_app(live, token, notice, registry, bound, origins)
 
     def urls(request: web.Request, session: ServedSession) -> dict[str, str]:
         base = f"{request.scheme}://{request.host}"

@@ -222,7 +222,8 @@ def _announce(
         print(f"token (give it to viewers and pushers; {TOKEN_SHOWN} below): {token}", file=sys.stderr)
     print(
         f"service: {service.core_info.device}, admits {capacity['admitted']} live session(s) "
-        f"({'CPU' if service.options.device == 'cpu' else 'GPU'} {capacity['runtime']}, outputs {capacity['outputs']}); "
+        f"({'CPU' if service.options.device == 'cpu' else 'GPU'} {capacity['runtime']}, "
+        f"outputs {capacity['outputs']}); "
         f"sessions: http://{shown}:{port}/sessions{suffix}",
         file=sys.stderr,
     )

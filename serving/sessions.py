@@ -159,7 +159,10 @@ class ServedSession:
             "error": self.error,
             "avatar": self.spec.avatar,
             "size": [self.width, self.height],
-            "outputs": {"rtmp": [masked_rtmp_url(url) for url in self.spec.rtmp], "mp4": self.spec.mp4, "preview": self.spec.preview},
+            "outputs": {
+                "rtmp": [masked_rtmp_url(url) for url in self.spec.rtmp], "mp4": self.spec.mp4,
+                "preview": self.spec.preview,
+            },
             "latency": self.spec.latency,
             "overlap": self.spec.overlap if self.spec.overlap is not None else MODES[self.spec.latency].overlap,
             "seed": self.spec.seed,

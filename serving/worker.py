@@ -203,7 +203,8 @@ class Worker:
                             log.warning("worker %d: dropped an undecodable message: %s", self.index, exc)
                             continue
                         if not isinstance(message, ToWorker):
-                            log.warning("worker %d: dropped a %s (not a worker's message)", self.index, type(message).__name__)
+                            kind = type(message).__name__
+                            log.warning("worker %d: dropped a %s (not a worker's message)", self.index, kind)
                             continue
                         self.handle(message)
                 self._reap()

@@ -200,7 +200,8 @@ class RtmpSink:
             log.error("rtmp: %s", self._failure)
             return
         self._retry_at = time.monotonic() + delay
-        log.warning("rtmp: %s %s (%s); retrying in %.1f s", "lost" if was_connected else "cannot reach", self.shown, reason, delay)
+        lost = "lost" if was_connected else "cannot reach"
+        log.warning("rtmp: %s %s (%s); retrying in %.1f s", lost, self.shown, reason, delay)
 
     def _disconnect(self) -> None:
         muxer, connection, self._muxer, self._connection = self._muxer, self._connection, None, None
