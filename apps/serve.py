@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 from apps.control_flags import add_control_arguments, control_changes
 from engine.latency import FAITHFUL, MODES
 from engine.timebase import DEFAULT_STEPS
-from serving.access import is_loopback
+from serving.access import is_loopback, origin_name
 from serving.server import AVATAR_AT_START, ServerOptions, SessionsAtStart, serve
 from serving.service import ServiceOptions
 from serving.timeline import process_started
@@ -62,7 +62,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=host_port(DEFAULT_HTTP),
         help=f"HTTP address of the API, push and metrics without a preview (default {DEFAULT_HTTP})",
     )
-    parser.add_argument("--mp4", metavar="FILE", type=Path, help="also record each session to an MP4 file")
+    parser.add_argument(
+        "--mp4", metavar="FILE", type=Path,
+        help="also record each session at start to a new MP4 file (its folder is the recordings folder unless "
+        "--recordings names one: then FILE is a name inside it)",
+    )
+    parser.add_argument(
+        "--recordings", metavar="DIR", type=Path,
+        help="the folder clients' sessions record their \"mp4\" names into (created at start; default: no recordings)",
+    )
     audio = parser.add_mutually_exclusive_group()
     audio.add_argument("--audio", metavar="FILE", type=Path, help="speak this file once, in real time, then end")
     audio.add_argument(
@@ -88,6 +96,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--encoder", choices=ENCODERS, default="auto", help="H.264 encoder; the service's output workers encode with x264 (see README)"
     )
     parser.add_argument("--token", help="required from viewers and pushers; generated when binding beyond loopback without one")
+    parser.add_argument(
+        "--allow-origin", metavar="ORIGIN", action="append", default=[], type=origin_argument,
+        help="a page of another origin (https://player.example) that may use the API and WHEP from a browser "
+        "(CORS; repeatable; default: none)",
+    )
     parser.add_argument("--checkpoints", type=Path, help="official checkpoints folder (default: random stand-in weights)")
     parser.add_argument("--device", help="cuda or cpu (default: cuda when available)")
     parser.add_argument(
@@ -127,6 +140,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
+def origin_argument(text: str) -> str:
+    """An ``--allow-origin`` value as browsers send it in ``Origin``."""
+    try:
+        return origin_name(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def default_workers() -> int:
     """Half the cores, at least 1, at most 8: each worker is a process with its encoders' threads."""
     return max(1, min(8, (os.cpu_count() or 2) // 2))
@@ -143,10 +164,11 @@ def server_options(args: argparse.Namespace) -> ServerOptions:
     if device == "cpu" and args.demo and duration is None:
         duration = CPU_DEMO_SECONDS
         print(f"CPU demo: a short run of {CPU_DEMO_SECONDS:.0f} s after the first frame", file=sys.stderr)
+    recordings, mp4 = recordings_and_name(args.recordings, args.mp4)
     at_start = None
     if args.demo or args.avatar:
         at_start = SessionsAtStart(
-            count=args.sessions, rtmp=args.rtmp, mp4=args.mp4 and str(args.mp4), preview=args.webrtc is not None,
+            count=args.sessions, rtmp=args.rtmp, mp4=mp4, preview=args.webrtc is not None,
             overlap=args.overlap, seed=args.seed, controls=args.control_changes or None, latency=args.latency,
             push=args.listen, audio=args.audio and str(args.audio), mic=args.mic, demo_audio=args.demo,
         )
@@ -154,9 +176,17 @@ def server_options(args: argparse.Namespace) -> ServerOptions:
         checkpoints=None if random_weights else str(args.checkpoints), device=device, steps=args.steps,
         plans=args.plans and str(args.plans), admission=not args.no_admission, workers=args.output_workers,
         avatars={AVATAR_AT_START: None if args.demo else args.avatar} if at_start else {},
-        loopback_only=is_loopback(host), launched=process_started(),
+        loopback_only=is_loopback(host), recordings=recordings and str(recordings), launched=process_started(),
     )
-    return ServerOptions(service, host, port, args.token, at_start, duration)
+    return ServerOptions(service, host, port, args.token, at_start, tuple(args.allow_origin), duration)
+
+
+def recordings_and_name(recordings: Path | None, mp4: Path | None) -> tuple[Path | None, str | None]:
+    """The recordings folder and the MP4 name of the sessions at start: ``--mp4 FILE`` alone records into FILE's
+    folder under its name; with ``--recordings DIR``, FILE is a name inside DIR."""
+    if mp4 is None or recordings is not None:
+        return recordings, mp4 and str(mp4)
+    return mp4.absolute().parent, mp4.name
 
 
 def deploy_options(args: argparse.Namespace) -> DeployOptions:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 
 import zmq
 import zmq.asyncio
@@ -10,6 +11,8 @@ import zmq.asyncio
 from serving.ipc import socket
 from serving.protocol import CoreReply, CoreRequest, Refused, decode, encode
 from serving.sessions import SessionError
+
+log = logging.getLogger("serving.client")
 
 
 class CoreClient:
@@ -37,10 +40,16 @@ class CoreClient:
 
     async def _read(self) -> None:
         while True:
-            rid, data = await self._socket.recv_multipart()
+            frames = await self._socket.recv_multipart()
+            try:
+                rid, data = frames
+                reply = decode(data)
+            except ValueError as exc:  # a bad reply is dropped: its request times out, the others are answered
+                log.warning("core client: dropped a malformed reply: %s", exc)
+                continue
             future = self._waiting.get(int.from_bytes(rid, "big"))
             if future is not None and not future.done():
-                future.set_result(decode(data))
+                future.set_result(reply)
 
     def fail_all(self, error: BaseException) -> None:
         """The core is gone: every waiting request gets ``error``."""

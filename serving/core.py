@@ -27,7 +27,7 @@ import numpy as np
 import torch
 import zmq
 
-from engine.controls import ControlError, Controls
+from engine.controls import ControlError, Controls, check_changes
 from engine.runtime import AdmissionError, AudioError, Backpressure, SessionClosed
 from engine.runtime.session import Frame, Session
 from serving.ipc import send_nowait, socket
@@ -43,6 +43,8 @@ from streaming.frame_ring import HEADER_BYTES, FrameRing
 log = logging.getLogger("ditto.core")
 PUBLISH_POLL = 0.003
 """Seconds the publisher sleeps when no frame is ready (frames are ready a lead of 100+ ms before they are due)."""
+RUNTIME_CLOSE_WAIT = 2.0
+"""Seconds a stopping core waits for its runtime's loop to finish its tick."""
 
 
 @dataclass
@@ -127,9 +129,19 @@ class EngineCore:
             while not self._stopping.is_set() and os.getppid() == parent:
                 if not router.poll(200):
                     continue
-                peer, number, data = router.recv_multipart()
+                frames = router.recv_multipart()
+                if len(frames) != 3:  # [peer, number, message]: anything else has no one to answer
+                    log.warning("core: dropped a malformed request of %d frame(s)", len(frames))
+                    continue
+                peer, number, data = frames
                 try:
-                    reply = self.handle(decode(data))
+                    request = decode(data)
+                except ValueError as exc:
+                    log.warning("core: dropped an undecodable request: %s", exc)
+                    router.send_multipart([peer, number, encode(Refused(str(exc), "invalid"))])
+                    continue
+                try:
+                    reply = self.handle(request)
                 except Exception as exc:
                     log.exception("core: request failed")
                     reply = Refused(f"{type(exc).__name__}: {exc}", "internal")
@@ -138,10 +150,19 @@ class EngineCore:
             self._stopping.set()
             publisher.join(5)
             router.close()
-            self.runtime.close()
+            self._close_runtime()
             for core_session in list(self.sessions.values()):
                 self._release_ring(core_session)
             self.context.term()
+
+    def _close_runtime(self) -> None:
+        """Close the runtime, waiting at most RUNTIME_CLOSE_WAIT: its loop may be inside a tick that takes a minute on
+        a CPU, and nothing of it is worth waiting for when the process ends (the loop's thread is a daemon)."""
+        closing = threading.Thread(target=self.runtime.close, name="ditto-runtime-close", daemon=True)
+        closing.start()
+        closing.join(RUNTIME_CLOSE_WAIT)
+        if closing.is_alive():
+            log.info("core: the runtime is inside a long tick; stopping without waiting for it")
 
     def handle(self, request: CoreRequest) -> CoreReply:
         """One request -> its reply (``Refused`` with its kind: admission, not_found, invalid, closed, backpressure)."""
@@ -168,6 +189,7 @@ class EngineCore:
                     session.push_audio(np.frombuffer(pcm, np.float32), rate, None, block=False)
                     return Done()
                 case UpdateControls(changes=changes):
+                    changes = check_changes(changes)  # control names only: never a parameter of the call (``self``)
                     return ControlsApplied(_applied(session.update_controls(**changes), changes))
                 case Interrupt():
                     return SegmentNumber(session.interrupt())

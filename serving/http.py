@@ -6,13 +6,13 @@
     GET    /sessions/{id}    -> the session: state, counters, URLs
     DELETE /sessions/{id}    -> ends it now; its outputs flush and close; 200 with its final state
 
-Beyond capacity POST answers 503 naming it; an unknown avatar is a 404 naming the registered ones,
-an unknown id a 404, a bad body a 400. Beside them: ``GET /`` the preview page (``?session=NAME``),
-``GET /info`` the session names and the notice shown on the page, ``POST /whep/NAME`` and
-``DELETE /whep/NAME/VIEWER`` WHEP playback (``serving.whep``: the page plays the preview through it, and so
-can any WHEP player), ``GET /push?session=NAME`` the WebSocket audio push (``streaming.sources.push``),
-``GET /metrics``. Every route is behind the token, Host and Origin rules of ``serving.access``; a token is
-given as ``Authorization: Bearer TOKEN`` or ``?token=TOKEN`` (how the page's URL carries it to viewers).
+Beyond capacity POST answers 503 naming it; an unknown avatar is a 404 naming the registered ones, an unknown id a
+404, a bad body a 400; every error is JSON ``{"error": "..."}``. Beside them: ``GET /`` the preview page
+(``?session=NAME``), ``GET /info`` the session names and the notice shown on the page, ``POST /whep/NAME`` and
+``DELETE /whep/NAME/VIEWER`` WHEP playback (``serving.whep``: the page plays the preview through it, and so can any
+WHEP player), ``GET /push?session=NAME`` the WebSocket audio push (``streaming.sources.push``), ``GET /metrics``.
+Every route is behind the token, Host and Origin rules of ``serving.access``; a token is given as ``Authorization:
+Bearer TOKEN`` or ``?token=TOKEN`` (how the page's URL carries it to viewers).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry
 from serving.access import Access
 from serving.metrics import render, stream_families
 from serving.service import Service
-from serving.sessions import ServedSession, SessionError, SessionSpec
+from serving.sessions import ServedSession, SessionError, SessionSpec, parse_body
 from serving.whep import add_whep_routes
 from streaming.sinks.webrtc import WebRtcPreview
 from streaming.sources.push import push_handler
@@ -46,7 +46,7 @@ class AsyncAudioSink(Protocol):
 
     async def push_audio(self, pcm: np.ndarray, sample_rate: int) -> None: ...
 
-    async def update_controls(self, **changes: Any) -> dict[str, Any]: ...
+    async def update_controls(self, /, **changes: Any) -> dict[str, Any]: ...
 
     async def interrupt(self) -> int | None: ...
 
@@ -102,16 +102,21 @@ class ServiceCollector:
 
 
 def create_service_app(
-    service: Service, token: str | None = None, notice: str = "", bound: tuple[str, int] | None = None
+    service: Service, token: str | None = None, notice: str = "", bound: tuple[str, int] | None = None,
+    origins: tuple[str, ...] = (),
 ) -> web.Application:
     """The service's application: the session API, and the preview, push and /metrics routes over its sessions;
-    ``bound`` (host, port) is the address served, for the Host and Origin checks (``serving.access``)."""
+    ``bound`` (host, port) is the address served, for the Host and Origin checks, ``origins`` the other pages allowed
+    to use it from a browser (``serving.access``)."""
     from prometheus_client import CollectorRegistry
 
     collector = ServiceCollector(service)
     registry = CollectorRegistry(auto_describe=False)
     registry.register(collector)
-    app = stream_app(lambda: {s.id: s for s in service.sessions.values() if s.live}, token, notice, registry, bound)
+    def live() -> dict[str, ServedSession]:
+        return {s.id: s for s in service.sessions.values() if s.live}
+
+    app = stream_app(live, token, notice, registry, bound, origins)
 
     def urls(request: web.Request, session: ServedSession) -> dict[str, str]:
         base = f"{request.scheme}://{request.host}"
@@ -126,11 +131,8 @@ def create_service_app(
 
     async def create(request: web.Request) -> web.Response:
         try:
-            body = await request.json()
-        except ValueError as exc:
-            raise web.HTTPBadRequest(text=f"POST /sessions takes JSON: {exc}") from exc
-        try:
-            session = await service.create(SessionSpec.from_json(body))
+            spec = SessionSpec.from_json(parse_body(await request.text()), service.recordings)
+            session = await service.create(spec)
         except SessionError as exc:
             raise _http(exc) from exc
         return web.json_response(described(request, session), status=201)
@@ -186,13 +188,17 @@ def stream_app(
     notice: str,
     registry: CollectorRegistry,
     bound: tuple[str, int] | None = None,
+    origins: tuple[str, ...] = (),
 ) -> web.Application:
-    """The routes every server has (preview page, info, WHEP, push, metrics) over the streams ``streams()`` names now."""
-    app = web.Application(middlewares=[_access_middleware(Access.bound(bound, token))])
+    """The routes every server has (preview page, info, WHEP, push, metrics) over the streams ``streams()`` names now;
+    ``origins``: the pages of other origins allowed to use them from a browser (``serving.access``)."""
+    app = web.Application(middlewares=[_access_middleware(Access.bound(bound, token, origins))])
 
     def stream_for(request: web.Request) -> Served:
         served = streams()
-        name = request.query.get("session", next(iter(served), ""))
+        name = request.query.get("session", "")
+        if not name:
+            raise web.HTTPBadRequest(text="name the session: /push?session=ID (POST /sessions answers its id and URLs)")
         if name not in served:
             raise web.HTTPNotFound(text=f"no session {name!r}; sessions: {', '.join(served) or 'none'}")
         return served[name]
@@ -249,14 +255,33 @@ def _http(error: SessionError) -> web.HTTPException:
     return STATUS.get(error.kind, web.HTTPInternalServerError)(text=str(error))
 
 
+def error_response(status: int, message: str, headers: Mapping[str, str] | None = None) -> web.Response:
+    """An error answer as the API documents it: JSON ``{"error": message}`` with ``status``."""
+    kept = {k: v for k, v in (headers or {}).items() if k.lower() not in ("content-type", "content-length")}
+    return web.json_response({"error": message}, status=status, headers=kept)
+
+
 def _access_middleware(access: Access):
-    """Answer a request the token, Host or Origin rules do not let in (``serving.access``) before any route sees it."""
+    """Answer a request the token, Host or Origin rules do not let in (``serving.access``) before any route sees it;
+    answer an allowed origin's CORS preflight, add the CORS headers its requests need, and give every error as JSON."""
 
     @web.middleware
     async def check(request: web.Request, handler):
+        preflight = access.preflight(request.method, request.headers)
+        if preflight is not None:
+            return web.Response(status=204, headers=preflight)
+        cors = access.cors(request.headers)
         refusal = access.check(request.method, request.headers, request.query.get("token", ""))
         if refusal is not None:
-            return web.Response(status=refusal.status, text=refusal.text)
-        return await handler(request)
+            return error_response(refusal.status, refusal.text, cors)
+        try:
+            response = await handler(request)
+        except web.HTTPException as exc:
+            if exc.status < 400:
+                raise
+            return error_response(exc.status, exc.text or exc.reason, {**exc.headers, **cors})
+        if not response.prepared:
+            response.headers.update(cors)
+        return response
 
     return check

@@ -334,9 +334,11 @@ class Playback:
 
 @dataclass(frozen=True, slots=True)
 class OutputFailed:
-    """An output of session ``id`` could not be opened; the session goes on with the others."""
+    """Output ``sink`` of session ``id`` (rtmp, mp4, webrtc, or ring: none at all) failed and was detached; the session
+    goes on with the others."""
 
     id: str
+    sink: str
     message: str
 
 

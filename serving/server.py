@@ -9,7 +9,9 @@ the service its own way (``cluster/``).
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
+import socket
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,8 +23,11 @@ from engine.latency import FAITHFUL
 from serving.access import resolve_token
 from serving.http import app_runner, create_service_app
 from serving.service import Service, ServiceOptions
-from serving.sessions import SessionSpec
+from serving.sessions import SessionError, SessionSpec, recording_path
+from streaming.targets import TargetError, masked_rtmp_url
 
+TOKEN_SHOWN = "TOKEN"
+"""What the printed URLs carry in place of the token: a log is no place for it (a generated one is printed once)."""
 AVATAR_AT_START = "anchor"
 """The name the avatar given at start (``--avatar`` or ``--demo``) is served under."""
 
@@ -44,6 +49,7 @@ class SessionsAtStart:
     rtmp: str | None = None
     """Session 0's RTMP URL; session i's ends -i (``numbered``)."""
     mp4: str | None = None
+    """Session 0's MP4 name inside the service's recordings folder; session i's ends -i (``numbered``)."""
     preview: bool = False
     overlap: int | None = None
     seed: int = 0
@@ -67,6 +73,8 @@ class ServerOptions:
     token: str | None = None
     """Required from every client; None: none on loopback, one generated (and printed) beyond it."""
     at_start: SessionsAtStart | None = None
+    allow_origins: tuple[str, ...] = ()
+    """Pages of other origins (``https://player.example``) that may use the API and WHEP from a browser."""
     duration: float | None = None
     """Stop this many seconds after the first frame is out; None: when every session opened at start has ended."""
 
@@ -86,6 +94,12 @@ async def serve(options: ServerOptions) -> int:
         )
     host, port = options.host, options.port
     token, generated = resolve_token(host, options.token)
+    try:
+        listening = listen(host, port)
+    except OSError as exc:
+        reason = os.strerror(exc.errno) if exc.errno else str(exc)
+        print(f"error: cannot serve on {host}:{port}: {reason} (another server there? use --http)", file=sys.stderr)
+        return 1
     service = Service(options.service)
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
@@ -96,17 +110,27 @@ async def serve(options: ServerOptions) -> int:
     if not started.done():
         print("stopping during start-up: ending the engine core and the output workers...", file=sys.stderr)
         started.cancel()
+        listening.close()
         await service.close()
         return 130
     if started.exception() is not None:
         print(f"the service could not start: {started.exception()}", file=sys.stderr)
+        listening.close()
         await service.close()
         return 1
-    app = create_service_app(service, token, RANDOM_WEIGHTS_NOTICE if random_weights else "", bound=(host, port))
+    app = create_service_app(service, token, RANDOM_WEIGHTS_NOTICE if random_weights else "", bound=(host, port),
+        origins=options.allow_origins,
+    )
     runner = app_runner(app)
     await runner.setup()
-    await web.TCPSite(runner, host, port).start()
-    sessions, sources = await _open_at_start(options.at_start, service)
+    await web.SockSite(runner, listening).start()
+    try:
+        sessions, sources = await _open_at_start(options.at_start, service)
+    except (SessionError, TargetError) as exc:
+        print(f"error: the sessions asked for at start cannot open: {exc}", file=sys.stderr)
+        await runner.cleanup()
+        await service.close()
+        return 2
     _announce(options.at_start, host, port, token, generated, sessions, service)
     waits = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(service.failed.wait())]
     if sessions:
@@ -126,6 +150,12 @@ async def serve(options: ServerOptions) -> int:
     return 0
 
 
+def listen(host: str, port: int) -> socket.socket:
+    """The server's listening socket, bound before the engine starts: a busy port fails at once, not after warm-up."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    return socket.create_server((host, port), family=family, backlog=128)
+
+
 async def _open_at_start(at_start: SessionsAtStart | None, service: Service) -> tuple[list, list]:
     """The sessions to open at start, opened through the service, and their audio sources."""
     if at_start is None or at_start.count == 0:
@@ -137,15 +167,17 @@ async def _open_at_start(at_start: SessionsAtStart | None, service: Service) -> 
         audio = demo_audio()
     sessions, sources = [], []
     for i in range(at_start.count):
+        mp4 = numbered(at_start.mp4, i, at_start.count) if at_start.mp4 else None
         spec = SessionSpec(
             AVATAR_AT_START,
             rtmp=(numbered(at_start.rtmp, i, at_start.count),) if at_start.rtmp else (),
-            mp4=numbered(at_start.mp4, i, at_start.count) if at_start.mp4 else None,
+            mp4=mp4,
             preview=at_start.preview,
             overlap=at_start.overlap,
             seed=at_start.seed + i,
             controls=at_start.controls,
             latency=at_start.latency,
+            recording=str(recording_path(mp4, service.recordings)) if mp4 else None,
         )
         session = await service.create(spec, session_id=str(i))
         session.push = at_start.push
@@ -183,14 +215,16 @@ def _announce(
     service: Service,
 ) -> None:
     shown = f"[{host}]" if ":" in host else host
-    suffix = f"?token={token}" if token else ""
-    also = f"&token={token}" if token else ""
+    suffix = f"?token={TOKEN_SHOWN}" if token else ""
+    also = f"&token={TOKEN_SHOWN}" if token else ""
     capacity = service.capacity()
     if generated:
-        print(f"token (give it to viewers and pushers): {token}", file=sys.stderr)
+        print(f"token (give it to viewers and pushers; {TOKEN_SHOWN} below): {token}", file=sys.stderr)
     print(
         f"service: {service.core_info.device}, admits {capacity['admitted']} live session(s) "
-        f"(GPU {capacity['runtime']}, outputs {capacity['outputs']}); sessions: http://{shown}:{port}/sessions{suffix}",
+        f"({'CPU' if service.options.device == 'cpu' else 'GPU'} {capacity['runtime']}, "
+        f"outputs {capacity['outputs']}); "
+        f"sessions: http://{shown}:{port}/sessions{suffix}",
         file=sys.stderr,
     )
     for session in sessions:
@@ -200,5 +234,5 @@ def _announce(
             print(f"push:    ws://{shown}:{port}/push?session={session.id}{also}", file=sys.stderr)
     if at_start is not None and at_start.rtmp and sessions:
         others = f" (sessions 1 to {at_start.count - 1}: the same URL ending -1, -2, ...)" if at_start.count > 1 else ""
-        print(f"rtmp:    {at_start.rtmp}{others}", file=sys.stderr)
+        print(f"rtmp:    {masked_rtmp_url(at_start.rtmp)}{others}", file=sys.stderr)
     print(f"metrics: http://{shown}:{port}/metrics{suffix}", file=sys.stderr)

@@ -49,6 +49,8 @@ UTILIZATION = 0.8
 """Share of a frame period an output worker's encoders may fill (as the runtime admits against 0.8 of each hop)."""
 DELETE_TIMEOUT = 10.0
 DEGRADED_SHARE = 0.1
+BEHIND_SECONDS = 5.0
+"""A session whose newest frame is further than this behind its live clock is logged once as behind real time."""
 KEPT_ENDED = 100
 
 
@@ -90,6 +92,8 @@ class ServiceOptions:
     """``module:function`` building the core's runtime and avatars in place of the engine's (the tests' synthetic one)."""
     plans: str | None = None
     """Where the torch backend's compiled packages are (``docs/startup.md``): used when they match this GPU."""
+    recordings: str | None = None
+    """The folder sessions record their MP4 files into (created at start); None: this server records no files."""
     launched: float | None = None
     """When the server process was launched (wall clock), the origin of the start-up timeline; None: when ``start`` is called."""
 
@@ -112,6 +116,9 @@ class Service:
         self._tasks: list[asyncio.Task] = []
         self._loop: asyncio.AbstractEventLoop | None = None
         self._closing = False
+        self.recordings = Path(options.recordings) if options.recordings else None
+        if self.recordings is not None:
+            self.recordings.mkdir(parents=True, exist_ok=True)
         self.refusing: str | None = None
         """Set to a reason to stop admitting new sessions while the live ones go on (a cluster replica draining)."""
 
@@ -189,7 +196,7 @@ class Service:
     # -- sessions ---------------------------------------------------------------------------
 
     def capacity(self) -> dict[str, int | None]:
-        """Live sessions the service serves in real time: the GPU's (measured at the core's warm-up), the outputs'
+        """Live sessions the service serves in real time: the device's (measured at the core's warm-up), the outputs'
         (the workers' measured encode cost), and the smaller, which is what it admits."""
         runtime = self.core_info.capacity if self.core_info is not None else None
         outputs = sum(w.slots() for w in self._workers if w.process.poll() is None)
@@ -217,7 +224,7 @@ class Service:
         session.audio = RemoteSession(self.core, session_id, self._loop, spec.latency)
         self.sessions[session_id] = session
         worker.sessions.add(session_id)
-        self._to_worker(session, SessionOutputs(session_id, spec.rtmp, spec.mp4, spec.preview))
+        self._to_worker(session, SessionOutputs(session_id, spec.rtmp, spec.recording, spec.preview))
         try:
             opened = await self.core.request(
                 OpenSession(
@@ -336,9 +343,10 @@ class Service:
                 session.core_stats = stats or session.core_stats
                 if error is not None and session.state != "ending":
                     session.state, session.error = "failed", error
-            case OutputFailed(message=text):
-                log.error("session %s: %s", session.id, text)
-                session.error = text
+            case OutputFailed(sink=sink, message=text):
+                log.error("session %s: its %s output failed: %s", session.id, sink, text)
+                session.error = f"{sink}: {text}"
+                session.audio.playback({"type": "output_failed", "sink": sink, "message": text})
             case OutputsClosed(stats=stats):
                 session.output_stats = stats or session.output_stats
                 if session.state == "live":  # its outputs closed on their own (a ring it could not attach): end it
@@ -356,16 +364,27 @@ class Service:
         slots = stats.get("frames_released", 0) - before.get("frames_released", 0)
         repeats = stats.get("repeated", 0) - before.get("repeated", 0)
         session.output_stats = stats
+        behind = stats.get("behind_seconds", 0.0) > BEHIND_SECONDS
+        if behind and not session.behind:
+            log.warning(
+                "session %s is %.0f s behind real time: %s renders slower than real time, so what is pushed now is "
+                "shown that much later", session.id, stats["behind_seconds"], self._device(),
+            )
+        session.behind = behind
         degraded = slots > 0 and repeats > DEGRADED_SHARE * slots
         if degraded != session.degraded:
             session.degraded = degraded
             if degraded:
                 log.warning(
                     "session %s is shedding: %d of its last %d frames were repeats (its frames are not ready in time: "
-                    "more sessions than the GPU serves)", session.id, repeats, slots,
+                    "more sessions than %s serves)", session.id, repeats, slots, self._device(),
                 )
             else:
                 log.info("session %s keeps up again", session.id)
+
+    def _device(self) -> str:
+        """The device the core runs on, as the log names it: "the CPU" or "the GPU"."""
+        return "the CPU" if self.options.device == "cpu" else "the GPU"
 
     def _prune(self) -> None:
         """Keep the records of the last KEPT_ENDED sessions that ended (GET shows how they ended), not of every one."""
@@ -394,6 +413,7 @@ class Service:
         self.core.fail_all(SessionError(self.failure, "closed"))
         for session in self._live():
             session.state, session.error = "failed", self.failure
+            session.audio.fail(self.failure)
             self._to_worker(session, RemoveStream(session.id))
             session.closed.set()
         self.failed.set()
@@ -420,6 +440,7 @@ class Service:
             session = self.sessions.get(session_id)
             if session is not None and session.live:
                 session.state, session.error = "failed", message
+                session.audio.fail(message)
                 session.closed.set()
                 asyncio.ensure_future(self._close_quietly(session_id))
         worker.inbox.close()

@@ -11,14 +11,18 @@ import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from engine.latency import FAITHFUL, MODES
+from engine.controls import ControlError, check_changes
+from engine.latency import FAITHFUL, MODES, latency_mode
+from engine.nesting import load_json
 from serving.ipc import ServiceError
 from serving.protocol import EndSegment, EndSession, Interrupt, PushAudio, UpdateControls
 from streaming.sinks.webrtc import WebRtcPreview
+from streaming.targets import TargetError, check_rtmp_urls, masked_rtmp_url, resolve_mp4_target
 
 if TYPE_CHECKING:
     from serving.client import CoreClient
@@ -30,6 +34,8 @@ SPEC_FIELDS = ("avatar", "rtmp", "mp4", "preview", "latency", "overlap", "seed",
 """The fields of a ``POST /sessions`` body."""
 AVATAR_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 """A client names a registered avatar; never a path (the server reads no folder a client points it at)."""
+MAX_BODY_DEPTH = 8
+"""How deep a request body's JSON may nest (a session's controls are three levels)."""
 
 
 class SessionError(ServiceError):
@@ -54,9 +60,13 @@ class SessionSpec:
     controls: dict[str, Any] | None = None
     latency: str = FAITHFUL.name
 
+    recording: str | None = field(default=None, repr=False)
+    """The MP4 target's absolute path inside the recordings folder (``mp4`` is the client's name, the one shown)."""
+
     @classmethod
-    def from_json(cls, body: Any) -> SessionSpec:
-        """Validate a ``POST /sessions`` body; SessionError(invalid) naming the bad field."""
+    def from_json(cls, body: Any, recordings: Path | None = None) -> SessionSpec:
+        """Validate a ``POST /sessions`` body, resolving an MP4 name inside the ``recordings`` folder (None: this server
+        records no files); SessionError(invalid) naming the bad field."""
         if not isinstance(body, dict):
             raise SessionError('POST /sessions takes a JSON object, e.g. {"avatar": "anchor"}', "invalid")
         unknown = set(body) - set(SPEC_FIELDS)
@@ -65,27 +75,44 @@ class SessionSpec:
         avatar = body.get("avatar")
         if not isinstance(avatar, str) or not AVATAR_NAME.fullmatch(avatar):
             raise SessionError('"avatar" (a registered avatar\'s name: letters, digits, ".", "_", "-") is required', "invalid")
-        rtmp = body.get("rtmp", [])
-        rtmp = [rtmp] if isinstance(rtmp, str) else rtmp
-        if not isinstance(rtmp, list) or not all(isinstance(u, str) and u.startswith(("rtmp://", "rtmps://")) for u in rtmp):
-            raise SessionError('"rtmp" is an rtmp:// URL or a list of them', "invalid")
-        mp4 = body.get("mp4")
-        if mp4 is not None and not isinstance(mp4, str):
-            raise SessionError('"mp4" is a file path', "invalid")
-        preview = body.get("preview", False)
+        try:
+            rtmp = check_rtmp_urls(body.get("rtmp", []))
+            mp4, recording = body.get("mp4"), None
+            if mp4 is not None:
+                recording = str(recording_path(mp4, recordings))
+            controls = check_changes(body["controls"]) if body.get("controls") is not None else None
+        except TargetError as exc:
+            raise SessionError(str(exc), "invalid") from None
+        except ControlError as exc:
+            raise SessionError(f'"controls": {exc}', "invalid") from None
         latency = body.get("latency", FAITHFUL.name)
-        if latency not in MODES:
-            raise SessionError(f'"latency" is one of {", ".join(MODES)}, got {latency!r}', "invalid")
-        overlap, seed = body.get("overlap", MODES[latency].overlap), body.get("seed", 0)
+        try:
+            latency = latency_mode(latency).name
+        except ValueError:
+            raise SessionError(f'"latency" is one of {", ".join(MODES)}, got {latency!r}', "invalid") from None
+        preview = body.get("preview", False)
         if not isinstance(preview, bool):
             raise SessionError('"preview" is true or false', "invalid")
+        overlap, seed = body.get("overlap", MODES[latency].overlap), body.get("seed", 0)
         for key, value, low, high in (("overlap", overlap, 0, 79), ("seed", seed, 0, 2**31 - 1)):
             if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
                 raise SessionError(f'"{key}" is an integer from {low} to {high}, got {value!r}', "invalid")
-        controls = body.get("controls")
-        if controls is not None and not isinstance(controls, dict):
-            raise SessionError('"controls" is an object of control fields (see engine.controls)', "invalid")
-        return cls(avatar, tuple(rtmp), mp4, preview, overlap, seed, controls, latency)
+        return cls(avatar, rtmp, mp4, preview, overlap, seed, controls, latency, recording)
+
+
+def recording_path(name: Any, recordings: Path | None) -> Path:
+    """Where MP4 target ``name`` is written: inside the server's recordings folder; TargetError when it has none."""
+    if recordings is None:
+        raise TargetError("mp4", "this server records no files; start it with --recordings DIR")
+    return resolve_mp4_target(name, recordings)
+
+
+def parse_body(text: str) -> Any:
+    """A request body as JSON nested at most MAX_BODY_DEPTH deep; SessionError(invalid) otherwise."""
+    try:
+        return load_json(text, MAX_BODY_DEPTH, "the request body")
+    except ValueError as exc:
+        raise SessionError(f"the request body is JSON: {exc}", "invalid") from None
 
 
 @dataclass
@@ -107,7 +134,9 @@ class ServedSession:
     closed: asyncio.Event = field(default_factory=asyncio.Event)
     push: bool = True
     degraded: bool = False
-    """Over the last second more than DEGRADED_SHARE of its output slots were repeats: the GPU cannot keep up with it."""
+    """Over the last second more than DEGRADED_SHARE of its output slots were repeats: the device cannot keep up."""
+    behind: bool = False
+    """Its newest rendered frame is more than BEHIND_SECONDS behind its live clock (said once in the log)."""
 
     @property
     def name(self) -> str:
@@ -122,19 +151,24 @@ class ServedSession:
         return self.audio
 
     def describe(self) -> dict[str, Any]:
-        """The session as ``GET /sessions/{id}`` shows it (URLs are added by the API, which knows the host)."""
+        """The session as ``GET /sessions/{id}`` shows it (URLs are added by the API, which knows the host); RTMP URLs
+        with their stream keys masked (any client of the API may list every session)."""
         return {
             "id": self.id,
             "state": self.state,
             "error": self.error,
             "avatar": self.spec.avatar,
             "size": [self.width, self.height],
-            "outputs": {"rtmp": list(self.spec.rtmp), "mp4": self.spec.mp4, "preview": self.spec.preview},
+            "outputs": {
+                "rtmp": [masked_rtmp_url(url) for url in self.spec.rtmp], "mp4": self.spec.mp4,
+                "preview": self.spec.preview,
+            },
             "latency": self.spec.latency,
             "overlap": self.spec.overlap if self.spec.overlap is not None else MODES[self.spec.latency].overlap,
             "seed": self.spec.seed,
             "created_at": self.created_at,
             "degraded": self.degraded,
+            "behind_seconds": self.output_stats.get("behind_seconds", 0.0),
             "counters": {**self.core_stats, **{k: v for k, v in self.output_stats.items() if k != "sinks"}},
             "sinks": self.output_stats.get("sinks", {}),
         }
@@ -152,6 +186,8 @@ class RemoteSession:
         self._core, self.id, self._loop = core, session_id, loop
         self.latency = latency
         self._listeners: list[Callable[[dict[str, Any]], None]] = []
+        self._unfinished: dict[int, float | None] = {}
+        """Segments told of but not finished -> when their playback started (None: not yet): finished on a failure."""
 
     async def push_audio(self, pcm: np.ndarray, sample_rate: int) -> None:
         """Queue mono float32 PCM at ``sample_rate``, in pieces of at most PUSH_SPLIT_SECONDS."""
@@ -168,8 +204,8 @@ class RemoteSession:
                         raise
                     await asyncio.sleep(BACKPRESSURE_WAIT)
 
-    async def update_controls(self, **changes: Any) -> dict[str, Any]:
-        """Change some controls; the fields as now in force."""
+    async def update_controls(self, /, **changes: Any) -> dict[str, Any]:
+        """Change some controls; the fields as now in force (``self`` positional-only: a control may be called so)."""
         return (await self._core.request(UpdateControls(self.id, changes))).applied
 
     async def interrupt(self) -> int | None:
@@ -178,7 +214,10 @@ class RemoteSession:
 
     async def end_segment(self) -> int | None:
         """Close the speech segment pushed since the last close; its number (None: nothing was pushed since)."""
-        return (await self._core.request(EndSegment(self.id))).segment
+        segment = (await self._core.request(EndSegment(self.id))).segment
+        if segment is not None:
+            self._unfinished.setdefault(segment, None)
+        return segment
 
     async def end(self) -> None:
         await self._core.request(EndSession(self.id))
@@ -190,8 +229,21 @@ class RemoteSession:
 
     def playback(self, event: dict[str, Any]) -> None:
         """Hand one playback event from the session's worker to every listener."""
+        if event["type"] == "playback_started":
+            self._unfinished[event["segment"]] = time.monotonic()
+        elif event["type"] == "playback_finished":
+            self._unfinished.pop(event["segment"], None)
         for listener in tuple(self._listeners):
             listener(event)
+
+    def fail(self, reason: str) -> None:
+        """The session failed (its worker or the core died): finish every open segment, as interrupted, and tell the
+        listeners, whose sockets then close; no event of the session follows."""
+        for segment, started in sorted(self._unfinished.items()):
+            position = 0.0 if started is None else round(time.monotonic() - started, 2)
+            self.playback({"type": "playback_finished", "segment": segment, "position": position, "interrupted": True})
+        self.playback({"type": "session_failed", "message": reason})
+        self._listeners.clear()
 
     def blocking(self) -> BlockingSession:
         """The same session for threads (the file and microphone sources): each call waits for the event loop."""
@@ -212,7 +264,7 @@ class BlockingSession:
 
         self._run(self._remote.push_audio(to_float_mono(pcm, channels), sample_rate))
 
-    def update_controls(self, **changes: Any) -> dict[str, Any]:
+    def update_controls(self, /, **changes: Any) -> dict[str, Any]:
         return self._run(self._remote.update_controls(**changes))
 
     def interrupt(self) -> int | None:

@@ -78,6 +78,7 @@ class RingSource:
         self._anchor: float | None = None
         self._ended = False
         self.overwritten = 0
+        self._newest: int | None = None
 
     @property
     def clock_anchor(self) -> float | None:
@@ -92,6 +93,7 @@ class RingSource:
             return
         with self._changed:
             self._anchor = anchor
+            self._newest = index
             self._frames.append(RingFrame(index, copied[0], copied[1], speech, segment))
             self._changed.notify_all()
 
@@ -108,8 +110,15 @@ class RingSource:
                 raise TimeoutError
             return self._frames.popleft() if self._frames else None
 
-    def stats(self) -> dict[str, int]:
-        return {"ring_overwritten": self.overwritten}
+    def behind_seconds(self) -> float:
+        """How far the newest rendered frame is behind the session's live clock (0 before the first frame): a device
+        slower than real time (a CPU) leaves it growing, and speech pushed now is shown that much later."""
+        if self._anchor is None or self._newest is None:
+            return 0.0
+        return round(max(0.0, time.monotonic() - self._anchor - self._newest / FPS), 2)
+
+    def stats(self) -> dict[str, float]:
+        return {"ring_overwritten": self.overwritten, "behind_seconds": self.behind_seconds()}
 
 
 class PreviewRelay:
@@ -187,9 +196,17 @@ class Worker:
                 if self.inbox.poll(50):
                     while True:
                         try:
-                            self.handle(decode(self.inbox.recv(zmq.NOBLOCK)))
+                            message = decode(self.inbox.recv(zmq.NOBLOCK))
                         except zmq.Again:
                             break
+                        except ValueError as exc:
+                            log.warning("worker %d: dropped an undecodable message: %s", self.index, exc)
+                            continue
+                        if not isinstance(message, ToWorker):
+                            kind = type(message).__name__
+                            log.warning("worker %d: dropped a %s (not a worker's message)", self.index, kind)
+                            continue
+                        self.handle(message)
                 self._reap()
                 if time.monotonic() >= next_stats:
                     next_stats += STATS_EVERY
@@ -249,24 +266,28 @@ class Worker:
             stream.source = RingSource(FrameRing(ring.ring, ring.width, ring.height, ring.slots))
         except (OSError, ValueError) as exc:
             # The core frees a ring when its session ends: one deleted before this worker caught up has none left.
-            self.emit(OutputFailed(stream.id, f"cannot attach the frame ring: {exc}"))
+            self.emit(OutputFailed(stream.id, "ring", f"cannot attach the frame ring: {exc}"))
             self.emit(OutputsClosed(stream.id, {}))
             self.streams.pop(stream.id, None)
             return
         spec = stream.outputs
-        output = SessionOutput(stream.source, encoder="x264", settings=H264Settings(), name=stream.id)
+        output = SessionOutput(
+            stream.source, encoder="x264", settings=H264Settings(), name=stream.id,
+            on_sink_failed=lambda sink, message: self.emit(OutputFailed(stream.id, sink, message)),
+        )
         stream.playback = PlaybackEvents(lambda event: self.emit(playback(stream.id, event)))
         output.add_sink(stream.playback)
-        try:
-            for url in spec.rtmp:
-                output.add_sink(RtmpSink(url, output.request_keyframe))
-            if spec.mp4:
-                output.add_sink(Mp4Sink(spec.mp4, output.request_keyframe))
-            if spec.preview:
-                stream.relay = PreviewRelay(stream.id, self.emit)
-                output.add_sink(stream.relay)
-        except ValueError as exc:
-            self.emit(OutputFailed(stream.id, str(exc)))
+        sinks = [("rtmp", lambda url=url: RtmpSink(url, output.request_keyframe)) for url in spec.rtmp]
+        if spec.mp4:
+            sinks.append(("mp4", lambda: Mp4Sink(spec.mp4, output.request_keyframe)))
+        for name, make in sinks:
+            try:
+                output.add_sink(make())
+            except (OSError, ValueError) as exc:
+                self.emit(OutputFailed(stream.id, name, str(exc)))
+        if spec.preview:
+            stream.relay = PreviewRelay(stream.id, self.emit)
+            output.add_sink(stream.relay)
         stream.output = output.start()
         for message in stream.early:
             self.handle(message)

@@ -109,3 +109,11 @@ def check_rtmp_urls(value: Any) -> tuple[str, ...]:
     if len(urls) > MAX_RTMP_OUTPUTS:
         raise TargetError("rtmp", f"at most {MAX_RTMP_OUTPUTS} URLs per session, got {len(urls)}")
     return tuple(check_rtmp_url(url) for url in urls)
+
+
+def masked_rtmp_url(url: str) -> str:
+    """``url`` as shown to clients and in logs: its last path segment (the stream key) and any query as ``***``."""
+    parts = urlsplit(url)
+    head, _, key = parts.path.rpartition("/")
+    path = f"{head}/***" if key else parts.path
+    return parts._replace(path=path, query="***" if parts.query else "", fragment="").geturl()

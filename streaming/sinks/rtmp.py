@@ -28,7 +28,7 @@ from engine.timebase import FPS
 from streaming.output import EncodedFrame, SinkFailed
 from streaming.sinks.mux import Muxer
 from streaming.sinks.rtmp_io import RtmpConnection
-from streaming.targets import check_rtmp_url
+from streaming.targets import check_rtmp_url, masked_rtmp_url
 
 log = logging.getLogger(__name__)
 _CLOSE = object()
@@ -72,6 +72,8 @@ class RtmpSink:
     ) -> None:
         self.url, self.io_timeout = check_rtmp_url(url), io_timeout
         self.audio_channels = audio_channels
+        self.shown = masked_rtmp_url(url)
+        """The URL as logs and failure messages show it: without its stream key."""
         self.backoff = backoff or Backoff()
         self._request_keyframe = request_keyframe
         self._rng = random.Random(seed)
@@ -168,7 +170,7 @@ class RtmpSink:
             if self.connections > 1:
                 self.reconnects += 1
             self._delays = None
-            log.info("rtmp: %s %s", "reconnected to" if self.connections > 1 else "publishing to", self.url)
+            log.info("rtmp: %s %s", "reconnected to" if self.connections > 1 else "publishing to", self.shown)
 
     def _connect(self, frame: EncodedFrame) -> bool:
         """Open a connection when one is due; it goes out with the next keyframe."""
@@ -194,13 +196,15 @@ class RtmpSink:
         if self._delays is None:
             self._delays = self.backoff.delays(self._rng)
         delay = next(self._delays, None)
+        reason = str(exc).replace(self.url, self.shown)
         if delay is None:
-            self._failure = f"gave up on {self.url} after {self.backoff.attempts} attempts: {exc}"
+            self._failure = f"gave up on {self.shown} after {self.backoff.attempts} attempts: {reason}"
             self.gave_up = True
             log.error("rtmp: %s", self._failure)
             return
         self._retry_at = time.monotonic() + delay
-        log.warning("rtmp: %s %s (%s); retrying in %.1f s", "lost" if was_connected else "cannot reach", self.url, exc, delay)
+        lost = "lost" if was_connected else "cannot reach"
+        log.warning("rtmp: %s %s (%s); retrying in %.1f s", lost, self.shown, reason, delay)
 
     def _disconnect(self) -> None:
         muxer, connection, self._muxer, self._connection = self._muxer, self._connection, None, None
@@ -208,7 +212,7 @@ class RtmpSink:
             if muxer is not None:
                 muxer.close()
         except Exception as exc:
-            log.debug("rtmp: closing %s: %s", self.url, exc)
+            log.debug("rtmp: closing %s: %s", self.shown, exc)
         finally:
             if connection is not None:
                 connection.close()

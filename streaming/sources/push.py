@@ -34,6 +34,10 @@ server -> client, playback events (the service; see streaming.playback), per seg
       its speech shown. A segment still open when the stream ends is finished then, as interrupted.
       Every push connection of the session gets them; ``end`` closes the socket at once, so a client that
       wants the last segment's playback_finished waits for it before sending ``end``.
+  {"type": "output_failed", "sink": "mp4", "message": "..."}   one of the session's outputs failed and was
+      detached (a full disk, an RTMP server that gave up); the session goes on with the others.
+  {"type": "session_failed", "message": "..."}   the session failed (its output worker or the engine died): every
+      open segment has had its playback_finished (interrupted), and the socket is closed (1011, the message).
 
 To pause speaking, just stop sending: the avatar idles on silence until audio comes again.
 Audio is pushed with backpressure: the server takes the next binary message only once the session
@@ -50,7 +54,7 @@ import logging
 from dataclasses import dataclass
 
 import numpy as np
-from aiohttp import WSMsgType, web
+from aiohttp import WSCloseCode, WSMsgType, web
 
 from engine.audio.pcm import MAX_CHANNELS, PcmError, check_rate, to_float_mono
 from engine.controls import ControlError, check_changes
@@ -63,6 +67,8 @@ MAX_MESSAGE_SECONDS = 10.0
 """Audio one binary message may hold: a message is taken whole before the next binary one, so it bounds that wait."""
 MAX_MESSAGE_BYTES = 16 * 1024 * 1024
 """The largest WebSocket message read at all (aiohttp closes the connection on a larger one)."""
+MAX_CLOSE_REASON = 123
+"""Bytes a WebSocket close frame's reason may hold (RFC 6455)."""
 MAX_CONTROL_DEPTH = 8
 """How deep a text message's JSON may nest (a controls table is three levels)."""
 
@@ -149,9 +155,15 @@ async def push_handler(request: web.Request, session) -> web.WebSocketResponse:
 
 
 async def _send_events(ws: web.WebSocketResponse, events: asyncio.Queue) -> None:
-    """Forward the session's playback events to this client, in order, while it is connected."""
+    """Forward the session's playback events to this client, in order, while it is connected; after a
+    ``session_failed`` event close the socket with its message as the reason."""
     while True:
-        await _reply(ws, await events.get())
+        event = await events.get()
+        await _reply(ws, event)
+        if event.get("type") == "session_failed":
+            reason = event.get("message", "").encode()[:MAX_CLOSE_REASON].decode(errors="ignore")
+            await ws.close(code=WSCloseCode.INTERNAL_ERROR, message=reason.encode())
+            return
 
 
 @dataclass

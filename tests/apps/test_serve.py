@@ -58,3 +58,11 @@ def test_the_command_line_becomes_the_options_of_the_libraries() -> None:
     deploy = deploy_options(parse_args(["--ray", "--avatar", "anchor", "--output-workers", "3"]))
     assert deploy.device is None and deploy.service.workers == 3
     assert deploy.service.avatars == {AVATAR_AT_START: "anchor"}
+
+
+def test_mp4_at_start_records_into_its_folder_and_recordings_names_the_clients_folder(tmp_path) -> None:
+    options = server_options(parse_args(["--avatar", "a.png", "--mp4", str(tmp_path / "live.mp4"), "--device", "cpu"]))
+    assert (options.service.recordings, options.at_start.mp4) == (str(tmp_path), "live.mp4")
+    options = server_options(parse_args(["--recordings", str(tmp_path), "--device", "cpu"]))
+    assert options.service.recordings == str(tmp_path) and options.at_start is None
+    assert server_options(parse_args(["--device", "cpu"])).service.recordings is None, "no recordings unless asked"

@@ -73,13 +73,15 @@ def create_app(
     notice: str = "",
     runtime_metrics: Callable[[], dict] | None = None,
     bound: tuple[str, int] | None = None,
+    origins: tuple[str, ...] = (),
 ) -> web.Application:
     """The aiohttp application serving in-process ``streams``; ``runtime_metrics`` (the runtime's ``metrics``) adds its
-    figures to /metrics; ``bound`` (host, port) is the address served, for the Host check (None: any Host)."""
+    figures to /metrics; ``bound`` (host, port) is the address served, for the Host check (None: any Host);
+    ``origins`` the other pages allowed to use it from a browser."""
     by_name = {s.name: s for s in streams}
     registry = CollectorRegistry(auto_describe=False)
     registry.register(StreamCollector(lambda: streams, runtime_metrics))
-    return stream_app(lambda: by_name, token, notice, registry, bound)
+    return stream_app(lambda: by_name, token, notice, registry, bound, origins)
 
 
 class StreamCollector(Collector):

@@ -262,3 +262,75 @@ def test_the_token_never_reaches_a_log(caplog) -> None:
     with caplog.at_level(logging.DEBUG):
         asyncio.run(scenario())
     assert caplog.records and not any("s3cret-token" in r.getMessage() for r in caplog.records)
+
+
+PLAYER = "http://player.example:9000"
+
+
+def test_an_allowed_origins_whep_player_gets_cors_answers_and_any_other_origin_none() -> None:
+    session = SyntheticSession(64, 64, frames=1)
+
+    async def scenario() -> None:
+        preview = WebRtcPreview(asyncio.get_running_loop(), lambda: None)
+        stream = Stream("0", session, SessionOutput(session), preview)
+        app = create_app([stream], token="s3cret", bound=("127.0.0.1", 8080), origins=(PLAYER,))
+        client = TestClient(TestServer(app))
+        await client.start_server()
+        local, auth = {"Host": "127.0.0.1:8080"}, {"Authorization": "Bearer s3cret"}
+        asked = {
+            "Access-Control-Request-Method": "POST", "Access-Control-Request-Headers": "authorization,content-type"
+        }
+        try:
+            response = await client.options("/whep/0", headers={**local, **asked, "Origin": PLAYER})
+            assert response.status == 204 and response.headers["Access-Control-Allow-Origin"] == PLAYER
+            assert "POST" in response.headers["Access-Control-Allow-Methods"]
+            allowed = set(response.headers["Access-Control-Allow-Headers"].split(", "))
+            assert {"Authorization", "Content-Type"} <= allowed
+            refused = await client.options("/whep/0", headers={**local, **asked, "Origin": "http://evil.example"})
+            assert refused.status != 204 and "Access-Control-Allow-Origin" not in refused.headers
+
+            response = await client.post("/whep/0", data="v=0", headers={**local, **auth, **SDP, "Origin": PLAYER})
+            assert response.status == 400, "the access rules let the player's offer in (and it is a bad one)"
+            assert response.headers["Access-Control-Allow-Origin"] == PLAYER
+            assert "Location" in response.headers["Access-Control-Expose-Headers"]
+            response = await client.post("/whep/0", data="v=0", headers={**local, **auth, **SDP, "Origin": "http://evil.example"})
+            assert response.status == 403 and "Access-Control-Allow-Origin" not in response.headers
+            response = await client.post("/whep/0", data="v=0", headers={**local, **SDP, "Origin": PLAYER})
+            assert response.status == 401 and response.headers["Access-Control-Allow-Origin"] == PLAYER, "it reads why"
+        finally:
+            await client.close()
+            await preview.aclose()
+
+    asyncio.run(scenario())
+
+
+def test_every_error_answer_is_json_naming_the_error() -> None:
+    session = SyntheticSession(64, 64, frames=1)
+    app = create_app([Stream("0", session, SessionOutput(session), push=True)], token="s3cret", bound=("127.0.0.1", 8080))
+
+    async def scenario(client: TestClient) -> None:
+        local, auth = {"Host": "127.0.0.1:8080"}, {"Authorization": "Bearer s3cret"}
+        for method, path, headers, status in [
+            ("GET", "/info", local, 401),
+            ("GET", "/info", {"Host": "evil.example:8080", **auth}, 403),
+            ("GET", "/nothing-here", {**local, **auth}, 404),
+            ("PUT", "/info", {**local, **auth}, 405),
+            ("GET", "/push", {**local, **auth}, 400),
+            ("POST", "/whep/0", {**local, **auth, **SDP}, 404),
+        ]:
+            response = await client.request(method, path, headers=headers)
+            assert response.status == status and response.content_type == "application/json", (path, status)
+            assert isinstance((await response.json())["error"], str) and (await response.json())["error"]
+
+    serve(app, scenario)
+
+
+def test_push_names_its_session_rather_than_taking_the_first() -> None:
+    session = SyntheticSession(64, 64, frames=1)
+    app = create_app([Stream("0", session, SessionOutput(session), push=True)])
+
+    async def scenario(client: TestClient) -> None:
+        response = await client.get("/push", headers={"Connection": "Upgrade", "Upgrade": "websocket"})
+        assert response.status == 400 and "/push?session=ID" in (await response.json())["error"]
+
+    serve(app, scenario)

@@ -7,6 +7,7 @@ import contextlib
 import dataclasses
 import os
 import signal
+import socket
 import time
 import types
 
@@ -79,13 +80,15 @@ def test_serve_opens_its_sessions_through_the_service_and_ends_with_them(nginx_r
     assert 'ditto_frames_sent_total{session="1",sink="rtmp"}' in result["metrics"]
     assert 'ditto_capacity{kind="runtime"} 4.0' in result["metrics"]
     sessions = result["listing"]["sessions"]
-    assert [s["id"] for s in sessions] == ["0", "1"] and sessions[1]["outputs"]["rtmp"] == [nginx_rtmp.url("show-1")]
+    assert [s["id"] for s in sessions] == ["0", "1"] and sessions[1]["outputs"]["rtmp"] == [nginx_rtmp.url("show-1").rsplit("/", 1)[0] + "/***"]
     got = readers[0].join()
     assert got.size == (128, 128) and len(got.indices) >= 20, got.error
     assert got.indices == list(range(got.indices[0], got.indices[0] + len(got.indices)))
 
 
-@pytest.mark.parametrize("runtime, while_", [(RUNTIME + "_slowly", "warming up"), (RUNTIME, "serving")])
+@pytest.mark.parametrize(
+    "runtime, while_", [(RUNTIME + "_slowly", "warming up"), (RUNTIME, "serving"), (RUNTIME[: -len("build")] + "build_busy", "serving")]
+)
 def test_ctrl_c_stops_the_server_within_seconds(runtime: str, while_: str) -> None:
     """Issue 28: Ctrl-C was ignored for 40 s or more during start-up and took 60-110 s after it."""
     argv = ["--avatar", "anna.png", "--sessions", "2", "--device", "cpu", "--output-workers", "1"]
@@ -119,3 +122,30 @@ def test_duration_counts_from_the_first_frame_out() -> None:
         return time.monotonic() - started
 
     assert 0.2 < asyncio.run(run()) < 1.0
+
+
+def test_a_busy_port_fails_in_one_line_before_the_engine_starts(capsys: pytest.CaptureFixture) -> None:
+    port = free_port()
+    options = synthetic(["--avatar", "anna.png", "--device", "cpu", "--http", f"127.0.0.1:{port}"], f"{RUNTIME}_slowly")
+    with socket.create_server(("127.0.0.1", port)):
+        started = time.monotonic()
+        assert asyncio.run(server_module.serve(options)) == 1
+        assert time.monotonic() - started < 2, "no engine was started to find out"
+    errors = [line for line in capsys.readouterr().err.splitlines() if "error" in line]
+    assert errors == [f"error: cannot serve on 127.0.0.1:{port}: Address already in use (another server there? use --http)"]
+
+
+def test_a_given_token_and_a_stream_key_are_never_printed(capsys: pytest.CaptureFixture) -> None:
+    service = types.SimpleNamespace(
+        core_info=types.SimpleNamespace(device="cpu"), options=types.SimpleNamespace(device="cpu"),
+        capacity=lambda: {"admitted": 1, "runtime": 1, "outputs": 4},
+    )
+    session = types.SimpleNamespace(id="0", preview=object(), push=True)
+    at_start = server_module.SessionsAtStart(rtmp="rtmp://live.example/app/sk_live_secret")
+    server_module._announce(at_start, "0.0.0.0", 8080, "given-s3cret", False, [session], service)
+    printed = capsys.readouterr().err
+    assert "given-s3cret" not in printed and "sk_live_secret" not in printed
+    assert "?session=0&token=TOKEN" in printed and "rtmp://live.example/app/***" in printed
+    assert "(CPU 1, outputs 4)" in printed, "a CPU server says CPU"
+    server_module._announce(None, "0.0.0.0", 8080, "generated-s3cret", True, [], service)
+    assert capsys.readouterr().err.count("generated-s3cret") == 1, "a generated token is printed once, for the operator"

@@ -23,7 +23,7 @@ from aiohttp import web
 
 from serving.http import create_service_app
 from serving.service import Service, ServiceOptions
-from serving.sessions import SessionSpec
+from serving.sessions import SessionError, SessionSpec
 from tests.streaming.conftest import free_port
 
 pytestmark = pytest.mark.slow
@@ -31,9 +31,13 @@ RUNTIME = "tests.streaming.synthetic_runtime:build"
 
 
 @contextlib.asynccontextmanager
-async def running(workers: int = 2, admission: bool = True) -> AsyncIterator[tuple[Service, aiohttp.ClientSession, str]]:
-    """A started service with its HTTP API on a free port, and a client; everything stopped on the way out."""
-    service = Service(ServiceOptions(workers=workers, admission=admission, runtime=RUNTIME))
+async def running(
+    workers: int = 2, admission: bool = True, recordings: Path | None = None
+) -> AsyncIterator[tuple[Service, aiohttp.ClientSession, str]]:
+    """A started service with its HTTP API on a free port, and a client; everything stopped on the way out.
+    ``recordings``: the folder sessions record their MP4 names into (None: the server records no files)."""
+    options = ServiceOptions(workers=workers, admission=admission, runtime=RUNTIME, recordings=recordings and str(recordings))
+    service = Service(options)
     await service.start()
     runner = web.AppRunner(create_service_app(service))
     await runner.setup()
@@ -64,13 +68,13 @@ def test_sessions_of_two_avatars_come_and_go_through_the_api(tmp_path: Path, cap
     caplog.set_level(logging.INFO, "serving.service")
 
     async def scenario() -> None:
-        async with running() as (service, http, base):
+        async with running(recordings=tmp_path) as (service, http, base):
             timeline = next(r.getMessage() for r in caplog.records if r.getMessage().startswith("service ready"))
             assert "engine core spawned" in timeline and "imported" in timeline and timeline.endswith("s") and "2 output worker(s) ready" in timeline
             assert (await (await http.get(f"{base}/sessions")).json())["sessions"] == []
             made = []
             for avatar in ("anna", "ben"):
-                response = await http.post(f"{base}/sessions", json={"avatar": avatar, "mp4": str(tmp_path / f"{avatar}.mp4")})
+                response = await http.post(f"{base}/sessions", json={"avatar": avatar, "mp4": f"{avatar}.mp4"})
                 assert response.status == 201, await response.text()
                 made.append(await response.json())
             anna, ben = (m["id"] for m in made)
@@ -119,7 +123,7 @@ def test_bad_requests_get_clear_answers_and_capacity_is_a_503() -> None:
                 ({"avatar": "anna", "latency": "fast"}, 400, "faithful, low"),
             ]:
                 response = await http.post(f"{base}/sessions", json=body)
-                assert response.status == status and text in await response.text(), body
+                assert response.status == status and text in (await response.json())["error"], body
             assert (await http.get(f"{base}/sessions/nope")).status == 404
             low = await (await http.post(f"{base}/sessions", json={"avatar": "anna", "latency": "low"})).json()
             shown = await (await http.get(f"{base}/sessions/{low['id']}")).json()
@@ -135,6 +139,99 @@ def test_bad_requests_get_clear_answers_and_capacity_is_a_503() -> None:
     asyncio.run(scenario())
 
 
+def test_hostile_session_requests_get_a_400_naming_the_field_and_record_only_new_files_inside_the_folder(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "taken.mp4").write_bytes(b"someone's file")
+    deep = "[" * 100_000 + "]" * 100_000
+
+    async def scenario() -> None:
+        async with running(workers=1, recordings=tmp_path) as (service, http, base):
+            for body, text in [
+                ({"avatar": "anna", "mp4": "../out.mp4"}, '"mp4"'),
+                ({"avatar": "anna", "mp4": "/tmp/out.mp4"}, '"mp4"'),
+                ({"avatar": "anna", "mp4": "taken.mp4"}, "never replaces"),
+                ({"avatar": "anna", "rtmp": ["rtmp://h/a/k"] * 9}, '"rtmp": at most 8'),
+                ({"avatar": "anna", "rtmp": "rtmp://h/a/k\nforged log line"}, '"rtmp"'),
+                ({"avatar": "anna", "controls": {"self": 1}}, '"controls"'),
+                ({"avatar": "anna", "controls": {"yaw": "x"}}, '"controls"'),
+                ({"avatar": "anna", "latency": []}, '"latency"'),
+                ({"avatar": "anna", "latency": {}}, '"latency"'),
+                ({"avatar": "anna", "overlap": 1e23}, '"overlap"'),
+                ([{"avatar": "anna"}], "JSON object"),
+            ]:
+                response = await http.post(f"{base}/sessions", json=body)
+                assert response.status == 400 and text in (await response.json())["error"], (body, await response.text())
+            response = await http.post(f"{base}/sessions", data=deep, headers={"Content-Type": "application/json"})
+            assert response.status == 400 and "nested" in await response.text()
+            assert (tmp_path / "taken.mp4").read_bytes() == b"someone's file"
+
+            made = await (await http.post(f"{base}/sessions", json={"avatar": "anna", "mp4": "day/one.mp4"})).json()
+            assert made["outputs"]["mp4"] == "day/one.mp4", "the client's name is shown, never the server's path"
+            with pytest.raises(SessionError, match="unknown control"):
+                await service.sessions[made["id"]].audio.update_controls(**{"self": 1})
+            await until(lambda: _more(http, base, made["id"], 5))
+            assert (await http.delete(f"{base}/sessions/{made['id']}")).status == 200
+        assert (tmp_path / "day" / "one.mp4").stat().st_size > 0
+
+    asyncio.run(scenario())
+
+
+def test_a_server_without_a_recordings_folder_records_no_files() -> None:
+    with pytest.raises(SessionError, match='"mp4": this server records no files; start it with --recordings DIR'):
+        SessionSpec.from_json({"avatar": "anna", "mp4": "out.mp4"})
+
+
+def test_malformed_messages_on_the_internal_sockets_are_dropped_and_every_process_goes_on() -> None:
+    import zmq
+
+    from serving.protocol import Hello, encode
+
+    async def scenario() -> None:
+        async with running(workers=1) as (service, http, base):
+            session_id = (await (await http.post(f"{base}/sessions", json={"avatar": "anna"})).json())["id"]
+            context = zmq.Context()
+            try:
+                core = context.socket(zmq.DEALER)
+                core.connect(service.core._socket.getsockopt_string(zmq.LAST_ENDPOINT))
+                core.send(b"one frame, no number")
+                core.send_multipart([b"\x00" * 8, b"not msgpack"])
+                assert core.poll(5000), "the core answers an undecodable request"
+                worker = context.socket(zmq.PUSH)
+                worker.connect(service._workers[0].address)
+                for junk in (b"not msgpack", b"\x92\xa3Bad\x80", encode(Hello())):
+                    worker.send(junk)
+                await asyncio.sleep(1.0)
+                core.close(0)
+                worker.close(0)
+            finally:
+                context.term()
+            assert service._core.poll() is None and service._workers[0].process.poll() is None, "nobody died"
+            before = await released(http, base, session_id)
+            await until(lambda: _more(http, base, session_id, before + 10))
+            assert (await http.post(f"{base}/sessions", json={"avatar": "ben"})).status == 201
+
+    asyncio.run(scenario())
+
+
+def test_a_failed_recording_is_told_to_pushers_and_shown_while_the_session_goes_on(tmp_path: Path) -> None:
+    (tmp_path / "blocked").write_bytes(b"a file where the recording's folder would be")
+
+    async def scenario() -> None:
+        async with running(workers=1, recordings=tmp_path) as (service, http, base):
+            created = await http.post(f"{base}/sessions", json={"avatar": "crawl", "mp4": "blocked/rec.mp4"})
+            assert created.status == 201, "the name is fine; the file cannot be created"
+            session_id = (await created.json())["id"]
+            async with http.ws_connect(f"{base}/push?session={session_id}") as ws:
+                event = await ws.receive_json(timeout=15)
+                assert event["type"] == "output_failed" and event["sink"] == "mp4" and event["message"], event
+            body = await (await http.get(f"{base}/sessions/{session_id}")).json()
+            assert body["state"] == "live" and body["error"].startswith("mp4: "), body
+            await until(lambda: _more(http, base, session_id, 50))
+
+    asyncio.run(scenario())
+
+
 def test_an_overloaded_session_sheds_frames_and_its_stream_keeps_wall_time() -> None:
     async def scenario() -> None:
         async with running(workers=1) as (service, http, base):
@@ -146,6 +243,10 @@ def test_an_overloaded_session_sheds_frames_and_its_stream_keeps_wall_time() -> 
             assert body["counters"]["frames_released"] - start >= 45, "the output clock holds 25 fps"
             assert body["counters"]["repeated"] >= 15, "half the slots have no frame: shed and counted"
             assert body["degraded"], "and the session is reported as shedding"
+            assert body["behind_seconds"] >= 0.5, "its renders fall behind its live clock, and GET says how far"
+            await asyncio.sleep(1.0)
+            later = await (await http.get(f"{base}/sessions/{session['id']}")).json()
+            assert later["behind_seconds"] >= body["behind_seconds"] + 0.3, (body["behind_seconds"], later["behind_seconds"])
 
     asyncio.run(scenario())
 
@@ -157,7 +258,20 @@ def test_a_dead_output_worker_fails_only_its_sessions() -> None:
             second = (await (await http.post(f"{base}/sessions", json={"avatar": "anna"})).json())["id"]
             assert service.sessions[first].worker != service.sessions[second].worker
             await until(lambda: _more(http, base, second, 5))
-            os.kill(service._workers[service.sessions[first].worker].process.pid, signal.SIGKILL)
+            async with http.ws_connect(f"{base}/push?session={first}") as ws:
+                await ws.send_json({"type": "format", "sample_rate": 16000, "channels": 1, "encoding": "s16le"})
+                assert (await ws.receive_json(timeout=5))["type"] == "ready"
+                await ws.send_bytes(b"\x00\x10" * 16000 * 5)  # 5 s, cut by the worker's death
+                await ws.send_json({"type": "end_of_segment"})
+                assert (await ws.receive_json(timeout=5)) == {"type": "end_of_segment", "segment": 0}
+                assert (await ws.receive_json(timeout=5)) == {"type": "playback_started", "segment": 0}
+                os.kill(service._workers[service.sessions[first].worker].process.pid, signal.SIGKILL)
+                finished = await ws.receive_json(timeout=5)
+                assert finished["type"] == "playback_finished" and finished["segment"] == 0 and finished["interrupted"]
+                failed = await ws.receive_json(timeout=5)
+                assert failed["type"] == "session_failed" and "output worker" in failed["message"]
+                closing = await ws.receive(timeout=5)
+                assert closing.type == aiohttp.WSMsgType.CLOSE and closing.data == 1011 and "output worker" in closing.extra
             await until(lambda: _state(http, base, first, "failed"))
             body = await (await http.get(f"{base}/sessions/{first}")).json()
             assert "output worker" in body["error"]
@@ -229,7 +343,7 @@ def test_sessions_created_and_deleted_leave_the_workers_memory_flat(tmp_path: Pa
             for i in range(51):
                 if i in (30, 50):  # after the first sessions' allocations have settled
                     sizes.append(resident_mb(pid))
-                session = await service.create(SessionSpec("anna", mp4=str(tmp_path / f"{i % 2}.mp4")))
+                session = await service.create(SessionSpec("anna", mp4=f"{i}.mp4", recording=str(tmp_path / f"{i}.mp4")))
                 deadline = time.monotonic() + 30
                 while not session.output_stats.get("frames_released"):
                     assert time.monotonic() < deadline, f"session {i} released no frame within 30 s: {session.output_stats}"

@@ -99,3 +99,83 @@ async def until(condition, seconds: float = 5.0) -> None:
         if time.monotonic() > deadline:
             raise AssertionError("condition not met in time")
         await asyncio.sleep(0.05)
+
+
+PLAYER_PAGE = """<!doctype html><script>
+async function play(whep, token) {
+  const pc = new RTCPeerConnection();
+  pc.addTransceiver("video", {direction: "recvonly"});
+  pc.addTransceiver("audio", {direction: "recvonly"});
+  window.video = document.createElement("video");
+  video.muted = true; video.autoplay = true; document.body.append(video);
+  pc.ontrack = (e) => { video.srcObject = e.streams[0] || new MediaStream([e.track]); };
+  await pc.setLocalDescription(await pc.createOffer());
+  await new Promise((done) => pc.iceGatheringState === "complete" ? done()
+    : pc.addEventListener("icegatheringstatechange", () => pc.iceGatheringState === "complete" && done()));
+  const answer = await fetch(whep, {method: "POST", body: pc.localDescription.sdp,
+    headers: {"Content-Type": "application/sdp", "Authorization": "Bearer " + token}});
+  window.location_ = answer.headers.get("Location");
+  if (answer.status !== 201) return answer.status;
+  await pc.setRemoteDescription({type: "answer", sdp: await answer.text()});
+  return 201;
+}
+</script>"""
+
+
+def test_a_whep_player_on_an_allowed_origins_page_plays_and_another_origins_cannot(tmp_path: Path) -> None:
+    """A browser's own CORS: the page of an allowed origin (another port) plays over WHEP; a refused one gets nothing."""
+    chromium = chromium_path()
+    if chromium is None:
+        pytest.skip(f"chromium is not installed ({INSTALL_HINT})")
+    from playwright.async_api import async_playwright
+
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {**os.environ, "HOME": str(home), "TMPDIR": str(tmp_path), "XDG_CONFIG_HOME": str(home / ".config"), "XDG_CACHE_HOME": str(home / ".cache")}
+
+    async def scenario() -> None:
+        allowed_port, refused_port, port = free_port(), free_port(), free_port()
+        sites = []
+        for page_port in (allowed_port, refused_port):
+            pages = web.Application()
+            pages.router.add_get("/", lambda request: web.Response(text=PLAYER_PAGE, content_type="text/html"))
+            runner = web.AppRunner(pages)
+            sites.append(runner)
+            await runner.setup()
+            await web.TCPSite(runner, "127.0.0.1", page_port).start()
+        service = Service(ServiceOptions(workers=1, runtime=RUNTIME))
+        await service.start()
+        origin = f"http://127.0.0.1:{allowed_port}"
+        app = create_service_app(service, token="s3cret", bound=("127.0.0.1", port), origins=(origin,))
+        runner = web.AppRunner(app)
+        await runner.setup()
+        await web.TCPSite(runner, "127.0.0.1", port).start()
+        base = f"http://127.0.0.1:{port}"
+        try:
+            async with aiohttp.ClientSession(headers={"Authorization": "Bearer s3cret"}) as http:
+                session_id = (await (await http.post(f"{base}/sessions", json={"avatar": "anna", "preview": True})).json())["id"]
+                async with async_playwright() as playwright:
+                    browser = await playwright.chromium.launch(executable_path=chromium, headless=True, args=CHROMIUM_FLAGS, env=env)
+                    try:
+                        player = await browser.new_page()
+                        await player.goto(origin)
+                        assert await player.evaluate("([w, t]) => play(w, t)", [f"{base}/whep/{session_id}", "s3cret"]) == 201
+                        assert (await player.evaluate("window.location_")).startswith(f"/whep/{session_id}/"), "Location is exposed"
+                        await player.wait_for_function("video.videoWidth > 0 && video.currentTime > 0.2", timeout=20000)
+                        other = await browser.new_page()
+                        await other.goto(f"http://127.0.0.1:{refused_port}")
+                        refused = await other.evaluate(
+                            "([w, t]) => play(w, t).then(String, (e) => e.name)", [f"{base}/whep/{session_id}", "s3cret"]
+                        )
+                        assert refused == "TypeError", "the browser refuses the answer: no CORS for that origin"
+                        assert service.sessions[session_id].preview.viewers == 1
+                    finally:
+                        await browser.close()
+        finally:
+            await runner.cleanup()
+            await service.close()
+            for site in sites:
+                await site.cleanup()
+
+    asyncio.run(scenario())
+

@@ -189,3 +189,16 @@ def build_slowly(config: CoreConfig) -> tuple[FakeRuntime, FakeAvatars]:
     """``build`` after a minute: a core still warming up (the compile of a cold start)."""
     time.sleep(60)
     return build(config)
+
+
+class BusyRuntime(FakeRuntime):
+    """A runtime whose loop is inside a long tick when it is closed, as the engine's on a CPU (a window in a minute)."""
+
+    def close(self) -> None:
+        super().close()
+        time.sleep(60)
+
+
+def build_busy(config: CoreConfig) -> tuple[FakeRuntime, FakeAvatars]:
+    """``build`` with a runtime whose close waits a minute for its tick."""
+    return BusyRuntime(config.admission), FakeAvatars(config.avatars)

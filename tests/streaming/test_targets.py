@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from streaming.targets import (
+    masked_rtmp_url,
     MAX_RTMP_OUTPUTS,
     MAX_URL_LENGTH,
     TargetError,
@@ -119,3 +120,9 @@ def test_a_session_has_a_bounded_number_of_rtmp_outputs() -> None:
         check_rtmp_urls([f"rtmp://a/live/{i}" for i in range(200)])
     with pytest.raises(TargetError, match="a list of them"):
         check_rtmp_urls({"url": "rtmp://a/live"})
+
+
+def test_an_rtmp_url_is_shown_without_its_stream_key() -> None:
+    assert masked_rtmp_url("rtmp://live.example/app/sk_live_123") == "rtmp://live.example/app/***"
+    assert masked_rtmp_url("rtmps://live.example:443/app/key?auth=abc") == "rtmps://live.example:443/app/***?***"
+    assert masked_rtmp_url("rtmp://live.example/") == "rtmp://live.example/"
