@@ -3,6 +3,8 @@ tests/cluster/test_app.py, the server it runs in tests/serving/test_server.py)."
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from apps.serve import CPU_DEMO_SECONDS, deploy_options, parse_args, server_options
@@ -58,3 +60,28 @@ def test_the_command_line_becomes_the_options_of_the_libraries() -> None:
     deploy = deploy_options(parse_args(["--ray", "--avatar", "anchor", "--output-workers", "3"]))
     assert deploy.device is None and deploy.service.workers == 3
     assert deploy.service.avatars == {AVATAR_AT_START: "anchor"}
+
+
+def test_ray_hands_every_service_option_of_the_single_server_to_its_replicas() -> None:
+    argv = ["--avatar", "anchor", "--device", "cpu", "--steps", "2", "--plans", "plans/x", "--no-admission", "--output-workers", "3"]
+    single = server_options(parse_args([*argv, "--sessions", "0"])).service
+    deploy = deploy_options(parse_args(["--ray", *argv, "--replicas", "3", "--gpus-per-replica", "0.5"]))
+    assert replace(deploy.service, launched=None) == replace(single, launched=None)
+    assert (deploy.replicas, deploy.gpus_per_replica, deploy.device) == (3, 0.5, "cpu")
+    assert not deploy_options(parse_args(["--ray", "--http", "0.0.0.0:8000"])).service.loopback_only
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--ray", "--latency", "low"], "--latency apply to sessions opened at start"),
+        (["--ray", "--seed", "3", "--overlap", "70"], "--overlap, --seed apply"),
+        (["--ray", "--yaw", "3"], "the controls apply"),
+        (["--ray", "--replicas", "0"], "at least 1"),
+        (["--replicas", "2"], "add --ray"),
+    ],
+)
+def test_ray_refuses_the_flags_of_sessions_at_start_by_name(argv: list[str], message: str, capsys: pytest.CaptureFixture) -> None:
+    with pytest.raises(SystemExit):
+        parse_args(argv)
+    assert message in capsys.readouterr().err
