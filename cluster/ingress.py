@@ -6,7 +6,7 @@
     GET  /sessions   every replica: capacity, live sessions, free, draining, from its last report or its
                      last answer to a POST, whichever is newer ("reported": false before either)
 
-A refusal from a replica (its report was stale, or it just started draining) is retried on
+A refusal from a replica (its report was stale, it just started draining, or it is failing) is retried on
 another: each retry names the replicas that refused so far, and the router offers it to one that
 has not; ``attempts`` offers at least, and on until every replica reported has refused once (the
 503 then names figures each replica gave just now). Everything else about a session (GET, DELETE, push,
@@ -70,7 +70,7 @@ class SessionsIngress:
             reply = await self.engines.create.remote(body, sorted(refusals))
             replica = reply["replica"]["id"]
             self.answered[replica] = (REPORTED.get(replica, {}).get("seq", 0), reply["capacity"])
-            if reply["status"] != 503:
+            if not refusal(reply["status"], reply["body"]):
                 if reply["status"] == 201:
                     self.placed += 1
                     return JSONResponse({**json.loads(reply["body"]), "replica": reply["replica"]}, status_code=201)
@@ -96,6 +96,12 @@ class SessionsIngress:
         """400/401/403 for a request the token, Host or Origin rules do not let in (``serving.access``)."""
         refusal = self.access.check(request.method, request.headers, request.query_params.get("token", ""))
         return None if refusal is None else PlainTextResponse(refusal.text, status_code=refusal.status)
+
+
+def refusal(status: int, body: str) -> bool:
+    """Whether a replica's answer to a POST refuses it for reasons of its own (full, draining: 503; failing: 409 "the
+    service has failed"), so another replica may take it; any other answer is the client's."""
+    return status == 503 or (status == 409 and "has failed" in body)
 
 
 def cluster_capacity(replicas: dict[str, dict[str, Any]]) -> dict[str, int]:
