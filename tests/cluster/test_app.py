@@ -77,6 +77,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
             time.sleep(0.5)
         yield Cluster(f"http://127.0.0.1:{port}", lambda replicas: deploy(tmp, dashboard, port, replicas))
     finally:
+        serve.delete(APP_NAME)  # the replicas stop their services (and remove their folders) before Ray goes
         serve.shutdown()
         ray.shutdown()
 
@@ -139,7 +140,9 @@ async def push_ready(ws: aiohttp.ClientWebSocketResponse) -> None:
     assert (await ws.receive_json(timeout=10))["type"] == "ready"
 
 
-def test_sessions_are_placed_by_capacity_stick_to_their_replica_and_the_cap_holds(cluster: Cluster) -> None:
+def test_sessions_are_placed_by_capacity_stick_to_their_replica_and_the_cap_holds_and_the_proxy_reaches_them(
+    cluster: Cluster,
+) -> None:
     async def scenario() -> None:
         async with aiohttp.ClientSession() as http:
             made = []
@@ -161,7 +164,16 @@ def test_sessions_are_placed_by_capacity_stick_to_their_replica_and_the_cap_hold
             for session in made:
                 assert session["urls"]["push"].startswith(session["replica"]["url"].replace("http://", "ws://"))
                 assert await state(http, session) == "live"
-            first = made[0]
+            first, last = made[0], made[-1]
+            async with http.get(f"{cluster.base}/sessions/{first['id']}") as response:
+                assert response.status == 200 and (await response.json())["state"] == "live"
+            await streaming(http, last)
+            async with http.delete(f"{cluster.base}/sessions/{last['id']}") as response:
+                assert response.status == 200, await response.text()
+            assert await state(http, last) is None, "an ended session's record is dropped once DELETE answered"
+            made.remove(last)
+            async with http.get(f"{cluster.base}/sessions/nobody") as response:
+                assert response.status == 404
             async with http.ws_connect(first["urls"]["push"]) as ws:
                 await push_ready(ws)
                 await ws.send_json({"type": "controls", "yaw": 3})
