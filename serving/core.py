@@ -15,6 +15,7 @@ from __future__ import annotations
 import importlib
 import logging
 import os
+import shutil
 import signal
 import sys
 import threading
@@ -142,6 +143,8 @@ class EngineCore:
             for core_session in list(self.sessions.values()):
                 self._release_ring(core_session)
             self.context.term()
+            if os.getppid() != parent:  # orphaned (the front end was killed): nobody else removes the service's folder
+                shutil.rmtree(Path(address.removeprefix("ipc://")).parent, ignore_errors=True)
 
     def handle(self, request: CoreRequest) -> CoreReply:
         """One request -> its reply (``Refused`` with its kind: admission, not_found, invalid, closed, backpressure)."""
