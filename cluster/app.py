@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 import signal
 import sys
-import threading
 import time
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
@@ -27,6 +26,9 @@ SHUTDOWN_MARGIN = 30.0
 ROUTING_PERIOD = 1.0
 """Seconds between two capacity reports of a replica."""
 HEALTH_PERIOD = 5.0
+NORMAL_PRIORITY = {"RAY_worker_niceness": "0"}
+"""Ray starts its workers at nice 15; an engine replica (and the core and workers it starts) runs a real-time loop and
+must not yield its cores to every other process of the node."""
 COUNTDOWN_PERIOD = 10.0
 """Seconds between two lines of the stop's countdown."""
 SERVICE_ARGS = tuple(f.name for f in fields(ServiceOptions) if f.name != "launched")
@@ -58,7 +60,9 @@ def application(options: ClusterOptions):
     router = {"request_router_class": CapacityRouter} if options.capacity_router else {}
     engine = serve.deployment(EngineReplica, name="engine").options(
         num_replicas=options.replicas,
-        ray_actor_options={"num_gpus": options.gpus_per_replica, "num_cpus": 0},
+        ray_actor_options={
+            "num_gpus": options.gpus_per_replica, "num_cpus": 0, "runtime_env": {"env_vars": NORMAL_PRIORITY}
+        },
         max_ongoing_requests=64,
         health_check_period_s=options.health_period,
         health_check_timeout_s=options.replica.health_timeout + 5.0,
@@ -136,7 +140,9 @@ def run(deploy: DeployOptions) -> int:
     service = asdict(replace(deploy.service, device=device, launched=None))
     per_replica = deploy.gpus_per_replica if device == "cuda" else 0.0
     replicas = deploy.replicas or (max(1, int(gpus // per_replica)) if per_replica else 1)
-    replica = ReplicaConfig(service=service, host=host, token=token, notice=notice, health_timeout=default_health_timeout(device))
+    replica = ReplicaConfig(
+        service=service, host=host, token=token, notice=notice, health_timeout=default_health_timeout(device)
+    )
     options = ClusterOptions(replica=replica, replicas=replicas, gpus_per_replica=per_replica, http=(host, port))
     request_stop_now(False)
     print(f"cluster: deploying {replicas} engine replica(s) on {device} (each warms up its engine)...", file=sys.stderr)
@@ -147,7 +153,7 @@ def run(deploy: DeployOptions) -> int:
     suffix = f"?token={token}" if token else ""
     print(
         f"cluster: ready in {time.monotonic() - started:.0f} s: {replicas} engine replica(s) on {device}; sessions: "
-        f"POST http://{host}:{port}/sessions{suffix} (each replica's own URL is in its log line and its sessions' urls)",
+        f"POST http://{host}:{port}/sessions{suffix} (each replica's URL is in its log line and its sessions' urls)",
         file=sys.stderr,
     )
     signals = Signals()
@@ -186,17 +192,22 @@ def stop(drain_seconds: float, signals: Signals) -> None:
     a second signal tells them to end the sessions now (push sockets closed with 1001, recordings finished)."""
     from ray import serve
 
-    deleting = threading.Thread(target=serve.delete, args=(APP_NAME,), daemon=True)
-    deleting.start()
+    serve.delete(APP_NAME, _blocking=False)
     deadline = time.monotonic() + drain_seconds
-    print(f"stopping: the replicas drain their live sessions, at most {drain_seconds:g} s; Ctrl-C again ends them now", file=sys.stderr)
+    print(
+        f"stopping: the replicas drain their live sessions, at most {drain_seconds:g} s; Ctrl-C again ends them now",
+        file=sys.stderr,
+    )
     told = False
-    while deleting.is_alive():
-        if not told and signals.wait(2, COUNTDOWN_PERIOD):
+    countdown = time.monotonic() + COUNTDOWN_PERIOD
+    while APP_NAME in serve.status().applications:
+        if not told and signals.count >= 2:
             print("stopping: ending the live sessions now", file=sys.stderr)
             request_stop_now()
             told = True
-        elif not told:
+        elif not told and time.monotonic() >= countdown:
             left = max(0.0, deadline - time.monotonic())
-            print(f"stopping: draining, at most {left:.0f} s left (Ctrl-C again ends the sessions now)", file=sys.stderr)
-        deleting.join(0.5)
+            print(f"stopping: draining, at most {left:.0f} s left (Ctrl-C again ends the sessions now)",
+                  file=sys.stderr)
+            countdown += COUNTDOWN_PERIOD
+        signals.wait(signals.count + 1, 0.5)
