@@ -107,13 +107,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--demo", action="store_true", help="the demo portrait speaking the bundled clip on loop, random weights")
     parser.add_argument(
         "--ray", action="store_true",
-        help="serve on a Ray cluster (RAY_ADDRESS, or a local one bound to loopback when --http is): one engine per GPU as "
-        "Ray Serve replicas, sessions placed by capacity (cluster/, docs/cluster.md); every service option above applies "
-        "to each replica; the flags of sessions opened at start (--sessions, --latency, --overlap, --seed, the controls) "
-        "are refused: a POSTed session names its own",
+        help="serve on a Ray cluster (RAY_ADDRESS, or a local one bound to loopback when --http is): one engine "
+        "per GPU as Ray Serve replicas, sessions placed by capacity (cluster/, docs/cluster.md); every service option "
+        "above applies to each replica; the flags of sessions opened at start (--sessions, --latency, --overlap, "
+        "--seed, the controls) are refused: a POSTed session names its own",
     )
-    parser.add_argument("--replicas", type=int, help="--ray: engine replicas (default: one per GPU of the cluster; 1 on the CPU)")
-    parser.add_argument("--gpus-per-replica", type=float, default=1.0, help="--ray: GPUs each replica takes (default 1)")
+    parser.add_argument(
+        "--replicas", type=int, help="--ray: engine replicas (default: one per GPU of the cluster; 1 on the CPU)"
+    )
+    parser.add_argument(
+        "--gpus-per-replica", type=float, default=1.0, help="--ray: GPUs each replica takes (default 1)"
+    )
     add_control_arguments(parser)
     args = parser.parse_args(argv)
     args.control_changes = control_changes(args, parser)
@@ -131,7 +135,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         given = [flag for flag, dest in AT_START_FLAGS.items() if getattr(args, dest) != parser.get_default(dest)]
         given += ["the controls"] if args.control_changes else []
         if given:
-            parser.error(f"--ray serves the sessions clients open with POST /sessions, each naming its own settings: {', '.join(given)} apply to sessions opened at start")
+            parser.error(
+                "--ray serves the sessions clients open with POST /sessions, each naming its own settings: "
+                f"{', '.join(given)} apply to sessions opened at start"
+            )
     elif args.replicas is not None or args.gpus_per_replica != parser.get_default("gpus_per_replica"):
         parser.error("--replicas and --gpus-per-replica deploy on a Ray cluster: add --ray")
     if args.replicas is not None and args.replicas < 1:

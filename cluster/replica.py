@@ -86,8 +86,9 @@ class TickWatch:
         if still > limit:
             slowest = f"{slowest_ms / 1000:.1f} s" if slowest_ms else "none timed yet"
             return (
-                f"its runtime loop has not ticked for {still:.0f} s with {live} live session(s) (the limit: {limit:.0f} s, "
-                f"{self.factor:g} x its slowest recent tick ({slowest}) or the floor of {self.floor:g} s)"
+                f"its runtime loop has not ticked for {still:.0f} s with {live} live session(s) (the limit: "
+                f"{limit:.0f} s, {self.factor:g} x its slowest recent tick ({slowest}) or the floor of "
+                f"{self.floor:g} s)"
             )
         return None
 
@@ -168,9 +169,9 @@ class EngineReplica:
         return {**self.figures()["capacity"], "seq": self._reports, "answered": self._answered}
 
     async def check_health(self) -> None:
-        """Raise when the engine core does not answer in ``health_timeout`` s, its runtime loop's tick counter stood
-        still longer than ``TickWatch`` allows with live sessions, or the core has failed; the sessions then end at once with that reason,
-        and Serve replaces this replica."""
+        """Raise when the engine core does not answer in ``health_timeout`` s, its runtime loop's tick counter
+        stood still longer than ``TickWatch`` allows with live sessions, or the core has failed; the sessions then
+        end at once with that reason, and Serve replaces this replica."""
         if self.failure is None and self.service.failure is not None:
             self._fail(f"replica {self.id}: {self.service.failure}")
         if self.failure is None:
@@ -205,7 +206,8 @@ class EngineReplica:
             if self._live():
                 reason = (
                     f"replica {self.id}: the service is stopping" if stop_now_requested()
-                    else f"replica {self.id} was removed: its sessions had {self.config.drain_seconds:g} s to end and did not"
+                    else f"replica {self.id} was removed: its sessions had {self.config.drain_seconds:g} s to end "
+                    "and did not"
                 )
                 log.warning("%s", reason)
                 await self._close_websockets(1001, reason)

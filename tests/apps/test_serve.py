@@ -63,7 +63,8 @@ def test_the_command_line_becomes_the_options_of_the_libraries() -> None:
 
 
 def test_ray_hands_every_service_option_of_the_single_server_to_its_replicas() -> None:
-    argv = ["--avatar", "anchor", "--device", "cpu", "--steps", "2", "--plans", "plans/x", "--no-admission", "--output-workers", "3"]
+    argv = ["--avatar", "anchor", "--device", "cpu", "--steps", "2", "--plans", "plans/x", "--no-admission"]
+    argv += ["--output-workers", "3"]
     single = server_options(parse_args([*argv, "--sessions", "0"])).service
     deploy = deploy_options(parse_args(["--ray", *argv, "--replicas", "3", "--gpus-per-replica", "0.5"]))
     assert replace(deploy.service, launched=None) == replace(single, launched=None)
@@ -81,7 +82,9 @@ def test_ray_hands_every_service_option_of_the_single_server_to_its_replicas() -
         (["--replicas", "2"], "add --ray"),
     ],
 )
-def test_ray_refuses_the_flags_of_sessions_at_start_by_name(argv: list[str], message: str, capsys: pytest.CaptureFixture) -> None:
+def test_ray_refuses_the_flags_of_sessions_at_start_by_name(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture
+) -> None:
     with pytest.raises(SystemExit):
         parse_args(argv)
     assert message in capsys.readouterr().err
