@@ -157,7 +157,8 @@ class Service:
         self._closing = True
         if self.failure is None:
             live = [s.id for s in self._live()]
-            results = await asyncio.gather(*(self.delete(i, timeout=5.0) for i in live), return_exceptions=True)
+            ending = (asyncio.wait_for(self.delete(i), 5.0) for i in live)  # the core may be inside a long tick
+            results = await asyncio.gather(*ending, return_exceptions=True)
             for session_id, result in zip(live, results):
                 if isinstance(result, BaseException):
                     log.warning("session %s did not close in time: %s", session_id, result)
