@@ -11,6 +11,8 @@ import asyncio
 import contextlib
 import json
 import os
+import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -232,6 +234,12 @@ def core_of(replica_pid: int) -> int:
     raise LookupError(f"no engine core under process {replica_pid}")
 
 
+def folder_of(core: int) -> Path:
+    """The service folder of the engine core ``core`` (its sockets' addresses are on its command line)."""
+    command = Path(f"/proc/{core}/cmdline").read_bytes().decode(errors="replace")
+    return Path(re.search(r"/tmp/ditto-svc-\w+", command).group(0))
+
+
 def alive(pid: int) -> bool:
     try:
         return not (Path(f"/proc/{pid}/status").read_text().find("State:\tZ") >= 0)
@@ -251,6 +259,7 @@ def test_killing_a_replica_ends_only_its_sessions_and_serve_replaces_it(cluster:
         async with aiohttp.ClientSession() as http:
             a, b = await two_sessions(http, cluster.base)
             core = core_of(a["replica"]["pid"])
+            folder = folder_of(core)
             async with http.ws_connect(a["urls"]["push"]) as ws_a, http.ws_connect(b["urls"]["push"]) as ws_b:
                 await push_ready(ws_a)
                 await push_ready(ws_b)
@@ -259,6 +268,7 @@ def test_killing_a_replica_ends_only_its_sessions_and_serve_replaces_it(cluster:
                 assert message.type in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSED, aiohttp.WSMsgType.ERROR), message
                 await still_served(http, ws_b, b)
                 await until(lambda: asyncio.sleep(0, not alive(core)), 10, "the killed replica's engine core exits")
+                shutil.rmtree(folder)  # a process killed outright cannot remove its folder (Ray kills its whole group)
                 await replaced(http, cluster.base, a["replica"]["id"])
                 await still_served(http, ws_b, b)
             await delete_all(http, [b])
@@ -271,6 +281,7 @@ def test_a_replica_whose_core_stops_fails_its_health_check_ends_its_sessions_say
         async with aiohttp.ClientSession() as http:
             a, b = await two_sessions(http, cluster.base)
             core = core_of(a["replica"]["pid"])
+            folder = folder_of(core)
             try:
                 async with http.ws_connect(a["urls"]["push"]) as ws_a, http.ws_connect(b["urls"]["push"]) as ws_b:
                     await push_ready(ws_a)
@@ -283,6 +294,7 @@ def test_a_replica_whose_core_stops_fails_its_health_check_ends_its_sessions_say
                     await replaced(http, cluster.base, a["replica"]["id"])
                     await still_served(http, ws_b, b)
                 assert not alive(core), "the stuck engine core was left behind"
+                assert not folder.exists(), "the failed replica's service folder was left behind"
             finally:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(core, signal.SIGKILL)
