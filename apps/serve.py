@@ -35,6 +35,8 @@ if TYPE_CHECKING:
     from cluster.app import DeployOptions
 
 DEFAULT_HTTP = "127.0.0.1:8080"
+AT_START_FLAGS = {"--sessions": "sessions", "--latency": "latency", "--overlap": "overlap", "--seed": "seed"}
+"""Flags of the sessions opened at start, refused with ``--ray`` (each POSTed session names its own): flag -> dest."""
 CPU_DEMO_SECONDS = 20.0
 
 
@@ -118,7 +120,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--demo", action="store_true", help="the demo portrait speaking the bundled clip on loop, random weights")
     parser.add_argument(
         "--ray", action="store_true",
-        help="serve on a Ray cluster (RAY_ADDRESS, or a local one): one engine per GPU as Ray Serve replicas, sessions placed by capacity (cluster/)",
+        help="serve on a Ray cluster (RAY_ADDRESS, or a local one bound to loopback when --http is): one engine "
+        "per GPU as Ray Serve replicas, sessions placed by capacity (cluster/, docs/cluster.md); every service option "
+        "above applies to each replica; the flags of sessions opened at start (--sessions, --latency, --overlap, "
+        "--seed, the controls) are refused: a POSTed session names its own",
+    )
+    parser.add_argument(
+        "--replicas", type=int, help="--ray: engine replicas (default: one per GPU of the cluster; 1 on the CPU)"
+    )
+    parser.add_argument(
+        "--gpus-per-replica", type=float, default=1.0, help="--ray: GPUs each replica takes (default 1)"
     )
     add_control_arguments(parser)
     args = parser.parse_args(argv)
@@ -133,6 +144,20 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error("--demo speaks the bundled clip; it takes no --audio, --mic or --listen")
     if args.ray and (args.demo or args.audio or args.mic is not None or args.listen or args.rtmp or args.mp4 or args.duration):
         parser.error("--ray serves the sessions clients open with POST /sessions; sessions at start (--demo, --audio, --mic, --listen, --rtmp, --mp4, --duration) are the single server's")
+    if args.ray and args.allow_origin:
+        parser.error("--allow-origin is the single server's: the --ray ingress sends no CORS headers to other pages")
+    if args.ray:
+        given = [flag for flag, dest in AT_START_FLAGS.items() if getattr(args, dest) != parser.get_default(dest)]
+        given += ["the controls"] if args.control_changes else []
+        if given:
+            parser.error(
+                "--ray serves the sessions clients open with POST /sessions, each naming its own settings: "
+                f"{', '.join(given)} apply to sessions opened at start"
+            )
+    elif args.replicas is not None or args.gpus_per_replica != parser.get_default("gpus_per_replica"):
+        parser.error("--replicas and --gpus-per-replica deploy on a Ray cluster: add --ray")
+    if args.replicas is not None and args.replicas < 1:
+        parser.error("--replicas must be at least 1")
     if args.encoder == "nvenc":
         parser.error("--encoder nvenc: the service's output workers take frames in host memory and encode with x264 (see README)")
     if args.demo and args.webrtc is None:
@@ -157,7 +182,6 @@ def server_options(args: argparse.Namespace) -> ServerOptions:
     """The options of one server from its command line; on the CPU, ``--demo`` runs CPU_DEMO_SECONDS by default."""
     import torch
 
-    random_weights = args.checkpoints is None or args.demo
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     host, port = args.webrtc or args.http
     duration = args.duration
@@ -172,12 +196,8 @@ def server_options(args: argparse.Namespace) -> ServerOptions:
             overlap=args.overlap, seed=args.seed, controls=args.control_changes or None, latency=args.latency,
             push=args.listen, audio=args.audio and str(args.audio), mic=args.mic, demo_audio=args.demo,
         )
-    service = ServiceOptions(
-        checkpoints=None if random_weights else str(args.checkpoints), device=device, steps=args.steps,
-        plans=args.plans and str(args.plans), admission=not args.no_admission, workers=args.output_workers,
-        avatars={AVATAR_AT_START: None if args.demo else args.avatar} if at_start else {},
-        loopback_only=is_loopback(host), recordings=recordings and str(recordings), launched=process_started(),
-    )
+    avatars = {AVATAR_AT_START: None if args.demo else args.avatar} if at_start else {}
+    service = service_options(args, device, host, avatars, recordings, launched=process_started())
     return ServerOptions(service, host, port, args.token, at_start, tuple(args.allow_origin), duration)
 
 
@@ -189,15 +209,33 @@ def recordings_and_name(recordings: Path | None, mp4: Path | None) -> tuple[Path
     return mp4.absolute().parent, mp4.name
 
 
+def service_options(
+    args: argparse.Namespace,
+    device: str,
+    host: str,
+    avatars: dict[str, str | None],
+    recordings: Path | None,
+    launched: float | None = None,
+) -> ServiceOptions:
+    """The service's options from the command line: the single server's and every ``--ray`` replica's alike."""
+    random_weights = args.checkpoints is None or args.demo
+    return ServiceOptions(
+        checkpoints=None if random_weights else str(args.checkpoints), device=device, steps=args.steps,
+        plans=args.plans and str(args.plans), admission=not args.no_admission, workers=args.output_workers,
+        avatars=avatars, loopback_only=is_loopback(host), recordings=recordings and str(recordings),
+        launched=launched,
+    )
+
+
 def deploy_options(args: argparse.Namespace) -> DeployOptions:
-    """What ``--ray`` deploys, from the command line: the sessions are those clients open, none at start."""
+    """What ``--ray`` deploys, from the command line: each replica's service as the single server's (its device the
+    one Ray offers unless ``--device`` says), the sessions those clients open, none at start."""
     from cluster.app import DeployOptions  # Ray is an extra: imported only when asked for
 
-    service = ServiceOptions(
-        checkpoints=args.checkpoints and str(args.checkpoints), steps=args.steps, admission=not args.no_admission,
-        workers=args.output_workers, avatars={AVATAR_AT_START: args.avatar} if args.avatar else {},
-    )
-    return DeployOptions(service, args.device, args.webrtc or args.http, args.token)
+    host, port = args.webrtc or args.http
+    avatars = {AVATAR_AT_START: args.avatar} if args.avatar else {}
+    service = service_options(args, args.device or "cuda", host, avatars, args.recordings)
+    return DeployOptions(service, args.device, (host, port), args.token, args.replicas, args.gpus_per_replica)
 
 
 def main(argv: list[str] | None = None) -> int:

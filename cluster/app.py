@@ -6,14 +6,16 @@ Built three ways: ``application(ClusterOptions(...))`` in Python (the tests), ``
 
 from __future__ import annotations
 
-import asyncio
+import os
 import signal
 import sys
-from dataclasses import asdict, dataclass, field
+import time
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
 from cluster.ingress import ATTEMPTS, SessionsIngress
-from cluster.replica import DRAIN_SECONDS, HEALTH_TIMEOUT, EngineReplica, ReplicaConfig
+from cluster.local import request_stop_now, start_ray
+from cluster.replica import DRAIN_SECONDS, EngineReplica, ReplicaConfig, default_health_timeout
 from cluster.router import CapacityRouter
 from serving.access import is_loopback, resolve_token
 from serving.service import ServiceOptions
@@ -24,8 +26,14 @@ SHUTDOWN_MARGIN = 30.0
 ROUTING_PERIOD = 1.0
 """Seconds between two capacity reports of a replica."""
 HEALTH_PERIOD = 5.0
-SERVICE_ARGS = ("checkpoints", "device", "steps", "workers", "admission", "avatars", "cache_dir", "runtime")
-"""The serve config's ``args`` that are ``serving.service.ServiceOptions`` fields of every replica's engine."""
+NORMAL_PRIORITY = {"RAY_worker_niceness": "0"}
+"""Ray starts its workers at nice 15; an engine replica (and the core and workers it starts) runs a real-time loop and
+must not yield its cores to every other process of the node."""
+COUNTDOWN_PERIOD = 10.0
+"""Seconds between two lines of the stop's countdown."""
+SERVICE_ARGS = tuple(f.name for f in fields(ServiceOptions) if f.name != "launched")
+"""The serve config's ``args`` that are ``serving.service.ServiceOptions`` fields of every replica's engine (all but
+the launch time: each replica times its own start)."""
 
 
 @dataclass(frozen=True)
@@ -52,7 +60,9 @@ def application(options: ClusterOptions):
     router = {"request_router_class": CapacityRouter} if options.capacity_router else {}
     engine = serve.deployment(EngineReplica, name="engine").options(
         num_replicas=options.replicas,
-        ray_actor_options={"num_gpus": options.gpus_per_replica, "num_cpus": 0},
+        ray_actor_options={
+            "num_gpus": options.gpus_per_replica, "num_cpus": 0, "runtime_env": {"env_vars": NORMAL_PRIORITY}
+        },
         max_ongoing_requests=64,
         health_check_period_s=options.health_period,
         health_check_timeout_s=options.replica.health_timeout + 5.0,
@@ -74,12 +84,13 @@ def build(args: dict[str, Any]):
     for bound in (host, replica_host):
         if not is_loopback(bound) and not token:
             raise ValueError(f"serving {bound} (beyond loopback) needs a token: set args.token in the serve config")
-    service = {k: args[k] for k in SERVICE_ARGS if k in args}
+    service = {"device": "cuda", **{k: args[k] for k in SERVICE_ARGS if k in args}}
+    health = float(args.get("health_timeout", default_health_timeout(service["device"])))
     replica = ReplicaConfig(
-        service=service, host=replica_host, token=token,
-        drain_seconds=float(args.get("drain_seconds", DRAIN_SECONDS)), health_timeout=float(args.get("health_timeout", HEALTH_TIMEOUT)),
+        service=service, host=replica_host, token=token, drain_seconds=float(args.get("drain_seconds", DRAIN_SECONDS)),
+        health_timeout=health,
     )
-    gpus = 1.0 if service.get("device", "cuda") == "cuda" else 0.0
+    gpus = 1.0 if service["device"] == "cuda" else 0.0
     return application(
         ClusterOptions(
             replica=replica, replicas=int(args.get("replicas", 1)), gpus_per_replica=float(args.get("gpus_per_replica", gpus)),
@@ -90,52 +101,113 @@ def build(args: dict[str, Any]):
 
 @dataclass(frozen=True)
 class DeployOptions:
-    """What ``run`` deploys: every replica's service, the device it runs on, where Serve's proxy listens, the token."""
+    """What ``run`` deploys: every replica's service, the device it runs on, where Serve's proxy listens, the token,
+    and how many replicas of how many GPUs each."""
 
     service: ServiceOptions
-    """Every replica's service (its ``SERVICE_ARGS``; the device is ``device``'s)."""
+    """Every replica's service, the single server's options (its device is ``device``'s)."""
     device: str | None = None
     """cuda or cpu; None: cuda when the Ray cluster has a GPU."""
     http: tuple[str, int] = ("127.0.0.1", 8000)
     token: str | None = None
     """Required from every client; None: none on loopback, one generated (and printed) beyond it."""
+    replicas: int | None = None
+    """None: one per ``gpus_per_replica`` GPUs of the cluster (one on the CPU)."""
+    gpus_per_replica: float = 1.0
 
 
 def run(deploy: DeployOptions) -> int:
-    """``python -m apps.serve --ray``: deploy on the Ray cluster (``RAY_ADDRESS``, or a local one), one replica per
-    GPU, until Ctrl-C; then delete the application (its replicas drain first)."""
+    """``python -m apps.serve --ray``: deploy on the Ray cluster (``RAY_ADDRESS``, or a local one), until Ctrl-C or
+    SIGTERM; then delete the application: its replicas drain (a second Ctrl-C ends their sessions now)."""
     import ray
     from ray import serve
 
     from engine.engine import RANDOM_WEIGHTS_NOTICE
 
+    started = time.monotonic()
     host, port = deploy.http
     token, generated = resolve_token(host, deploy.token)
-    ray.init()
-    gpus = int(ray.cluster_resources().get("GPU", 0))
+    print(start_ray(host), file=sys.stderr)
+    gpus = ray.cluster_resources().get("GPU", 0)
     device = deploy.device or ("cuda" if gpus else "cpu")
     if device == "cuda" and not gpus:
         print("error: --ray with --device cuda: the Ray cluster has no GPU", file=sys.stderr)
+        ray.shutdown()
         return 1
-    random_weights = deploy.service.checkpoints is None
-    service = {**{k: getattr(deploy.service, k) for k in SERVICE_ARGS}, "device": device}
-    replica = ReplicaConfig(service=service, host=host, token=token, notice=RANDOM_WEIGHTS_NOTICE if random_weights else "")
-    options = ClusterOptions(replica=replica, replicas=max(1, gpus) if device == "cuda" else 1, gpus_per_replica=1.0 if device == "cuda" else 0.0, http=(host, port))
+    notice = RANDOM_WEIGHTS_NOTICE if deploy.service.checkpoints is None else ""
+    if notice:
+        print(notice, file=sys.stderr)
+    service = asdict(replace(deploy.service, device=device, launched=None))
+    per_replica = deploy.gpus_per_replica if device == "cuda" else 0.0
+    replicas = deploy.replicas or (max(1, int(gpus // per_replica)) if per_replica else 1)
+    replica = ReplicaConfig(
+        service=service, host=host, token=token, notice=notice, health_timeout=default_health_timeout(device)
+    )
+    options = ClusterOptions(replica=replica, replicas=replicas, gpus_per_replica=per_replica, http=(host, port))
+    request_stop_now(False)
+    print(f"cluster: deploying {replicas} engine replica(s) on {device} (each warms up its engine)...", file=sys.stderr)
     serve.start(http_options={"host": host, "port": port})
     serve.run(application(options), name=APP_NAME, route_prefix="/")
     if generated:
         print(f"token (give it to clients): {token}", file=sys.stderr)
     suffix = f"?token={token}" if token else ""
-    print(f"cluster: {options.replicas} engine replica(s) on {device}; sessions: POST http://{host}:{port}/sessions{suffix}", file=sys.stderr)
-
-    async def wait() -> None:
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, stop.set)
-        await stop.wait()
-
-    asyncio.run(wait())
-    print(f"stopping: the replicas drain their sessions (at most {replica.drain_seconds:g} s)...", file=sys.stderr)
-    serve.delete(APP_NAME)
+    print(
+        f"cluster: ready in {time.monotonic() - started:.0f} s: {replicas} engine replica(s) on {device}; sessions: "
+        f"POST http://{host}:{port}/sessions{suffix} (each replica's URL is in its log line and its sessions' urls)",
+        file=sys.stderr,
+    )
+    signals = Signals()
+    signals.wait(1)
+    stop(replica.drain_seconds, signals)
+    if not os.environ.get("RAY_ADDRESS"):
+        serve.shutdown()
+    ray.shutdown()
+    print("stopped", file=sys.stderr)
     return 0
+
+
+class Signals:
+    """Ctrl-C (SIGINT) and SIGTERM, counted: the first drains, the second ends the sessions now."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, self._received)
+
+    def _received(self, signum: int, frame: Any) -> None:
+        self.count += 1
+
+    def wait(self, count: int, seconds: float | None = None) -> bool:
+        """Wait until ``count`` signals came (True) or ``seconds`` passed (False)."""
+        deadline = None if seconds is None else time.monotonic() + seconds
+        while self.count < count:
+            if deadline is not None and time.monotonic() >= deadline:
+                return False
+            time.sleep(0.1)
+        return True
+
+
+def stop(drain_seconds: float, signals: Signals) -> None:
+    """Delete the application, its replicas draining their live sessions for up to ``drain_seconds``, counting down;
+    a second signal tells them to end the sessions now (push sockets closed with 1001, recordings finished)."""
+    from ray import serve
+
+    serve.delete(APP_NAME, _blocking=False)
+    deadline = time.monotonic() + drain_seconds
+    print(
+        f"stopping: the replicas drain their live sessions, at most {drain_seconds:g} s; Ctrl-C again ends them now",
+        file=sys.stderr,
+    )
+    told = False
+    countdown = time.monotonic() + COUNTDOWN_PERIOD
+    while APP_NAME in serve.status().applications:
+        if not told and signals.count >= 2:
+            print("stopping: ending the live sessions now", file=sys.stderr)
+            request_stop_now()
+            told = True
+        elif not told and time.monotonic() >= countdown:
+            left = max(0.0, deadline - time.monotonic())
+            print(f"stopping: draining, at most {left:.0f} s left (Ctrl-C again ends the sessions now)",
+                  file=sys.stderr)
+            countdown += COUNTDOWN_PERIOD
+        signals.wait(signals.count + 1, 0.5)

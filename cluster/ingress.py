@@ -5,12 +5,13 @@
                      503 naming the cluster's capacity when no replica has room
     GET  /sessions   every replica: capacity, live sessions, free, draining, from its last report or its
                      last answer to a POST, whichever is newer ("reported": false before either)
+    GET, DELETE /sessions/{id}   forwarded to the replica that holds the session (placed by this ingress)
 
-A refusal from a replica (its report was stale, or it just started draining) is retried on
+A refusal from a replica (its report was stale, it just started draining, or it is failing) is retried on
 another: each retry names the replicas that refused so far, and the router offers it to one that
 has not; ``attempts`` offers at least, and on until every replica reported has refused once (the
-503 then names figures each replica gave just now). Everything else about a session (GET, DELETE, push,
-signalling, preview) is on the replica's own URLs, which stay the same for the session's life.
+503 then names figures each replica gave just now). Everything else about a session (push, signalling,
+preview) is on the replica's own URLs, which stay the same for the session's life.
 The single server's token, Host and Origin rules (``serving.access``): the token (``Authorization: Bearer`` or
 ``?token=``) is required when one is set, a ``Host`` the proxy is not bound to is refused, and a browser page of
 another host may not open sessions.
@@ -18,8 +19,12 @@ another host may not open sessions.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 from typing import Any
+
+import aiohttp
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
@@ -28,6 +33,12 @@ from cluster.reports import REPORTED
 from serving.access import Access
 
 ATTEMPTS = 3
+STARTED_WAIT = 2.0
+"""Seconds a request waits for the first engine replica before it is answered 503 (the engines are warming up)."""
+WARMUP_RETRY_AFTER = 10
+"""Seconds a client is told to wait (Retry-After) while no engine replica has started yet."""
+HOLDERS_KEPT = 100_000
+"""Sessions whose replica the ingress remembers for GET and DELETE through the proxy (the oldest forgotten first)."""
 """Offers of one POST to replicas before the answer may be 503 (more while a reported replica has not refused)."""
 
 
@@ -39,23 +50,63 @@ class SessionsIngress:
         self.access = Access.bound(bound, token)
         self.placed = 0
         self.refused = 0
+        self.token = token
+        self.holders: dict[str, str] = {}
+        """Session id -> the URL of the replica that took it (for GET and DELETE through the proxy)."""
         self.answered: dict[str, tuple[int, dict[str, Any]]] = {}
         """Replica id -> (the seq of its report current then, its capacity) from its last answer to a POST."""
-        await engines.figures.remote()  # the handle's router starts with its first call: from now on it has the reports
+        self.started = asyncio.ensure_future(self._first_call())
+        """Done once an engine replica answered: the handle's router starts with its first call, and has the reports
+        from then on; until then (the engines warm up) requests are answered 503 with Retry-After."""
+
+    async def _first_call(self) -> None:
+        await self.engines.figures.remote()
+
+    async def _started(self) -> bool:
+        """Whether an engine replica has answered, waiting STARTED_WAIT s for one that is about to."""
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(asyncio.shield(self.started), STARTED_WAIT)
+        return self.started.done()
 
     async def __call__(self, request: Request) -> Response:
         refused = self._refuse(request)
         if refused is not None:
             return refused
         path = request.url.path[len(request.scope.get("root_path", "")) :].rstrip("/") or "/"
+        if path.startswith("/sessions") and not await self._started():
+            return PlainTextResponse(
+                "the engine replicas are starting (each warms up its engine); try again shortly", status_code=503,
+                headers={"Retry-After": str(WARMUP_RETRY_AFTER)},
+            )
         if path == "/sessions" and request.method == "POST":
             return await self.create(await request.body())
         if path == "/sessions" and request.method == "GET":
             replicas = self.replicas()
             return JSONResponse({"replicas": replicas, "capacity": cluster_capacity(replicas), "placed": self.placed, "refused": self.refused})
+        if path.startswith("/sessions/") and request.method in ("GET", "DELETE"):
+            return await self.forward(request.method, path.removeprefix("/sessions/"))
         return PlainTextResponse(
-            "the cluster answers POST /sessions and GET /sessions; a session's other routes are on its replica (its urls)", status_code=404
+            "the cluster answers POST and GET /sessions, GET and DELETE /sessions/{id}; a session's other routes "
+            "are on its replica (its urls)", status_code=404,
         )
+
+    async def forward(self, method: str, session_id: str) -> Response:
+        """GET or DELETE ``/sessions/{id}`` on the replica that holds the session; 404 for one this ingress did not
+        place."""
+        holder = self.holders.get(session_id)
+        if holder is None:
+            return PlainTextResponse(f"no session {session_id!r} was placed through this proxy", status_code=404)
+        headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
+        try:
+            async with aiohttp.ClientSession() as http:
+                async with http.request(method, f"{holder}/sessions/{session_id}", headers=headers) as response:
+                    body, status, kind = await response.read(), response.status, response.content_type
+        except aiohttp.ClientError as exc:
+            text = f"session {session_id!r}: its replica {holder} does not answer ({exc})"
+            return PlainTextResponse(text, status_code=502)
+        if method == "DELETE" and status in (200, 404):
+            self.holders.pop(session_id, None)
+        return Response(body, status_code=status, media_type=kind)
 
     async def create(self, body: bytes) -> Response:
         """Offer the session to replicas (the router ranks them by reported room) until one takes it."""
@@ -70,10 +121,14 @@ class SessionsIngress:
             reply = await self.engines.create.remote(body, sorted(refusals))
             replica = reply["replica"]["id"]
             self.answered[replica] = (REPORTED.get(replica, {}).get("seq", 0), reply["capacity"])
-            if reply["status"] != 503:
+            if not refusal(reply["status"], reply["body"]):
                 if reply["status"] == 201:
                     self.placed += 1
-                    return JSONResponse({**json.loads(reply["body"]), "replica": reply["replica"]}, status_code=201)
+                    created = json.loads(reply["body"])
+                    self.holders[created["id"]] = reply["replica"]["url"]
+                    if len(self.holders) > HOLDERS_KEPT:
+                        del self.holders[next(iter(self.holders))]
+                    return JSONResponse({**created, "replica": reply["replica"]}, status_code=201)
                 return Response(reply["body"], status_code=reply["status"], media_type="application/json" if reply["json"] else "text/plain")
             self.refused += 1
             refusals[replica] = reply["capacity"]
@@ -96,6 +151,12 @@ class SessionsIngress:
         """400/401/403 for a request the token, Host or Origin rules do not let in (``serving.access``)."""
         refusal = self.access.check(request.method, request.headers, request.query_params.get("token", ""))
         return None if refusal is None else PlainTextResponse(refusal.text, status_code=refusal.status)
+
+
+def refusal(status: int, body: str) -> bool:
+    """Whether a replica's answer to a POST refuses it for reasons of its own (full, draining: 503; failing: 409 "the
+    service has failed"), so another replica may take it; any other answer is the client's."""
+    return status == 503 or (status == 409 and "has failed" in body)
 
 
 def cluster_capacity(replicas: dict[str, dict[str, Any]]) -> dict[str, int]:

@@ -19,12 +19,13 @@ import socket
 import time
 import weakref
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import aiohttp
 from aiohttp import web
 
+from cluster.local import stop_now_requested
 from serving.access import is_loopback
 from serving.http import app_runner, create_service_app
 from serving.service import Service, ServiceOptions
@@ -33,28 +34,62 @@ log = logging.getLogger("cluster.replica")
 DRAIN_SECONDS = 600.0
 """How long a replica chosen for removal waits for its live sessions to end before it ends them (10 minutes)."""
 HEALTH_TIMEOUT = 5.0
-"""Seconds the engine core has to answer a health check; a core that does not has stopped ticking."""
+"""The health floor on a GPU: seconds the engine core has to answer, and the least a tick may take before its loop
+counts as stopped."""
+CPU_HEALTH_TIMEOUT = 300.0
+"""The health floor on the CPU, where the first tick of a session's first window (nothing timed yet) renders its
+frames for a minute or more on a loaded machine."""
+TICK_FACTOR = 4.0
+"""A loop counts as stopped once its counter stood still this many times its slowest recent tick (or the floor)."""
 DRAIN_POLL = 0.5
 WEBSOCKET_REASON_BYTES = 123
 """The longest close reason a WebSocket close frame carries (RFC 6455)."""
 
 
+def default_health_timeout(device: str) -> float:
+    """The default health floor for ``device`` (cuda or cpu)."""
+    return CPU_HEALTH_TIMEOUT if device == "cpu" else HEALTH_TIMEOUT
+
+
+def log_to_driver() -> None:
+    """Send the service's own log lines (its start timeline, this replica's URL, failures) to this process's stderr,
+    which Ray forwards to the driver's terminal."""
+    for name in ("serving", "cluster"):
+        logger = logging.getLogger(name)
+        if not logger.handlers:
+            handler = logging.StreamHandler()
+            handler.setFormatter(logging.Formatter("%(name)s: %(message)s"))
+            logger.addHandler(handler)
+            logger.setLevel(logging.INFO)
+
+
 class TickWatch:
     """Whether the runtime loop still ticks: with live sessions its ``ticks`` counter must move (every live session
-    has work every hop, speech or idle); a counter still for ``seconds`` means a loop stuck inside a tick while the
-    core's request thread still answers. Runtimes without the counter (the tests' synthetic one) are not watched."""
+    has work every hop, speech or idle). A slow loop is not a stopped one: the counter may stand still for
+    ``TICK_FACTOR`` times the slowest recent tick, or ``floor`` seconds, whichever is longer; overload is admission's
+    and shedding's business. Runtimes without the counter (the tests' synthetic one) are not watched."""
 
-    def __init__(self, seconds: float) -> None:
-        self.seconds = seconds
+    def __init__(self, floor: float, factor: float = TICK_FACTOR) -> None:
+        self.floor, self.factor = floor, factor
         self._last: tuple[Any, float] = (None, 0.0)
 
-    def stalled(self, ticks: int | None, live: int, now: float) -> str | None:
+    def limit(self, slowest_ms: float | None) -> float:
+        """Seconds the counter may stand still, given the slowest recent tick (ms; None before any)."""
+        return max(self.floor, self.factor * (slowest_ms or 0.0) / 1000)
+
+    def stalled(self, ticks: int | None, slowest_ms: float | None, live: int, now: float) -> str | None:
         """The reason the loop counts as stopped, or None; called with each health check's figures."""
         if ticks is None or not live or ticks != self._last[0]:
             self._last = (ticks, now)
             return None
-        if now - self._last[1] > self.seconds:
-            return f"its runtime loop has not ticked for {now - self._last[1]:.0f} s with {live} live session(s)"
+        still, limit = now - self._last[1], self.limit(slowest_ms)
+        if still > limit:
+            slowest = f"{slowest_ms / 1000:.1f} s" if slowest_ms else "none timed yet"
+            return (
+                f"its runtime loop has not ticked for {still:.0f} s with {live} live session(s) (the limit: "
+                f"{limit:.0f} s, {self.factor:g} x its slowest recent tick ({slowest}) or the floor of "
+                f"{self.floor:g} s)"
+            )
         return None
 
 
@@ -63,7 +98,8 @@ class ReplicaConfig:
     """What every replica of the engine deployment is started with (plain data: Serve sends it to each replica)."""
 
     service: dict[str, Any] = field(default_factory=dict)
-    """``serving.service.ServiceOptions`` fields (checkpoints, device, steps, admission, workers, avatars, runtime)."""
+    """``serving.service.ServiceOptions`` fields (any of them: checkpoints, device, steps, plans, admission, workers,
+    avatars, loopback_only, runtime...); the replica's WebRTC stays on loopback when its ``host`` is."""
     host: str = "127.0.0.1"
     """Where the replica's HTTP server binds; 0.0.0.0 serves remote clients (then a token is required) at the node's IP."""
     token: str | None = None
@@ -79,6 +115,7 @@ class EngineReplica:
         from ray import serve
         from ray.util import get_node_ip_address
 
+        log_to_driver()
         self.config = ReplicaConfig(**config)
         self.id = serve.get_replica_context().replica_id.unique_id
         self.failure: str | None = None
@@ -91,7 +128,8 @@ class EngineReplica:
         if not is_loopback(host) and not self.config.token:
             raise ValueError(f"a replica serving {host} (beyond loopback) needs a token")
         wildcard = host in ("", "0.0.0.0", "::")
-        self.service = Service(ServiceOptions(**self.config.service, loopback_only=is_loopback(host)))
+        options = ServiceOptions(**self.config.service)
+        self.service = Service(replace(options, loopback_only=options.loopback_only and is_loopback(host)))
         await self.service.start()
         listener = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
         listener.bind((host, 0))
@@ -131,21 +169,24 @@ class EngineReplica:
         return {**self.figures()["capacity"], "seq": self._reports, "answered": self._answered}
 
     async def check_health(self) -> None:
-        """Raise when the engine core does not answer in ``health_timeout`` s, its runtime loop's tick counter stood
-        still that long with live sessions, or the core has failed; the sessions then end at once with that reason,
-        and Serve replaces this replica."""
+        """Raise when the engine core does not answer in ``health_timeout`` s, its runtime loop's tick counter
+        stood still longer than ``TickWatch`` allows with live sessions, or the core has failed; the sessions then
+        end at once with that reason, and Serve replaces this replica."""
         if self.failure is None and self.service.failure is not None:
             self._fail(f"replica {self.id}: {self.service.failure}")
         if self.failure is None:
             try:
-                figures = await asyncio.wait_for(self.service.refresh(), self.config.health_timeout)
+                timeout = self.config.health_timeout
+                figures = await asyncio.wait_for(self.service.refresh(timeout), timeout + 1.0)
             except asyncio.TimeoutError:
                 self._fail(
                     f"replica {self.id}: its engine core did not answer for {self.config.health_timeout:g} s "
                     "(its loop stopped ticking); the replica is being replaced"
                 )
             else:
-                stalled = self._ticks.stalled(figures.get("ticks"), self._live(), time.monotonic())
+                stalled = self._ticks.stalled(
+                    figures.get("ticks"), figures.get("tick_wall_ms_recent_max"), self._live(), time.monotonic()
+                )
                 if stalled:
                     self._fail(f"replica {self.id}: {stalled}; the replica is being replaced")
         if self.failure is not None:
@@ -160,10 +201,14 @@ class EngineReplica:
             self.service.refusing = f"replica {self.id} is draining for removal; it admits no new session"
             deadline = time.monotonic() + self.config.drain_seconds
             log.info("replica %s: draining %d live session(s), for at most %g s", self.id, self._live(), self.config.drain_seconds)
-            while self._live() and time.monotonic() < deadline:
+            while self._live() and time.monotonic() < deadline and not stop_now_requested():
                 await asyncio.sleep(DRAIN_POLL)
             if self._live():
-                reason = f"replica {self.id} was removed: its sessions had {self.config.drain_seconds:g} s to end and did not"
+                reason = (
+                    f"replica {self.id}: the service is stopping" if stop_now_requested()
+                    else f"replica {self.id} was removed: its sessions had {self.config.drain_seconds:g} s to end "
+                    "and did not"
+                )
                 log.warning("%s", reason)
                 await self._close_websockets(1001, reason)
         await self._http.close()

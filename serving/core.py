@@ -15,6 +15,7 @@ from __future__ import annotations
 import importlib
 import logging
 import os
+import shutil
 import signal
 import sys
 import threading
@@ -154,6 +155,8 @@ class EngineCore:
             for core_session in list(self.sessions.values()):
                 self._release_ring(core_session)
             self.context.term()
+            if os.getppid() != parent:  # orphaned (the front end was killed): nobody else removes the service's folder
+                shutil.rmtree(Path(address.removeprefix("ipc://")).parent, ignore_errors=True)
 
     def _close_runtime(self) -> None:
         """Close the runtime, waiting at most RUNTIME_CLOSE_WAIT: its loop may be inside a tick that takes a minute on

@@ -48,6 +48,8 @@ log = logging.getLogger("serving.service")
 UTILIZATION = 0.8
 """Share of a frame period an output worker's encoders may fill (as the runtime admits against 0.8 of each hop)."""
 DELETE_TIMEOUT = 10.0
+STATS_TIMEOUT = 5.0
+"""Seconds the core has to answer a stats request by default (its request thread answers while the loop ticks)."""
 DEGRADED_SHARE = 0.1
 BEHIND_SECONDS = 5.0
 """A session whose newest frame is further than this behind its live clock is logged once as behind real time."""
@@ -162,7 +164,8 @@ class Service:
         self._closing = True
         if self.failure is None:
             live = [s.id for s in self._live()]
-            results = await asyncio.gather(*(self.delete(i, timeout=5.0) for i in live), return_exceptions=True)
+            ending = (asyncio.wait_for(self.delete(i), 5.0) for i in live)  # the core may be inside a long tick
+            results = await asyncio.gather(*ending, return_exceptions=True)
             for session_id, result in zip(live, results):
                 if isinstance(result, BaseException):
                     log.warning("session %s did not close in time: %s", session_id, result)
@@ -289,11 +292,12 @@ class Service:
         if session is not None and not session.live:
             del self.sessions[session_id]
 
-    async def refresh(self) -> dict[str, Any]:
-        """The core's figures now (runtime metrics); every live session's counters updated from them."""
+    async def refresh(self, timeout: float = STATS_TIMEOUT) -> dict[str, Any]:
+        """The core's figures now (runtime metrics); every live session's counters updated from them. ``timeout``: how
+        long the core may take to answer (a health check passes its own)."""
         if self.failure is not None:
             return {}
-        stats = await self.core.request(CoreStatsRequest(), timeout=5.0)
+        stats = await self.core.request(CoreStatsRequest(), timeout=timeout)
         for session_id, values in stats.sessions.items():
             if session_id in self.sessions:
                 self.sessions[session_id].core_stats = values

@@ -10,6 +10,8 @@ import torch
 
 HISTORY = 4096
 """Ticks kept for the percentiles."""
+RECENT = 64
+"""Ticks whose slowest is reported as ``tick_wall_ms_recent_max`` (what a health check allows a tick to take)."""
 
 
 class TickTimes:
@@ -48,9 +50,10 @@ class TickTimes:
             self.busy.append((at, ms))
 
     def summary(self) -> dict[str, float | None]:
-        """p50 and p99 of each tick time, in ms."""
+        """p50 and p99 of each tick time, and the slowest of the last ``RECENT`` ticks' wall times, in ms."""
         wall, cpu, gpu = list(self.wall), list(self.cpu), list(self.gpu)
         return {
+            "tick_wall_ms_recent_max": round(max(wall[-RECENT:]), 2) if wall else None,
             "tick_wall_ms_p50": percentile(wall, 50),
             "tick_wall_ms_p99": percentile(wall, 99),
             "tick_cpu_ms_p50": percentile(cpu, 50),

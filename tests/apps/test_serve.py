@@ -3,6 +3,8 @@ tests/cluster/test_app.py, the server it runs in tests/serving/test_server.py)."
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from apps.serve import CPU_DEMO_SECONDS, deploy_options, parse_args, server_options
@@ -66,3 +68,32 @@ def test_mp4_at_start_records_into_its_folder_and_recordings_names_the_clients_f
     options = server_options(parse_args(["--recordings", str(tmp_path), "--device", "cpu"]))
     assert options.service.recordings == str(tmp_path) and options.at_start is None
     assert server_options(parse_args(["--device", "cpu"])).service.recordings is None, "no recordings unless asked"
+
+
+def test_ray_hands_every_service_option_of_the_single_server_to_its_replicas() -> None:
+    argv = ["--avatar", "anchor", "--device", "cpu", "--steps", "2", "--plans", "plans/x", "--no-admission"]
+    argv += ["--output-workers", "3"]
+    single = server_options(parse_args([*argv, "--sessions", "0"])).service
+    deploy = deploy_options(parse_args(["--ray", *argv, "--replicas", "3", "--gpus-per-replica", "0.5"]))
+    assert replace(deploy.service, launched=None) == replace(single, launched=None)
+    assert (deploy.replicas, deploy.gpus_per_replica, deploy.device) == (3, 0.5, "cpu")
+    assert not deploy_options(parse_args(["--ray", "--http", "0.0.0.0:8000"])).service.loopback_only
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--ray", "--latency", "low"], "--latency apply to sessions opened at start"),
+        (["--ray", "--seed", "3", "--overlap", "70"], "--overlap, --seed apply"),
+        (["--ray", "--yaw", "3"], "the controls apply"),
+        (["--ray", "--replicas", "0"], "at least 1"),
+        (["--replicas", "2"], "add --ray"),
+        (["--ray", "--allow-origin", "https://player.example"], "--allow-origin is the single server's"),
+    ],
+)
+def test_ray_refuses_the_flags_of_sessions_at_start_by_name(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture
+) -> None:
+    with pytest.raises(SystemExit):
+        parse_args(argv)
+    assert message in capsys.readouterr().err

@@ -11,6 +11,8 @@ import asyncio
 import contextlib
 import json
 import os
+import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -77,6 +79,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
             time.sleep(0.5)
         yield Cluster(f"http://127.0.0.1:{port}", lambda replicas: deploy(tmp, dashboard, port, replicas))
     finally:
+        serve.delete(APP_NAME)  # the replicas stop their services (and remove their folders) before Ray goes
         serve.shutdown()
         ray.shutdown()
 
@@ -139,7 +142,9 @@ async def push_ready(ws: aiohttp.ClientWebSocketResponse) -> None:
     assert (await ws.receive_json(timeout=10))["type"] == "ready"
 
 
-def test_sessions_are_placed_by_capacity_stick_to_their_replica_and_the_cap_holds(cluster: Cluster) -> None:
+def test_sessions_are_placed_by_capacity_stick_to_their_replica_and_the_cap_holds_and_the_proxy_reaches_them(
+    cluster: Cluster,
+) -> None:
     async def scenario() -> None:
         async with aiohttp.ClientSession() as http:
             made = []
@@ -161,7 +166,16 @@ def test_sessions_are_placed_by_capacity_stick_to_their_replica_and_the_cap_hold
             for session in made:
                 assert session["urls"]["push"].startswith(session["replica"]["url"].replace("http://", "ws://"))
                 assert await state(http, session) == "live"
-            first = made[0]
+            first, last = made[0], made[-1]
+            async with http.get(f"{cluster.base}/sessions/{first['id']}") as response:
+                assert response.status == 200 and (await response.json())["state"] == "live"
+            await streaming(http, last)
+            async with http.delete(f"{cluster.base}/sessions/{last['id']}") as response:
+                assert response.status == 200, await response.text()
+            assert await state(http, last) is None, "an ended session's record is dropped once DELETE answered"
+            made.remove(last)
+            async with http.get(f"{cluster.base}/sessions/nobody") as response:
+                assert response.status == 404
             async with http.ws_connect(first["urls"]["push"]) as ws:
                 await push_ready(ws)
                 await ws.send_json({"type": "controls", "yaw": 3})
@@ -220,6 +234,12 @@ def core_of(replica_pid: int) -> int:
     raise LookupError(f"no engine core under process {replica_pid}")
 
 
+def folder_of(core: int) -> Path:
+    """The service folder of the engine core ``core`` (its sockets' addresses are on its command line)."""
+    command = Path(f"/proc/{core}/cmdline").read_bytes().decode(errors="replace")
+    return Path(re.search(r"/tmp/ditto-svc-\w+", command).group(0))
+
+
 def alive(pid: int) -> bool:
     try:
         return not (Path(f"/proc/{pid}/status").read_text().find("State:\tZ") >= 0)
@@ -239,6 +259,7 @@ def test_killing_a_replica_ends_only_its_sessions_and_serve_replaces_it(cluster:
         async with aiohttp.ClientSession() as http:
             a, b = await two_sessions(http, cluster.base)
             core = core_of(a["replica"]["pid"])
+            folder = folder_of(core)
             async with http.ws_connect(a["urls"]["push"]) as ws_a, http.ws_connect(b["urls"]["push"]) as ws_b:
                 await push_ready(ws_a)
                 await push_ready(ws_b)
@@ -247,6 +268,7 @@ def test_killing_a_replica_ends_only_its_sessions_and_serve_replaces_it(cluster:
                 assert message.type in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSED, aiohttp.WSMsgType.ERROR), message
                 await still_served(http, ws_b, b)
                 await until(lambda: asyncio.sleep(0, not alive(core)), 10, "the killed replica's engine core exits")
+                shutil.rmtree(folder)  # a process killed outright cannot remove its folder (Ray kills its whole group)
                 await replaced(http, cluster.base, a["replica"]["id"])
                 await still_served(http, ws_b, b)
             await delete_all(http, [b])
@@ -259,6 +281,7 @@ def test_a_replica_whose_core_stops_fails_its_health_check_ends_its_sessions_say
         async with aiohttp.ClientSession() as http:
             a, b = await two_sessions(http, cluster.base)
             core = core_of(a["replica"]["pid"])
+            folder = folder_of(core)
             try:
                 async with http.ws_connect(a["urls"]["push"]) as ws_a, http.ws_connect(b["urls"]["push"]) as ws_b:
                     await push_ready(ws_a)
@@ -271,6 +294,7 @@ def test_a_replica_whose_core_stops_fails_its_health_check_ends_its_sessions_say
                     await replaced(http, cluster.base, a["replica"]["id"])
                     await still_served(http, ws_b, b)
                 assert not alive(core), "the stuck engine core was left behind"
+                assert not folder.exists(), "the failed replica's service folder was left behind"
             finally:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(core, signal.SIGKILL)

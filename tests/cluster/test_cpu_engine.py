@@ -1,0 +1,165 @@
+"""``python -m apps.serve --ray`` as a user runs it on the CPU: the real engine (random weights, 2 DDIM steps) in one
+replica of a local Ray cluster started on loopback. A session opened through the proxy lives across the CPU's slow
+ticks and records frames; the processes the command started listen on loopback; Ctrl-C twice ends the session
+cleanly (push socket 1001, a playable MP4) and leaves no service folder or shared-memory ring behind."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import aiohttp
+import numpy as np
+import pytest
+
+pytest.importorskip("ray")
+av = pytest.importorskip("av")
+from tests.cluster.listening import descendants, listening  # noqa: E402
+from tests.streaming.conftest import free_port  # noqa: E402
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
+ROOT = Path(__file__).resolve().parents[2]
+ALIVE_SECONDS = 25.0
+"""How long the session must go on streaming after its first frame (several CPU ticks)."""
+SERVICE_PROCESSES = (b"serving.core", b"serving.worker")
+
+
+def portrait(path: Path) -> Path:
+    """The demo portrait (scikit-image's astronaut) as a file the service registers at start."""
+    from PIL import Image
+    from skimage import data
+
+    Image.fromarray(data.astronaut()).save(path)
+    return path
+
+
+def service_files(pids: set[int]) -> set[str]:
+    """The service folders named on the command lines of ``pids`` and the shared-memory rings they map."""
+    found: set[str] = set()
+    for pid in pids:
+        try:
+            found |= set(
+                re.findall(r"/tmp/ditto-svc-\w+", Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace"))
+            )
+            found |= set(re.findall(r"/dev/shm/psm_\w+", Path(f"/proc/{pid}/maps").read_text()))
+        except OSError:
+            continue
+    return found
+
+
+def service_pids(pids: set[int]) -> set[int]:
+    """The engine cores and output workers among ``pids``."""
+    found = set()
+    for pid in pids:
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if any(name in cmdline for name in SERVICE_PROCESSES):
+            found.add(pid)
+    return found
+
+
+async def wait_ready(log: Path, process: subprocess.Popen, seconds: float) -> None:
+    deadline = time.monotonic() + seconds
+    while "cluster: ready" not in log.read_text():
+        assert process.poll() is None, log.read_text()[-3000:]
+        assert time.monotonic() < deadline, log.read_text()[-3000:]
+        await asyncio.sleep(0.5)
+
+
+async def counters(http: aiohttp.ClientSession, session: dict) -> tuple[str, int]:
+    async with http.get(session["urls"]["self"]) as response:
+        body = await response.json()
+    return body["state"], body["counters"].get("frames_released", 0)
+
+
+def test_a_cpu_session_through_the_proxy_streams_on_loopback_and_a_double_ctrl_c_leaves_nothing(tmp_path: Path) -> None:
+    port, log, mp4 = free_port(), tmp_path / "serve.log", tmp_path / "session.mp4"
+    command = [
+        sys.executable,
+        "-m",
+        "apps.serve",
+        "--ray",
+        "--device",
+        "cpu",
+        "--http",
+        f"127.0.0.1:{port}",
+        "--steps",
+        "2",
+        "--output-workers",
+        "1",
+        "--avatar",
+        str(portrait(tmp_path / "astronaut.png")),
+    ]
+    env = {**{k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}, "PYTHONPATH": str(ROOT)}  # a local cluster
+    with log.open("w") as out:
+        process = subprocess.Popen(
+            command, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+        )
+
+    async def scenario() -> None:
+        async with aiohttp.ClientSession() as http:
+            await wait_ready(log, process, 240)
+            async with http.post(
+                f"http://127.0.0.1:{port}/sessions", json={"avatar": "anchor", "mp4": str(mp4)}
+            ) as response:
+                assert response.status == 201, await response.text()
+                session = await response.json()
+            async with http.ws_connect(session["urls"]["push"]) as ws:
+                await ws.send_json({"type": "format", "sample_rate": 16000, "channels": 1, "encoding": "s16le"})
+                assert (await ws.receive_json(timeout=60))["type"] == "ready"
+                tone = (0.2 * np.sin(np.arange(16000 * 3) * 2 * np.pi * 220 / 16000) * 32767).astype(np.int16)
+                for start in range(0, len(tone), 3200):
+                    await ws.send_bytes(tone[start : start + 3200].tobytes())
+                    await asyncio.sleep(0.2)
+                deadline = time.monotonic() + 240
+                while (await counters(http, session))[1] == 0:
+                    assert time.monotonic() < deadline, "no frame released in 240 s"
+                    await asyncio.sleep(2)
+                first = await counters(http, session)
+                await asyncio.sleep(ALIVE_SECONDS)
+                state, released = await counters(http, session)
+                assert state == "live" and released > first[1], (first, state, released, log.read_text()[-2000:])
+
+                pids = descendants(process.pid)
+                ours = [
+                    (host, p)
+                    for _, host, p in listening(pids)
+                    if p == port or session["replica"]["url"].endswith(f":{p}")
+                ]
+                assert sorted(ours) == sorted(
+                    {("127.0.0.1", port), ("127.0.0.1", int(session["replica"]["url"].rsplit(":", 1)[1]))}
+                )
+                beyond = [(pid, host, p) for pid, host, p in listening(service_pids(pids)) if host != "127.0.0.1"]
+                assert beyond == [], "the service's own processes listen beyond loopback"
+                left = service_files(pids)
+                assert left, "the service's folder and ring were not found"
+
+                stopped = time.monotonic()
+                os.killpg(process.pid, signal.SIGINT)  # what Ctrl-C in a terminal sends: the whole process group
+                await asyncio.sleep(3)
+                os.killpg(process.pid, signal.SIGINT)
+                message = await ws.receive(timeout=60)
+                assert message.type == aiohttp.WSMsgType.CLOSE and message.data == 1001, message
+            assert await asyncio.to_thread(process.wait, 90) == 0, log.read_text()[-3000:]
+            assert time.monotonic() - stopped < 90
+            text = log.read_text()
+            assert "Traceback" not in text and "stopping: ending the live sessions now" in text, text[-3000:]
+            assert [path for path in left if Path(path).exists()] == []
+            assert [pid for pid in pids if Path(f"/proc/{pid}").exists() and pid != process.pid] == []
+        with av.open(str(mp4)) as container:
+            assert sum(1 for _ in container.decode(video=0)) >= released
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
