@@ -2,6 +2,10 @@
 
 Audio leaves at most ``LEAD_S`` ahead of wall time, below the service's own lead (5 s): the service then never holds
 the socket back, so an interrupt is never stuck behind seconds of audio waiting in TCP buffers.
+
+The playback events say when the service showed a frame; the same frame reaches a WHEP viewer later (the encoder,
+the WebRTC jitter buffer, the decoder). So the events take effect ``MEDIA_DELAY_S`` after they arrive: what the state
+says at a slot is what the pictures received by then show.
 """
 
 from __future__ import annotations
@@ -9,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -16,6 +21,8 @@ import aiohttp
 
 LEAD_S = 3.0
 ANSWER_TIMEOUT_S = 5.0
+MEDIA_DELAY_S = 0.16
+"""How far a WHEP viewer's pictures trail the playback events: four slots (three measured on loopback)."""
 
 log = logging.getLogger(__name__)
 
@@ -28,10 +35,13 @@ class PushClient:
         self._format: tuple[int, int] | None = None
         self._sent_until = 0.0
         self._segment_answers: asyncio.Queue[int | None] = asyncio.Queue()
+        self._events: deque[tuple[float, str, int]] = deque()
         self.playing: set[int] = set()
-        """Segments whose first speech frame the service has shown and whose last it has not."""
+        """Segments whose first speech frame the bot's pictures show and whose last they do not yet (see ``settle``)."""
         self.finished_through = -1
-        """The highest segment whose playback finished (segments finish in order)."""
+        """The highest segment whose playback finished in the bot's pictures (segments finish in order)."""
+        self.highest_segment = -1
+        """The highest segment number the service has named so far."""
         self.interrupts_answered = 0
         self.interrupted_segment: int | None = None
         """The segment the last answered interrupt cut (None: none was open)."""
@@ -74,6 +84,17 @@ class PushClient:
         except asyncio.TimeoutError:
             return None
 
+    def settle(self) -> None:
+        """Apply the playback events that arrived at least ``MEDIA_DELAY_S`` ago."""
+        horizon = time.monotonic() - MEDIA_DELAY_S
+        while self._events and self._events[0][0] <= horizon:
+            _, kind, segment = self._events.popleft()
+            if kind == "playback_started":
+                self.playing.add(segment)
+            else:
+                self.playing.discard(segment)
+                self.finished_through = max(self.finished_through, segment)
+
     async def close(self) -> None:
         self._reader.cancel()
         await self._ws.close()
@@ -86,15 +107,14 @@ class PushClient:
 
     def _on(self, event: dict[str, Any]) -> None:
         kind, segment = event.get("type"), event.get("segment")
+        if isinstance(segment, int):
+            self.highest_segment = max(self.highest_segment, segment)
         if kind == "end_of_segment":
             self._segment_answers.put_nowait(segment)
         elif kind == "interrupted":
             self.interrupts_answered += 1
             self.interrupted_segment = segment
-        elif kind == "playback_started":
-            self.playing.add(segment)
-        elif kind == "playback_finished":
-            self.playing.discard(segment)
-            self.finished_through = max(self.finished_through, segment)
+        elif kind in ("playback_started", "playback_finished"):
+            self._events.append((time.monotonic(), kind, segment))
         elif kind == "error":
             log.warning("the service refused a push message: %s", event.get("message"))

@@ -1,10 +1,10 @@
 """The remote backend of the pipecat video service: a session of the live service (``apps.serve``), driven over its
 public API as any remote client does: ``POST /sessions`` (with a preview), the push WebSocket, WHEP, ``DELETE``.
 
-Which frames speak comes from the push socket's playback events: audio is emitted while a segment plays. After an
-interrupt the pictures already in flight belong to the cut speech, so the slots show the last idle picture until the
-service has answered the interrupt and no cut segment is playing (at most ``RESUME_TIMEOUT_S``), then take the stream
-again from what arrives next.
+Which frames speak comes from the push socket's playback events (``integrations.push_client``, delayed as the
+pictures are): audio is emitted while a segment plays. After an interrupt the pictures in flight belong to the cut
+speech, so the slots show the last idle picture until the service has answered the interrupt and no segment it cut
+still plays in the pictures (at most ``RESUME_TIMEOUT_S``), then take the stream again from what arrives next.
 """
 
 from __future__ import annotations
@@ -43,8 +43,9 @@ class ServiceBackend:
         self.push: PushClient | None = None
         self.receiver: WhepReceiver | None = None
         self._picker: SlotPicker | None = None
-        self._resume_after: tuple[int, float] | None = None
-        """While resuming from an interrupt: (interrupts answered to wait for, give-up time)."""
+        self._resume_after: tuple[int, int, float] | None = None
+        """While resuming from an interrupt: (interrupts answered to wait for, highest segment named before it,
+        give-up time)."""
         self._interrupts = 0
 
     def first_picture(self) -> bytes | None:
@@ -78,7 +79,7 @@ class ServiceBackend:
 
     def interrupt(self) -> None:
         self._interrupts += 1
-        self._resume_after = (self._interrupts, time.monotonic() + RESUME_TIMEOUT_S)
+        self._resume_after = (self._interrupts, self.push.highest_segment, time.monotonic() + RESUME_TIMEOUT_S)
         asyncio.ensure_future(self.push.interrupt())
         self._picker.clear()
         self.receiver.drop()
@@ -87,9 +88,11 @@ class ServiceBackend:
         return await self.push.end_segment()
 
     def shown(self, segment: int) -> bool:
+        self.push.settle()
         return self.push.finished_through >= segment
 
     def next(self) -> Shown | None:
+        self.push.settle()
         if self._resuming():
             self._picker.clear()
             self.receiver.drop()
@@ -121,9 +124,9 @@ class ServiceBackend:
         """Whether the slots still wait for the service to have cut the interrupted speech."""
         if self._resume_after is None:
             return False
-        answered, give_up = self._resume_after
-        cut = self.push.interrupted_segment
-        still_playing = cut is not None and any(segment <= cut for segment in self.push.playing)
+        answered, named, give_up = self._resume_after
+        cut = max(named, -1 if self.push.interrupted_segment is None else self.push.interrupted_segment)
+        still_playing = any(segment <= cut for segment in self.push.playing)
         if (self.push.interrupts_answered >= answered and not still_playing) or time.monotonic() > give_up:
             self._resume_after = None
         return self._resume_after is not None
