@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 import aiohttp
+import aiohttp.web
 import numpy as np
 import pytest
 
@@ -313,3 +314,114 @@ async def delete_all(url: str) -> None:
     async with aiohttp.ClientSession(headers=AUTH) as http:
         for session in await sessions(url):
             await http.delete(f"{url}/sessions/{session['id']}")
+
+
+@pytest.fixture(scope="module")
+def cpu_service(tmp_path_factory) -> Iterator[Service]:
+    """``python -m apps.serve`` on the CPU engine (random weights, 2 DDIM steps), serving a registered ``anchor``."""
+    folder = tmp_path_factory.mktemp("remote-avatars")
+    env = {**os.environ, "PYTHONPATH": str(REPO), "DITTO_AVATAR_DIR": str(folder / "avatars")}
+    face = os.environ.get("DITTO_FACE_PYTHON", sys._base_executable)
+    portrait = "from PIL import Image; from skimage import data; Image.fromarray(data.astronaut()[:320, 64:384]).save('{}')"
+    subprocess.run([face, "-c", portrait.format(folder / "face.png")], check=True, timeout=60)
+    registered = subprocess.run(
+        [face, "-m", "apps.avatars", "register", str(folder / "face.png"), "--name", "anchor"],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=300,
+    )
+    assert registered.returncode == 0, registered.stderr[-2000:]
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    command = [sys.executable, "-m", "apps.serve", "--device", "cpu", "--steps", "2", "--output-workers", "1",
+               "--http", f"127.0.0.1:{port}", "--token", TOKEN]
+    process = start(command, url, env, 120)
+    yield Service(url, process)
+    stop(process)
+
+
+def test_against_apps_serve_on_the_cpu_engine_the_session_lives_and_ends_with_the_bot(cpu_service) -> None:
+    async def scenario() -> None:
+        bot = Bot(cpu_service.url)
+        await bot.until(lambda: bot.video.backend.receiver is not None, 30)
+        assert [s["avatar"] for s in await sessions(cpu_service.url)] == ["anchor"]
+        await bot.task.queue_frames(tts(0.5))
+        await asyncio.sleep(2.0)
+        await bot.task.queue_frame(InterruptionFrame())
+        await bot.until(lambda: bot.video.backend.push.interrupts_answered == 1, 5)
+        slots = [t for t, _ in bot.out.images]
+        assert bot.out.images[0][1].size == bot.video.size == (320, 320)
+        assert len(slots) / (slots[-1] - slots[0]) == pytest.approx(25, abs=1.5), "25 fps while the engine renders"
+        await bot.end()
+        assert await sessions(cpu_service.url) == []
+
+    asyncio.run(scenario())
+
+
+STATS = """async () => {
+  const s = {framesDecoded: 0, frameWidth: 0, audioEnergy: 0, ice: pc.iceConnectionState};
+  (await pc.getStats()).forEach((r) => {
+    if (r.type === 'inbound-rtp' && r.kind === 'video') { s.framesDecoded = r.framesDecoded || 0; s.frameWidth = r.frameWidth || 0; }
+    if (r.type === 'inbound-rtp' && r.kind === 'audio') s.audioEnergy = r.totalAudioEnergy || 0;
+  });
+  const video = document.getElementById('video');
+  const canvas = document.createElement('canvas');
+  canvas.width = video.videoWidth; canvas.height = video.videoHeight;
+  if (canvas.width) {
+    canvas.getContext('2d').drawImage(video, 0, 0);
+    s.pixels = Array.from(canvas.getContext('2d').getImageData(0, 0, canvas.width, canvas.height / 2).data
+      .filter((_, i) => i % 64 === 0)).join(',');
+  }
+  return s;
+}"""
+
+
+def test_the_example_bot_in_headless_chromium_shows_the_avatar_moving_and_speaking(synthetic_service, tmp_path) -> None:
+    import importlib.util
+
+    from harness.viewers import CHROMIUM_FLAGS, chromium_path
+
+    chromium = chromium_path()
+    if chromium is None:
+        pytest.skip("chromium is not installed")
+    from playwright.async_api import async_playwright
+
+    spec = importlib.util.spec_from_file_location("pipecat_bot", REPO / "examples" / "pipecat_bot.py")
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    home = tmp_path / "home"
+    env = {**os.environ, "HOME": str(home), "XDG_CONFIG_HOME": str(home / ".config"), "XDG_CACHE_HOME": str(home / ".cache")}
+
+    async def scenario() -> None:
+        runner = aiohttp.web.AppRunner(example.bot_app(synthetic_service.url, "anchor", TOKEN, SIZE))
+        await runner.setup()
+        port = free_port()
+        await aiohttp.web.TCPSite(runner, "127.0.0.1", port).start()
+        try:
+            async with async_playwright() as playwright:
+                browser = await playwright.chromium.launch(executable_path=chromium, headless=True, args=CHROMIUM_FLAGS, env=env)
+                page = await browser.new_page()
+                await page.goto(f"http://127.0.0.1:{port}/")
+                await page.evaluate("connect(false)")  # no microphone here: the bot speaks its greeting
+                first = await until_page(page, "s.framesDecoded > 5 && s.pixels", 20)
+                assert first["frameWidth"] == SIZE[0]
+                assert [s["avatar"] for s in await sessions(synthetic_service.url)] == ["anchor"]
+                await asyncio.sleep(1.0)
+                later = await until_page(page, "s.audioEnergy > 0.01", 15)
+                assert later["framesDecoded"] - first["framesDecoded"] >= 20, "pictures at the bot's 25 fps"
+                assert later["pixels"] != first["pixels"], "the avatar's pictures change"
+                await browser.close()
+        finally:
+            await runner.cleanup()  # the bot stops: its pipeline is cancelled
+        assert await sessions(synthetic_service.url) == [], "the stopped bot's session is deleted"
+
+    asyncio.run(scenario())
+
+
+async def until_page(page, condition: str, seconds: float) -> dict:
+    """The page's stats once ``condition`` (on ``s``) holds."""
+    deadline = time.monotonic() + seconds
+    while True:
+        stats = await page.evaluate(STATS)
+        if await page.evaluate(f"(s) => Boolean({condition})", stats):
+            return stats
+        assert time.monotonic() < deadline, f"not within {seconds} s: {condition}; last: { {**stats, 'pixels': '...'} }"
+        await asyncio.sleep(0.2)
