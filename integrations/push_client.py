@@ -42,6 +42,8 @@ class PushClient:
         """The highest segment whose playback finished in the bot's pictures (segments finish in order)."""
         self.highest_segment = -1
         """The highest segment number the service has named so far."""
+        self.last_finished: dict[str, Any] | None = None
+        """The last ``playback_finished`` event as it arrived (its ``position``: the seconds of speech shown)."""
         self.interrupts_answered = 0
         self.interrupted_segment: int | None = None
         """The segment the last answered interrupt cut (None: none was open)."""
@@ -116,5 +118,7 @@ class PushClient:
             self.interrupted_segment = segment
         elif kind in ("playback_started", "playback_finished"):
             self._events.append((time.monotonic(), kind, segment))
+            if kind == "playback_finished":
+                self.last_finished = event
         elif kind == "error":
             log.warning("the service refused a push message: %s", event.get("message"))
