@@ -10,13 +10,13 @@ from pathlib import Path
 import torch
 
 from avatars.cache import (
-    MANIFEST,
     REGISTRATION_NETWORKS,
     default_cache_dir,
+    manifest_json,
     read_manifest,
     resolve,
 )
-from avatars.errors import AvatarError
+from avatars.errors import AvatarError, CacheError
 from engine.networks import OFFICIAL_FILENAMES, CheckpointError, write_random_checkpoints
 
 RANDOM_CHECKPOINTS = ".random-checkpoints"
@@ -100,12 +100,12 @@ def _list(cache_dir: Path) -> None:
         return
     for entry in entries:
         try:
-            m = json.loads((entry / MANIFEST).read_text())
+            m = manifest_json(entry)
             s = m["source"]
             weights = "random weights" if m["checkpoints"]["random_weights"] else "checkpoints"
             size = f"{s['frames']:4} frame(s) {s['width']}x{s['height']}"
             print(f"{entry.name:24} {s['kind']:5} {size}  format {m['format']}  {weights}  {m['created']}")
-        except (OSError, ValueError, KeyError, TypeError):
+        except (CacheError, OSError, KeyError, TypeError):
             print(f"{entry.name:24} (unreadable manifest: register it again)")
 
 

@@ -26,12 +26,13 @@ from avatars.cache import hash_checkpoints_ahead
 from avatars.load import demo_avatar, load_or_register
 from engine.audio.files import read_audio
 from engine.audio.pcm import to_mono_16k
+from engine.buckets import RENDER_BUCKETS
 from engine.engine import LIVE_OVERLAP, OFFLINE_OVERLAP, RANDOM_WEIGHTS_NOTICE, models_dir, random_checkpoints
-from engine.runtime import Runtime, RuntimeConfig
-from engine.session import Session
+from engine.runtime import OutOfMemoryAtStart, Runtime, RuntimeConfig
+from engine.runtime.session import Session
 from engine.timebase import DEFAULT_STEPS, FPS, SEQ_FRAMES
+from serving.timeline import process_age
 from streaming.mp4 import Mp4Writer
-from streaming.timeline import process_age
 
 CPU_DEMO_SECONDS = 0.4
 MODES = ("offline", "online")
@@ -148,13 +149,19 @@ def main(argv: list[str] | None = None) -> int:
 
     started = time.perf_counter()
     hash_checkpoints_ahead(checkpoints)  # the avatar's load checks them; hashed while the networks load
-    # One bucket each: an offline render's windows run one after another and its frames in full batches of 40 (only a
-    # short clip's last batch is padded), and every bucket warmed up costs its first call and capture at start.
-    config = RuntimeConfig(window_buckets=(1,), render_buckets=(40,), max_queued_frames=80, admission=False, live=False)
-    runtime = Runtime.from_checkpoints(
-        None if random_weights else args.checkpoints, device=device, steps=args.steps, config=config, compile_networks=args.compile,
-        plans=args.plans,
+    # One bucket each: an offline render's windows run one after another and its frames in full batches of the largest
+    # render bucket (only a short clip's last batch is padded), and every bucket warmed up costs its first call and
+    # capture at start.
+    config = RuntimeConfig(
+        window_buckets=(1,), render_buckets=RENDER_BUCKETS[-1:], max_queued_frames=80, admission=False, live=False
     )
+    try:
+        runtime = Runtime.from_checkpoints(
+            None if random_weights else args.checkpoints, device=device, steps=args.steps, config=config,
+            compile_networks=args.compile, plans=args.plans,
+        )
+    except OutOfMemoryAtStart as exc:
+        raise SystemExit(f"error: {exc}") from None
     print(f"networks: {runtime.engine.backend.packages_status}", file=sys.stderr)
     steps = {"runtime start": time.perf_counter() - started}
     with runtime:

@@ -2,7 +2,7 @@
 
 The service: an HTTP front end (the session API ``POST/GET/DELETE /sessions``, the preview page,
 WHEP playback, the audio push WebSocket, /metrics), an engine core process that owns the GPU,
-and output worker processes that encode and send (``streaming.service``, run by ``streaming.server``).
+and output worker processes that encode and send (``serving.service``, run by ``serving.server``).
 With no ``--avatar`` it starts with zero sessions and runs until stopped; sessions come and go through the API.
 ``--avatar`` (or ``--demo``) also opens ``--sessions N`` sessions at start through the same API,
 each encoded once and fanned out to an RTMP server, the browser preview and/or an MP4 file,
@@ -20,14 +20,22 @@ import logging
 import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from apps.control_flags import add_control_arguments, control_changes
 from engine.latency import FAITHFUL, MODES
 from engine.timebase import DEFAULT_STEPS
+from serving.access import is_loopback
+from serving.server import AVATAR_AT_START, ServerOptions, SessionsAtStart, serve
+from serving.service import ServiceOptions
+from serving.timeline import process_started
 from streaming.encoders.select import ENCODERS
-from streaming.server import serve
+
+if TYPE_CHECKING:
+    from cluster.app import DeployOptions
 
 DEFAULT_HTTP = "127.0.0.1:8080"
+CPU_DEMO_SECONDS = 20.0
 
 
 def host_port(text: str) -> tuple[str, int]:
@@ -124,14 +132,52 @@ def default_workers() -> int:
     return max(1, min(8, (os.cpu_count() or 2) // 2))
 
 
+def server_options(args: argparse.Namespace) -> ServerOptions:
+    """The options of one server from its command line; on the CPU, ``--demo`` runs CPU_DEMO_SECONDS by default."""
+    import torch
+
+    random_weights = args.checkpoints is None or args.demo
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    host, port = args.webrtc or args.http
+    duration = args.duration
+    if device == "cpu" and args.demo and duration is None:
+        duration = CPU_DEMO_SECONDS
+        print(f"CPU demo: a short run of {CPU_DEMO_SECONDS:.0f} s after the first frame", file=sys.stderr)
+    at_start = None
+    if args.demo or args.avatar:
+        at_start = SessionsAtStart(
+            count=args.sessions, rtmp=args.rtmp, mp4=args.mp4 and str(args.mp4), preview=args.webrtc is not None,
+            overlap=args.overlap, seed=args.seed, controls=args.control_changes or None, latency=args.latency,
+            push=args.listen, audio=args.audio and str(args.audio), mic=args.mic, demo_audio=args.demo,
+        )
+    service = ServiceOptions(
+        checkpoints=None if random_weights else str(args.checkpoints), device=device, steps=args.steps,
+        plans=args.plans and str(args.plans), admission=not args.no_admission, workers=args.output_workers,
+        avatars={AVATAR_AT_START: None if args.demo else args.avatar} if at_start else {},
+        loopback_only=is_loopback(host), launched=process_started(),
+    )
+    return ServerOptions(service, host, port, args.token, at_start, duration)
+
+
+def deploy_options(args: argparse.Namespace) -> DeployOptions:
+    """What ``--ray`` deploys, from the command line: the sessions are those clients open, none at start."""
+    from cluster.app import DeployOptions  # Ray is an extra: imported only when asked for
+
+    service = ServiceOptions(
+        checkpoints=args.checkpoints and str(args.checkpoints), steps=args.steps, admission=not args.no_admission,
+        workers=args.output_workers, avatars={AVATAR_AT_START: args.avatar} if args.avatar else {},
+    )
+    return DeployOptions(service, args.device, args.webrtc or args.http, args.token)
+
+
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     args = parse_args(argv)
     if args.ray:
         from cluster.app import run
 
-        return run(args)
-    return asyncio.run(serve(args))
+        return run(deploy_options(args))
+    return asyncio.run(serve(server_options(args)))
 
 
 if __name__ == "__main__":

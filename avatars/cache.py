@@ -13,7 +13,9 @@ from __future__ import annotations
 import json
 import math
 import os
+import shlex
 import shutil
+import stat
 import tempfile
 import uuid
 import zlib
@@ -21,14 +23,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 import torch
 from safetensors.numpy import save_file
 
+from avatars.checks import MAX_JSON_BYTES, check_manifest, check_tensors, parse_json
 from avatars.checks import NAME as _NAME
-from avatars.checks import check_manifest, check_tensors, parse_json
 from avatars.errors import CacheError, StaleCacheError
 from engine.networks import OFFICIAL_FILENAMES
 from engine.plans.hash_ahead import hash_ahead, sha256_of
@@ -201,18 +203,25 @@ def resolve(name_or_path: str | Path, cache_dir: str | Path | None = None) -> Pa
         return root / name_or_path
     raise CacheError(
         f"no avatar {str(name_or_path)!r} in {root}; register it first: "
-        f"python -m apps.avatars register PORTRAIT --name {path.name or 'NAME'}"
+        f"python -m apps.avatars register PORTRAIT --name {shlex.quote(path.name) if path.name else 'NAME'}"
     )
 
 
-def read_manifest(directory: Path) -> dict[str, Any]:
-    """The avatar's manifest, checked for this format version."""
+def manifest_json(directory: Path) -> Any:
+    """The avatar's manifest as plain JSON, not yet checked (a listing shows stale ones too): read only from a regular
+    file, bounded in size and depth; CacheError otherwise."""
     try:
-        manifest = parse_json((directory / MANIFEST).read_bytes(), "a manifest")
+        with _open_regular(directory / MANIFEST) as file:
+            return parse_json(file.read(MAX_JSON_BYTES + 1), "a manifest")
     except FileNotFoundError as exc:
         raise CacheError(f"{directory}: no {MANIFEST}; the cache is incomplete, register the avatar again") from exc
     except (ValueError, UnicodeDecodeError) as exc:
         raise CacheError(f"{directory / MANIFEST} is corrupted ({exc}); register the avatar again") from exc
+
+
+def read_manifest(directory: Path) -> dict[str, Any]:
+    """The avatar's manifest, checked for this format version."""
+    manifest = manifest_json(directory)
     if not isinstance(manifest, dict):
         raise CacheError(f"{directory / MANIFEST} is corrupted (not a JSON object); register the avatar again")
     version = manifest.get("format")
@@ -226,12 +235,13 @@ def read_manifest(directory: Path) -> dict[str, Any]:
 
 
 def rebuild_command(manifest: Mapping[str, Any], name: str, checkpoints: str | Path | None = None) -> str:
-    """The CLI line that registers this avatar again."""
+    """The CLI line that registers this avatar again, each argument shell-quoted: the source path comes from a manifest
+    the user may have been handed, and a line pasted into a shell must not run what a path spells."""
     source_info = manifest.get("source")
     path = source_info.get("path") if isinstance(source_info, dict) else None
-    source = path if isinstance(path, str) and path.isprintable() else "PORTRAIT"
-    ckpt = checkpoints if checkpoints is not None else "CHECKPOINTS_DIR"
-    return f"python -m apps.avatars register {source} --name {name} --checkpoints {ckpt}"
+    source = shlex.quote(path) if isinstance(path, str) and path.isprintable() else "PORTRAIT"
+    ckpt = shlex.quote(str(checkpoints)) if checkpoints is not None else "CHECKPOINTS_DIR"
+    return f"python -m apps.avatars register {source} --name {shlex.quote(name)} --checkpoints {ckpt}"
 
 
 def load_avatar(
@@ -255,10 +265,7 @@ def load_avatar(
     info = manifest["tensors"]
     if info["file"] != TENSORS:
         raise CacheError(f"{directory / MANIFEST} is corrupted (no tensor entry); register the avatar again")
-    try:
-        data = np.fromfile(directory / TENSORS, dtype=np.uint8)
-    except FileNotFoundError as exc:
-        raise CacheError(f"{directory}: {TENSORS} is missing; register the avatar again") from exc
+    data = _read_tensor_file(directory / TENSORS)
     if data.size != info["bytes"] or (verify and zlib.crc32(data) != info["crc32"]):
         raise CacheError(
             f"{directory / TENSORS} is corrupted (size or checksum differs from the manifest); "
@@ -267,6 +274,27 @@ def load_avatar(
     tensors = _parse_safetensors(data, torch.device(device), directory / TENSORS)
     check_tensors(manifest, tensors, str(directory))
     return Avatar(name=name, is_image=manifest["is_image"], manifest=manifest, **tensors)
+
+
+def _open_regular(path: Path) -> BinaryIO:
+    """``path`` opened for reading only if it is a regular file: a FIFO or a device handed as a cache file would block
+    the load for ever (or never end), so it is opened without blocking and checked before anything is read."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    file = open(fd, "rb")
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        file.close()
+        raise CacheError(f"{path} is not a regular file; register the avatar again")
+    return file
+
+
+def _read_tensor_file(path: Path) -> np.ndarray:
+    """The tensor file's bytes (CacheError when it is missing or not a regular file)."""
+    try:
+        file = _open_regular(path)
+    except FileNotFoundError as exc:
+        raise CacheError(f"{path.parent}: {TENSORS} is missing; register the avatar again") from exc
+    with file:
+        return np.fromfile(file, dtype=np.uint8)
 
 
 def _check_checkpoints(manifest: Mapping[str, Any], name: str, checkpoints: str | Path | Mapping[str, str]) -> None:

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import torch
 
+from bench.common.memory import memory
 from bench.common.parts import engine_window_sampler, time_loads
 from bench.common.stats import summary
 from bench.common.targets import AVATAR_LOAD_MS, LMDM_WINDOW_MS, RENDER_MS_PER_FRAME
@@ -127,6 +128,7 @@ def main(argv: list[str] | None = None) -> int:
         print(NO_GPU, file=sys.stderr)
         return 2
     results = measure(args)
+    results["memory_gib"] = memory(torch.device("cuda"))
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(results, indent=2))
@@ -147,6 +149,10 @@ def table(r: dict) -> str:
         ("render best (ms/frame, frames/s)", f"{best['ms_per_frame']:.2f}, {best['frames_per_s']:.0f}", f"<= {RENDER_MS_PER_FRAME}"),
         ("render b5 hop (ms)", f"{rd['b5']['p50_ms']:.2f}", ""),
     ]
+    if "memory_gib" in r:
+        mem = r["memory_gib"]
+        peak = f"{mem['max_reserved']} / {mem['process_nvidia_smi']}"
+        rows.append(("GPU memory, peak reserved / process (GiB)", peak, ""))
     if "avatar_load_ms" in r:
         load = r["avatar_load_ms"]
         rows.append(("avatar load, verified / not (ms)", f"{load['verified']['p50_ms']:.2f} / {load['unverified']['p50_ms']:.2f}", f"< {AVATAR_LOAD_MS}"))

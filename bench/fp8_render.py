@@ -35,7 +35,7 @@ MAIN_UP = tuple(f"decoder.{block}.{conv}" for block in ("up_0", "up_1") for conv
 """The up blocks' main convolutions: the slow 64- and 256-channel ones at 128^2 and 256^2 (issue 21)."""
 SETS: dict[str, Callable[[str], bool]] = {
     **{f"{one} alone": (lambda name, one=one: name == one) for one in (*MAIN_UP, "decoder.conv_img.0")},
-    "decoder.up_1.conv_0 and conv_1 (0.190 of 2.665 ms/frame on the H200)": lambda name: name in ("decoder.up_1.conv_0", "decoder.up_1.conv_1"),
+    "decoder.up_1.conv_0 and conv_1": lambda name: name in ("decoder.up_1.conv_0", "decoder.up_1.conv_1"),
     "the up blocks' main convolutions": lambda name: name in MAIN_UP,
     "the decoder at 128^2 and 256^2, their SPADE convolutions too": lambda name: name.startswith(("decoder.up_0.", "decoder.up_1.")),
     "every decoder convolution": lambda name: name.startswith("decoder."),

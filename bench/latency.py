@@ -54,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     args.out.write_text(json.dumps(result, indent=2))
     print(glass_table(result["glass_to_glass"]))
     print("\ncompute of the parts: " + ("\n" + compute.table(result["compute"]) if "compute" in result else "not measured (no GPU, or --no-compute)"))
-    print("\ntargets (README):\n" + targets_table(result["targets"]))
+    print("\ntargets (docs/benchmarks.md):\n" + targets_table(result["targets"]))
     return 0
 
 

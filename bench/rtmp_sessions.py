@@ -29,7 +29,7 @@ from engine.timebase import DEFAULT_STEPS
 from harness.live_server import LiveServer, metric, run_keeping_server_log
 from harness.nginx import NginxRtmp, find_nginx, free_port
 from harness.rtmp_read import RtmpPacketLog
-from streaming.server import numbered
+from serving.server import numbered
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

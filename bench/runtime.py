@@ -2,6 +2,8 @@
 
 ``python -m bench.runtime --avatar DIR --out FILE.json [--seconds 20] [--sessions 1 2 4 8 12 16 24]``
 
+GPU memory is broken down as the start builds it (the CUDA context, the networks and compiled packages, each
+warm-up step's reserve, the allocator's pools after warm-up) and reported at its peak beside every speed.
 Each live session is fed 200 ms of speech per 200 ms of wall time by one feeder thread and
 drained by its own consumer thread. Per session count it reports frames delivered against the
 clock, deadline misses, tick wall and GPU span (p50/p99) and the GPU busy share. Random
@@ -20,11 +22,13 @@ from pathlib import Path
 
 import torch
 
+from bench.common.memory import gib, memory, pools
 from bench.common.sessions import HOP, push_in_real_time, speech
 from bench.common.stats import psnr
+from engine.engine import Engine
 from engine.latency import LOW, MODES
-from engine.runtime import Runtime, RuntimeConfig
-from engine.session import Session
+from engine.runtime import OutOfMemoryAtStart, Runtime, RuntimeConfig
+from engine.runtime.session import Session
 
 def offline_frames(runtime: Runtime, avatar, seeds: list[int], seconds: float) -> list[torch.Tensor]:
     """Offline sessions side by side on the same audio; each one's frames, stacked."""
@@ -100,6 +104,7 @@ def live_run(runtime: Runtime, avatar, count: int, seconds: float, stagger: bool
         "tick_gpu_ms_p99": metrics["tick_gpu_ms_p99"],
         "gpu_busy": metrics["gpu_busy"],
         "captures_after_warmup": metrics["captures_after_warmup"],
+        "memory_gib": memory(runtime.device),
     }
 
 
@@ -209,6 +214,36 @@ def independence_and_memory(runtime: Runtime, avatar, result: dict, save: Callab
     save()
 
 
+def start_memory(runtime: Runtime, table: dict) -> None:
+    """Into ``table``: each warm-up step's reserve (GiB) and what it added, the allocator's pools after warm-up."""
+    last = int(table["networks"]["reserved"] * 2**30)
+    steps = {}
+    for step, reserve in runtime.warmup_memory.items():
+        steps[step] = {
+            "reserved": gib(reserve.reserved), "added": gib(reserve.reserved - last), "peak_so_far": gib(reserve.peak)
+        }
+        last = reserve.reserved
+    table["warmup_steps"] = steps
+    table["after_warmup"] = memory(runtime.device)
+    table["pools_after_warmup"] = pools(runtime.device)
+
+
+def print_breakdown(table: dict) -> None:
+    """The start's memory, part by part (GiB)."""
+    context, networks, after = table["context"], table["networks"], table["after_warmup"]
+    print("\n| part | GiB |\n|---|---|")
+    print(f"| CUDA context (process, nvidia-smi) | {context['process_nvidia_smi']} |")
+    print(f"| network weights (allocated) | {networks['allocated']} |")
+    outside = (networks["outside_torch"] or 0) - (context["outside_torch"] or 0)
+    print(f"| compiled packages and libraries loaded (outside torch's allocator) | {round(outside, 3)} |")
+    for step, row in table["warmup_steps"].items():
+        print(f"| warm-up {step} (reserve added) | {row['added']} |")
+    for pool, row in table["pools_after_warmup"].items():
+        print(f"| after warm-up: pool {pool} reserved / allocated | {row['reserved']} / {row['allocated']} |")
+    process, peak = after["process_nvidia_smi"], after["max_reserved"]
+    print(f"| after warm-up: process (nvidia-smi) / peak reserved | {process} / {peak} |", flush=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.runtime", description=__doc__.splitlines()[0])
     parser.add_argument("--avatar", required=True, help="a cached avatar folder (registered with the random weights)")
@@ -218,6 +253,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--start-only", action="store_true", help="measure the start (warm-up) and stop")
     parser.add_argument("--no-compile", action="store_true")
     parser.add_argument("--plans", type=Path, help="a plans folder with the torch backend's compiled packages (docs/startup.md)")
+    parser.add_argument("--runtime-sessions", type=int, help="the sessions the runtime is sized for (RuntimeConfig."
+                        "sessions; default: every bucket, or as many sessions as the GPU's memory holds)")
+    parser.add_argument("--memory-only", action="store_true",
+                        help="the start's memory breakdown and each session's, then stop")
     parser.add_argument("--latency-only", action="store_true", help="measure the utterance latency of one live session and stop")
     parser.add_argument("--live-only", action="store_true", help="only the live-session runs")
     parser.add_argument("--stagger", action="store_true", help="each live run twice: sessions in phase, then opened and pushed out of phase")
@@ -228,10 +267,21 @@ def main(argv: list[str] | None = None) -> int:
     process_start = time.perf_counter()
     device = torch.device("cuda")
     result: dict = {"gpu": torch.cuda.get_device_name(0), "torch": torch.__version__, "python": platform.python_version()}
-    runtime = Runtime.from_checkpoints(
-        None, device=device, config=RuntimeConfig(admission=False), compile_networks=not args.no_compile, plans=args.plans
-    )
+    torch.zeros(1, device=device)
+    result["memory_gib"] = {"context": memory(device)}
+    engine = Engine.from_checkpoints(None, device=device, compile_networks=not args.no_compile, plans=args.plans)
+    result["memory_gib"]["networks"] = memory(device)
+    try:
+        runtime = Runtime(engine, RuntimeConfig(admission=False, sessions=args.runtime_sessions))
+    except OutOfMemoryAtStart as exc:
+        print(f"error: {exc}", flush=True)
+        return 2
+    config = runtime.config
+    result["sized_for"] = {
+        "sessions": config.sessions, "window_buckets": config.window_buckets, "render_buckets": config.render_buckets
+    }
     result["start_seconds"] = round(time.perf_counter() - process_start, 2)
+    start_memory(runtime, result["memory_gib"])
     result["networks"] = runtime.engine.backend.packages_status
     result["warmup_seconds"] = runtime.warmup_seconds
     result["window_ms"], result["render_ms"] = runtime.window_ms, runtime.render_ms
@@ -240,10 +290,18 @@ def main(argv: list[str] | None = None) -> int:
     save = lambda: args.out.write_text(json.dumps(result, indent=2))  # noqa: E731
     save()
     print(f"start {result['start_seconds']} s (warm-up {runtime.warmup_seconds:.1f} s; {result['networks']}); capacity {result['capacity_overlap75']}", flush=True)
+    print_breakdown(result["memory_gib"])
     if args.start_only:
         runtime.close()
         return 0
     avatar = load_avatar(args.avatar, device)
+    if args.memory_only:
+        result["memory"] = [session_memory(runtime, avatar, "512x512 image (registered)")]
+        result["memory_gib"]["after_sessions"] = memory(device)
+        save()
+        print("memory:", result["memory"], flush=True)
+        runtime.close()
+        return 0
     if args.latency_only:
         result["utterance_latency"] = utterance_latency(runtime, avatar, 20)
         save()

@@ -6,7 +6,6 @@ Built three ways: ``application(ClusterOptions(...))`` in Python (the tests), ``
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import signal
 import sys
@@ -16,8 +15,8 @@ from typing import Any
 from cluster.ingress import ATTEMPTS, SessionsIngress
 from cluster.replica import DRAIN_SECONDS, HEALTH_TIMEOUT, EngineReplica, ReplicaConfig
 from cluster.router import CapacityRouter
-from streaming.access import is_loopback, resolve_token
-from streaming.server import AVATAR_AT_START
+from serving.access import is_loopback, resolve_token
+from serving.service import ServiceOptions
 
 APP_NAME = "ditto"
 SHUTDOWN_MARGIN = 30.0
@@ -26,7 +25,7 @@ ROUTING_PERIOD = 1.0
 """Seconds between two capacity reports of a replica."""
 HEALTH_PERIOD = 5.0
 SERVICE_ARGS = ("checkpoints", "device", "steps", "workers", "admission", "avatars", "cache_dir", "runtime")
-"""The serve config's ``args`` that are ``streaming.service.ServiceOptions`` fields of every replica's engine."""
+"""The serve config's ``args`` that are ``serving.service.ServiceOptions`` fields of every replica's engine."""
 
 
 @dataclass(frozen=True)
@@ -89,7 +88,20 @@ def build(args: dict[str, Any]):
     )
 
 
-def run(args: argparse.Namespace) -> int:
+@dataclass(frozen=True)
+class DeployOptions:
+    """What ``run`` deploys: every replica's service, the device it runs on, where Serve's proxy listens, the token."""
+
+    service: ServiceOptions
+    """Every replica's service (its ``SERVICE_ARGS``; the device is ``device``'s)."""
+    device: str | None = None
+    """cuda or cpu; None: cuda when the Ray cluster has a GPU."""
+    http: tuple[str, int] = ("127.0.0.1", 8000)
+    token: str | None = None
+    """Required from every client; None: none on loopback, one generated (and printed) beyond it."""
+
+
+def run(deploy: DeployOptions) -> int:
     """``python -m apps.serve --ray``: deploy on the Ray cluster (``RAY_ADDRESS``, or a local one), one replica per
     GPU, until Ctrl-C; then delete the application (its replicas drain first)."""
     import ray
@@ -97,20 +109,16 @@ def run(args: argparse.Namespace) -> int:
 
     from engine.engine import RANDOM_WEIGHTS_NOTICE
 
-    host, port = args.webrtc or args.http
-    token, generated = resolve_token(host, args.token)
+    host, port = deploy.http
+    token, generated = resolve_token(host, deploy.token)
     ray.init()
     gpus = int(ray.cluster_resources().get("GPU", 0))
-    device = args.device or ("cuda" if gpus else "cpu")
+    device = deploy.device or ("cuda" if gpus else "cpu")
     if device == "cuda" and not gpus:
         print("error: --ray with --device cuda: the Ray cluster has no GPU", file=sys.stderr)
         return 1
-    random_weights = args.checkpoints is None
-    service = {
-        "checkpoints": None if random_weights else str(args.checkpoints), "device": device, "steps": args.steps,
-        "admission": not args.no_admission, "workers": args.output_workers,
-        "avatars": {AVATAR_AT_START: args.avatar} if args.avatar else {},
-    }
+    random_weights = deploy.service.checkpoints is None
+    service = {**{k: getattr(deploy.service, k) for k in SERVICE_ARGS}, "device": device}
     replica = ReplicaConfig(service=service, host=host, token=token, notice=RANDOM_WEIGHTS_NOTICE if random_weights else "")
     options = ClusterOptions(replica=replica, replicas=max(1, gpus) if device == "cuda" else 1, gpus_per_replica=1.0 if device == "cuda" else 0.0, http=(host, port))
     serve.start(http_options={"host": host, "port": port})

@@ -1,6 +1,6 @@
 """The cluster's front door: ``POST /sessions`` through Ray Serve's HTTP proxy, placed on an engine replica with room.
 
-    POST /sessions   the body of the single-server API (``streaming.api``) -> 201 from the replica that took it,
+    POST /sessions   the body of the single-server API (``serving.http``) -> 201 from the replica that took it,
                      with URLs of that replica (push, preview, self) and ``replica`` (its id and address);
                      503 naming the cluster's capacity when no replica has room
     GET  /sessions   every replica: capacity, live sessions, free, draining, from its last report or its
@@ -11,23 +11,21 @@ another: each retry names the replicas that refused so far, and the router offer
 has not; ``attempts`` offers at least, and on until every replica reported has refused once (the
 503 then names figures each replica gave just now). Everything else about a session (GET, DELETE, push,
 signalling, preview) is on the replica's own URLs, which stay the same for the session's life.
-Same token rules as the single server: the token (``Authorization: Bearer`` or ``?token=``)
-is required when one is set, a ``Host`` the proxy is not bound to is refused, and a browser
-page of another host may not open sessions.
+The single server's token, Host and Origin rules (``serving.access``): the token (``Authorization: Bearer`` or
+``?token=``) is required when one is set, a ``Host`` the proxy is not bound to is refused, and a browser page of
+another host may not open sessions.
 """
 
 from __future__ import annotations
 
-import hmac
 import json
 from typing import Any
-from urllib.parse import urlsplit
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 
 from cluster.reports import REPORTED
-from streaming.app import allowed_hosts
+from serving.access import Access
 
 ATTEMPTS = 3
 """Offers of one POST to replicas before the answer may be 503 (more while a reported replica has not refused)."""
@@ -37,8 +35,8 @@ class SessionsIngress:
     """The Serve deployment class of ``/sessions``: places sessions through the engine deployment's handle."""
 
     async def __init__(self, engines: Any, token: str | None, bound: tuple[str, int], attempts: int = ATTEMPTS) -> None:
-        self.engines, self.token, self.attempts = engines, token, attempts
-        self.hosts = allowed_hosts(bound, token)
+        self.engines, self.attempts = engines, attempts
+        self.access = Access.bound(bound, token)
         self.placed = 0
         self.refused = 0
         self.answered: dict[str, tuple[int, dict[str, Any]]] = {}
@@ -95,21 +93,9 @@ class SessionsIngress:
         return newest
 
     def _refuse(self, request: Request) -> Response | None:
-        """401/403 for a request the token, Host or Origin rules do not let in (as ``streaming.app``'s middlewares)."""
-        host = request.headers.get("host", "").lower()
-        if self.hosts is not None and host not in self.hosts:
-            return PlainTextResponse(f"Host {host!r} is not a name this server is bound to", status_code=403)
-        origin = request.headers.get("origin")
-        if origin is not None and request.method != "GET" and (origin == "null" or urlsplit(origin).netloc.lower() != host):
-            return PlainTextResponse(f"Origin {origin!r} may not open sessions here", status_code=403)
-        if self.token:
-            given = request.query_params.get("token", "")
-            header = request.headers.get("authorization", "")
-            if header.startswith("Bearer "):
-                given = header[len("Bearer ") :]
-            if not given.isascii() or not hmac.compare_digest(given.encode(), self.token.encode()):
-                return PlainTextResponse("a token is required: ?token=TOKEN or Authorization: Bearer TOKEN", status_code=401)
-        return None
+        """400/401/403 for a request the token, Host or Origin rules do not let in (``serving.access``)."""
+        refusal = self.access.check(request.method, request.headers, request.query_params.get("token", ""))
+        return None if refusal is None else PlainTextResponse(refusal.text, status_code=refusal.status)
 
 
 def cluster_capacity(replicas: dict[str, dict[str, Any]]) -> dict[str, int]:

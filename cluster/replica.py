@@ -1,8 +1,8 @@
 """One engine per GPU as a Ray Serve replica: the service's core and output workers, and its own HTTP server.
 
-A replica holds one ``streaming.service.Service`` (an engine core on the GPU Ray gave it, through
+A replica holds one ``serving.service.Service`` (an engine core on the GPU Ray gave it, through
 ``CUDA_VISIBLE_DEVICES``, and its output workers) and serves that service's whole HTTP side on an
-address of its node (``streaming.api``: sessions, push WebSocket, WebRTC signalling, /metrics), so
+address of its node (``serving.http``: sessions, push WebSocket, WebRTC signalling, /metrics), so
 a session's push, signalling and media stay on the replica that holds it, and RTMP and WebRTC
 leave from its node. Through Serve it answers only what placement needs: ``create`` (a session
 here, answered with URLs of this replica), ``record_routing_stats`` (its free capacity, from the
@@ -25,10 +25,9 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from streaming.access import is_loopback
-from streaming.api import create_service_app
-from streaming.app import app_runner
-from streaming.service import Service, ServiceOptions
+from serving.access import is_loopback
+from serving.http import app_runner, create_service_app
+from serving.service import Service, ServiceOptions
 
 log = logging.getLogger("cluster.replica")
 DRAIN_SECONDS = 600.0
@@ -64,7 +63,7 @@ class ReplicaConfig:
     """What every replica of the engine deployment is started with (plain data: Serve sends it to each replica)."""
 
     service: dict[str, Any] = field(default_factory=dict)
-    """``streaming.service.ServiceOptions`` fields (checkpoints, device, steps, admission, workers, avatars, runtime)."""
+    """``serving.service.ServiceOptions`` fields (checkpoints, device, steps, admission, workers, avatars, runtime)."""
     host: str = "127.0.0.1"
     """Where the replica's HTTP server binds; 0.0.0.0 serves remote clients (then a token is required) at the node's IP."""
     token: str | None = None
@@ -107,7 +106,7 @@ class EngineReplica:
         await self._runner.setup()
         await web.SockSite(self._runner, listener).start()
         self._http = aiohttp.ClientSession()
-        log.info("replica %s: %s, serving http://%s", self.id, self.service.core_info.get("device"), self.netloc)
+        log.info("replica %s: %s, serving http://%s", self.id, self.service.core_info.device, self.netloc)
 
     # -- what Serve calls -------------------------------------------------------------------
 

@@ -103,8 +103,8 @@ def _parser() -> argparse.ArgumentParser:
         help="the torch backend's ahead-of-time compiled packages for this machine's device (docs/startup.md): "
         "auto: after the plans, when torch sees a CUDA GPU (default); only: just the packages (a CPU too); no: none")
     add("--steps", type=int, default=DEFAULT_STEPS, help="DDIM steps the LMDM packages are compiled for (default: %(default)s)")
-    add("--aot-jobs", type=int, help="packages compiled at once, each in a process of its own (default: 3 on a GPU, "
-        "where 3 took the H200's build from 492 to 292 s; 1 on the CPU)")
+    add("--aot-jobs", type=int, help="packages compiled at once, each in a process of its own (default: 3 on a GPU, where the build is "
+        "bound by compilation, not memory; 1 on the CPU; docs/startup.md)")
     return parser
 
 

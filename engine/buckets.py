@@ -10,8 +10,9 @@ from functools import lru_cache
 
 WINDOW_BUCKETS = (1, 2, 4, 8, 16)
 """LMDM windows per sampler call (one window per session per tick)."""
-RENDER_BUCKETS = (5, 10, 20, 40)
-"""Frames per warp+decode call (a live session brings 5 per 200 ms hop)."""
+RENDER_BUCKETS = (5, 10, 20)
+"""Frames per warp+decode call (a live session brings 5 per 200 ms hop). None larger: a larger call renders no more
+frames per second, and its captured graph's memory grows with its frames (docs/memory.md)."""
 
 
 def bucket_for(count: int, buckets: tuple[int, ...]) -> int:
@@ -22,6 +23,12 @@ def bucket_for(count: int, buckets: tuple[int, ...]) -> int:
         if bucket >= count:
             return bucket
     raise ValueError(f"{count} rows exceed the largest bucket {max(buckets)}; split with chunk_sizes first")
+
+
+def sized(buckets: tuple[int, ...], rows: int) -> tuple[int, ...]:
+    """The buckets up to the smallest that holds ``rows`` (all of them when none does): larger ones would never fill."""
+    kept = tuple(b for b in sorted(buckets) if b < rows)
+    return kept + tuple(b for b in sorted(buckets) if b >= rows)[:1]
 
 
 def chunk_sizes(count: int, buckets: tuple[int, ...], costs: dict[int, float] | None = None) -> list[int]:

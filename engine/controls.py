@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Union
 
@@ -38,6 +38,9 @@ MAX_GAPS = 1000
 """The longest list of blink gaps (cycled)."""
 MAX_CLIP_ROWS = 16
 """Rows a clip range may carry (the official cfg's has 4; rows after the first two are ignored)."""
+MAX_TABLE_VALUE = 1e6
+"""The largest magnitude in a table or the expression: far past any keypoint, motion or probability value, and far
+inside float32, which the tables become on the device (a larger value turns to inf there and renders NaN)."""
 FADE_TARGETS = ("source", "first")
 WINDOW_CONTROLS = ("emotion", "fix_kp_cond", "fix_kp_cond_dims")
 STITCH_CONTROLS = ("pitch", "yaw", "roll", "pitch_scale", "yaw_scale", "roll_scale", "expression", "vad_alpha", "clip_range")
@@ -104,7 +107,7 @@ class Controls:
             value = _CHECKS[field.name](field.name, getattr(self, field.name))
             object.__setattr__(self, field.name, value)
 
-    def replace(self, **changes: Any) -> Controls:
+    def replace(self, /, **changes: Any) -> Controls:
         """A copy with ``changes`` applied and validated (ControlError names any unknown or bad field).
 
         Only the changed fields are validated: the others are already, and a big table beside a small update
@@ -183,11 +186,13 @@ def _flag(name: str, value: Any) -> bool:
 
 
 def _within(name: str, value: Any, limit: int, what: str) -> None:
-    """ControlError if ``value`` (an array or nested lists) holds more than ``limit`` values; counts no further."""
+    """ControlError if ``value`` (an array or nested lists) holds more than ``limit`` values (counting no further) or
+    true/false where numbers go (numpy would take them as 1 and 0)."""
     if isinstance(value, (np.ndarray, torch.Tensor)):
         values, lists = value.numel() if isinstance(value, torch.Tensor) else value.size, 0
+        flags = value.dtype in (torch.bool, np.bool_)
     else:
-        values, lists, pending = 0, 0, [value]
+        values, lists, flags, pending = 0, 0, False, [value]
         while pending and values <= limit and lists <= limit:
             item = pending.pop()
             if isinstance(item, (list, tuple)):
@@ -198,8 +203,11 @@ def _within(name: str, value: Any, limit: int, what: str) -> None:
                     pending.extend(item)
             else:
                 values += 1
+                flags = flags or isinstance(item, (bool, np.bool_))
     if values > limit or lists > limit:
         raise ControlError(f"{name} must be {what}; it holds more than {limit} values")
+    if flags:
+        raise ControlError(f"{name} must be {what} of numbers; it holds true or false")
 
 
 def _array(name: str, value: Any, what: str, limit: int) -> np.ndarray:
@@ -211,6 +219,8 @@ def _array(name: str, value: Any, what: str, limit: int) -> np.ndarray:
         raise ControlError(f"{name} must be {what} of numbers: {exc}") from exc
     if not np.isfinite(array).all():
         raise ControlError(f"{name} holds NaN or infinite values")
+    if array.size and np.abs(array).max() > MAX_TABLE_VALUE:
+        raise ControlError(f"{name} holds a value beyond ±{MAX_TABLE_VALUE:g}: {np.abs(array).max():g}")
     return array
 
 
@@ -354,6 +364,20 @@ _CHECKS = {
     "fix_kp_cond_dims": _kp_dims,
 }
 FIELD_NAMES = tuple(field.name for field in dataclasses.fields(Controls))
+
+
+def check_changes(changes: Any) -> dict[str, Any]:
+    """A client's controls (a JSON object: control name -> value) checked and normalised to plain JSON values before
+    they cross a process: only control names (never ``self`` or a non-string), every value within its range."""
+    if not isinstance(changes, Mapping):
+        fields = ", ".join(FIELD_NAMES)
+        raise ControlError(f"controls are a JSON object of control fields ({fields}), got {_shown(changes)}")
+    unknown = [name for name in changes if not isinstance(name, str) or name not in FIELD_NAMES]
+    if unknown:
+        shown = ", ".join(n if isinstance(n, str) and n.isidentifier() else _shown(n) for n in unknown[:8])
+        raise ControlError(f"unknown control(s) {shown}; controls are: {', '.join(FIELD_NAMES)}")
+    applied = Controls().replace(**changes)
+    return {name: _jsonable(getattr(applied, name)) for name in changes}
 
 
 def stitch_controls(controls: Controls, device: torch.device | str | None = None) -> StitchControls:

@@ -49,7 +49,7 @@ from integrations.slots import SlotPicker
 if TYPE_CHECKING:
     from avatars.cache import Avatar
     from engine.runtime.runtime import Runtime
-    from engine.session import Session
+    from engine.runtime.session import Session
     from livekit.agents import AgentSession
 
 log = logging.getLogger(__name__)
@@ -78,7 +78,7 @@ class DittoVideoGenerator(VideoGenerator):
     """The avatar's video and audio for ``AvatarRunner``, from a live runtime session (or anything with its contract)."""
 
     def __init__(self, session: Session, portrait: np.ndarray, *, max_held_frames: int = 25) -> None:
-        """``session``: a live ``engine.session.Session``; ``portrait``: the avatar's (H, W, 3) uint8 frame, shown
+        """``session``: a live ``engine.runtime.session.Session``; ``portrait``: the avatar's (H, W, 3) uint8 frame, shown
         until the session's first frame."""
         self.session = session
         self.size = (portrait.shape[1], portrait.shape[0])

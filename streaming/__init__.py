@@ -1,5 +1,5 @@
-"""Live output: encoders (x264, NVENC, Opus/AAC), sinks (RTMP, WebRTC, MP4), audio sources and the server.
+"""The media library: encoders (x264, NVENC, Opus/AAC), sinks (RTMP, WebRTC, MP4), audio sources, the output clock.
 
 Nothing is imported here: import from the submodules, each of which pulls in only what it needs
-(the server needs aiohttp and aiortc, an MP4 file needs neither).
+(the WebRTC preview needs aiortc, an MP4 file does not). The service's processes are ``serving``.
 """

@@ -1,6 +1,6 @@
 """What streaming consumes: the session's frames (index, RGB image on the device, 48 kHz audio) and its clock.
 
-These are the serving runtime's contract (``engine.session``), restated as protocols so that
+These are the serving runtime's contract (``engine.runtime.session``), restated as protocols so that
 streaming depends only on the shape of a frame, never on how it was made: tests drive every
 sink with a synthetic source, the server drives them with the runtime.
 """
@@ -61,7 +61,7 @@ class AudioSink(Protocol):
 
     def push_audio(self, pcm: np.ndarray, sample_rate: int, channels: int | None = None, block: bool = False) -> None: ...
 
-    def update_controls(self, **changes) -> Controls: ...
+    def update_controls(self, /, **changes) -> Controls: ...
 
     def interrupt(self) -> int | None: ...
 

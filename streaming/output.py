@@ -26,6 +26,7 @@ import logging
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, Protocol
@@ -52,7 +53,7 @@ SILENCE = np.zeros(AUDIO_SAMPLES_PER_FRAME, np.float32)
 class EncodedFrame:
     """Output frame ``index`` (its slot) encoded: its H.264 access unit, its own audio (48 kHz float32) and that audio
     as Opus; ``repeat``: a stand-in for a frame that was not ready (the last picture again, silence); ``segment``: the
-    speech segment of the session frame it shows (``engine.session``)."""
+    speech segment of the session frame it shows (``engine.runtime.session``)."""
 
     index: int
     width: int
@@ -69,6 +70,11 @@ class EncodedFrame:
     def pts(self) -> Fraction:
         """Seconds from the output's start, from the slot alone."""
         return Fraction(self.index, FPS)
+
+
+class SinkFailed(Exception):
+    """A sink can no longer deliver (its file cannot be written, its server gave up): raised from ``send`` or
+    ``close``, the output detaches and closes it and reports the message (``SessionOutput``'s ``on_sink_failed``)."""
 
 
 class Sink(Protocol):
@@ -128,7 +134,8 @@ def confine_torch_threads() -> None:
 class SessionOutput:
     """Drive one session's frames through one encoder to any number of sinks, added or removed at any time.
 
-    ``playout_delay``: seconds after a slot's deadline that its frame is released (time to encode it).
+    ``playout_delay``: seconds after a slot's deadline that its frame is released (time to encode it);
+    ``on_sink_failed(sink name, message)``: told, from the release thread, of each sink that failed and was detached.
     """
 
     def __init__(
@@ -138,8 +145,10 @@ class SessionOutput:
         settings: H264Settings | None = None,
         playout_delay: float = PLAYOUT_DELAY,
         name: str = "0",
+        on_sink_failed: Callable[[str, str], None] | None = None,
     ) -> None:
         self.session, self.name = session, name
+        self._on_sink_failed = on_sink_failed
         self.encoder_kind, self.settings = encoder, settings
         self.encoder: VideoEncoder | None = None
         self.encoder_note = ""
@@ -334,17 +343,32 @@ class SessionOutput:
         for sink in self._sinks:
             try:
                 sink.send(frame)
-            except Exception:
-                log.exception("output %s: sink %s failed; it is detached", self.name, sink.name)
+            except Exception as exc:
                 self.remove_sink(sink)
+                self._failed(sink, exc)
+                self._close(sink)
         self.stats.frames_released += 1
 
     def _close_sinks(self) -> None:
         for sink in self._sinks:
-            try:
-                sink.close()
-            except Exception:
-                log.exception("output %s: closing sink %s failed", self.name, sink.name)
+            self._close(sink)
+
+    def _close(self, sink: Sink) -> None:
+        try:
+            sink.close()
+        except Exception as exc:
+            self._failed(sink, exc)
+
+    def _failed(self, sink: Sink, exc: Exception) -> None:
+        """Log a sink's failure and report it (a SinkFailed says why; anything else is a fault of the sink)."""
+        if isinstance(exc, SinkFailed):
+            log.error("output %s: sink %s failed: %s", self.name, sink.name, exc)
+            message = str(exc)
+        else:
+            log.error("output %s: sink %s failed", self.name, sink.name, exc_info=exc)
+            message = f"the {sink.name} output failed ({type(exc).__name__})"
+        if self._on_sink_failed is not None:
+            self._on_sink_failed(sink.name, message)
 
 
 def image_device(image: torch.Tensor | np.ndarray) -> torch.device:

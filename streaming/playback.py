@@ -4,7 +4,7 @@ A sink of the session's output (``streaming.output``), so "shown" means released
 ``playback_started`` at the first speech frame of a segment, ``playback_finished`` with the
 seconds of its speech shown (``position``) and whether it was ``interrupted``, at the first frame
 numbered above it. Segment numbers never go back along a stream and every number below one seen
-is a segment that was pushed (``engine.session``), so each gets exactly one ``playback_finished``,
+is a segment that was pushed (``engine.runtime.session``), so each gets exactly one ``playback_finished``,
 also one interrupted before any of its frames was shown (position 0, no ``playback_started``). How
 each segment was closed comes from the engine core (``closed``) ahead of any frame numbered above
 it; when the stream ends, what is left is finished, as interrupted unless it had been closed by its

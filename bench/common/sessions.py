@@ -13,7 +13,7 @@ import torch
 
 from engine.assets import demo_audio
 from engine.runtime import Backpressure
-from engine.session import Session
+from engine.runtime.session import Session
 from engine.timebase import FPS, HOP_FRAMES
 
 HOP = HOP_FRAMES / FPS

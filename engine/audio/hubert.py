@@ -22,6 +22,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from engine.graph_pool import GraphPool
 from engine.timebase import FPS, HOP_FRAMES, SAMPLE_RATE, SAMPLES_PER_FRAME
 
 PAST_FRAMES, FUTURE_FRAMES = 3, 2
@@ -49,8 +50,8 @@ class HubertRunner(Protocol):
     buckets: tuple[int, ...]
     """The batch sizes captured so far."""
 
-    def capture(self) -> None:
-        """Capture the encoder for streaming chunks at its batch buckets (only where ``graphs``)."""
+    def capture(self, pool: GraphPool | None = None) -> None:
+        """Capture the encoder for streaming chunks at its batch buckets, in ``pool`` (only where ``graphs``)."""
 
     def encode(self, chunk: torch.Tensor) -> torch.Tensor:
         """One chunk (1, N) -> encoding (T, 1024) float32."""
@@ -116,7 +117,7 @@ class OnnxHubertRunner:
         """Chunks (B, N) -> encodings (B, T, 1024), one session run per chunk."""
         return torch.stack([self.encode(chunk[None]) for chunk in chunks])
 
-    def capture(self) -> None:
+    def capture(self, pool: GraphPool | None = None) -> None:
         """Refuses: onnxruntime runs the file as it is, no graphs of ours."""
         raise RuntimeError("the onnxruntime HuBERT captures no graphs (graphs is False)")
 
@@ -153,11 +154,12 @@ class TorchHubertRunner:
         """The batch sizes captured so far (empty on the CPU)."""
         return tuple(sorted(self._graphs))
 
-    def capture(self, buckets: tuple[int, ...] = GRAPH_BUCKETS) -> None:
-        """Capture one graph per bucket of streaming chunks, largest first, in one memory pool (CUDA only)."""
+    def capture(self, buckets: tuple[int, ...] = GRAPH_BUCKETS, pool: GraphPool | None = None) -> None:
+        """Capture one graph per bucket of streaming chunks, largest first, in ``pool`` (by default one of its own);
+        CUDA only."""
         if not self.graphs:
             raise RuntimeError(f"HuBERT on {self.device} captures no graphs (CUDA only)")
-        pool = torch.cuda.graph_pool_handle()
+        pool = pool or GraphPool(self.device)
         for batch in sorted(set(buckets) - set(self._graphs), reverse=True):
             self._graphs[batch] = _GraphedEncoder(self.module, batch, self.device, pool)
 
@@ -188,15 +190,12 @@ class TorchHubertRunner:
 class _GraphedEncoder:
     """The encoder captured for ``batch`` streaming chunks, with static input and output buffers."""
 
-    def __init__(self, module: nn.Module, batch: int, device: torch.device, pool) -> None:
+    def __init__(self, module: nn.Module, batch: int, device: torch.device, pool: GraphPool) -> None:
         self.input = torch.zeros(batch, CHUNK_SAMPLES, device=device)
-        side = torch.cuda.Stream(device)
-        side.wait_stream(torch.cuda.current_stream(device))
-        with torch.cuda.stream(side), torch.no_grad():
+        with pool.warm_up(), torch.no_grad():
             module(self.input)
-        torch.cuda.current_stream(device).wait_stream(side)
         self.graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(self.graph, pool=pool), torch.no_grad():
+        with pool.capture(self.graph), torch.no_grad():
             self.output = module(self.input)
 
     def __call__(self, chunks: torch.Tensor) -> torch.Tensor:

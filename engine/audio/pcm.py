@@ -11,6 +11,8 @@ Channels are downmixed by their mean; resampling uses soxr (high quality).
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import soxr
 
@@ -30,11 +32,14 @@ def check_rate(sample_rate: float) -> int:
     """Return the sample rate as an int, or raise if it is not a whole number of Hz in a sane range."""
     if isinstance(sample_rate, bool) or not isinstance(sample_rate, (int, float, np.integer, np.floating)):
         raise PcmError(f"sample_rate must be a number of Hz, got {type(sample_rate).__name__}")
-    if not np.isfinite(sample_rate) or sample_rate != int(sample_rate):
+    if isinstance(sample_rate, (float, np.floating)) and not (math.isfinite(sample_rate) and sample_rate.is_integer()):
         raise PcmError(f"sample_rate must be a whole number of Hz, got {sample_rate!r}")
-    rate = int(sample_rate)
+    rate = int(sample_rate)  # a Python int of any size: numpy's isfinite refused ints beyond 64 bits
     if not MIN_INPUT_RATE <= rate <= MAX_INPUT_RATE:
-        raise PcmError(f"sample_rate {rate} Hz is outside {MIN_INPUT_RATE}..{MAX_INPUT_RATE} Hz; pass the rate in Hz (e.g. 48000)")
+        shown = rate if rate.bit_length() <= 64 else "over 2**64"
+        raise PcmError(
+            f"sample_rate {shown} Hz is outside {MIN_INPUT_RATE}..{MAX_INPUT_RATE} Hz; pass the rate in Hz (e.g. 48000)"
+        )
     return rate
 
 

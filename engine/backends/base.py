@@ -15,6 +15,8 @@ from dataclasses import dataclass
 
 import torch
 
+from engine.graph_pool import GraphPool
+
 
 class BackendError(RuntimeError):
     """A backend cannot run here (missing library, plan for another GPU, bad batch size)."""
@@ -92,6 +94,6 @@ class Backend(ABC):
         """One whole DDIM step (``engine.diffusion.ddim.DDIMStep``) of a window from ``lmdm_prepare``."""
         raise BackendError(f"the {self.name} backend has no fused DDIM step (capabilities.fused_ddim_step)")
 
-    def capture_render(self, batch_sizes: tuple[int, ...]) -> None:
+    def capture_render(self, batch_sizes: tuple[int, ...], pool: GraphPool | None = None) -> None:
         """Capture warp+decode for each batch size (``capabilities.render_graphs``)."""
         raise BackendError(f"the {self.name} backend captures no render graphs (capabilities.render_graphs)")

@@ -25,6 +25,7 @@ import torch
 from engine.backends.aot_calls import PrepareCall, RenderCall, StepCall, contiguous, module_tensors
 from engine.backends.base import Backend, BackendError, Capabilities
 from engine.cache_root import cache_root
+from engine.graph_pool import GraphPool
 from engine.networks import OFFICIAL_FILENAMES, load_network
 from engine.networks.lmdm_fused import FusedLMDMStep, FusedWindow
 from engine.plans.packages import StalePackages, Target, load_packages
@@ -94,7 +95,7 @@ class TorchBackend(Backend):
             render_graphs=self.device.type == "cuda" and {"warp_network", "decoder"} <= set(self._nets),
         )
         self._graphs: dict[int, _GraphedRender] = {}
-        self._pool = None
+        self._pool: GraphPool | None = None
         self.captures = 0
         self._packages: dict[tuple[str, int], Callable[..., Any]] = {}
         self.package_calls = 0
@@ -224,12 +225,12 @@ class TorchBackend(Backend):
             return package(*contiguous((feature_3d.to(dt), kp_source.to(dt), kp_driving.to(dt))))
         return self.decode(self.warp(feature_3d, kp_source, kp_driving))
 
-    def capture_render(self, batch_sizes: tuple[int, ...]) -> None:
-        """Capture warp+decode into one CUDA graph per bucket, largest first, in one shared memory pool (CUDA only)."""
+    def capture_render(self, batch_sizes: tuple[int, ...], pool: GraphPool | None = None) -> None:
+        """Capture warp+decode into one CUDA graph per bucket, largest first, in ``pool`` (by default one of the
+        backend's own) (CUDA only)."""
         if not self.capabilities.render_graphs:
-            super().capture_render(batch_sizes)
-        if self._pool is None:
-            self._pool = torch.cuda.graph_pool_handle()
+            super().capture_render(batch_sizes, pool)
+        self._pool = pool or self._pool or GraphPool(self.device)
         for batch in sorted(set(batch_sizes) - set(self._graphs), reverse=True):
             self._graphs[batch] = _GraphedRender(self, batch, self._pool)
             self.captures += 1
@@ -271,19 +272,16 @@ def _to_channels_last(net: torch.nn.Module) -> None:
 class _GraphedRender:
     """Warp+decode for one bucket, captured once into a CUDA graph with static buffers; rows past the batch are padding."""
 
-    def __init__(self, backend: TorchBackend, batch: int, pool) -> None:
+    def __init__(self, backend: TorchBackend, batch: int, pool: GraphPool) -> None:
         dev, dt = backend.device, backend.dtype
         self.feature = torch.zeros(batch, 32, 16, 64, 64, device=dev, dtype=dt)
         self.kp_s = torch.zeros(batch, 21, 3, device=dev, dtype=dt)
         self.kp_d = torch.zeros(batch, 21, 3, device=dev, dtype=dt)
-        warm = torch.cuda.Stream(dev)
-        warm.wait_stream(torch.cuda.current_stream(dev))
-        with torch.cuda.stream(warm), torch.inference_mode():
+        with pool.warm_up(), torch.inference_mode():
             for _ in range(2):
                 backend.warp_decode(self.feature, self.kp_s, self.kp_d)
-        torch.cuda.current_stream(dev).wait_stream(warm)
         self.graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(self.graph, pool=pool), torch.inference_mode():
+        with pool.capture(self.graph), torch.inference_mode():
             self.out = backend.warp_decode(self.feature, self.kp_s, self.kp_d)
 
     def __call__(self, feature_3d: torch.Tensor, kp_source: torch.Tensor, kp_driving: torch.Tensor) -> torch.Tensor:

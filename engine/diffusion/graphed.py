@@ -15,6 +15,7 @@ import torch
 
 from engine.diffusion.ddim import DDIMStep, ddim_steps
 from engine.diffusion.schedule import DDIMSchedule
+from engine.graph_pool import GraphPool
 
 
 class BucketedSampler:
@@ -37,19 +38,18 @@ class BucketedSampler:
         self.shape = shape
         self.device = schedule.times.device
         self._graphs: dict[int, _Captured] = {}
-        self._pool = None
+        self._pool: GraphPool | None = None
 
     @property
     def buckets(self) -> tuple[int, ...]:
         """The batch sizes captured so far (empty on the CPU)."""
         return tuple(sorted(self._graphs))
 
-    def capture(self, buckets: tuple[int, ...]) -> None:
-        """Capture one graph per bucket, largest first, sharing one memory pool (CUDA only)."""
+    def capture(self, buckets: tuple[int, ...], pool: GraphPool | None = None) -> None:
+        """Capture one graph per bucket, largest first, in ``pool`` (by default one of the sampler's own); CUDA only."""
         if self.device.type != "cuda":
             return
-        if self._pool is None:
-            self._pool = torch.cuda.graph_pool_handle()
+        self._pool = pool or self._pool or GraphPool(self.device)
         for batch in sorted(set(buckets) - set(self._graphs), reverse=True):
             self._graphs[batch] = _Captured(self, batch, self._pool)
 
@@ -68,7 +68,7 @@ class BucketedSampler:
 class _Captured:
     """The loop for one bucket, captured with static input and output buffers; rows past the batch are padding."""
 
-    def __init__(self, owner: BucketedSampler, batch: int, pool) -> None:
+    def __init__(self, owner: BucketedSampler, batch: int, pool: GraphPool) -> None:
         frames, dim = owner.shape
         device = owner.device
         steps = owner.schedule.steps
@@ -84,13 +84,10 @@ class _Captured:
             prepared = owner.prepare(self.cond)
             return ddim_steps(owner.step, self.x, self.cond_frame, prepared, owner.schedule, self.step_noise)
 
-        side = torch.cuda.Stream(device)
-        side.wait_stream(torch.cuda.current_stream(device))
-        with torch.cuda.stream(side), torch.inference_mode():
+        with pool.warm_up(), torch.inference_mode():
             run()
-        torch.cuda.current_stream(device).wait_stream(side)
         self.graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(self.graph, pool=pool), torch.inference_mode():
+        with pool.capture(self.graph), torch.inference_mode():
             self.out = run()
 
     def __call__(self, x: torch.Tensor, cond_frame: torch.Tensor, cond: torch.Tensor, step_noise: torch.Tensor) -> torch.Tensor:

@@ -22,9 +22,10 @@ from pathlib import Path
 import torch
 
 from engine.backends.base import BackendError
+from engine.nesting import nested_over
 from engine.networks.checkpoints import OFFICIAL_FILENAMES
 from engine.plans.hash_ahead import hash_ahead, sha256_of
-from engine.plans.manifest import file_sha256
+from engine.plans.manifest import MAX_DEPTH, file_sha256
 from engine.plans.package_loader import LoadedPackage, open_package
 
 log = logging.getLogger(__name__)
@@ -99,6 +100,13 @@ class PackageManifest:
         """Parse a manifest; plain JSON only (nothing in it is run). A malformed one is a ``StalePackages``."""
         try:
             raw = json.loads(text)
+        except RecursionError:
+            raise StalePackages(f"{where}: nested too deep to be a package manifest: rebuild the packages") from None
+        except ValueError as exc:
+            raise StalePackages(f"{where}: not JSON ({exc}): rebuild the packages") from exc
+        if nested_over(raw, MAX_DEPTH):
+            raise StalePackages(f"{where}: nested more than {MAX_DEPTH} deep, not a package manifest: rebuild them")
+        try:
             if raw.get("format") != FORMAT:
                 raise StalePackages(f"{where}: format {raw.get('format')!r}, this engine reads format {FORMAT}: rebuild the packages")
             packages = [Package(**p) for p in raw["packages"]]

@@ -6,9 +6,11 @@
 """
 
 from engine.runtime.config import RuntimeConfig
-from engine.runtime.errors import AdmissionError, AudioError, Backpressure, SessionClosed
+from engine.runtime.errors import AdmissionError, AudioError, Backpressure, OutOfMemoryAtStart, SessionClosed
 
-__all__ = ["AdmissionError", "AudioError", "Backpressure", "Runtime", "RuntimeConfig", "SessionClosed"]
+__all__ = [
+    "AdmissionError", "AudioError", "Backpressure", "OutOfMemoryAtStart", "Runtime", "RuntimeConfig", "SessionClosed",
+]
 
 
 def __getattr__(name: str):

@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from engine.buckets import RENDER_BUCKETS, WINDOW_BUCKETS
+from engine.buckets import RENDER_BUCKETS, WINDOW_BUCKETS, sized
+from engine.timebase import HOP_FRAMES
 
 
 @dataclass(frozen=True)
 class RuntimeConfig:
     """Bucket sizes, bounds and pacing; ``None`` fields take a device-dependent default at start."""
 
+    sessions: int | None = None
+    """Sessions the runtime is sized for: its buckets stop at the first that holds a window of each (LMDM) and a
+    hop of frames of each (render), larger ones are neither loaded nor captured, and it admits no more live
+    sessions. None: every bucket, as many sessions as the GPU serves."""
     window_buckets: tuple[int, ...] = WINDOW_BUCKETS
     render_buckets: tuple[int, ...] = RENDER_BUCKETS
     batch_sessions: bool | None = None
@@ -40,3 +45,15 @@ class RuntimeConfig:
     """Serve live sessions: warm-up then times every bucket, for admission and the live sessions' lead. A runtime
     that only renders files (``False``) skips that timing (half a second of a file render's start) and refuses
     live sessions."""
+
+    def sized(self) -> RuntimeConfig:
+        """This config with its buckets cut to what ``sessions`` can fill (unchanged without ``sessions``)."""
+        if self.sessions is None:
+            return self
+        if self.sessions < 1:
+            raise ValueError(f"a runtime serves at least one session, got sessions={self.sessions}")
+        return replace(
+            self,
+            window_buckets=sized(self.window_buckets, self.sessions),
+            render_buckets=sized(self.render_buckets, self.sessions * HOP_FRAMES),
+        )

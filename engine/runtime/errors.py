@@ -17,5 +17,9 @@ class AdmissionError(RuntimeError):
     """The runtime cannot serve another live session in real time."""
 
 
+class OutOfMemoryAtStart(RuntimeError):
+    """The GPU lacks the memory a runtime needs for the sessions asked; raised before warm-up, in one line."""
+
+
 class SessionClosed(RuntimeError):
     """The session was closed (or failed); open a new one."""

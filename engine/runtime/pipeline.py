@@ -27,7 +27,8 @@ from engine.runtime.config import RuntimeConfig
 from engine.runtime.pacing import (
     RESYNC_FRAMES, Lead, frame_deadline, frames_due, needs_idle, on_grid, speech_depth, speech_start, window_due,
 )
-from engine.session import Frame, Session, SessionPort
+from engine.runtime.loop_side import SessionLoopSide
+from engine.runtime.session import Frame
 from engine.timebase import FPS, SAMPLE_RATE, SAMPLES_PER_FRAME
 
 BLEND_FRAMES = 5
@@ -43,7 +44,7 @@ class SessionPipeline:
 
     def __init__(
         self,
-        session: Session,
+        session: SessionLoopSide,
         avatar: LoadedAvatar,
         stitch,
         silence_feature: torch.Tensor,
@@ -56,7 +57,6 @@ class SessionPipeline:
         """``motion``: where the frames come from instead of a ``MotionStream`` of the session's audio (e.g. motion
         computed beforehand for an offline render)."""
         self.session = session
-        self.port = SessionPort(session)
         """The loop's side of the session: everything the pipeline takes from it or hands back goes through here."""
         self.avatar = avatar
         self.config = config
@@ -85,7 +85,7 @@ class SessionPipeline:
         self.audio = np.zeros(0, np.float32)
         self.audio_start = 0
         self.speech: list[tuple[int, int, int]] = []
-        """(first, end, segment) model samples of committed speech, by segment (``engine.session``)."""
+        """(first, end, segment) model samples of committed speech, by segment (``engine.runtime.session``)."""
         self.marks: list[tuple[int, int]] = [(0, 0)]
         """(first model sample, segment) where the committed audio's segment changes: silence's segment."""
         self.segment = 0
@@ -110,7 +110,7 @@ class SessionPipeline:
 
     def intake(self, now: float) -> bool:
         """Commit what the session queued, handle its commands, and add idle silence if live and short; True if anything changed."""
-        intake = self.port.collect()
+        intake = self.session.collect()
         self.generation = intake.generation
         self.segment = intake.segment
         changed = False
@@ -135,7 +135,7 @@ class SessionPipeline:
         if self.session.live and not self.ending and not self.motion.audio_pending:
             changed |= self._idle(now)
         if self.session.live:
-            self.port.set_speech_latency((self.depth + self.lead.frames) / FPS)
+            self.session.set_speech_latency((self.depth + self.lead.frames) / FPS)
         return changed
 
     def _due(self, now: float) -> float:
@@ -143,7 +143,7 @@ class SessionPipeline:
         produced = self.produced
         if self.anchor is not None and frames_due(now, self.anchor) - produced > RESYNC_FRAMES:
             self._start_clock(now - produced / FPS)
-            self.port.count("resyncs")
+            self.session.count("resyncs")
         return frames_due(now, self.anchor)
 
     @property
@@ -175,14 +175,14 @@ class SessionPipeline:
         due = self._due(now)
         if not needs_idle(produced, due, self.lead, self.tail_is_speech):
             return False
-        drained = self.tail_is_speech and (tail := self.port.drain_resamplers()) is not None
+        drained = self.tail_is_speech and (tail := self.session.drain_resamplers()) is not None
         if drained:
             self._commit(tail[0], tail[1], True, ((tail[0].size, self.segment),))
         target = math.ceil(due + self.lead.frames) - self._stream_offset()
         samples = min(self.motion.samples_for_frames(target), MAX_IDLE_SAMPLES)
         if samples > 0:
             self._commit(np.zeros(samples, np.float32), None, False, ((samples, self.segment),))
-            self.port.count("idle_hops", math.ceil(samples / (self.hop * SAMPLES_PER_FRAME)))
+            self.session.count("idle_hops", math.ceil(samples / (self.hop * SAMPLES_PER_FRAME)))
         return drained or samples > 0
 
     def _commit(self, model: np.ndarray, sink: np.ndarray | None, speech: bool, segments: tuple[tuple[int, int], ...]) -> None:
@@ -202,7 +202,7 @@ class SessionPipeline:
                 self.marks.append((start, segment))
             start += samples
         self.tail_is_speech = speech
-        self.port.set_committed(self.motion.samples_in)
+        self.session.set_committed(self.motion.samples_in)
 
     def _sink_samples(self, model_samples: int) -> int:
         return model_samples * self.sink_ratio if self.sink_ratio else round(model_samples * self.session.audio_rate / SAMPLE_RATE)
@@ -234,8 +234,8 @@ class SessionPipeline:
         self.speech = [(a, min(b, cut), s) for a, b, s in self.speech if a < cut]
         self.marks = [m for m in self.marks if m[0] < cut] + [(cut, self.segment)]
         self.tail_is_speech = False
-        self.port.set_committed(self.motion.samples_in)
-        last = self.port.last_taken
+        self.session.set_committed(self.motion.samples_in)
+        last = self.session.last_taken
         self.out_next = 0 if last is None else last.index + 1
         self.discard = 0
         if self.grid is not None and self.motion.window_period is not None:
@@ -301,7 +301,7 @@ class SessionPipeline:
         """Take a sampled window; its final frames join the render backlog."""
         self.request = None
         self._add_backlog(self.motion.complete(window))
-        self.port.count("windows")
+        self.session.count("windows")
 
     def finish_if_done(self) -> None:
         """After ``end``: emit the last frames once nothing is left to sample."""
@@ -331,7 +331,7 @@ class SessionPipeline:
         count = self.backlog.shape[0]
         if self.session.live:
             return count
-        room = self.port.room()
+        room = self.session.room()
         return min(count, room) if room >= min(count, chunk) else 0
 
     def next_deadline(self) -> float:
@@ -373,7 +373,7 @@ class SessionPipeline:
         self.backlog_start += count
         self.out_next += count
         self._trim_audio()
-        self.port.deliver(frames, drop_oldest=self.session.live, generation=self.generation)
+        self.session.deliver(frames, drop_oldest=self.session.live, generation=self.generation)
 
     def _frame_audio(self, motion_index: int) -> np.ndarray:
         lo = motion_index * self.sink_per_frame - self.audio_start
@@ -416,7 +416,7 @@ class SessionPipeline:
                 self._start_clock(now - first / FPS)
             if self.session.live:
                 late = sum(1 for i in range(first, first + count) if now > frame_deadline(self.anchor, i) + 1 / FPS)
-                self.port.count("deadline_misses", late)
+                self.session.count("deadline_misses", late)
 
     def _start_clock(self, anchor: float) -> None:
         """Start (or restart) the clock at ``anchor``, or just after: with a runtime grid, late enough that the next
@@ -426,4 +426,4 @@ class SessionPipeline:
             first_due = frame_deadline(anchor, self.produced)
             anchor += on_grid(first_due, self.grid, period / FPS) - first_due
         self.anchor = anchor
-        self.port.set_clock(anchor)
+        self.session.set_clock(anchor)

@@ -34,11 +34,12 @@ from engine.avatar import Avatar
 from engine.controls import Controls
 from engine.diffusion.graphed import BucketedSampler
 from engine.engine import LIVE_OVERLAP, OFFLINE_OVERLAP, Engine
+from engine.graph_pool import GraphPool
 from engine.latency import LOW, LatencyMode, latency_mode
 from engine.motion.conditions import ConditionBuilder
 from engine.motion.stitching import stitch_posed
 from engine.offline_motion import PrecomputedMotion, offline_motion, window_sampler
-from engine.runtime import admission, update
+from engine.runtime import admission, memory, update
 from engine.runtime.avatars import AvatarStore
 from engine.runtime.config import RuntimeConfig
 from engine.runtime.errors import AdmissionError, SessionClosed
@@ -47,7 +48,7 @@ from engine.runtime.metrics import TickTimes
 from engine.runtime.pacing import Lead
 from engine.runtime.pipeline import SessionPipeline
 from engine.runtime.scheduler import FrameJob, Scheduler
-from engine.session import Session
+from engine.runtime.session import Session
 from engine.timebase import DEFAULT_STEPS, FPS, SEQ_FRAMES
 from engine.timing import gpu_time
 
@@ -68,9 +69,9 @@ class Runtime:
         self, engine: Engine, config: RuntimeConfig | None = None, *, start: bool = True, clock: Callable[[], float] = time.monotonic
     ) -> None:
         self.engine = engine
-        self.config = config or RuntimeConfig()
         self.device = engine.device
         cuda = self.device.type == "cuda"
+        self.config = self._sized(config or RuntimeConfig())
         self.batch_sessions = cuda if self.config.batch_sessions is None else self.config.batch_sessions
         self.enforce_admission = cuda if self.config.admission is None else self.config.admission
         self.clock = clock
@@ -81,6 +82,8 @@ class Runtime:
         self.window_ms: dict[int, float] = {}
         self.render_ms: dict[int, float] = {}
         self.warmup_seconds = 0.0
+        self.warmup_memory: dict[str, memory.Reserve] = {}
+        """The allocator's reserve after each warm-up step (a bucket captured and timed), and its peak so far (CUDA)."""
         self._pipelines: dict[int, SessionPipeline] = {}
         self._inbox: deque[tuple[Callable[[], Any], Future]] = deque()
         self._next_id = 0
@@ -95,6 +98,14 @@ class Runtime:
         if start:
             self._thread = threading.Thread(target=self._run, name="ditto-runtime", daemon=True)
             self._thread.start()
+
+    def _sized(self, config: RuntimeConfig) -> RuntimeConfig:
+        """``config`` with the buckets its sessions need, checked against the GPU memory free (before any is taken)."""
+        free = memory.free_bytes(self.device)
+        if free is None or self.engine.backend.name != "torch":
+            return config.sized()
+        name = torch.cuda.get_device_name(self.device) if self.device.type == "cuda" else str(self.device)
+        return memory.check(config, free, name, memory.expandable_segments())
 
     @classmethod
     def from_checkpoints(
@@ -123,38 +134,48 @@ class Runtime:
     # -- warm-up ----------------------------------------------------------------------------
 
     def warm_up(self) -> None:
-        """Compile and capture every bucket (CUDA) and, for a runtime serving live sessions, time each: the
-        live-session capacity and lead come from those times."""
+        """Compile and capture every bucket (CUDA), into one memory pool, largest first, and, for a runtime serving
+        live sessions, time each: the live-session capacity and lead come from those times. The allocator's reserve
+        left outside the pool is given back."""
         started = time.perf_counter()
         if self.device.type == "cuda":
-            window_buckets = sorted(self.config.window_buckets, reverse=True)
-            render_buckets = sorted(self.config.render_buckets, reverse=True)
-            steps = [("LMDM windows", b) for b in window_buckets] + [("render frames", b) for b in render_buckets]
+            pool = GraphPool(self.device)
+            steps = self.warmup_steps()
             with tqdm(steps, desc="warming up (compile + capture)", unit="bucket", disable=not self.config.progress) as bar:
                 for kind, bucket in bar:
                     bar.set_postfix_str(f"{kind} x{bucket}")
                     if kind == "LMDM windows":
-                        self.sampler.capture((bucket,))
+                        self.sampler.capture((bucket,), pool)
                         if self.config.live:
                             self.window_ms[bucket] = self._time(lambda b=bucket: self._sample_dummy(b))
                     else:
                         if self.engine.backend.capabilities.render_graphs:
-                            self.engine.backend.capture_render((bucket,))
+                            self.engine.backend.capture_render((bucket,), pool)
                         if self.config.live:
                             self.render_ms[bucket] = self._time(lambda b=bucket: self._render_dummy(b))
+                    self.warmup_memory[f"{kind} x{bucket}"] = memory.reserve(self.device)
             if self.engine.hubert.graphs:
-                self.engine.hubert.capture()
+                self.engine.hubert.capture(pool=pool)
             self.engine.hubert.encode_batch(torch.zeros(1, CHUNK_SAMPLES))
+            self.warmup_memory["HuBERT chunks"] = memory.reserve(self.device)
+            torch.cuda.empty_cache()
         self._captures = self._capture_count()
         self.warmup_seconds = time.perf_counter() - started
         gc.collect()
         gc.freeze()
 
+    def warmup_steps(self) -> list[tuple[str, int]]:
+        """The buckets warm-up captures and times on CUDA, in order: the render's largest first, then the LMDM's (the
+        largest graph first takes the pool's memory, which every later one reuses)."""
+        render = [("render frames", b) for b in sorted(self.config.render_buckets, reverse=True)]
+        return render + [("LMDM windows", b) for b in sorted(self.config.window_buckets, reverse=True)]
+
     def capacity(self, overlap: int = LIVE_OVERLAP) -> int | None:
         """Live sessions this runtime can serve in real time at ``overlap`` (None where nothing was measured: the CPU)."""
         if not self.window_ms or not self.render_ms:
             return None
-        return admission.capacity(overlap, self.window_ms, self.render_ms, self.config.utilization)
+        compute = admission.capacity(overlap, self.window_ms, self.render_ms, self.config.utilization)
+        return compute if self.config.sessions is None else min(compute, self.config.sessions)
 
     def lead(self, live_sessions: int) -> Lead:
         """How far ahead of their clocks live sessions keep their frames when ``live_sessions`` share this runtime:
@@ -280,8 +301,9 @@ class Runtime:
         return self._call(compute)
 
     def _admit(self, overlap: int, mode: LatencyMode) -> None:
-        """Refuse a live session the GPU cannot serve beside those open (their windows' rates as measured at warm-up)."""
-        if not self.window_ms or not self.render_ms or not self.enforce_admission:
+        """Refuse a live session past those the runtime is sized for, or one the GPU cannot serve beside those open
+        (their windows' rates as measured at warm-up)."""
+        if not self.enforce_admission:
             return
         groups: dict[int, int] = {}
         for pipeline in self._pipelines.values():
@@ -289,6 +311,13 @@ class Runtime:
                 valid = SEQ_FRAMES - pipeline.session.overlap
                 groups[valid] = groups.get(valid, 0) + 1
         live = sum(groups.values())
+        if self.config.sessions is not None and live >= self.config.sessions:
+            raise AdmissionError(
+                f"this runtime is sized for {self.config.sessions} live session(s) (its buckets and GPU memory); "
+                f"{live} are open: close one, or start the runtime for more sessions"
+            )
+        if not self.window_ms or not self.render_ms:
+            return
         groups[SEQ_FRAMES - overlap] = groups.get(SEQ_FRAMES - overlap, 0) + 1
         if not admission.fits(groups, self.window_ms, self.render_ms, self.config.utilization):
             name = torch.cuda.get_device_name(self.device) if self.device.type == "cuda" else str(self.device)
@@ -486,7 +515,7 @@ class Runtime:
 
     def _fail(self, pipeline: SessionPipeline, error: BaseException) -> None:
         log.error("session %d failed: %s", pipeline.session.id, error)
-        pipeline.port.fail(error)
+        pipeline.session.fail(error)
         self._remove(pipeline)
 
     def _remove(self, pipeline: SessionPipeline) -> None:

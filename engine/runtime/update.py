@@ -45,6 +45,6 @@ def settle(pipelines: list[SessionPipeline], now: float) -> list[SessionPipeline
     for pipeline in pipelines:
         pipeline.check_deadlines(now)
         if pipeline.done and not pipeline.in_flight:
-            pipeline.port.finish()
+            pipeline.session.finish()
             finished.append(pipeline)
     return finished

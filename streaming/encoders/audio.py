@@ -19,13 +19,17 @@ OPUS_BLOCK = 960  # 20 ms, the WebRTC norm
 OPUS_BITRATE = 64_000
 AAC_BLOCK = 1024
 AAC_BITRATE = 128_000
+LAYOUTS = {1: "mono", 2: "stereo"}
 
 
 class AudioBlocks:
-    """Cut mono float32 samples arriving in any sizes into ``size``-sample ``av.AudioFrame``s."""
+    """Cut mono float32 samples arriving in any sizes into ``size``-sample ``av.AudioFrame``s of ``channels`` channels
+    (stereo carries the voice in both: ingest servers and players expect two channels)."""
 
-    def __init__(self, size: int, rate: int = AUDIO_RATE) -> None:
-        self.size, self.rate = size, rate
+    def __init__(self, size: int, rate: int = AUDIO_RATE, channels: int = 1) -> None:
+        if channels not in LAYOUTS:
+            raise ValueError(f"audio has 1 or 2 channels, got {channels}")
+        self.size, self.rate, self.channels = size, rate, channels
         self._pending = np.zeros(0, np.float32)
         self._next_pts = 0
 
@@ -50,7 +54,9 @@ class AudioBlocks:
         return frames
 
     def _frame(self, block: np.ndarray) -> av.AudioFrame:
-        frame = av.AudioFrame.from_ndarray(np.ascontiguousarray(block)[None], format="flt", layout="mono")
+        planes = np.repeat(np.ascontiguousarray(block)[None], self.channels, axis=0)
+        layout = LAYOUTS[self.channels]
+        frame = av.AudioFrame.from_ndarray(planes, format="flt" if self.channels == 1 else "fltp", layout=layout)
         frame.sample_rate = self.rate
         frame.pts = self._next_pts
         frame.time_base = Fraction(1, self.rate)

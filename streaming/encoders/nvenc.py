@@ -77,7 +77,7 @@ class NvencEncoder:
                 bf=0,
                 bitrate=bitrate,
                 maxbitrate=bitrate,
-                vbvbufsize=bitrate,
+                vbvbufsize=self.settings.buffer_for(width, height),
                 repeatspspps=1,
                 gpu_id=device.index or 0,
                 cudastream=self._stream.cuda_stream,

@@ -2,9 +2,9 @@
 
 The RGB -> I420 conversion runs in torch where the frame already is (the GPU in production), on
 the encoder's own stream after the frame's event, so only 1.5 bytes per pixel cross the bus, in
-one copy into a page-locked buffer that is reused for every frame. libx264 runs ultrafast +
-zerolatency with no B-frames and no lookahead, so each call returns the packet of the frame it
-was given: no encoder delay to hide.
+one copy into a page-locked buffer that is reused for every frame. libx264 runs the session's preset
+(ultrafast unless its output settings say otherwise) with zerolatency: no B-frames and no lookahead,
+so each call returns the packet of the frame it was given: no encoder delay to hide.
 """
 
 from __future__ import annotations
@@ -24,6 +24,19 @@ from streaming.frames import check_size
 
 # VUI colour description: ITU-R BT.709 primaries, transfer and matrix, limited range.
 BT709, LIMITED_RANGE = 1, 1
+
+
+def live_options(settings: H264Settings, width: int, height: int) -> dict[str, str]:
+    """libx264 options of a live stream: zerolatency (with the psy tune), the level for the size, the VBV, and for
+    CBR the HRD with filler; High always uses the 8x8 transform, so its streams say High at every preset."""
+    bitrate, buffer = settings.bitrate_for(width, height) // 1000, settings.buffer_for(width, height) // 1000
+    tune = "zerolatency" if settings.tune == "zerolatency" else f"{settings.tune},zerolatency"
+    params = f"scenecut=0:open-gop=0:vbv-maxrate={bitrate}:vbv-bufsize={buffer}"
+    if settings.cbr:
+        params += ":nal-hrd=cbr:filler=1"
+    if settings.profile == "high":
+        params += ":8x8dct=1"
+    return {"tune": tune, "level": str(level_for(width, height)), "x264-params": params}
 
 
 class X264Encoder:
@@ -51,13 +64,11 @@ class X264Encoder:
         context.thread_count = settings.threads
         context.colorspace = context.color_primaries = context.color_trc = BT709
         context.color_range = LIMITED_RANGE
-        options = {"preset": settings.preset, "forced-idr": "1", "x264-params": "scenecut=0"}
+        options = {"preset": settings.preset, "forced-idr": "1", "x264-params": "scenecut=0:open-gop=0"}
         if live:
-            bitrate = settings.bitrate_for(self.width, self.height)
-            context.bit_rate = bitrate
-            context.profile = "Baseline"
-            options |= {"tune": "zerolatency", "level": str(level_for(self.width, self.height))}
-            options["x264-params"] += f":vbv-maxrate={bitrate // 1000}:vbv-bufsize={bitrate // 1000}"
+            options |= live_options(settings, self.width, self.height)
+            context.bit_rate = settings.bitrate_for(self.width, self.height)
+            context.profile = settings.profile.capitalize()
         if settings.crf is not None:
             options["crf"] = str(settings.crf)
         context.options = options

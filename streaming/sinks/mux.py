@@ -16,7 +16,7 @@ from typing import BinaryIO
 import av
 
 from engine.timebase import FPS
-from streaming.encoders.audio import AAC_BITRATE, AAC_BLOCK, AudioBlocks
+from streaming.encoders.audio import AAC_BITRATE, AAC_BLOCK, LAYOUTS, AudioBlocks
 from streaming.frames import AUDIO_RATE, AUDIO_SAMPLES_PER_FRAME
 from streaming.output import EncodedFrame
 
@@ -25,15 +25,16 @@ VIDEO_TIME_BASE = Fraction(1, FPS)
 
 class Muxer:
     """Write encoded frames to ``target`` (a path, or a file object such as an ``RtmpConnection``) in ``format``
-    ("flv" or "mp4"); a file object stays open after ``close`` (its owner closes it)."""
+    ("flv" or "mp4") with AAC of ``audio_channels`` channels; a file object stays open after ``close`` (its owner
+    closes it)."""
 
-    def __init__(self, target: str | BinaryIO, format: str, width: int, height: int) -> None:
+    def __init__(self, target: str | BinaryIO, format: str, width: int, height: int, audio_channels: int = 1) -> None:
         self.container = av.open(target, mode="w", format=format)
         self._video = self.container.add_mux_stream("h264", rate=FPS, width=width, height=height)
         self._video.time_base = VIDEO_TIME_BASE
-        self._audio = self.container.add_stream("aac", rate=AUDIO_RATE, layout="mono")
+        self._audio = self.container.add_stream("aac", rate=AUDIO_RATE, layout=LAYOUTS[audio_channels])
         self._audio.bit_rate = AAC_BITRATE
-        self._blocks = AudioBlocks(AAC_BLOCK)
+        self._blocks = AudioBlocks(AAC_BLOCK, channels=audio_channels)
         self.first_index: int | None = None
         self._next_index: int | None = None
         self.frames = 0

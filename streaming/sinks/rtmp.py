@@ -10,7 +10,8 @@ stay in order and in sync after a reconnect.
 
 The connection is FFmpeg's RTMP client opened without holding the GIL (``rtmp_io``): connecting
 never stalls the other threads of the process (the other streams of an output worker), and a
-server that stops answering fails a write after ``io_timeout`` seconds, which counts as a drop.
+server that stops answering fails a write after ``io_timeout`` seconds, which counts as a drop. Once it gives up,
+its next ``send`` raises ``SinkFailed``, so the output reports it as it reports a failed recording.
 """
 
 from __future__ import annotations
@@ -24,9 +25,10 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from engine.timebase import FPS
-from streaming.output import EncodedFrame
+from streaming.output import EncodedFrame, SinkFailed
 from streaming.sinks.mux import Muxer
 from streaming.sinks.rtmp_io import RtmpConnection
+from streaming.targets import check_rtmp_url
 
 log = logging.getLogger(__name__)
 _CLOSE = object()
@@ -53,7 +55,8 @@ class Backoff:
 
 
 class RtmpSink:
-    """Publish the released frames to ``url``; reconnects on its own, gives up after the backoff's attempts."""
+    """Publish the released frames to ``url`` (AAC of ``audio_channels`` channels); reconnects on its own, gives up
+    after the backoff's attempts."""
 
     name = "rtmp"
 
@@ -65,10 +68,10 @@ class RtmpSink:
         queue_seconds: float = 2.0,
         seed: int | None = None,
         io_timeout: float = IO_TIMEOUT,
+        audio_channels: int = 1,
     ) -> None:
-        if not url.startswith(("rtmp://", "rtmps://")):
-            raise ValueError(f"an RTMP URL starts with rtmp:// or rtmps://, got {url!r}")
-        self.url, self.io_timeout = url, io_timeout
+        self.url, self.io_timeout = check_rtmp_url(url), io_timeout
+        self.audio_channels = audio_channels
         self.backoff = backoff or Backoff()
         self._request_keyframe = request_keyframe
         self._rng = random.Random(seed)
@@ -79,6 +82,7 @@ class RtmpSink:
         self._retry_at = 0.0
         self.connected = threading.Event()
         self.gave_up = False
+        self._failure: str | None = None
         self.connections = 0
         self.reconnects = 0
         self.failed_attempts = 0
@@ -89,7 +93,11 @@ class RtmpSink:
         self._thread.start()
 
     def send(self, frame: EncodedFrame) -> None:
-        """Queue a frame; when the queue is full the oldest is dropped and the stream resumes at an IDR."""
+        """Queue a frame; when the queue is full the oldest is dropped and the stream resumes at an IDR. SinkFailed,
+        once, when the sink has given up on the server."""
+        if self._failure is not None:
+            failure, self._failure = self._failure, None
+            raise SinkFailed(failure)
         try:
             self._queue.put_nowait(frame)
         except queue.Full:
@@ -168,7 +176,7 @@ class RtmpSink:
             return False
         try:
             self._connection = RtmpConnection(self.url, self.io_timeout)
-            self._muxer = Muxer(self._connection, "flv", frame.width, frame.height)
+            self._muxer = Muxer(self._connection, "flv", frame.width, frame.height, self.audio_channels)
         except Exception as exc:
             self._lost(exc)
             return False
@@ -187,8 +195,9 @@ class RtmpSink:
             self._delays = self.backoff.delays(self._rng)
         delay = next(self._delays, None)
         if delay is None:
+            self._failure = f"gave up on {self.url} after {self.backoff.attempts} attempts: {exc}"
             self.gave_up = True
-            log.error("rtmp: giving up on %s after %d attempts: %s", self.url, self.backoff.attempts, exc)
+            log.error("rtmp: %s", self._failure)
             return
         self._retry_at = time.monotonic() + delay
         log.warning("rtmp: %s %s (%s); retrying in %.1f s", "lost" if was_connected else "cannot reach", self.url, exc, delay)

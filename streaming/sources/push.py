@@ -23,8 +23,8 @@ client -> server, text (JSON):
                           answered {"type": "interrupted", "segment": N or null}.
   {"type": "end"}         end of input: the session speaks what it has, then ends (the stream
                           stops); answered {"type": "ended"} and the socket is closed.
-client -> server, binary: interleaved little-endian PCM in the declared format, any length
-  that is a whole number of sample frames.
+client -> server, binary: interleaved little-endian PCM in the declared format, a whole number of sample frames,
+  at most MAX_MESSAGE_SECONDS of audio (and MAX_MESSAGE_BYTES): longer speech goes in several messages.
 server -> client on a bad message: {"type": "error", "message": "..."}; the stream goes on.
 server -> client, playback events (the service; see streaming.playback), per segment:
   {"type": "playback_started", "segment": N}   its first speech frame is shown (released by the output clock);
@@ -36,14 +36,16 @@ server -> client, playback events (the service; see streaming.playback), per seg
       wants the last segment's playback_finished waits for it before sending ``end``.
 
 To pause speaking, just stop sending: the avatar idles on silence until audio comes again.
-Audio is pushed with backpressure: the server reads the next message only once the session
-has taken the previous one, so a client that sends faster than real time is slowed by TCP.
+Audio is pushed with backpressure: the server takes the next binary message only once the session
+has taken the previous one, so a client that sends faster than real time is slowed by TCP. Text
+messages are read meanwhile: an ``interrupt`` behind a message still being taken is answered at
+once and drops the rest of that message; ``end_of_segment`` and ``end`` wait for it, in order.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
+import contextlib
 import logging
 from dataclasses import dataclass
 
@@ -51,10 +53,18 @@ import numpy as np
 from aiohttp import WSMsgType, web
 
 from engine.audio.pcm import MAX_CHANNELS, PcmError, check_rate, to_float_mono
+from engine.controls import ControlError, check_changes
+from engine.nesting import load_json
 from engine.runtime.errors import SessionClosed
 
 log = logging.getLogger(__name__)
 ENCODINGS = {"s16le": np.dtype("<i2"), "f32le": np.dtype("<f4")}
+MAX_MESSAGE_SECONDS = 10.0
+"""Audio one binary message may hold: a message is taken whole before the next binary one, so it bounds that wait."""
+MAX_MESSAGE_BYTES = 16 * 1024 * 1024
+"""The largest WebSocket message read at all (aiohttp closes the connection on a larger one)."""
+MAX_CONTROL_DEPTH = 8
+"""How deep a text message's JSON may nest (a controls table is three levels)."""
 
 
 class ProtocolError(ValueError):
@@ -83,7 +93,7 @@ def parse_format(message: dict) -> PushFormat:
     if isinstance(channels, bool) or not isinstance(channels, int) or not 1 <= channels <= MAX_CHANNELS:
         raise ProtocolError(f"channels must be an integer from 1 to {MAX_CHANNELS}, got {channels!r}")
     encoding = message.get("encoding", "s16le")
-    if encoding not in ENCODINGS:
+    if not isinstance(encoding, str) or encoding not in ENCODINGS:
         raise ProtocolError(f"encoding must be one of {', '.join(ENCODINGS)}, got {encoding!r}")
     return PushFormat(rate, channels, encoding)
 
@@ -97,6 +107,12 @@ def decode_chunk(data: bytes, fmt: PushFormat) -> np.ndarray:
             f"a binary message must hold whole sample frames of {frame_bytes} bytes "
             f"({fmt.encoding}, {fmt.channels} channel(s)); got {len(data)} bytes"
         )
+    limit = round(MAX_MESSAGE_SECONDS * fmt.sample_rate)
+    if len(data) // frame_bytes > limit:
+        raise ProtocolError(
+            f"a binary message holds at most {MAX_MESSAGE_SECONDS:g} s of audio ({limit} sample frames at "
+            f"{fmt.sample_rate} Hz); got {len(data) // frame_bytes / fmt.sample_rate:.1f} s: send it in pieces"
+        )
     pcm = np.frombuffer(data, dtype=dtype).reshape(-1, fmt.channels)
     try:
         return to_float_mono(pcm if fmt.channels > 1 else pcm[:, 0], fmt.channels)
@@ -105,8 +121,9 @@ def decode_chunk(data: bytes, fmt: PushFormat) -> np.ndarray:
 
 
 async def push_handler(request: web.Request, session) -> web.WebSocketResponse:
-    """Serve one pushing client until it ends the session or disconnects (``session``: a ``streaming.app.AsyncAudioSink``)."""
-    ws = web.WebSocketResponse(max_msg_size=16 * 1024 * 1024)
+    """Serve one pushing client until it ends the session or disconnects (``session``: the session's audio side,
+    awaited: ``push_audio``, ``update_controls``, ``interrupt``, ``end_segment``, ``end``, ``subscribe``)."""
+    ws = web.WebSocketResponse(max_msg_size=MAX_MESSAGE_BYTES, autoclose=False)
     await ws.prepare(request)
     state = PushState(request.query.get("session", ""))
     events: asyncio.Queue[dict] = asyncio.Queue()
@@ -117,12 +134,15 @@ async def push_handler(request: web.Request, session) -> web.WebSocketResponse:
             try:
                 await _handle(ws, message, session, state)
             except SessionClosed:
-                await _reply(ws, {"type": "error", "message": f"session {state.name!r} has ended; create a new one with POST /sessions"})
+                await _reply(ws, {"type": "error", "message": _ended(state.name)})
             except (ValueError, RuntimeError) as exc:
                 await _reply(ws, {"type": "error", "message": str(exc)})
             if ws.closed:
                 break
+        await state.pushed()  # a client that sends its last audio and closes is heard to the end, then answered
+        await ws.close()
     finally:
+        await state.drop_push()
         unsubscribe()
         sender.cancel()
     return ws
@@ -136,17 +156,33 @@ async def _send_events(ws: web.WebSocketResponse, events: asyncio.Queue) -> None
 
 @dataclass
 class PushState:
-    """One connection's session name and declared format."""
+    """One connection's session name, declared format and the binary message the session is taking, if any."""
 
     name: str
     fmt: PushFormat | None = None
+    pushing: asyncio.Task | None = None
+
+    async def pushed(self) -> None:
+        """Wait until the session has taken the message being pushed."""
+        if self.pushing is not None:
+            await asyncio.shield(self.pushing)
+
+    async def drop_push(self) -> None:
+        """Stop pushing the message being pushed: what the session has not taken yet is dropped."""
+        pushing, self.pushing = self.pushing, None
+        if pushing is not None and not pushing.done():
+            pushing.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await pushing
 
 
 async def _handle(ws: web.WebSocketResponse, message, session, state: PushState) -> None:
     if message.type == WSMsgType.BINARY:
         if state.fmt is None:
             raise ProtocolError('send {"type": "format", ...} before any audio')
-        await session.push_audio(decode_chunk(message.data, state.fmt), state.fmt.sample_rate)
+        pcm = decode_chunk(message.data, state.fmt)
+        await state.pushed()
+        state.pushing = asyncio.ensure_future(_push(ws, session, state, pcm, state.fmt.sample_rate))
     elif message.type == WSMsgType.TEXT:
         control = _control(message.data)
         kind = control.get("type")
@@ -154,13 +190,19 @@ async def _handle(ws: web.WebSocketResponse, message, session, state: PushState)
             state.fmt = parse_format(control)
             await _reply(ws, {"type": "ready", **state.fmt.as_message(), "latency": session.latency})
         elif kind == "controls":
-            fields = {k: v for k, v in control.items() if k != "type"}
+            try:
+                fields = check_changes({k: v for k, v in control.items() if k != "type"})
+            except ControlError as exc:
+                raise ProtocolError(str(exc)) from exc
             await _reply(ws, {"type": "controls", "applied": await session.update_controls(**fields)})
         elif kind == "end_of_segment":
+            await state.pushed()
             await _reply(ws, {"type": "end_of_segment", "segment": await session.end_segment()})
         elif kind == "interrupt":
+            await state.drop_push()
             await _reply(ws, {"type": "interrupted", "segment": await session.interrupt()})
         elif kind == "end":
+            await state.pushed()
             await session.end()
             await _reply(ws, {"type": "ended"})
             await ws.close()
@@ -168,6 +210,20 @@ async def _handle(ws: web.WebSocketResponse, message, session, state: PushState)
             raise ProtocolError(f"unknown message type {kind!r}; expected format, controls, end_of_segment, interrupt or end")
     elif message.type == WSMsgType.ERROR:
         log.warning("push: connection error: %s", ws.exception())
+
+
+async def _push(ws: web.WebSocketResponse, session, state: PushState, pcm: np.ndarray, rate: int) -> None:
+    """Hand one message's audio to the session (it waits for room); a failure is told to the client."""
+    try:
+        await session.push_audio(pcm, rate)
+    except SessionClosed:
+        await _reply(ws, {"type": "error", "message": _ended(state.name)})
+    except (ValueError, RuntimeError) as exc:
+        await _reply(ws, {"type": "error", "message": str(exc)})
+
+
+def _ended(name: str) -> str:
+    return f"session {name!r} has ended; create a new one with POST /sessions"
 
 
 async def _reply(ws: web.WebSocketResponse, message: dict) -> None:
@@ -182,8 +238,8 @@ async def _reply(ws: web.WebSocketResponse, message: dict) -> None:
 
 def _control(text: str) -> dict:
     try:
-        control = json.loads(text)
-    except json.JSONDecodeError as exc:
+        control = load_json(text, MAX_CONTROL_DEPTH, "a control message")
+    except ValueError as exc:
         raise ProtocolError(f"text messages must be JSON: {exc}") from exc
     if not isinstance(control, dict):
         raise ProtocolError("a control message must be a JSON object with a 'type'")

@@ -94,3 +94,21 @@ def test_without_checkpoints_random_weights_are_generated_and_announced(
     assert written == ["appearance_extractor.pth", "motion_extractor.pth"]
     assert main(["list", "--cache-dir", str(cache)]) == 0
     assert "no avatars" in capsys.readouterr().out  # the checkpoint folder is not an avatar
+
+
+def test_listing_shows_a_fifo_or_a_deeply_nested_manifest_as_unreadable(tmp_path: Path, capsys) -> None:
+    import os
+    import threading
+
+    (tmp_path / "fifo").mkdir()
+    os.mkfifo(tmp_path / "fifo" / "manifest.json")
+    (tmp_path / "deep").mkdir()
+    (tmp_path / "deep" / "manifest.json").write_text("[" * 100_000 + "]" * 100_000)
+    codes: list[int] = []
+    lister = threading.Thread(target=lambda: codes.append(main(["list", "--cache-dir", str(tmp_path)])), daemon=True)
+    lister.start()
+    lister.join(10)
+    assert codes == [0], "the listing blocked or failed"
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split()[0] for line in lines] == ["deep", "fifo"]
+    assert all("(unreadable manifest: register it again)" in line for line in lines)

@@ -1,5 +1,5 @@
-"""The old commands still run the apps (``python -m engine.render``, ``streaming.serve``, ``avatars``), and no library
-package imports the apps: the layer sits on top."""
+"""The old commands still run the apps (``python -m engine.render``, ``streaming.serve``, ``avatars``), no library
+package imports the apps (the layer sits on top), and the media library never imports the service built on it."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-LIBRARIES = ("engine", "compile", "streaming", "avatars", "integrations", "cluster")
+LIBRARIES = ("engine", "compile", "streaming", "serving", "avatars", "integrations", "cluster")
 
 
 @pytest.mark.parametrize(
@@ -44,3 +44,12 @@ def test_no_library_imports_the_apps() -> None:
     }
     assert {path: names for path, names in upward.items() if names} == {}
     assert any(path.startswith("engine/") for path in upward), "the walk found the engine's modules"
+
+
+def test_the_media_library_never_imports_the_service() -> None:
+    upward = {
+        str(path.relative_to(ROOT)): sorted(name for name in imported_modules(path) if name.split(".")[0] == "serving")
+        for path in (ROOT / "streaming").rglob("*.py")
+    }
+    assert {path: names for path, names in upward.items() if names} == {}
+    assert "streaming/output.py" in upward, "the walk found the media library's modules"

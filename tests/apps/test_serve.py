@@ -1,11 +1,12 @@
 """python -m apps.serve: what its command line takes and refuses (``--ray`` included; the cluster itself is tested in
-tests/cluster/test_app.py, the server it runs in tests/streaming/test_server.py)."""
+tests/cluster/test_app.py, the server it runs in tests/serving/test_server.py)."""
 
 from __future__ import annotations
 
 import pytest
 
-from apps.serve import parse_args
+from apps.serve import CPU_DEMO_SECONDS, deploy_options, parse_args, server_options
+from serving.server import AVATAR_AT_START
 
 
 def test_defaults_bind_loopback_and_demo_turns_on_the_preview() -> None:
@@ -45,3 +46,15 @@ def test_ray_serves_only_sessions_opened_through_the_api() -> None:
     for start in (["--demo"], ["--avatar", "a", "--listen"], ["--avatar", "a", "--rtmp", "rtmp://h/l/k"]):
         with pytest.raises(SystemExit):
             parse_args(["--ray", *start])
+
+
+def test_the_command_line_becomes_the_options_of_the_libraries() -> None:
+    demo = server_options(parse_args(["--demo", "--device", "cpu"]))
+    assert demo.service.checkpoints is None and demo.service.avatars == {AVATAR_AT_START: None}
+    assert demo.at_start.demo_audio and demo.at_start.preview and demo.duration == CPU_DEMO_SECONDS
+    bare = server_options(parse_args(["--http", "0.0.0.0:9000", "--token", "t0k3n"]))
+    assert bare.at_start is None and (bare.host, bare.port, bare.token) == ("0.0.0.0", 9000, "t0k3n")
+    assert not bare.service.loopback_only
+    deploy = deploy_options(parse_args(["--ray", "--avatar", "anchor", "--output-workers", "3"]))
+    assert deploy.device is None and deploy.service.workers == 3
+    assert deploy.service.avatars == {AVATAR_AT_START: "anchor"}

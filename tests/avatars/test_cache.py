@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import shlex
+import threading
 import zlib
 from pathlib import Path
 
@@ -22,6 +25,7 @@ from avatars.cache import (
     checkpoint_hashes,
     hash_checkpoints_ahead,
     load_avatar,
+    rebuild_command,
     save_avatar,
 )
 from avatars.errors import CacheError, StaleCacheError
@@ -318,3 +322,42 @@ def test_a_load_checks_the_checkpoint_hashes_started_ahead(checkpoint_dir, tmp_p
     expected = {name: hashlib.sha256(path.read_bytes()).hexdigest() for name, path in checkpoint_files(folder).items()}
     assert checkpoint_hashes(folder) == expected
     hash_checkpoints_ahead(tmp_path)  # no checkpoints there: nothing to start, and nothing raised before a load reports it
+
+
+def outcome_within(call, seconds: float = 10.0) -> BaseException | None:
+    """Run ``call`` on a thread; the exception it raised (None if none); fails if it still blocks after ``seconds``."""
+    raised: list[BaseException | None] = []
+
+    def run() -> None:
+        try:
+            call()
+            raised.append(None)
+        except BaseException as exc:  # noqa: BLE001 (handed back to the test)
+            raised.append(exc)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    assert raised, f"still blocked after {seconds} s"
+    return raised[0]
+
+
+@pytest.mark.parametrize("name", [TENSORS, MANIFEST])
+def test_a_cache_file_that_is_a_fifo_is_refused_instead_of_blocking_the_load(
+    saved: tuple[Path, dict[str, np.ndarray]], name: str
+) -> None:
+    path, _ = saved
+    (path / name).unlink()
+    os.mkfifo(path / name)
+    error = outcome_within(lambda: load_avatar(path.name, cache_dir=path.parent))
+    assert isinstance(error, CacheError) and "is not a regular file" in str(error)
+
+
+def test_the_rebuild_command_quotes_a_handed_source_path_for_the_shell(tmp_path: Path) -> None:
+    tensors, manifest = fake_registration()
+    hostile = "/data/my portrait.png; touch pwned"
+    manifest["source"]["path"] = hostile
+    command = rebuild_command(manifest, "anchor", tmp_path / "check points")
+    words = shlex.split(command)
+    assert words[words.index("register") + 1] == hostile
+    assert words[words.index("--checkpoints") + 1] == str(tmp_path / "check points")

@@ -19,14 +19,14 @@ from aiohttp import web
 
 from engine.audio.pcm import StreamingResampler
 from engine.latency import FAITHFUL
-from engine.session import Frame
+from engine.runtime.session import Frame
+from engine.timebase import FPS
 from harness.live_server import LiveServer
 from harness.nginx import wait_listening
-from engine.timebase import FPS
-from streaming.app import Stream, create_app
+from tests.serving.inprocess import Stream, create_app
+from serving.server import numbered
 from streaming.frames import AUDIO_RATE, AUDIO_SAMPLES_PER_FRAME
 from streaming.output import SessionOutput
-from streaming.server import numbered
 from streaming.sinks.rtmp import RtmpSink
 from streaming.sinks.webrtc import WebRtcPreview
 from tests.streaming.synthetic import picture

@@ -21,7 +21,7 @@ def test_every_start_is_timed_to_its_first_picture_and_keeps_the_servers_timelin
     class LoggingEcho(EchoServer):
         def start(self) -> LoggingEcho:
             super().start()
-            self.log.write_text(f"2026-12-02 10:00:00,000 streaming.service: {TIMELINE}\n")
+            self.log.write_text(f"2026-12-02 10:00:00,000 serving.service: {TIMELINE}\n")
             return self
 
     monkeypatch.setattr(serve_start, "LiveServer", LoggingEcho)

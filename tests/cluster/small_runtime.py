@@ -3,14 +3,13 @@ replicas is 4 sessions, few enough for two loaded CPU cores to encode."""
 
 from __future__ import annotations
 
-from typing import Any
-
+from serving.protocol import CoreConfig
 from tests.streaming import synthetic_runtime
 
 CAPACITY = 2
 
 
-def build(config: dict[str, Any]):
+def build(config: CoreConfig):
     """The core's runtime and avatars (this runs in the core's own process, so the capacity is that core's alone)."""
     synthetic_runtime.CAPACITY = CAPACITY
     return synthetic_runtime.build(config)

@@ -215,7 +215,7 @@ def core_of(replica_pid: int) -> int:
             cmdline = (proc / "cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        if f"\nPPid:\t{replica_pid}\n" in status and b"streaming.core" in cmdline:
+        if f"\nPPid:\t{replica_pid}\n" in status and b"serving.core" in cmdline:
             return int(proc.name)
     raise LookupError(f"no engine core under process {replica_pid}")
 

@@ -5,11 +5,21 @@ from __future__ import annotations
 import dataclasses
 import json
 
+import msgpack
 import numpy as np
 import pytest
 import torch
 
-from engine.controls import FIELD_NAMES, STITCH_CONTROLS, WINDOW_CONTROLS, ControlError, Controls, stitch_controls
+from engine.controls import (
+    FIELD_NAMES,
+    MAX_TABLE_VALUE,
+    STITCH_CONTROLS,
+    WINDOW_CONTROLS,
+    ControlError,
+    Controls,
+    check_changes,
+    stitch_controls,
+)
 from engine.motion.conditions import emotion_vector
 from engine.motion.stitching import StitchControls
 
@@ -152,3 +162,43 @@ def test_replace_validates_only_the_fields_it_changes(monkeypatch) -> None:
         controls.replace(yaw=91)
     monkeypatch.undo()
     assert controls.yaw == 0.0 and moved == Controls(**{f: getattr(moved, f) for f in FIELD_NAMES})
+
+
+@pytest.mark.parametrize(
+    "changes, message",
+    [
+        ({"pitch": 2**70}, "pitch must be within [-90, 90]"),
+        ({"fade_in": 2**70}, "fade_in must be a whole number of frames"),
+        ({"emotion": 2**70}, "emotion: emotion label must be 0..7"),
+        ({"fix_kp_cond_dims": [0, 2**70]}, "fix_kp_cond_dims must be [start, stop)"),
+        ({"expression": [2**70] * 63}, f"expression holds a value beyond ±{MAX_TABLE_VALUE:g}"),
+        ({"blink_table": [[1e300] * 63]}, "blink_table holds a value beyond"),
+        ({"emotion": [[1e300] * 8]}, "emotion holds a value beyond"),
+        ({"expression": [True] * 63}, "expression must be 63 values (21 keypoints × xyz) of numbers; it holds true"),
+        ({"emotion": [[False] * 7 + [True]]}, "emotion must be an (m,8) table"),
+        ({"vad_alpha": True}, "vad_alpha must be a number, got True"),
+        ({"yaw": float("nan")}, "yaw must be within"),
+        ({"roll": 1e308 * 10}, "roll must be within"),
+        ({"self": 1}, "unknown control(s) self;"),
+        ({"not an identifier": 1, "__class__": 2}, "unknown control(s) 'not an identifier', __class__;"),
+        ({1: 2}, "unknown control(s) 1"),
+        ([("yaw", 1)], "controls are a JSON object of control fields"),
+    ],
+)
+def test_a_clients_controls_are_refused_by_name_before_they_cross_a_process(changes, message: str) -> None:
+    with pytest.raises(ControlError) as error:
+        check_changes(changes)
+    assert message in str(error.value)
+
+
+def test_a_clients_checked_controls_are_plain_values_msgpack_can_carry() -> None:
+    clip = [[-1.0] * 265, [1.0] * 265]
+    checked = check_changes({"yaw": 10, "fade_in": np.int64(25), "emotion": ["happy", "sad"], "clip_range": clip})
+    assert checked == {"yaw": 10.0, "fade_in": 25, "emotion": ["happy", "sad"], "clip_range": clip}
+    assert msgpack.unpackb(msgpack.packb(checked)) == checked
+    assert Controls().replace(**checked).yaw == 10.0
+
+
+def test_replace_takes_a_control_named_self_as_an_unknown_control() -> None:
+    with pytest.raises(ControlError, match="unknown control.*self"):
+        Controls().replace(**{"self": 1})

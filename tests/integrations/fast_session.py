@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from engine.runtime import Backpressure, SessionClosed
-from engine.session import Frame
+from engine.runtime.session import Frame
 from engine.timebase import FPS, HOP_FRAMES
 from streaming.frames import AUDIO_RATE, AUDIO_SAMPLES_PER_FRAME
 

@@ -14,8 +14,8 @@ import sys
 
 from aiohttp import web
 
-from streaming.api import create_service_app
-from streaming.service import Service, ServiceOptions
+from serving.http import create_service_app
+from serving.service import Service, ServiceOptions
 
 RUNTIME = "tests.streaming.synthetic_runtime:build"
 

@@ -20,8 +20,10 @@ class Decoded:
 
     video: list[tuple[float, int, bool]] = field(default_factory=list)
     size: tuple[int, int] | None = None
+    video_profile: str | None = None
     audio_codec: str | None = None
     audio_rate: int | None = None
+    audio_channels: int | None = None
     audio: list[tuple[float, np.ndarray]] = field(default_factory=list)
     error: str | None = None
 
@@ -61,13 +63,14 @@ def decode(container: av.container.InputContainer, result: Decoded, last_index: 
                 if packet.stream is video:
                     rgb = frame.to_ndarray(format="rgb24")
                     result.size = (frame.width, frame.height)
+                    result.video_profile = video.codec_context.profile
                     index = read_index(rgb)
                     result.video.append((float(frame.pts * frame.time_base), index, is_flash(rgb)))
                     if index == last_index:
                         return
                 else:
-                    result.audio_rate = frame.sample_rate
-                    result.audio.append((float(frame.pts * frame.time_base), frame.to_ndarray().reshape(-1)))
+                    result.audio_rate, result.audio_channels = frame.sample_rate, len(frame.layout.channels)
+                    result.audio.append((float(frame.pts * frame.time_base), frame.to_ndarray()[0]))
     except av.error.FFmpegError as exc:  # nginx sends no EOF: a live read ends on its timeout
         result.error = f"{type(exc).__name__}: {exc}"
 

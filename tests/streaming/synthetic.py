@@ -17,7 +17,7 @@ import torch
 
 from engine.controls import Controls
 from engine.latency import FAITHFUL
-from engine.session import Frame
+from engine.runtime.session import Frame
 from engine.timebase import FPS
 from streaming.frames import AUDIO_RATE, AUDIO_SAMPLES_PER_FRAME
 

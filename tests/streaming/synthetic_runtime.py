@@ -20,8 +20,9 @@ import torch
 
 from engine.controls import Controls
 from engine.runtime import AdmissionError, Backpressure, SessionClosed
-from engine.session import Frame
+from engine.runtime.session import Frame
 from engine.timebase import FPS
+from serving.protocol import CoreConfig
 from tests.streaming.synthetic import picture, sound
 
 AVATARS = {"anna": (64, 64), "ben": (96, 64), "slow": (64, 64), "crawl": (128, 128)}
@@ -179,12 +180,12 @@ class FakeRuntime:
             session.close()
 
 
-def build(config: dict[str, Any]) -> tuple[FakeRuntime, FakeAvatars]:
+def build(config: CoreConfig) -> tuple[FakeRuntime, FakeAvatars]:
     """The core's runtime and avatars (``ServiceOptions(runtime="tests.streaming.synthetic_runtime:build")``)."""
-    return FakeRuntime(not config.get("no_admission")), FakeAvatars(config.get("avatars", {}))
+    return FakeRuntime(config.admission), FakeAvatars(config.avatars)
 
 
-def build_slowly(config: dict[str, Any]) -> tuple[FakeRuntime, FakeAvatars]:
+def build_slowly(config: CoreConfig) -> tuple[FakeRuntime, FakeAvatars]:
     """``build`` after a minute: a core still warming up (the compile of a cold start)."""
     time.sleep(60)
     return build(config)

@@ -8,7 +8,7 @@ import pytest
 
 from engine.timebase import FPS
 from streaming.frames import AUDIO_SAMPLES_PER_FRAME
-from streaming.output import EncodedFrame, SessionOutput
+from streaming.output import EncodedFrame, SessionOutput, SinkFailed
 from tests.streaming.synthetic import SyntheticSession, sound
 
 
@@ -38,6 +38,25 @@ class Broken(Recorder):
 
     def send(self, frame: EncodedFrame) -> None:
         raise OSError("this sink is broken")
+
+
+class Failing(Recorder):
+    """A sink whose target fails after its first frames, as a full disk does, and says so."""
+
+    name = "failing"
+
+    def send(self, frame: EncodedFrame) -> None:
+        if len(self.frames) == 3:
+            raise SinkFailed("recording to /recordings/a.mp4 failed: No space left on device")
+        super().send(frame)
+
+
+class FailsAtClose(Recorder):
+    name = "trailer"
+
+    def close(self) -> None:
+        super().close()
+        raise SinkFailed("recording to /recordings/b.mp4 failed: No space left on device")
 
 
 def run(frames: int, sinks: list, **kwargs) -> SessionOutput:
@@ -148,3 +167,16 @@ def test_a_stall_is_shed_with_repeats_and_silence_while_the_timeline_keeps_wall_
     assert output.stats.repeated == len(repeats) >= 4
     assert all(not f.audio.any() and not f.speech for f in repeats), "a stand-in carries silence"
     assert output.stats.frames_in == 50 and output.stats.skipped >= 1
+
+
+def test_a_sink_that_fails_is_detached_closed_and_reported_while_the_others_go_on() -> None:
+    reported: list[tuple[str, str]] = []
+    kept, failing, broken, trailer = Recorder(), Failing(), Broken(), FailsAtClose()
+    output = run(10, [kept, failing, broken, trailer], on_sink_failed=lambda *failure: reported.append(failure))
+    assert reported == [
+        ("broken", "the broken output failed (OSError)"),
+        ("failing", "recording to /recordings/a.mp4 failed: No space left on device"),
+        ("trailer", "recording to /recordings/b.mp4 failed: No space left on device"),
+    ]
+    assert failing.closed and broken.closed and len(failing.frames) == 3
+    assert [f.index for f in kept.frames] == list(range(10)) and output.sinks == (kept, trailer)

@@ -81,6 +81,14 @@ def test_the_accepted_rates_are_the_timebase_bounds() -> None:
 
 
 @pytest.mark.parametrize(
+    "rate", [1e23, 2**64, 10**400, 10**5000, -(2**70)], ids=["1e23", "2^64", "10^400", "10^5000", "-2^70"]
+)
+def test_rates_far_out_of_range_are_refused_with_the_range(rate) -> None:
+    with pytest.raises(PcmError, match=f"outside {MIN_INPUT_RATE}..{MAX_INPUT_RATE} Hz"):
+        check_rate(rate)
+
+
+@pytest.mark.parametrize(
     "pcm",
     [np.zeros(10, np.uint8), np.zeros(10, np.int64), np.zeros(10, np.complex64), np.zeros(10, bool), [0.0, 0.1]],
 )

@@ -6,11 +6,14 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
+import pytest
 import torch
 
+from engine.plans.manifest import MAX_DEPTH
 from engine.plans.package_loader import without_cpu_isa_probe
-
+from engine.plans.packages import FORMAT, PackageManifest, StalePackages
 
 PROBES_UNDER = """
 import json
@@ -38,3 +41,10 @@ def test_cpu_packages_keep_torchs_probe_of_the_vector_isa_their_code_runs_with()
     before = torch._inductor.config.cpp.vec_isa_ok
     with without_cpu_isa_probe("cpu"):
         assert torch._inductor.config.cpp.vec_isa_ok == before
+
+
+def test_a_deeply_nested_package_manifest_is_refused_as_stale_not_a_recursion_error(tmp_path: Path) -> None:
+    for depth in (100_000, MAX_DEPTH + 1):
+        text = '{"format": %d, "packages": %s%s}' % (FORMAT, "[" * depth, "]" * depth)
+        with pytest.raises(StalePackages, match="nested"):
+            PackageManifest.from_json(text, tmp_path / "manifest.json")

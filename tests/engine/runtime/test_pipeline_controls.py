@@ -23,7 +23,7 @@ from engine.runtime.avatars import LoadedAvatar
 from engine.runtime.config import RuntimeConfig
 from engine.runtime.errors import SessionClosed
 from engine.runtime.pipeline import BLINK_SCHEDULE_FRAMES, SessionPipeline
-from engine.session import Session
+from engine.runtime.session import Session
 
 SR = 16_000
 
@@ -110,6 +110,7 @@ def test_bad_controls_are_refused_with_clear_errors_and_the_session_goes_on(engi
         ({"fade_target": "d1"}, "fade_target must be one of source, first"),
         ({"blink_table": [[float("nan")] * 63]}, "NaN"),
         ({"nod": 1}, "unknown control"),
+        ({"self": 1}, "unknown control.*self"),
     ]:
         with pytest.raises(ControlError, match=message):
             loop.session.update_controls(**changes)

@@ -21,7 +21,7 @@ from engine.runtime.executor import Executor, PosedJob, Rendered
 from engine.runtime.pacing import frames_due, speech_depth
 from engine.runtime.runtime import Runtime
 from engine.runtime.scheduler import WindowJob
-from engine.session import Session
+from engine.runtime.session import Session
 from engine.timebase import FPS
 
 pytestmark = pytest.mark.slow

@@ -11,6 +11,7 @@ import torch
 from engine.timebase import FPS
 from streaming.encoders.h264 import NAL_IDR, NAL_PPS, NAL_SPS, H264Settings, KeyframeRequests, level_for, nal_types
 from streaming.encoders.x264 import X264Encoder
+from streaming.output_settings import RATE_CONTROLS, TUNES, OutputSettings
 from tests.streaming.synthetic import picture, read_index
 
 W, H = 128, 96
@@ -109,3 +110,23 @@ def test_a_finished_frame_is_not_held_up_by_work_queued_after_it() -> None:
     decoder = av.CodecContext.create("h264", "r")
     (decoded,) = decoder.decode(av.Packet(unit.data))
     assert read_index(decoded.to_ndarray(format="rgb24")) == 3
+
+
+@pytest.mark.parametrize("tune", TUNES)
+@pytest.mark.parametrize("rate_control", RATE_CONTROLS)
+def test_every_offered_tune_and_rate_control_still_returns_each_frame_at_once(tune: str, rate_control: str) -> None:
+    settings = OutputSettings(preset="veryfast", tune=tune, rate_control=rate_control, keyframe_seconds=1).video(W, H)
+    units = encode(FPS + 5, settings)
+    assert [u.index for u in units if u.keyframe] == [0, FPS]
+    decoder = av.CodecContext.create("h264", "r")
+    assert len([f for u in units for f in decoder.decode(av.Packet(u.data))]) == FPS + 5
+    assert decoder.profile == "High"
+
+
+def test_cbr_pads_to_the_bitrate_with_filler_data_and_capped_does_not() -> None:
+    filler = 12
+    for rate_control, padded in (("cbr", True), ("capped", False)):
+        units = encode(3 * FPS, OutputSettings(preset="ultrafast", rate_control=rate_control).video(W, H))
+        assert any(filler in nal_types(u.data) for u in units) == padded, rate_control
+        kbps = sum(len(u.data) for u in units[FPS:]) * 8 / 2 / 1000  # once the VBV buffer has filled
+        assert (abs(kbps - 1500) < 150) == padded, f"{rate_control}: {kbps:.0f} kbit/s at 1500 kbit/s"

@@ -2,8 +2,15 @@
 
 from __future__ import annotations
 
+import json
+import os
+import stat
+import subprocess
+import sys
 import time
 from pathlib import Path
+
+import pytest
 
 from engine.timebase import FPS
 from streaming.encoders.x264 import X264Encoder
@@ -75,3 +82,83 @@ def test_frames_lost_upstream_leave_a_gap_and_writing_resumes_at_a_keyframe(tmp_
     starts = [start for start, _ in got.audio]
     assert not [t for t in starts if 0.15 < t < 0.3], "no audio where frames were lost"
     assert min(abs(t - 8 / FPS) for t in starts) < 0.001, "audio resumes exactly with the keyframe's frame"
+
+
+def record(path: Path, frames: int = 10) -> tuple[Mp4Sink, list[tuple[str, str]], SessionOutput]:
+    """Run a short synthetic session into an MP4 sink at ``path``; the sink, the failures the output reported, it."""
+    reported: list[tuple[str, str]] = []
+    session = SyntheticSession(64, 64, frames=frames)
+    output = SessionOutput(session, encoder="x264", on_sink_failed=lambda *failure: reported.append(failure))
+    sink = Mp4Sink(path, output.request_keyframe)
+    output.add_sink(sink)
+    output.start()
+    assert output.finished.wait(20), "the output did not finish"
+    output.stop()
+    return sink, reported, output
+
+
+def test_a_fifo_at_the_target_is_refused_and_reported_never_opened(tmp_path: Path) -> None:
+    path = tmp_path / "fifo.mp4"
+    os.mkfifo(path)
+    sink, reported, output = record(path)
+    assert reported == [("mp4", f"{path} exists; a recording never replaces anything")]
+    assert sink.error == reported[0][1] and output.stats.frames_released == 10, "the output went on without it"
+    assert stat.S_ISFIFO(path.lstat().st_mode)
+
+
+def test_an_existing_file_is_neither_truncated_nor_replaced(tmp_path: Path) -> None:
+    path = tmp_path / "kept.mp4"
+    path.write_bytes(b"owned by someone else")
+    _, reported, _ = record(path)
+    assert reported == [("mp4", f"{path} exists; a recording never replaces anything")]
+    assert path.read_bytes() == b"owned by someone else"
+
+
+def test_a_link_at_the_target_is_not_followed(tmp_path: Path) -> None:
+    victim, path = tmp_path / "victim", tmp_path / "link.mp4"
+    victim.write_bytes(b"untouched")
+    path.symlink_to(victim)
+    _, reported, _ = record(path)
+    assert reported and "exists" in reported[0][1]
+    assert victim.read_bytes() == b"untouched" and path.is_symlink()
+
+
+def test_a_name_that_looks_like_an_ffmpeg_url_is_only_a_file_name(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    name = "tee:a.mp4|b.mp4"
+    sink, reported, _ = record(Path(name))
+    assert reported == [] and sink.frames_sent == 10
+    assert read_file(str(tmp_path / name)).indices == list(range(10))
+    assert [p.name for p in tmp_path.iterdir()] == [name], "FFmpeg's tee protocol wrote nothing"
+
+
+FULL_DISK = """
+import json, resource, signal, sys
+from pathlib import Path
+from streaming.output import SessionOutput
+from streaming.sinks.mp4 import Mp4Sink
+from tests.streaming.synthetic import SyntheticSession
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+resource.setrlimit(resource.RLIMIT_FSIZE, (16_384, resource.RLIM_INFINITY))
+reported = []
+session = SyntheticSession(128, 128, frames=25)
+output = SessionOutput(session, encoder="x264", on_sink_failed=lambda *failure: reported.append(failure))
+output.add_sink(Mp4Sink(Path(sys.argv[1]), output.request_keyframe))
+output.start()
+assert output.finished.wait(30)
+output.stop()
+print(json.dumps({"reported": reported, "released": output.stats.frames_released}))
+"""
+
+
+@pytest.mark.slow
+def test_a_full_disk_ends_the_recording_and_the_output_reports_it(tmp_path: Path) -> None:
+    """A process whose files may not grow past 16 kB: its writes fail as they do on a full disk."""
+    path = tmp_path / "full.mp4"
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[3])}
+    command = [sys.executable, "-c", FULL_DISK, str(path)]
+    run = subprocess.run(command, capture_output=True, text=True, env=env, timeout=120)
+    assert run.returncode == 0, run.stderr[-2000:]
+    result = json.loads(run.stdout.splitlines()[-1])
+    assert result["reported"] == [["mp4", f"recording to {path} failed: File too large"]]
+    assert result["released"] == 25, "the session's output went on"

@@ -9,7 +9,9 @@ import pytest
 
 from engine.timebase import FPS
 from streaming.output import SessionOutput
+from streaming.output_settings import OutputSettings
 from streaming.sinks.rtmp import Backoff, RtmpSink
+from tests.streaming.conftest import free_port
 from tests.streaming.media import ONE_FRAME, LiveReader
 from tests.streaming.synthetic import SyntheticSession
 
@@ -25,6 +27,24 @@ def test_backoff_doubles_from_about_two_seconds_with_jitter_and_is_bounded() -> 
 def test_urls_must_be_rtmp() -> None:
     with pytest.raises(ValueError, match="rtmp://"):
         RtmpSink("http://example.invalid/live", lambda: None)
+    with pytest.raises(ValueError, match="control characters"):
+        RtmpSink("rtmp://example.invalid/live\nforged", lambda: None)
+
+
+def test_a_sink_that_gives_up_on_its_server_is_reported_once_by_the_output() -> None:
+    reported: list[tuple[str, str]] = []
+    session = SyntheticSession(64, 64, frames=25)
+    output = SessionOutput(session, encoder="x264", on_sink_failed=lambda *failure: reported.append(failure))
+    url = f"rtmp://127.0.0.1:{free_port()}/live/nobody"
+    backoff = Backoff(first=0.05, factor=1.0, jitter=0.0, attempts=2)
+    sink = RtmpSink(url, output.request_keyframe, backoff, io_timeout=1.0)
+    output.add_sink(sink)
+    output.start()
+    assert output.finished.wait(20)
+    output.stop()
+    assert sink.gave_up and output.sinks == ()
+    assert len(reported) == 1 and reported[0][0] == "rtmp"
+    assert reported[0][1].startswith(f"gave up on {url} after 2 attempts: cannot publish to {url}")
 
 
 @pytest.mark.slow
@@ -55,6 +75,25 @@ def test_a_stream_arrives_whole_at_25_fps_with_audio_in_sync(nginx_rtmp) -> None
         "failed_attempts": 0,
         "connected": 0,
     }
+
+
+@pytest.mark.slow
+def test_a_session_s_broadcast_settings_reach_the_server(nginx_rtmp) -> None:
+    settings = OutputSettings(preset="ultrafast", audio_channels=2)
+    frames = 2 * FPS
+    reader = LiveReader(nginx_rtmp.url(), last_index=frames - 1)
+    time.sleep(0.3)
+    session = SyntheticSession(320, 180, frames=frames)
+    output = SessionOutput(session, encoder="x264", settings=settings.video(320, 180))
+    output.add_sink(RtmpSink(nginx_rtmp.url(), output.request_keyframe, audio_channels=settings.audio_channels))
+    output.start()
+    assert output.finished.wait(30)
+    output.stop()
+    got = reader.join()
+    assert got.indices == list(range(frames)), got.error
+    assert (got.video_profile, got.audio_codec, got.audio_rate, got.audio_channels) == ("High", "aac", 48_000, 2)
+    errors = got.sync_errors()
+    assert len(errors) == 2 and max(errors) <= ONE_FRAME
 
 
 @pytest.mark.slow

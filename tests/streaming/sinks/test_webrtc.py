@@ -14,9 +14,10 @@ from aiohttp import web
 from aiortc.rtp import RTCP_PSFB_PLI, RtcpPsfbPacket
 
 from harness.viewers import CHROMIUM_FLAGS
-from streaming.app import Stream, create_app
+from tests.serving.inprocess import Stream, create_app
 from streaming.encoders.h264 import H264Settings
 from streaming.output import EncodedFrame, SessionOutput
+from streaming.output_settings import OutputSettings
 from streaming.sinks.webrtc import Viewer, ViewerRefused, WebRtcPreview, loopback_candidates
 from tests.streaming.conftest import INSTALL_HINT, free_port
 from tests.streaming.synthetic import SyntheticSession
@@ -144,19 +145,9 @@ def test_a_viewer_that_never_connects_frees_its_slot() -> None:
 
 @pytest.mark.slow
 def test_chromium_decodes_the_preview_and_a_late_viewer_gets_a_picture_within_a_second(tmp_path: Path) -> None:
-    if not Path(CHROMIUM).exists():
-        pytest.skip(f"chromium is not installed ({INSTALL_HINT})")
     from playwright.async_api import async_playwright
 
-    home = tmp_path / "home"
-    home.mkdir()
-    env = {
-        **os.environ,
-        "HOME": str(home),
-        "TMPDIR": str(tmp_path),
-        "XDG_CONFIG_HOME": str(home / ".config"),
-        "XDG_CACHE_HOME": str(home / ".cache"),
-    }
+    env = browser_env(tmp_path)
 
     async def scenario() -> None:
         session = SyntheticSession(256, 256)
@@ -207,6 +198,64 @@ def test_chromium_decodes_the_preview_and_a_late_viewer_gets_a_picture_within_a_
             await runner.cleanup()
 
     asyncio.run(scenario())
+
+
+@pytest.mark.slow
+def test_chromium_decodes_a_high_profile_cbr_preview(tmp_path: Path) -> None:
+    from playwright.async_api import async_playwright
+
+    env = browser_env(tmp_path)
+
+    async def scenario() -> None:
+        session = SyntheticSession(256, 256)
+        settings = OutputSettings(preset="ultrafast").video(256, 256)
+        assert settings.profile == "high", "what a broadcast session sends, the preview included"
+        output = SessionOutput(session, encoder="x264", settings=settings)
+        preview = WebRtcPreview(asyncio.get_running_loop(), output.request_keyframe)
+        output.add_sink(preview)
+        port = free_port()
+        runner = web.AppRunner(create_app([Stream("0", session, output, preview)], notice="synthetic test pattern"))
+        await runner.setup()
+        await web.TCPSite(runner, "127.0.0.1", port).start()
+        output.start()
+        try:
+            async with async_playwright() as playwright:
+                browser = await playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_FLAGS, env=env)
+                try:
+                    page = await browser.new_page()
+                    await page.goto(f"http://127.0.0.1:{port}/?session=0")
+                    stats = await poll(page, "s.framesDecoded >= 25", 20)
+                    assert (stats["frameWidth"], stats["frameHeight"]) == (256, 256)
+                    assert "video/H264" in stats["codecs"]
+                    await page.close()
+                    for _ in range(40):
+                        if preview.viewers == 0:
+                            break
+                        await asyncio.sleep(0.05)
+                finally:
+                    await browser.close()
+        finally:
+            session.end()
+            await asyncio.to_thread(output.stop)
+            await preview.aclose()
+            await runner.cleanup()
+
+    asyncio.run(scenario())
+
+
+def browser_env(tmp_path: Path) -> dict[str, str]:
+    """The environment for a headless Chromium whose files all stay under ``tmp_path`` (skips without Chromium)."""
+    if not Path(CHROMIUM).exists():
+        pytest.skip(f"chromium is not installed ({INSTALL_HINT})")
+    home = tmp_path / "home"
+    home.mkdir()
+    return {
+        **os.environ,
+        "HOME": str(home),
+        "TMPDIR": str(tmp_path),
+        "XDG_CONFIG_HOME": str(home / ".config"),
+        "XDG_CACHE_HOME": str(home / ".cache"),
+    }
 
 
 async def poll(page, condition: str, seconds: float) -> dict:

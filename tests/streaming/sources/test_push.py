@@ -5,14 +5,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import time
 from collections.abc import AsyncIterator
 
 import numpy as np
 from aiohttp.test_utils import TestClient, TestServer
 
 from engine.controls import Controls
-from streaming.app import Stream, create_app
+from tests.serving.inprocess import Stream, create_app
 from streaming.output import SessionOutput
+from streaming.sources.push import MAX_CONTROL_DEPTH, MAX_MESSAGE_SECONDS
 from tests.streaming.synthetic import SyntheticSession
 from tests.streaming.test_output import Recorder
 
@@ -179,20 +181,122 @@ def test_after_the_session_ended_a_websocket_client_is_told_what_to_do() -> None
     asyncio.run(scenario())
 
 
-def test_the_engine_core_tells_service_clients_to_create_a_new_session_with_post() -> None:
-    """The service's core answers a request for an ended session with the HTTP API's way to go on."""
-    from streaming.core import EngineCore
+class RealTimeSession:
+    """A session's audio side as the service's is: it takes pushed audio no faster than real time (in 0.1 s steps)."""
 
-    core = EngineCore({"device": "cpu", "runtime": "tests.streaming.synthetic_runtime:build"})
+    latency = "faithful"
+
+    def __init__(self) -> None:
+        self.taken = 0.0
+        self.interrupts: list[float] = []
+
+    async def push_audio(self, pcm: np.ndarray, sample_rate: int) -> None:
+        for start in range(0, pcm.size, sample_rate // 10):
+            await asyncio.sleep(0.1)
+            self.taken += min(pcm.size - start, sample_rate // 10) / sample_rate
+
+    async def update_controls(self, **changes) -> dict:
+        return {name: value for name, value in Controls().replace(**changes).to_dict().items() if name in changes}
+
+    async def interrupt(self) -> int | None:
+        self.interrupts.append(self.taken)
+        return 0
+
+    async def end_segment(self) -> int | None:
+        return 0
+
+    async def end(self) -> None:
+        return None
+
+    def subscribe(self, listener):
+        return lambda: None
+
+
+@contextlib.asynccontextmanager
+async def pushing_to(session) -> AsyncIterator:
+    """A WebSocket connected to ``session`` through the push handler; closed on the way out."""
+    from aiohttp import web
+
+    from streaming.sources.push import push_handler
+
+    async def push(request: web.Request) -> web.WebSocketResponse:
+        return await push_handler(request, session)
+
+    app = web.Application()
+    app.router.add_get("/push", push)
+    client = TestClient(TestServer(app))
+    await client.start_server()
     try:
-        opened = core.handle({"type": "open", "id": "s1", "avatar": "anna", "overlap": 10, "seed": 0, "worker": "inproc://none"})
-        assert "error" not in opened, opened
-        assert core.handle({"type": "end", "id": "s1"}) == {}
-        reply = core.handle({"type": "end", "id": "s1"})
-        assert reply["kind"] == "closed", reply
-        assert reply["error"] == "session s1 has ended; create a new one with POST /sessions", reply
+        ws = await client.ws_connect("/push?session=anna")
+        await ws.send_json({"type": "format", "sample_rate": 16000, "channels": 1, "encoding": "s16le"})
+        assert (await ws.receive_json(timeout=5))["type"] == "ready"
+        yield ws
     finally:
-        for core_session in list(core.sessions.values()):
-            core._release_ring(core_session)
-        core.runtime.close()
-        core.context.term()
+        await client.close()
+
+
+def test_an_interrupt_behind_a_long_message_is_answered_at_once_and_drops_the_rest_of_it() -> None:
+    async def scenario() -> None:
+        session = RealTimeSession()
+        async with pushing_to(session) as ws:
+            await ws.send_bytes(np.zeros(8 * 16000, "<i2").tobytes())
+            await asyncio.sleep(0.3)
+            started = time.monotonic()
+            await ws.send_json({"type": "interrupt"})
+            assert await ws.receive_json(timeout=5) == {"type": "interrupted", "segment": 0}
+            assert time.monotonic() - started < 1.0, "the interrupt waited for the message ahead of it"
+            assert session.interrupts and session.interrupts[0] < 1.0
+            await asyncio.sleep(0.3)
+            assert session.taken < 1.0, "what the session had not taken of the message was dropped"
+
+            await ws.send_bytes(np.zeros(16000 // 2, "<i2").tobytes())
+            await ws.send_json({"type": "end_of_segment"})
+            assert await ws.receive_json(timeout=5) == {"type": "end_of_segment", "segment": 0}
+            assert session.taken >= session.interrupts[0] + 0.5, "a segment closes after its audio, in order"
+
+    asyncio.run(scenario())
+
+
+def test_one_binary_message_holds_at_most_its_limit_of_audio() -> None:
+    async def scenario() -> None:
+        session = RealTimeSession()
+        async with pushing_to(session) as ws:
+            await ws.send_bytes(np.zeros(60 * 16000, "<i2").tobytes())
+            reply = await ws.receive_json(timeout=5)
+            assert reply["type"] == "error" and f"at most {MAX_MESSAGE_SECONDS:g} s of audio" in reply["message"], reply
+            assert "got 60.0 s: send it in pieces" in reply["message"] and session.taken == 0
+
+    asyncio.run(scenario())
+
+
+def test_malformed_control_messages_are_answered_with_errors_and_the_stream_goes_on() -> None:
+    async def scenario() -> None:
+        async with pushing_to(RealTimeSession()) as ws:
+            for text, error in [
+                (json.dumps({"type": "format", "sample_rate": 16000, "encoding": []}), "encoding must be one of"),
+                (json.dumps({"type": "format", "sample_rate": 16000, "encoding": {}}), "encoding must be one of"),
+                (json.dumps({"type": "format", "sample_rate": 1e23}), "outside 8000..192000 Hz"),
+                (json.dumps({"type": "format", "sample_rate": 2**70}), "outside 8000..192000 Hz"),
+                ('{"type": "controls", "x": ' + "[" * 100_000 + "]" * 100_000 + "}", "nested too deep"),
+                ('{"type": "controls", "emotion": ' + "[" * 9 + "]" * 9 + "}", f"nested more than {MAX_CONTROL_DEPTH}"),
+                (json.dumps({"type": "controls", "self": 1}), "unknown control(s) self"),
+                (json.dumps({"type": "controls", "fade_in": 2**70}), "fade_in must be a whole number of frames"),
+            ]:
+                await ws.send_str(text)
+                reply = await ws.receive_json(timeout=5)
+                assert reply["type"] == "error" and error in reply["message"], (text[:80], reply)
+            await ws.send_json({"type": "controls", "yaw": 10})
+            assert await ws.receive_json(timeout=5) == {"type": "controls", "applied": {"yaw": 10.0}}
+
+    asyncio.run(scenario())
+
+
+def test_the_last_message_of_a_client_that_leaves_is_still_taken_whole() -> None:
+    async def scenario() -> None:
+        session = RealTimeSession()
+        async with pushing_to(session) as ws:
+            await ws.send_bytes(np.zeros(16000, "<i2").tobytes())
+            await ws.close()
+            await until(lambda: session.taken > 0.999, seconds=5)
+
+    asyncio.run(scenario())

@@ -1,0 +1,404 @@
+"""The engine core: the process that owns the GPU, runs the runtime loop and nothing else of the server.
+
+``python -m serving.core CONFIG_JSON`` (started by ``serving.service``; its ``runtime`` entry,
+``module:function``, builds another runtime in place of the engine's: the tests' synthetic one). Three threads:
+the runtime's loop; this process's main thread, answering the front end's requests (open a
+session, pushed audio, controls, interrupt, end of a speech segment, end, close, stats) on a
+ROUTER socket; and the publisher, which takes every session's finished frames, converts them to
+I420 on the GPU straight into the session's shared-memory ring (``streaming.frame_ring``), and
+tells the session's output worker which frame is in which slot and which speech segments closed. No encoder, muxer, socket to a viewer
+or HTTP handler shares this interpreter, so the loop's Python work never waits behind theirs.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import zmq
+
+from engine.controls import ControlError, Controls
+from engine.runtime import AdmissionError, AudioError, Backpressure, SessionClosed
+from engine.runtime.session import Frame, Session
+from serving.ipc import send_nowait, socket
+from serving.protocol import (
+    CloseSession, ControlsApplied, CoreConfig, CoreReady, CoreReply, CoreRequest, CoreStats, CoreStatsRequest, Done,
+    EndSegment, EndSession, FrameReady, Hello, Interrupt, OpenSession, Opened, PushAudio, Refused, SegmentNumber,
+    SegmentsClosed, SessionEnded, Shutdown, StreamEnded, StreamRing, UpdateControls, decode, encode, from_argument,
+)
+from serving.timeline import process_started
+from streaming.encoders.colour import rgb_to_i420_batch
+from streaming.frame_ring import HEADER_BYTES, FrameRing
+
+log = logging.getLogger("ditto.core")
+PUBLISH_POLL = 0.003
+"""Seconds the publisher sleeps when no frame is ready (frames are ready a lead of 100+ ms before they are due)."""
+
+
+@dataclass
+class CoreSession:
+    """One session as the core sees it: the runtime's handle, its ring, the worker that encodes it."""
+
+    id: str
+    session: Session
+    ring: FrameRing
+    worker: str
+    announced: bool = False
+    staged: list = field(default_factory=list)
+    host: torch.Tensor | None = None
+    registered: bool = False
+
+
+class Avatars:
+    """The avatars this core serves, each loaded once (by name from the cache, or given at start) and shared."""
+
+    def __init__(self, device: torch.device, checkpoints: Path, cache_dir: str | None) -> None:
+        self.device, self.checkpoints, self.cache_dir = device, checkpoints, cache_dir
+        self.loaded: dict[str, Any] = {}
+
+    def add(self, name: str, spec: str | None, random_weights: bool) -> None:
+        """Load (or register, for a portrait file) ``spec`` under ``name``; None: the demo portrait."""
+        from avatars.load import demo_avatar, load_or_register
+
+        if spec is None:
+            self.loaded[name] = demo_avatar(self.checkpoints, self.device)
+        else:
+            self.loaded[name] = load_or_register(spec, self.checkpoints, self.device, random_weights)
+
+    def get(self, name: str):
+        """The avatar called ``name``, loaded from the cache on first use; LookupError naming the known ones."""
+        from avatars.cache import CacheError, load_avatar
+
+        if name not in self.loaded:
+            try:
+                self.loaded[name] = load_avatar(name, self.device, checkpoints=self.checkpoints, cache_dir=self.cache_dir)
+            except CacheError as exc:
+                raise LookupError(f"{exc}; avatars available: {', '.join(self.names()) or 'none'}") from exc
+        return self.loaded[name]
+
+    def names(self) -> list[str]:
+        """Avatars loaded, and those registered in the cache folder."""
+        from avatars.cache import default_cache_dir
+
+        root = Path(self.cache_dir) if self.cache_dir else default_cache_dir()
+        cached = sorted(p.name for p in root.iterdir() if (p / "manifest.json").is_file()) if root.is_dir() else []
+        return sorted(set(self.loaded) | set(cached))
+
+
+class EngineCore:
+    """The runtime, the sessions opened through it and the requests that drive them."""
+
+    def __init__(self, config: CoreConfig) -> None:
+        self.config = config
+        self.device = torch.device(config.device)
+        self.marks: dict[str, float] = {"started": process_started(), "imported": time.time()}
+        """The start's steps (``serving.timeline``), reported to the front end in the hello."""
+        factory = config.runtime
+        if factory:
+            module, _, name = factory.partition(":")
+            self.runtime, self.avatars = getattr(importlib.import_module(module), name)(config)
+        else:
+            self.runtime, self.avatars = engine_runtime(config, self.marks)
+        self.marks["ready"] = time.time()
+        self.sessions: dict[str, CoreSession] = {}
+        self._lock = threading.Lock()
+        self._stopping = threading.Event()
+        self.context = zmq.Context()
+
+    # -- requests (main thread) -------------------------------------------------------------
+
+    def serve(self, address: str, events: str) -> None:
+        """Answer requests on ``address`` until a shutdown request; frames and events go out from the publisher."""
+        router = socket(self.context, zmq.ROUTER, address, bind=True)
+        publisher = threading.Thread(target=self._publish_loop, args=(events,), name="ditto-publisher", daemon=True)
+        publisher.start()
+        parent = os.getppid()
+        try:
+            while not self._stopping.is_set() and os.getppid() == parent:
+                if not router.poll(200):
+                    continue
+                peer, number, data = router.recv_multipart()
+                try:
+                    reply = self.handle(decode(data))
+                except Exception as exc:
+                    log.exception("core: request failed")
+                    reply = Refused(f"{type(exc).__name__}: {exc}", "internal")
+                router.send_multipart([peer, number, encode(reply)])
+        finally:
+            self._stopping.set()
+            publisher.join(5)
+            router.close()
+            self.runtime.close()
+            for core_session in list(self.sessions.values()):
+                self._release_ring(core_session)
+            self.context.term()
+
+    def handle(self, request: CoreRequest) -> CoreReply:
+        """One request -> its reply (``Refused`` with its kind: admission, not_found, invalid, closed, backpressure)."""
+        match request:
+            case Hello():
+                return self._hello()
+            case CoreStatsRequest():
+                return CoreStats(
+                    {**self.runtime.metrics(), **self._memory()},
+                    {i: c.session.stats() for i, c in list(self.sessions.items())},
+                )
+            case Shutdown():
+                self._stopping.set()
+                return Done()
+            case OpenSession():
+                return self._open(request)
+        core_session = self.sessions.get(request.id)
+        if core_session is None:
+            return Refused(f"no session {request.id!r}", "not_found")
+        session = core_session.session
+        try:
+            match request:
+                case PushAudio(pcm=pcm, rate=rate):
+                    session.push_audio(np.frombuffer(pcm, np.float32), rate, None, block=False)
+                    return Done()
+                case UpdateControls(changes=changes):
+                    return ControlsApplied(_applied(session.update_controls(**changes), changes))
+                case Interrupt():
+                    return SegmentNumber(session.interrupt())
+                case EndSegment():
+                    return SegmentNumber(session.end_segment())
+                case EndSession():
+                    session.end()
+                    return Done()
+                case CloseSession():
+                    session.close()
+                    return Done()
+        except Backpressure as exc:
+            return Refused(str(exc), "backpressure")
+        except SessionClosed:
+            return Refused(f"session {core_session.id} has ended; create a new one with POST /sessions", "closed")
+        except (AudioError, ControlError, TypeError, ValueError) as exc:
+            return Refused(str(exc), "invalid")
+        return Refused(f"unknown request {type(request).__name__}", "invalid")
+
+    def _memory(self) -> dict[str, float]:
+        """This process's resident memory and, on CUDA, the GPU memory torch holds (MB): what must stay flat."""
+        memory = {"core_rss_mb": round(resident_mb(os.getpid()), 1)}
+        if self.device.type == "cuda":
+            memory["cuda_allocated_mb"] = round(torch.cuda.memory_allocated(self.device) / 2**20, 1)
+            memory["cuda_reserved_mb"] = round(torch.cuda.memory_reserved(self.device) / 2**20, 1)
+        return memory
+
+    def _hello(self) -> CoreReady:
+        runtime = self.runtime
+        name = torch.cuda.get_device_name(self.device) if self.device.type == "cuda" else "cpu"
+        return CoreReady(
+            device=name,
+            capacity=runtime.capacity(),
+            warmup_seconds=round(runtime.warmup_seconds, 2),
+            window_ms={str(k): v for k, v in runtime.window_ms.items()},
+            render_ms={str(k): v for k, v in runtime.render_ms.items()},
+            avatars=tuple(self.avatars.names()),
+            marks=self.marks,
+        )
+
+    def _open(self, request: OpenSession) -> Opened | Refused:
+        try:
+            avatar = self.avatars.get(request.avatar)
+        except LookupError as exc:
+            return Refused(str(exc.args[0]), "not_found")
+        try:
+            controls = self.runtime.default_controls
+            if request.controls:
+                controls = controls.replace(**request.controls)
+            session = self.runtime.open_session(
+                avatar, live=True, overlap=request.overlap, seed=request.seed, controls=controls,
+                latency=request.latency,
+            )
+        except AdmissionError as exc:
+            return Refused(str(exc), "admission")
+        except (ControlError, TypeError, ValueError) as exc:
+            return Refused(str(exc), "invalid")
+        height, width = avatar.frames.shape[1:3]
+        ring = FrameRing(None, int(width), int(height), create=True)
+        with self._lock:
+            self.sessions[request.id] = CoreSession(request.id, session, ring, request.worker)
+        return Opened(int(width), int(height), ring.name, ring.slots)
+
+    # -- frames out (publisher thread) --------------------------------------------------------
+
+    def _publish_loop(self, events_address: str) -> None:
+        """Take finished frames from every session into its ring and tell its worker; report sessions that end."""
+        workers: dict[str, zmq.Socket] = {}
+        events = socket(self.context, zmq.PUSH, events_address, bind=False)
+        stream = torch.cuda.Stream(self.device) if self.device.type == "cuda" else None
+        try:
+            with torch.inference_mode():
+                while not self._stopping.is_set():
+                    busy = False
+                    for core_session in list(self.sessions.values()):
+                        sock = workers.get(core_session.worker)
+                        if sock is None:
+                            sock = workers[core_session.worker] = socket(self.context, zmq.PUSH, core_session.worker, bind=False)
+                        busy |= self._publish(core_session, sock, events, stream)
+                    if not busy:
+                        time.sleep(PUBLISH_POLL)
+        except Exception:
+            log.exception("core: the publisher stopped; sessions can no longer reach their outputs")
+            self._stopping.set()
+        finally:
+            for sock in (*workers.values(), events):
+                sock.close()
+
+    def _publish(self, core: CoreSession, worker: zmq.Socket, events: zmq.Socket, stream: torch.cuda.Stream | None) -> bool:
+        """Stage this session's ready frames, send the staged ones whose copy is done; True if anything moved."""
+        if not core.announced:
+            core.announced = send_nowait(
+                worker, StreamRing(core.id, core.ring.name, core.ring.width, core.ring.height, core.ring.slots)
+            )
+            if not core.announced:
+                return False
+        if core.session.clock_anchor is None and not core.session.finished:
+            return False  # its frames leave with the session's clock, once the runtime has started it (or it is closed)
+        frames = core.session.take_ready()
+        closed = core.session.closed_segments()  # after the take: closed before any frame numbered above them was made
+        if closed:
+            send_nowait(worker, SegmentsClosed(core.id, tuple(closed)))
+        if frames:
+            self._stage(core, frames, stream)
+        sent = self._send_staged(core, worker)
+        if not frames and not core.staged and core.session.finished:
+            self._finish(core, worker, events)
+            return True
+        return bool(frames) or sent
+
+    def _stage(self, core: CoreSession, frames: list[Frame], stream: torch.cuda.Stream | None) -> None:
+        """Convert ``frames`` to I420 and copy each into its ring slot (on CUDA: on the publisher's stream, DMA into
+        the ring, done when the recorded event is)."""
+        ring = core.ring
+        anchor = core.session.clock_anchor
+        slots = [ring.begin(f.index) for f in frames]
+        for frame, slot in zip(frames, slots):
+            ring.audio(slot)[:] = frame.audio
+        if stream is None:
+            pictures = rgb_to_i420_batch(torch.stack([f.image for f in frames])).numpy()
+            for frame, slot, picture in zip(frames, slots, pictures):
+                ring.picture(slot)[:] = picture
+            core.staged.append((None, frames, anchor))
+            return
+        host = self._host_ring(core)
+        for event in {id(f.ready): f.ready for f in frames if f.ready is not None}.values():
+            stream.wait_event(event)
+        with torch.cuda.stream(stream):
+            pictures = rgb_to_i420_batch(torch.stack([f.image for f in frames]))
+            for slot, picture in zip(slots, pictures):
+                host[slot, HEADER_BYTES : HEADER_BYTES + ring.picture_bytes].view(picture.shape).copy_(picture, non_blocking=True)
+            done = torch.cuda.Event()
+            done.record(stream)
+        core.staged.append((done, frames, anchor))
+
+    def _host_ring(self, core: CoreSession) -> torch.Tensor:
+        """The ring as a host tensor registered with CUDA (page-locked), so the copies into it are DMA, asynchronous."""
+        if core.host is None:
+            core.host = torch.from_numpy(core.ring.buffer)
+            result = torch.cuda.cudart().cudaHostRegister(core.host.data_ptr(), core.host.numel(), 0)
+            core.registered = int(result) == 0
+            if not core.registered:
+                log.warning("core: could not page-lock session %s's ring (%s); its copies are synchronous", core.id, result)
+        return core.host
+
+    def _send_staged(self, core: CoreSession, worker: zmq.Socket) -> bool:
+        sent = False
+        while core.staged and (core.staged[0][0] is None or core.staged[0][0].query()):
+            _, frames, anchor = core.staged.pop(0)
+            for frame in frames:
+                core.ring.commit(frame.index)
+                send_nowait(worker, FrameReady(core.id, frame.index, frame.speech, anchor, frame.segment))
+            sent = True
+        return sent
+
+    def _finish(self, core: CoreSession, worker: zmq.Socket, events: zmq.Socket) -> None:
+        """The session has ended (or failed, or was closed) and every frame went out: tell its worker and the front end."""
+        error = None
+        try:
+            core.session.next_frame(timeout=0)
+        except SessionClosed as exc:
+            error = str(exc)
+        except TimeoutError:
+            pass
+        send_nowait(worker, StreamEnded(core.id))
+        send_nowait(events, SessionEnded(core.id, error or None, core.session.stats()))
+        with self._lock:
+            self.sessions.pop(core.id, None)
+        self._release_ring(core)
+
+    @staticmethod
+    def _release_ring(core: CoreSession) -> None:
+        """Unregister and free the session's ring (its worker has its own mapping; the block goes once both let go)."""
+        if core.registered:
+            torch.cuda.cudart().cudaHostUnregister(core.host.data_ptr())
+            core.registered = False
+        core.host = None
+        core.ring.close()
+
+
+def engine_runtime(config: CoreConfig, marks: dict[str, float] | None = None) -> tuple[Any, Avatars]:
+    """The engine's runtime on the configured device (warmed up: minutes with an empty compile cache) and its avatars;
+    ``marks`` gets the wall-clock time each step of that finished (``serving.timeline``)."""
+    from avatars.cache import hash_checkpoints_ahead
+    from engine.engine import models_dir, random_checkpoints
+    from engine.runtime import Runtime, RuntimeConfig
+
+    marks = {} if marks is None else marks
+    random_weights = config.checkpoints is None
+    device = torch.device(config.device)
+    checkpoints = random_checkpoints() if random_weights else models_dir(Path(config.checkpoints))
+    hash_checkpoints_ahead(checkpoints)  # every avatar's load checks them (at start or a session's open): hashed meanwhile
+    runtime_config = RuntimeConfig(admission=None if config.admission else False)
+    runtime = Runtime.from_checkpoints(
+        config.checkpoints, device=device, steps=config.steps, config=runtime_config, plans=config.plans
+    )
+    warmed = time.time()
+    marks["networks loaded"], marks["warmed up"] = warmed - runtime.warmup_seconds, warmed
+    log.info("core: networks: %s", runtime.engine.backend.packages_status)
+    avatars = Avatars(device, checkpoints, config.cache_dir)
+    for name, spec in config.avatars.items():
+        avatars.add(name, spec, random_weights)
+    marks["avatars loaded"] = time.time()
+    return runtime, avatars
+
+
+def resident_mb(pid: int) -> float:
+    """A process's resident set size in MB (Linux /proc; 0 where it cannot be read)."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0.0
+
+
+def _applied(controls: Controls, changes: dict[str, Any]) -> dict[str, Any]:
+    """The changed fields as now in force (JSON values)."""
+    return {k: v for k, v in controls.to_dict().items() if k in changes}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run a core from its configuration (argv[0], ``CoreConfig`` as JSON): warm up, then serve until shut down."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the front end shuts the core down; Ctrl-C reaches it alone
+    config = from_argument(CoreConfig, (argv or sys.argv[1:])[0])
+    core = EngineCore(config)
+    core.serve(config.address, config.events)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,262 @@
+"""The front end's HTTP side (aiohttp): the session API, and the routes every session has, behind the access rules.
+
+    POST   /sessions         {"avatar": NAME, "rtmp": URL | [URL...], "mp4": PATH, "preview": bool,
+                              "overlap": 75, "seed": 0, "controls": {...}}   -> 201 {"id": ..., "urls": {...}, ...}
+    GET    /sessions         -> {"sessions": [...], "capacity": {...}, "avatars": [...]}
+    GET    /sessions/{id}    -> the session: state, counters, URLs
+    DELETE /sessions/{id}    -> ends it now; its outputs flush and close; 200 with its final state
+
+Beyond capacity POST answers 503 naming it; an unknown avatar is a 404 naming the registered ones,
+an unknown id a 404, a bad body a 400. Beside them: ``GET /`` the preview page (``?session=NAME``),
+``GET /info`` the session names and the notice shown on the page, ``POST /whep/NAME`` and
+``DELETE /whep/NAME/VIEWER`` WHEP playback (``serving.whep``: the page plays the preview through it, and so
+can any WHEP player), ``GET /push?session=NAME`` the WebSocket audio push (``streaming.sources.push``),
+``GET /metrics``. Every route is behind the token, Host and Origin rules of ``serving.access``; a token is
+given as ``Authorization: Bearer TOKEN`` or ``?token=TOKEN`` (how the page's URL carries it to viewers).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Mapping
+from importlib.resources import files
+from typing import Any, Protocol
+
+import numpy as np
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry
+
+from serving.access import Access
+from serving.metrics import render, stream_families
+from serving.service import Service
+from serving.sessions import ServedSession, SessionError, SessionSpec
+from serving.whep import add_whep_routes
+from streaming.sinks.webrtc import WebRtcPreview
+from streaming.sources.push import push_handler
+
+PAGE = files("serving").joinpath("web", "preview.html")
+REQUEST_TIMEOUT = 10.0
+"""Seconds a connection has to send a whole request's headers (and may idle between requests) before it is closed."""
+
+class AsyncAudioSink(Protocol):
+    """What the push WebSocket drives: a session's audio side, awaited (never parking a thread of the event loop's)."""
+
+    latency: str
+    """The session's latency mode (``engine.latency``), told to the pushing client."""
+
+    async def push_audio(self, pcm: np.ndarray, sample_rate: int) -> None: ...
+
+    async def update_controls(self, **changes: Any) -> dict[str, Any]: ...
+
+    async def interrupt(self) -> int | None: ...
+
+    async def end_segment(self) -> int | None: ...
+
+    async def end(self) -> None: ...
+
+    def subscribe(self, listener: Callable[[dict[str, Any]], None]) -> Callable[[], None]: ...
+
+
+class Served(Protocol):
+    """One stream the HTTP side offers: its name, its WebRTC preview (or None), whether it takes pushed audio."""
+
+    name: str
+    preview: WebRtcPreview | None
+    push: bool
+
+    def audio_sink(self) -> AsyncAudioSink: ...
+
+
+STATUS = {
+    "admission": web.HTTPServiceUnavailable, "not_found": web.HTTPNotFound, "invalid": web.HTTPBadRequest,
+    "closed": web.HTTPConflict, "backpressure": web.HTTPServiceUnavailable, "internal": web.HTTPInternalServerError,
+}
+
+
+class ServiceCollector:
+    """/metrics of the service: every session's counters (the core's and its worker's), the runtime's figures, capacity."""
+
+    def __init__(self, service: Service) -> None:
+        self.service = service
+        self.runtime: dict[str, Any] = {}
+
+    def collect(self):
+        from prometheus_client.core import GaugeMetricFamily
+
+        sessions = list(self.service.sessions.values())  # scraped on a worker thread while the loop may add one
+        snapshots = {
+            s.id: {**s.output_stats, "session": s.core_stats, "viewers": s.preview.viewers if s.preview else None}
+            for s in sessions
+        }
+        yield from stream_families(snapshots, sum(s.live for s in sessions), self.runtime)
+        degraded = GaugeMetricFamily("ditto_session_degraded", "1 while the session sheds more than a tenth of its frames", labels=["session"])
+        for s in sessions:
+            if s.live:
+                degraded.add_metric([s.id], int(s.degraded))
+        yield degraded
+        capacity = GaugeMetricFamily("ditto_capacity", "Live sessions served in real time: runtime, outputs, admitted", labels=["kind"])
+        for kind, value in self.service.capacity().items():
+            if value is not None:
+                capacity.add_metric([kind], value)
+        yield capacity
+
+
+def create_service_app(
+    service: Service, token: str | None = None, notice: str = "", bound: tuple[str, int] | None = None
+) -> web.Application:
+    """The service's application: the session API, and the preview, push and /metrics routes over its sessions;
+    ``bound`` (host, port) is the address served, for the Host and Origin checks (``serving.access``)."""
+    from prometheus_client import CollectorRegistry
+
+    collector = ServiceCollector(service)
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(collector)
+    app = stream_app(lambda: {s.id: s for s in service.sessions.values() if s.live}, token, notice, registry, bound)
+
+    def urls(request: web.Request, session: ServedSession) -> dict[str, str]:
+        base = f"{request.scheme}://{request.host}"
+        suffix = f"&token={token}" if token else ""
+        found = {"self": f"{base}/sessions/{session.id}", "push": f"ws://{request.host}/push?session={session.id}{suffix}"}
+        if session.preview is not None:
+            found["preview"] = f"{base}/?session={session.id}{suffix}"
+        return found
+
+    def described(request: web.Request, session: ServedSession) -> dict[str, Any]:
+        return {**session.describe(), "urls": urls(request, session)}
+
+    async def create(request: web.Request) -> web.Response:
+        try:
+            body = await request.json()
+        except ValueError as exc:
+            raise web.HTTPBadRequest(text=f"POST /sessions takes JSON: {exc}") from exc
+        try:
+            session = await service.create(SessionSpec.from_json(body))
+        except SessionError as exc:
+            raise _http(exc) from exc
+        return web.json_response(described(request, session), status=201)
+
+    async def listing(request: web.Request) -> web.Response:
+        await _refresh(service, collector)
+        return web.json_response(
+            {
+                "sessions": [described(request, s) for s in service.sessions.values()],
+                "capacity": service.capacity(),
+                "avatars": list(service.core_info.avatars) if service.core_info else [],
+            }
+        )
+
+    async def one(request: web.Request) -> web.Response:
+        await _refresh(service, collector)
+        try:
+            return web.json_response(described(request, service.get(request.match_info["id"])))
+        except SessionError as exc:
+            raise _http(exc) from exc
+
+    async def delete(request: web.Request) -> web.Response:
+        try:
+            session = await service.delete(request.match_info["id"])
+        except SessionError as exc:
+            raise _http(exc) from exc
+        except asyncio.TimeoutError as exc:
+            raise web.HTTPGatewayTimeout(text="the session's outputs did not close in time") from exc
+        service.forget(session.id)
+        return web.json_response(described(request, session))
+
+    async def metrics_refresh(app: web.Application) -> None:
+        async def every_second() -> None:
+            while True:
+                await _refresh(service, collector)
+                await asyncio.sleep(1.0)
+
+        task = asyncio.ensure_future(every_second())
+        yield
+        task.cancel()
+
+    app.router.add_post("/sessions", create)
+    app.router.add_get("/sessions", listing)
+    app.router.add_get("/sessions/{id}", one)
+    app.router.add_delete("/sessions/{id}", delete)
+    app.cleanup_ctx.append(metrics_refresh)
+    return app
+
+
+def stream_app(
+    streams: Callable[[], Mapping[str, Served]],
+    token: str | None,
+    notice: str,
+    registry: CollectorRegistry,
+    bound: tuple[str, int] | None = None,
+) -> web.Application:
+    """The routes every server has (preview page, info, WHEP, push, metrics) over the streams ``streams()`` names now."""
+    app = web.Application(middlewares=[_access_middleware(Access.bound(bound, token))])
+
+    def stream_for(request: web.Request) -> Served:
+        served = streams()
+        name = request.query.get("session", next(iter(served), ""))
+        if name not in served:
+            raise web.HTTPNotFound(text=f"no session {name!r}; sessions: {', '.join(served) or 'none'}")
+        return served[name]
+
+    async def page(request: web.Request) -> web.Response:
+        if not any(s.preview for s in streams().values()):
+            raise web.HTTPNotFound(text="no WebRTC preview is enabled (start with --webrtc HOST:PORT)")
+        return web.Response(text=PAGE.read_text(), content_type="text/html")
+
+    async def info(request: web.Request) -> web.Response:
+        return web.json_response({"sessions": list(streams()), "notice": notice})
+
+    def preview_for(name: str) -> WebRtcPreview:
+        served = streams()
+        if name not in served:
+            raise web.HTTPNotFound(text=f"no session {name!r}; sessions: {', '.join(served) or 'none'}")
+        if served[name].preview is None:
+            raise web.HTTPNotFound(text=f"session {name!r} has no WebRTC preview")
+        return served[name].preview
+
+    async def push(request: web.Request) -> web.StreamResponse:
+        stream = stream_for(request)
+        if not stream.push:
+            raise web.HTTPNotFound(text=f"session {stream.name!r} takes no pushed audio (start with --listen)")
+        return await push_handler(request, stream.audio_sink())
+
+    async def metrics(request: web.Request) -> web.Response:
+        return web.Response(body=await asyncio.to_thread(render, registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    app.router.add_get("/", page)
+    app.router.add_get("/info", info)
+    add_whep_routes(app, preview_for)
+    app.router.add_get("/push", push)
+    app.router.add_get("/metrics", metrics)
+    return app
+
+
+def app_runner(app: web.Application, timeout: float = REQUEST_TIMEOUT) -> web.AppRunner:
+    """A runner for ``app`` that closes connections idle or half-sent (no complete request) ``timeout`` s after they open
+    or since their last answer (aiohttp's keep-alive timer, which also covers the first request), without access log."""
+    return web.AppRunner(app, access_log=None, keepalive_timeout=timeout)
+
+
+async def _refresh(service: Service, collector: ServiceCollector) -> None:
+    """Fresh counters from the core (the workers report theirs every second on their own)."""
+    try:
+        collector.runtime = await service.refresh()
+    except (SessionError, asyncio.TimeoutError):
+        collector.runtime = {}
+
+
+def _http(error: SessionError) -> web.HTTPException:
+    """The HTTP answer for a refused request: 503 beyond capacity, 404 unknown, 400 invalid, 409 closed."""
+    return STATUS.get(error.kind, web.HTTPInternalServerError)(text=str(error))
+
+
+def _access_middleware(access: Access):
+    """Answer a request the token, Host or Origin rules do not let in (``serving.access``) before any route sees it."""
+
+    @web.middleware
+    async def check(request: web.Request, handler):
+        refusal = access.check(request.method, request.headers, request.query.get("token", ""))
+        if refusal is not None:
+            return web.Response(status=refusal.status, text=refusal.text)
+        return await handler(request)
+
+    return check

@@ -1,0 +1,432 @@
+"""The service's processes, supervised from the front end: it starts the engine core and the output workers, places
+each session on a worker, and opens, lists and ends sessions.
+
+One process per job (as vLLM splits its EngineCore from its API server): this one, the front end,
+holds the HTTP side (``serving.http``) and the browsers' WebRTC connections and does no GPU
+work; the engine core (``serving.core``) owns the GPU; a pool of output workers
+(``serving.worker``) encodes and sends. A session is created by telling a worker its outputs,
+then asking the core to open it; its frames go core -> worker through shared memory, its pushed
+audio front end -> core. A dead worker fails only its own sessions (and is replaced for new
+ones); a dead core fails every session, and the service then stops with an error (a supervisor
+restarts it: warming up again takes as long as a fresh start).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import os
+import secrets
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import zmq
+import zmq.asyncio
+
+from engine.timebase import FPS
+from serving import timeline
+from serving.client import CoreClient
+from serving.core import resident_mb
+from serving.ipc import ServiceError, endpoint, send_nowait, socket
+from serving.protocol import (
+    CloseSession, CoreConfig, CoreReady, CoreStatsRequest, Event, Hello, OpenSession, OutputFailed, OutputsClosed,
+    Playback, PreviewEnded, PreviewPacket, PreviewWatched, RemoveStream, RequestKeyframe, SessionEnded, SessionOutputs,
+    Shutdown, ToWorker, WorkerConfig, WorkerReady, WorkerStats, decode, to_argument,
+)
+from serving.sessions import RemoteSession, ServedSession, SessionError, SessionSpec
+from streaming.output import SILENCE, EncodedFrame
+from streaming.sinks.webrtc import WebRtcPreview
+
+log = logging.getLogger("serving.service")
+UTILIZATION = 0.8
+"""Share of a frame period an output worker's encoders may fill (as the runtime admits against 0.8 of each hop)."""
+DELETE_TIMEOUT = 10.0
+DEGRADED_SHARE = 0.1
+KEPT_ENDED = 100
+
+
+@dataclass
+class WorkerProcess:
+    """One output worker: its process, its inbox, its measured cost and the sessions it holds."""
+
+    index: int
+    address: str
+    process: subprocess.Popen
+    inbox: zmq.Socket
+    encode_ms: float | None = None
+    marks: dict[str, float] = field(default_factory=dict)
+    sessions: set[str] = field(default_factory=set)
+    ready: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def slots(self) -> int:
+        """Streams this worker can encode in real time at 1280x720 (its measured cost per frame), at UTILIZATION."""
+        if not self.encode_ms:
+            return 0
+        return max(1, math.floor(UTILIZATION * 1000 / FPS / self.encode_ms))
+
+
+@dataclass(frozen=True)
+class ServiceOptions:
+    """How to start the service's processes."""
+
+    checkpoints: str | None = None
+    device: str = "cpu"
+    steps: int = 25
+    admission: bool = True
+    workers: int = 1
+    avatars: dict[str, str | None] = field(default_factory=dict)
+    """Avatars to load at start, name -> a cached avatar's name or folder, a portrait image to register, or None: the
+    demo portrait (registered once into the engine's cache, ``avatars.load.demo_avatar``)."""
+    cache_dir: str | None = None
+    loopback_only: bool = True
+    runtime: str | None = None
+    """``module:function`` building the core's runtime and avatars in place of the engine's (the tests' synthetic one)."""
+    plans: str | None = None
+    """Where the torch backend's compiled packages are (``docs/startup.md``): used when they match this GPU."""
+    launched: float | None = None
+    """When the server process was launched (wall clock), the origin of the start-up timeline; None: when ``start`` is called."""
+
+
+class Service:
+    """The engine core, the output workers and the sessions; ``await start()``, then create and delete sessions."""
+
+    def __init__(self, options: ServiceOptions) -> None:
+        self.options = options
+        self.sessions: dict[str, ServedSession] = {}
+        self.core_info: CoreReady | None = None
+        """What the core said once it had warmed up (None until then)."""
+        self.failure: str | None = None
+        self.failed = asyncio.Event()
+        self._folder = Path(tempfile.mkdtemp(prefix="ditto-svc-"))
+        self._context = zmq.asyncio.Context()
+        self._workers: list[WorkerProcess] = []
+        self._core: subprocess.Popen | None = None
+        self.core: CoreClient | None = None
+        self._tasks: list[asyncio.Task] = []
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._closing = False
+        self.refusing: str | None = None
+        """Set to a reason to stop admitting new sessions while the live ones go on (a cluster replica draining)."""
+
+    # -- start and stop ---------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Start the core (it warms up: minutes with an empty compile cache) and the workers; return once all are ready."""
+        launched = self.options.launched or time.time()
+        self._loop = asyncio.get_running_loop()
+        self._events = socket(self._context, zmq.PULL, endpoint(self._folder, "events"), bind=True)
+        self._tasks.append(asyncio.ensure_future(self._read_events()))
+        options = self.options
+        config = CoreConfig(
+            endpoint(self._folder, "core"), endpoint(self._folder, "events"), options.device, options.checkpoints,
+            options.steps, options.plans, options.admission, options.avatars, options.cache_dir, options.runtime,
+        )
+        spawned = time.time()
+        self._core = subprocess.Popen([sys.executable, "-m", "serving.core", to_argument(config)])
+        self.core = CoreClient(self._context, config.address)
+        for index in range(self.options.workers):
+            self._workers.append(self._spawn_worker(index))
+        self._tasks.append(asyncio.ensure_future(self._watch()))
+        hello = asyncio.ensure_future(self.core.request(Hello(), timeout=None))
+        await asyncio.wait([hello, asyncio.ensure_future(self.failed.wait())], return_when=asyncio.FIRST_COMPLETED)
+        if self.failed.is_set():
+            hello.cancel()
+            raise ServiceError(self.failure)
+        self.core_info = hello.result()
+        await asyncio.gather(*(w.ready.wait() for w in self._workers))
+        core_marks = {"spawned": spawned, **self.core_info.marks}
+        log.info("%s", timeline.describe(launched, time.time(), core_marks, [w.marks for w in self._workers]))
+
+    def _spawn_worker(self, index: int) -> WorkerProcess:
+        address = endpoint(self._folder, f"worker-{index}-{secrets.token_hex(2)}")
+        config = WorkerConfig(index, address, endpoint(self._folder, "events"))
+        process = subprocess.Popen([sys.executable, "-m", "serving.worker", to_argument(config)])
+        return WorkerProcess(index, address, process, socket(self._context, zmq.PUSH, address, bind=False))
+
+    async def close(self) -> None:
+        """End every session, stop the workers and the core (killed if they do not stop in time), remove the sockets."""
+        self._closing = True
+        if self.failure is None:
+            live = [s.id for s in self._live()]
+            results = await asyncio.gather(*(self.delete(i, timeout=5.0) for i in live), return_exceptions=True)
+            for session_id, result in zip(live, results):
+                if isinstance(result, BaseException):
+                    log.warning("session %s did not close in time: %s", session_id, result)
+        for worker in self._workers:
+            send_nowait(worker.inbox, Shutdown())
+        if self.core_info is None and self._core is not None:
+            self._core.terminate()  # still warming up: nothing of its state is worth waiting for
+        elif self._core is not None and self._core.poll() is None:
+            try:
+                await self.core.request(Shutdown(), timeout=5.0)
+            except (asyncio.TimeoutError, SessionError):
+                pass
+        for process in [self._core, *(w.process for w in self._workers)]:
+            if process is None:
+                continue
+            try:
+                await asyncio.to_thread(process.wait, 10)
+            except subprocess.TimeoutExpired:
+                log.warning("process %d did not stop; killing it", process.pid)
+                process.kill()
+        for task in self._tasks:
+            task.cancel()
+        if self.core is not None:
+            self.core.close()
+        for worker in self._workers:
+            worker.inbox.close()
+        self._events.close()
+        self._context.term()
+        shutil.rmtree(self._folder, ignore_errors=True)
+
+    # -- sessions ---------------------------------------------------------------------------
+
+    def capacity(self) -> dict[str, int | None]:
+        """Live sessions the service serves in real time: the GPU's (measured at the core's warm-up), the outputs'
+        (the workers' measured encode cost), and the smaller, which is what it admits."""
+        runtime = self.core_info.capacity if self.core_info is not None else None
+        outputs = sum(w.slots() for w in self._workers if w.process.poll() is None)
+        admitted = outputs if runtime is None else min(runtime, outputs)
+        return {"runtime": runtime, "outputs": outputs, "admitted": admitted}
+
+    async def create(self, spec: SessionSpec, session_id: str | None = None) -> ServedSession:
+        """Open a session: its outputs on the least loaded worker with room, then the session on the core."""
+        if self.failure is not None:
+            raise SessionError(f"the service has failed: {self.failure}", "closed")
+        if self.refusing is not None:
+            raise SessionError(self.refusing, "admission")
+        session_id = session_id or secrets.token_hex(4)
+        if session_id in self.sessions and self.sessions[session_id].live:
+            raise SessionError(f"session {session_id!r} exists", "invalid")
+        worker = self._pick_worker()
+        session = ServedSession(session_id, spec, worker.index)
+        if spec.preview:
+            session.preview = WebRtcPreview(
+                self._loop,
+                lambda: self._to_worker(session, RequestKeyframe(session_id)),
+                loopback_only=self.options.loopback_only,
+                on_watching=lambda on: self._to_worker(session, PreviewWatched(session_id, on)),
+            )
+        session.audio = RemoteSession(self.core, session_id, self._loop, spec.latency)
+        self.sessions[session_id] = session
+        worker.sessions.add(session_id)
+        self._to_worker(session, SessionOutputs(session_id, spec.rtmp, spec.mp4, spec.preview))
+        try:
+            opened = await self.core.request(
+                OpenSession(
+                    session_id, spec.avatar, spec.overlap, spec.latency, spec.seed, spec.controls, worker.address
+                )
+            )
+        except BaseException:
+            self._to_worker(session, RemoveStream(session_id))
+            worker.sessions.discard(session_id)
+            del self.sessions[session_id]
+            raise
+        session.width, session.height, session.state = opened.width, opened.height, "live"
+        return session
+
+    def _pick_worker(self) -> WorkerProcess:
+        alive = [w for w in self._workers if w.process.poll() is None and w.encode_ms]
+        open_slots = [w for w in alive if len(w.sessions) < w.slots() or not self.options.admission]
+        if not open_slots:
+            capacity = self.capacity()
+            raise SessionError(
+                f"the outputs are full: {len(self._live())} live session(s), the output workers encode at most "
+                f"{capacity['outputs']} in real time ({', '.join(f'{w.encode_ms} ms' for w in alive)} per 1280x720 frame); "
+                "end a session or start the service with more --output-workers",
+                "admission",
+            )
+        return min(open_slots, key=lambda w: len(w.sessions))
+
+    def _to_worker(self, session: ServedSession, message: ToWorker) -> None:
+        worker = self._workers[session.worker]
+        if not send_nowait(worker.inbox, message):
+            log.warning(
+                "worker %d is not taking messages; %s for session %s dropped",
+                worker.index, type(message).__name__, session.id,
+            )
+
+    def _live(self) -> list[ServedSession]:
+        return [s for s in self.sessions.values() if s.live]
+
+    async def delete(self, session_id: str, timeout: float = DELETE_TIMEOUT) -> ServedSession:
+        """End a session now: the core stops it, its worker flushes and closes its outputs; returns once closed."""
+        session = self.get(session_id)
+        if session.live:
+            session.state = "ending"
+            try:
+                await self.core.request(CloseSession(session_id))
+            except SessionError as exc:
+                if exc.kind != "not_found":
+                    raise
+            await asyncio.wait_for(session.closed.wait(), timeout)
+        return session
+
+    def get(self, session_id: str) -> ServedSession:
+        """The session ``session_id``; SessionError(not_found) naming the ones there are."""
+        session = self.sessions.get(session_id)
+        if session is None:
+            raise SessionError(f"no session {session_id!r}; sessions: {', '.join(self.sessions) or 'none'}", "not_found")
+        return session
+
+    def forget(self, session_id: str) -> None:
+        """Drop an ended session's record."""
+        session = self.sessions.get(session_id)
+        if session is not None and not session.live:
+            del self.sessions[session_id]
+
+    async def refresh(self) -> dict[str, Any]:
+        """The core's figures now (runtime metrics); every live session's counters updated from them."""
+        if self.failure is not None:
+            return {}
+        stats = await self.core.request(CoreStatsRequest(), timeout=5.0)
+        for session_id, values in stats.sessions.items():
+            if session_id in self.sessions:
+                self.sessions[session_id].core_stats = values
+        memory = {"frontend_rss_mb": round(resident_mb(os.getpid()), 1)}
+        memory["workers_rss_mb"] = round(sum(resident_mb(w.process.pid) for w in self._workers), 1)
+        return {**stats.runtime, **memory}
+
+    # -- events from the core and the workers ------------------------------------------------
+
+    async def _read_events(self) -> None:
+        while True:
+            try:
+                message = decode(await self._events.recv())
+                self._event(message)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("service: a bad event")
+
+    def _event(self, message: Event) -> None:
+        match message:
+            case WorkerReady(worker=index, encode_ms=encode_ms, marks=marks):
+                worker = self._workers[index]
+                worker.encode_ms, worker.marks = encode_ms, marks
+                worker.ready.set()
+            case WorkerStats(streams=streams):
+                for session_id, values in streams.items():
+                    if session_id in self.sessions:
+                        self._degrade(self.sessions[session_id], values)
+            case _ if message.id in self.sessions:
+                self._session_event(self.sessions[message.id], message)
+
+    def _session_event(self, session: ServedSession, message: Event) -> None:
+        match message:
+            case PreviewPacket() if session.preview is not None:
+                session.preview.send(
+                    EncodedFrame(
+                        message.index, message.width, message.height, message.video, message.keyframe, SILENCE,
+                        message.opus, message.speech,
+                    )
+                )
+            case Playback(event=event, fields=fields):
+                session.audio.playback({"type": event, **fields})
+            case PreviewEnded() if session.preview is not None:
+                asyncio.ensure_future(session.preview.aclose())
+            case SessionEnded(error=error, stats=stats):
+                session.core_stats = stats or session.core_stats
+                if error is not None and session.state != "ending":
+                    session.state, session.error = "failed", error
+            case OutputFailed(message=text):
+                log.error("session %s: %s", session.id, text)
+                session.error = text
+            case OutputsClosed(stats=stats):
+                session.output_stats = stats or session.output_stats
+                if session.state == "live":  # its outputs closed on their own (a ring it could not attach): end it
+                    asyncio.ensure_future(self._close_quietly(session.id))
+                if session.state != "failed":
+                    session.state = "ended"
+                self._workers[session.worker].sessions.discard(session.id)
+                session.closed.set()
+                self._prune()
+
+    def _degrade(self, session: ServedSession, stats: dict[str, Any]) -> None:
+        """Take a worker's counters; mark (and log, once) a session whose output has shed more than DEGRADED_SHARE of
+        its slots since the last report. The policy is to degrade, not to end it: the client decides."""
+        before = session.output_stats
+        slots = stats.get("frames_released", 0) - before.get("frames_released", 0)
+        repeats = stats.get("repeated", 0) - before.get("repeated", 0)
+        session.output_stats = stats
+        degraded = slots > 0 and repeats > DEGRADED_SHARE * slots
+        if degraded != session.degraded:
+            session.degraded = degraded
+            if degraded:
+                log.warning(
+                    "session %s is shedding: %d of its last %d frames were repeats (its frames are not ready in time: "
+                    "more sessions than the GPU serves)", session.id, repeats, slots,
+                )
+            else:
+                log.info("session %s keeps up again", session.id)
+
+    def _prune(self) -> None:
+        """Keep the records of the last KEPT_ENDED sessions that ended (GET shows how they ended), not of every one."""
+        ended = [i for i, s in self.sessions.items() if not s.live]
+        for session_id in ended[: max(0, len(ended) - KEPT_ENDED)]:
+            del self.sessions[session_id]
+
+    async def _watch(self) -> None:
+        """Notice a dead core (every session fails, the service stops) or a dead worker (its sessions fail; replaced)."""
+        while True:
+            await asyncio.sleep(0.2)
+            if self._closing:
+                return
+            code = self._core.poll()
+            if code is not None:
+                self._core_died(code)
+                return
+            for worker in list(self._workers):
+                code = worker.process.poll()
+                if code is not None:
+                    self._worker_died(worker, code)
+
+    def _core_died(self, code: int) -> None:
+        self.failure = f"the engine core exited with code {code}; every session has failed (see its log above)"
+        log.error("%s", self.failure)
+        self.core.fail_all(SessionError(self.failure, "closed"))
+        for session in self._live():
+            session.state, session.error = "failed", self.failure
+            self._to_worker(session, RemoveStream(session.id))
+            session.closed.set()
+        self.failed.set()
+
+    def abort(self, reason: str) -> None:
+        """Fail every live session with ``reason`` and kill the core and the workers now, without asking them (they may
+        be stuck): what a cluster replica does when its loop stopped ticking, before it is replaced."""
+        self._closing = True
+        self.failure = reason
+        if self.core is not None:
+            self.core.fail_all(SessionError(reason, "closed"))
+        for session in self._live():
+            session.state, session.error = "failed", reason
+            session.closed.set()
+        for process in [self._core, *(w.process for w in self._workers)]:
+            if process is not None and process.poll() is None:
+                process.kill()
+        self.failed.set()
+
+    def _worker_died(self, worker: WorkerProcess, code: int) -> None:
+        message = f"output worker {worker.index} exited with code {code}; its sessions have failed"
+        log.error("%s: %s", message, ", ".join(sorted(worker.sessions)) or "none")
+        for session_id in list(worker.sessions):
+            session = self.sessions.get(session_id)
+            if session is not None and session.live:
+                session.state, session.error = "failed", message
+                session.closed.set()
+                asyncio.ensure_future(self._close_quietly(session_id))
+        worker.inbox.close()
+        self._workers[worker.index] = self._spawn_worker(worker.index)
+
+    async def _close_quietly(self, session_id: str) -> None:
+        try:
+            await self.core.request(CloseSession(session_id))
+        except (SessionError, asyncio.TimeoutError):
+            pass

@@ -1,0 +1,225 @@
+"""A session as the front end holds it: what the client asked for, its state and counters, and its audio side.
+
+``SessionSpec`` is a validated ``POST /sessions`` body; ``ServedSession`` the record the API shows;
+``RemoteSession`` the session's audio and commands, sent to the engine core (``serving.client``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from engine.latency import FAITHFUL, MODES
+from serving.ipc import ServiceError
+from serving.protocol import EndSegment, EndSession, Interrupt, PushAudio, UpdateControls
+from streaming.sinks.webrtc import WebRtcPreview
+
+if TYPE_CHECKING:
+    from serving.client import CoreClient
+
+PUSH_SPLIT_SECONDS = 1.0
+"""Pushed audio goes to the core in pieces of at most this much, so no piece waits for more room than a session has."""
+BACKPRESSURE_WAIT = 0.05
+SPEC_FIELDS = ("avatar", "rtmp", "mp4", "preview", "latency", "overlap", "seed", "controls")
+"""The fields of a ``POST /sessions`` body."""
+AVATAR_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+"""A client names a registered avatar; never a path (the server reads no folder a client points it at)."""
+
+
+class SessionError(ServiceError):
+    """A session request that cannot be served; ``kind`` is the reason (admission, not_found, invalid, closed)."""
+
+    def __init__(self, message: str, kind: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+@dataclass(frozen=True)
+class SessionSpec:
+    """What a client asks for: an avatar by name, where the stream goes, and the session's knobs."""
+
+    avatar: str
+    rtmp: tuple[str, ...] = ()
+    mp4: str | None = None
+    preview: bool = False
+    overlap: int | None = None
+    """None: the latency mode's (75 faithful, 77 low)."""
+    seed: int = 0
+    controls: dict[str, Any] | None = None
+    latency: str = FAITHFUL.name
+
+    @classmethod
+    def from_json(cls, body: Any) -> SessionSpec:
+        """Validate a ``POST /sessions`` body; SessionError(invalid) naming the bad field."""
+        if not isinstance(body, dict):
+            raise SessionError('POST /sessions takes a JSON object, e.g. {"avatar": "anchor"}', "invalid")
+        unknown = set(body) - set(SPEC_FIELDS)
+        if unknown:
+            raise SessionError(f"unknown field(s) {sorted(unknown)}; known: {', '.join(SPEC_FIELDS)}", "invalid")
+        avatar = body.get("avatar")
+        if not isinstance(avatar, str) or not AVATAR_NAME.fullmatch(avatar):
+            raise SessionError('"avatar" (a registered avatar\'s name: letters, digits, ".", "_", "-") is required', "invalid")
+        rtmp = body.get("rtmp", [])
+        rtmp = [rtmp] if isinstance(rtmp, str) else rtmp
+        if not isinstance(rtmp, list) or not all(isinstance(u, str) and u.startswith(("rtmp://", "rtmps://")) for u in rtmp):
+            raise SessionError('"rtmp" is an rtmp:// URL or a list of them', "invalid")
+        mp4 = body.get("mp4")
+        if mp4 is not None and not isinstance(mp4, str):
+            raise SessionError('"mp4" is a file path', "invalid")
+        preview = body.get("preview", False)
+        latency = body.get("latency", FAITHFUL.name)
+        if latency not in MODES:
+            raise SessionError(f'"latency" is one of {", ".join(MODES)}, got {latency!r}', "invalid")
+        overlap, seed = body.get("overlap", MODES[latency].overlap), body.get("seed", 0)
+        if not isinstance(preview, bool):
+            raise SessionError('"preview" is true or false', "invalid")
+        for key, value, low, high in (("overlap", overlap, 0, 79), ("seed", seed, 0, 2**31 - 1)):
+            if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+                raise SessionError(f'"{key}" is an integer from {low} to {high}, got {value!r}', "invalid")
+        controls = body.get("controls")
+        if controls is not None and not isinstance(controls, dict):
+            raise SessionError('"controls" is an object of control fields (see engine.controls)', "invalid")
+        return cls(avatar, tuple(rtmp), mp4, preview, overlap, seed, controls, latency)
+
+
+@dataclass
+class ServedSession:
+    """One session of the service, as the front end keeps it."""
+
+    id: str
+    spec: SessionSpec
+    worker: int
+    width: int = 0
+    height: int = 0
+    state: str = "starting"
+    error: str | None = None
+    created_at: float = field(default_factory=time.time)
+    preview: WebRtcPreview | None = None
+    audio: RemoteSession | None = None
+    core_stats: dict[str, Any] = field(default_factory=dict)
+    output_stats: dict[str, Any] = field(default_factory=dict)
+    closed: asyncio.Event = field(default_factory=asyncio.Event)
+    push: bool = True
+    degraded: bool = False
+    """Over the last second more than DEGRADED_SHARE of its output slots were repeats: the GPU cannot keep up with it."""
+
+    @property
+    def name(self) -> str:
+        return self.id
+
+    @property
+    def live(self) -> bool:
+        return self.state in ("starting", "live", "ending")
+
+    def audio_sink(self) -> RemoteSession:
+        """Where the push WebSocket sends this session's audio and commands."""
+        return self.audio
+
+    def describe(self) -> dict[str, Any]:
+        """The session as ``GET /sessions/{id}`` shows it (URLs are added by the API, which knows the host)."""
+        return {
+            "id": self.id,
+            "state": self.state,
+            "error": self.error,
+            "avatar": self.spec.avatar,
+            "size": [self.width, self.height],
+            "outputs": {"rtmp": list(self.spec.rtmp), "mp4": self.spec.mp4, "preview": self.spec.preview},
+            "latency": self.spec.latency,
+            "overlap": self.spec.overlap if self.spec.overlap is not None else MODES[self.spec.latency].overlap,
+            "seed": self.spec.seed,
+            "created_at": self.created_at,
+            "degraded": self.degraded,
+            "counters": {**self.core_stats, **{k: v for k, v in self.output_stats.items() if k != "sinks"}},
+            "sinks": self.output_stats.get("sinks", {}),
+        }
+
+
+class RemoteSession:
+    """A session's audio side over the core (the push WebSocket and the file or microphone sources use it).
+
+    ``push_audio`` waits while the session holds its lead of audio (the core answers "backpressure"),
+    so a client pushing faster than real time is slowed by TCP, and no thread is parked meanwhile.
+    The session's playback events (``streaming.playback``) go to every subscribed listener.
+    """
+
+    def __init__(self, core: CoreClient, session_id: str, loop: asyncio.AbstractEventLoop, latency: str = FAITHFUL.name) -> None:
+        self._core, self.id, self._loop = core, session_id, loop
+        self.latency = latency
+        self._listeners: list[Callable[[dict[str, Any]], None]] = []
+
+    async def push_audio(self, pcm: np.ndarray, sample_rate: int) -> None:
+        """Queue mono float32 PCM at ``sample_rate``, in pieces of at most PUSH_SPLIT_SECONDS."""
+        pcm = np.ascontiguousarray(pcm, np.float32)
+        step = max(1, round(sample_rate * PUSH_SPLIT_SECONDS))
+        for start in range(0, pcm.size, step):
+            piece = PushAudio(self.id, pcm[start : start + step].tobytes(), int(sample_rate))
+            while True:
+                try:
+                    await self._core.request(piece)
+                    break
+                except SessionError as exc:
+                    if exc.kind != "backpressure":
+                        raise
+                    await asyncio.sleep(BACKPRESSURE_WAIT)
+
+    async def update_controls(self, **changes: Any) -> dict[str, Any]:
+        """Change some controls; the fields as now in force."""
+        return (await self._core.request(UpdateControls(self.id, changes))).applied
+
+    async def interrupt(self) -> int | None:
+        """Drop speech not yet spoken; the number of the segment this interrupted (None: none was open)."""
+        return (await self._core.request(Interrupt(self.id))).segment
+
+    async def end_segment(self) -> int | None:
+        """Close the speech segment pushed since the last close; its number (None: nothing was pushed since)."""
+        return (await self._core.request(EndSegment(self.id))).segment
+
+    async def end(self) -> None:
+        await self._core.request(EndSession(self.id))
+
+    def subscribe(self, listener: Callable[[dict[str, Any]], None]) -> Callable[[], None]:
+        """Call ``listener`` (on the event loop) with each playback event; returns the call that unsubscribes it."""
+        self._listeners.append(listener)
+        return lambda: self._listeners.remove(listener)
+
+    def playback(self, event: dict[str, Any]) -> None:
+        """Hand one playback event from the session's worker to every listener."""
+        for listener in tuple(self._listeners):
+            listener(event)
+
+    def blocking(self) -> BlockingSession:
+        """The same session for threads (the file and microphone sources): each call waits for the event loop."""
+        return BlockingSession(self)
+
+
+class BlockingSession:
+    """``RemoteSession`` from another thread, with the runtime session's ``push_audio`` signature."""
+
+    def __init__(self, remote: RemoteSession) -> None:
+        self._remote = remote
+
+    def _run(self, coroutine) -> Any:
+        return asyncio.run_coroutine_threadsafe(coroutine, self._remote._loop).result()
+
+    def push_audio(self, pcm: np.ndarray, sample_rate: int, channels: int | None = None, block: bool = False) -> None:
+        from engine.audio.pcm import to_float_mono
+
+        self._run(self._remote.push_audio(to_float_mono(pcm, channels), sample_rate))
+
+    def update_controls(self, **changes: Any) -> dict[str, Any]:
+        return self._run(self._remote.update_controls(**changes))
+
+    def interrupt(self) -> int | None:
+        return self._run(self._remote.interrupt())
+
+    def end_segment(self) -> int | None:
+        return self._run(self._remote.end_segment())
+
+    def end(self) -> None:
+        self._run(self._remote.end())

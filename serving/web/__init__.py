@@ -1,0 +1,1 @@
+"""The preview page served by serving.http (package data)."""

@@ -1,0 +1,323 @@
+"""An output worker: the process that encodes some sessions' frames and sends them to their RTMP servers and files.
+
+``python -m serving.worker CONFIG_JSON`` (started by ``serving.service``). It binds one PULL
+socket: the engine core announces each session's frame ring there, then each frame's slot and the
+speech segments it closed (for the playback events, ``streaming.playback``); the front end says
+which outputs a session has (RTMP URLs, an MP4 path, the WebRTC preview), whether anyone watches
+the preview (its packets go to the front end only then) and asks for keyframes. Each session
+runs a ``SessionOutput`` over its ring (its own output clock: repeats when the GPU is late, never
+a late timeline). The preview's encoded packets and the playback events go to the front end,
+which holds the browsers' peer connections and the push WebSockets. Once a second it reports
+every stream's counters; when a stream has flushed and closed its outputs it says so.
+"""
+
+from __future__ import annotations
+
+import gc
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Any
+
+import numpy as np
+import zmq
+
+from engine.timebase import FPS
+from serving.ipc import send_nowait, socket
+from serving.protocol import (
+    Event, FrameReady, OutputFailed, OutputsClosed, Playback, PreviewEnded, PreviewPacket, PreviewWatched, RemoveStream,
+    RequestKeyframe, SegmentsClosed, SessionOutputs, Shutdown, StreamEnded, StreamRing, ToWorker, WorkerConfig,
+    WorkerReady, WorkerStats, decode, from_argument,
+)
+from serving.timeline import process_started
+from streaming.encoders.audio import OpusEncoder
+from streaming.encoders.h264 import H264Settings
+from streaming.encoders.x264 import X264Encoder
+from streaming.frame_ring import FrameRing, i420_bytes
+from streaming.frames import AUDIO_SAMPLES_PER_FRAME
+from streaming.output import EncodedFrame, SessionOutput
+from streaming.playback import PlaybackEvents
+from streaming.sinks.mp4 import Mp4Sink
+from streaming.sinks.rtmp import RtmpSink
+
+log = logging.getLogger("ditto.worker")
+STATS_EVERY = 1.0
+CALIBRATION_SIZE = (1280, 720)
+CALIBRATION_FRAMES = 2 * FPS
+
+
+@dataclass
+class RingFrame:
+    """A frame copied out of the ring: its I420 picture on the host, its audio, its index."""
+
+    index: int
+    image: np.ndarray
+    audio: np.ndarray
+    speech: bool
+    segment: int = 0
+    ready: None = None
+
+    @property
+    def pts(self) -> Fraction:
+        return Fraction(self.index, FPS)
+
+
+class RingSource:
+    """A session seen through its ring: the frames the core announced, in order, with the session's clock."""
+
+    def __init__(self, ring: FrameRing) -> None:
+        self.ring = ring
+        self._frames: deque[RingFrame] = deque()
+        self._changed = threading.Condition()
+        self._anchor: float | None = None
+        self._ended = False
+        self.overwritten = 0
+
+    @property
+    def clock_anchor(self) -> float | None:
+        """When the session's live clock shows frame 0 (the core's runtime sets it; monotonic time is system-wide)."""
+        return self._anchor
+
+    def put(self, index: int, speech: bool, anchor: float | None, segment: int) -> None:
+        """Copy frame ``index`` out of its slot now (the core may reuse the slot a ring later)."""
+        copied = self.ring.read(index)
+        if copied is None:
+            self.overwritten += 1
+            return
+        with self._changed:
+            self._anchor = anchor
+            self._frames.append(RingFrame(index, copied[0], copied[1], speech, segment))
+            self._changed.notify_all()
+
+    def end(self) -> None:
+        """No frame follows the ones already put."""
+        with self._changed:
+            self._ended = True
+            self._changed.notify_all()
+
+    def next_frame(self, timeout: float | None = None) -> RingFrame | None:
+        """The next frame; None once ended and drained; TimeoutError when none came within ``timeout``."""
+        with self._changed:
+            if not self._changed.wait_for(lambda: self._frames or self._ended, timeout):
+                raise TimeoutError
+            return self._frames.popleft() if self._frames else None
+
+    def stats(self) -> dict[str, int]:
+        return {"ring_overwritten": self.overwritten}
+
+
+class PreviewRelay:
+    """The sink that forwards a session's encoded packets to the front end, where the WebRTC viewers are, while
+    the front end says someone watches (``watching``): no viewer, no packets crossing processes."""
+
+    name = "webrtc"
+
+    def __init__(self, session_id: str, send) -> None:
+        self.session_id, self._send = session_id, send
+        self.watching = False
+        self.frames_sent = 0
+        self.frames_dropped = 0
+
+    def send(self, frame: EncodedFrame) -> None:
+        if not self.watching:
+            return
+        message = PreviewPacket(
+            self.session_id, frame.index, frame.width, frame.height, frame.video, frame.keyframe, tuple(frame.opus),
+            frame.speech,
+        )
+        if self._send(message):
+            self.frames_sent += 1
+        else:
+            self.frames_dropped += 1
+
+    def close(self) -> None:
+        self._send(PreviewEnded(self.session_id))
+
+    def stats(self) -> dict[str, int]:
+        return {"frames_sent": self.frames_sent, "frames_dropped": self.frames_dropped}
+
+
+@dataclass
+class WorkerStream:
+    """One session this worker serves: what the front end asked for, and once the core announced it, its output."""
+
+    id: str
+    outputs: SessionOutputs | None = None
+    ring: StreamRing | None = None
+    source: RingSource | None = None
+    output: SessionOutput | None = None
+    relay: PreviewRelay | None = None
+    playback: PlaybackEvents | None = None
+    early: list[ToWorker] = field(default_factory=list)
+
+
+class Worker:
+    """The worker's sockets and streams; ``run`` until told to stop."""
+
+    def __init__(self, config: WorkerConfig) -> None:
+        self.config = config
+        self.index = config.index
+        self.context = zmq.Context()
+        self.inbox = socket(self.context, zmq.PULL, config.address, bind=True)
+        self._events = socket(self.context, zmq.PUSH, config.events, bind=False)
+        self._events_lock = threading.Lock()
+        self.streams: dict[str, WorkerStream] = {}
+        self._stop = False
+        self._parent = os.getppid()
+
+    def emit(self, message: Event) -> bool:
+        """Send an event to the front end from any thread (False when its queue is full: dropped)."""
+        with self._events_lock:
+            return send_nowait(self._events, message)
+
+    def run(self) -> None:
+        imported = time.time()
+        encode_ms = calibrate()
+        marks = {"started": process_started(), "imported": imported, "ready": time.time()}
+        self.emit(WorkerReady(self.index, encode_ms, marks))
+        next_stats = time.monotonic() + STATS_EVERY
+        try:
+            while not self._stop and os.getppid() == self._parent:
+                if self.inbox.poll(50):
+                    while True:
+                        try:
+                            self.handle(decode(self.inbox.recv(zmq.NOBLOCK)))
+                        except zmq.Again:
+                            break
+                self._reap()
+                if time.monotonic() >= next_stats:
+                    next_stats += STATS_EVERY
+                    streams = {i: stream_stats(s) for i, s in self.streams.items() if s.output}
+                    self.emit(WorkerStats(self.index, streams))
+        finally:
+            for stream in self.streams.values():
+                if stream.output is not None:
+                    stream.output.stop()
+            self.inbox.close()
+            self._events.close()
+            self.context.term()
+
+    def handle(self, message: ToWorker) -> None:
+        """One message from the core or the front end; a stream's messages that come before its output is built wait."""
+        if isinstance(message, Shutdown):
+            self._stop = True
+            return
+        if isinstance(message, (SessionOutputs, StreamRing)):
+            self.streams.setdefault(message.id, WorkerStream(message.id))
+        stream = self.streams.get(message.id)
+        if stream is None:
+            return
+        match message:
+            case SessionOutputs():
+                stream.outputs = message
+            case StreamRing():
+                stream.ring = message
+            case FrameReady() | StreamEnded() if stream.source is None:
+                stream.early.append(message)
+            case FrameReady(index=index, speech=speech, anchor=anchor, segment=segment):
+                stream.source.put(index, speech, anchor, segment)
+            case StreamEnded():
+                stream.source.end()
+            case RequestKeyframe() if stream.output is not None:
+                stream.output.request_keyframe()
+            case SegmentsClosed() if stream.playback is None:
+                stream.early.append(message)
+            case SegmentsClosed(closed=closed):
+                stream.playback.closed(list(closed))
+            case PreviewWatched() if stream.output is None:
+                stream.early.append(message)
+            case PreviewWatched(on=on) if stream.relay is not None:
+                stream.relay.watching = on
+            case RemoveStream():
+                if stream.output is not None:
+                    stream.output.stop()
+                else:
+                    self.streams.pop(message.id, None)
+        if stream.output is None and stream.outputs is not None and stream.ring is not None:
+            self._start(stream)
+
+    def _start(self, stream: WorkerStream) -> None:
+        """Both halves known: attach the ring, build the encoder's output and its sinks, replay what came early."""
+        ring = stream.ring
+        try:
+            stream.source = RingSource(FrameRing(ring.ring, ring.width, ring.height, ring.slots))
+        except (OSError, ValueError) as exc:
+            # The core frees a ring when its session ends: one deleted before this worker caught up has none left.
+            self.emit(OutputFailed(stream.id, f"cannot attach the frame ring: {exc}"))
+            self.emit(OutputsClosed(stream.id, {}))
+            self.streams.pop(stream.id, None)
+            return
+        spec = stream.outputs
+        output = SessionOutput(stream.source, encoder="x264", settings=H264Settings(), name=stream.id)
+        stream.playback = PlaybackEvents(lambda event: self.emit(playback(stream.id, event)))
+        output.add_sink(stream.playback)
+        try:
+            for url in spec.rtmp:
+                output.add_sink(RtmpSink(url, output.request_keyframe))
+            if spec.mp4:
+                output.add_sink(Mp4Sink(spec.mp4, output.request_keyframe))
+            if spec.preview:
+                stream.relay = PreviewRelay(stream.id, self.emit)
+                output.add_sink(stream.relay)
+        except ValueError as exc:
+            self.emit(OutputFailed(stream.id, str(exc)))
+        stream.output = output.start()
+        for message in stream.early:
+            self.handle(message)
+        stream.early.clear()
+
+    def _reap(self) -> None:
+        """Report and forget the streams whose output has flushed and closed."""
+        for session_id, stream in list(self.streams.items()):
+            if stream.output is not None and stream.output.finished.is_set():
+                self.emit(OutputsClosed(session_id, stream_stats(stream)))
+                stream.source.ring.close()
+                del self.streams[session_id]
+                gc.collect()
+
+
+def playback(session_id: str, event: dict[str, Any]) -> Playback:
+    """A playback event of ``streaming.playback`` (its name under ``event``) as the message to the front end."""
+    return Playback(session_id, event["event"], {k: v for k, v in event.items() if k != "event"})
+
+
+def stream_stats(stream: WorkerStream) -> dict[str, Any]:
+    """A stream's counters: its output's (see ``SessionOutput.snapshot``) and its ring's."""
+    return {**stream.output.snapshot(), **stream.source.stats()}
+
+
+def calibrate(width: int = CALIBRATION_SIZE[0], height: int = CALIBRATION_SIZE[1], frames: int = CALIBRATION_FRAMES) -> float:
+    """Median milliseconds to encode one frame (libx264 as the outputs run it, plus its Opus audio) at ``width`` x
+    ``height``, on a moving test picture: the output side's cost per frame, for admission."""
+    encoder, opus = X264Encoder(width, height, H264Settings()), OpusEncoder()
+    ramp = np.linspace(16, 235, width, dtype=np.float32)
+    picture = np.empty(i420_bytes(width, height), np.uint8).reshape(height * 3 // 2, width)
+    picture[height:] = 128
+    audio = np.zeros(AUDIO_SAMPLES_PER_FRAME, np.float32)
+    times = []
+    for i in range(frames):
+        picture[:height] = np.roll(ramp, i * 8)[None, :].astype(np.uint8)
+        picture[(i * 7) % height : (i * 7) % height + 16, :] = 235
+        started = time.perf_counter()
+        encoder.encode_picture(picture.copy(), i)
+        opus.encode(audio)
+        times.append(time.perf_counter() - started)
+    return round(float(np.median(times)) * 1000, 3)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run a worker from its configuration (argv[0], ``WorkerConfig`` as JSON) until the front end shuts it down."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the front end stops its workers; Ctrl-C reaches it alone
+    Worker(from_argument(WorkerConfig, (argv or sys.argv[1:])[0])).run()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,1 +1,0 @@
-"""The preview page served by streaming.app (package data)."""

@@ -1,0 +1,121 @@
+"""The server: one name per session, its wiring over the runtime contract, and how it stops."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import os
+import signal
+import time
+import types
+
+import aiohttp
+import pytest
+
+import serving.server as server_module
+from apps.serve import parse_args, server_options
+from serving.server import ServerOptions, numbered
+from tests.streaming.conftest import free_port
+from tests.streaming.media import LiveReader
+from tests.serving.test_service import RUNTIME
+
+
+def synthetic(argv: list[str], runtime: str = RUNTIME) -> ServerOptions:
+    """The server options of a command line, the core running the synthetic ``runtime`` in place of the engine's."""
+    options = server_options(parse_args(argv))
+    return dataclasses.replace(options, service=dataclasses.replace(options.service, runtime=runtime))
+
+
+def test_each_session_gets_its_own_url_and_file() -> None:
+    assert numbered("rtmp://h/live/key", 0, 3) == "rtmp://h/live/key"
+    assert numbered("rtmp://h/live/key", 2, 3) == "rtmp://h/live/key-2"
+    assert numbered("out/rec.mp4", 1, 2) == "out/rec-1.mp4"
+    assert numbered("out/rec.mp4", 1, 1) == "out/rec.mp4"
+
+
+@pytest.mark.slow
+def test_serve_opens_its_sessions_through_the_service_and_ends_with_them(nginx_rtmp) -> None:
+    """Everything but the model (the core runs the synthetic runtime): two sessions, RTMP and push per session,
+    controls from the flags; ending both ends the server."""
+    port = free_port()
+    options = synthetic(
+        ["--avatar", "anna.png", "--sessions", "2", "--listen", "--encoder", "x264", "--device", "cpu", "--no-admission"]
+        + ["--rtmp", nginx_rtmp.url("show"), "--http", f"127.0.0.1:{port}", "--yaw", "-4", "--emotion", "happy", "--output-workers", "1"]
+    )
+    readers = []
+
+    async def drive() -> dict:
+        server = asyncio.ensure_future(server_module.serve(options))
+        async with aiohttp.ClientSession() as http:
+
+            async def metrics() -> str:
+                with contextlib.suppress(aiohttp.ClientError):
+                    response = await http.get(f"http://127.0.0.1:{port}/metrics")
+                    if response.status == 200:
+                        return await response.text()
+                return ""
+
+            for _ in range(400):
+                if 'ditto_rtmp_connected{session="1"} 1.0' in await metrics():
+                    break
+                await asyncio.sleep(0.05)
+            readers.append(LiveReader(nginx_rtmp.url("show-1"), read_timeout=2.0))
+            await asyncio.sleep(3.0)  # more than one 2 s GOP: the reader starts at the next IDR
+            text = await metrics()
+            listing = await (await http.get(f"http://127.0.0.1:{port}/sessions")).json()
+            for name in ("0", "1"):
+                async with http.ws_connect(f"ws://127.0.0.1:{port}/push?session={name}") as ws:
+                    await ws.send_json({"type": "format", "sample_rate": 16000, "channels": 1, "encoding": "s16le"})
+                    assert (await ws.receive_json(timeout=5))["type"] == "ready"
+                    await ws.send_bytes(b"\x00\x01" * 1600)
+                    await ws.send_json({"type": "end"})
+                    assert await ws.receive_json(timeout=5) == {"type": "ended"}
+        assert await asyncio.wait_for(server, 30) == 0
+        return {"metrics": text, "listing": listing}
+
+    result = asyncio.run(drive())
+    assert "ditto_sessions 2.0" in result["metrics"]
+    assert 'ditto_frames_sent_total{session="1",sink="rtmp"}' in result["metrics"]
+    assert 'ditto_capacity{kind="runtime"} 4.0' in result["metrics"]
+    sessions = result["listing"]["sessions"]
+    assert [s["id"] for s in sessions] == ["0", "1"] and sessions[1]["outputs"]["rtmp"] == [nginx_rtmp.url("show-1")]
+    got = readers[0].join()
+    assert got.size == (128, 128) and len(got.indices) >= 20, got.error
+    assert got.indices == list(range(got.indices[0], got.indices[0] + len(got.indices)))
+
+
+@pytest.mark.parametrize("runtime, while_", [(RUNTIME + "_slowly", "warming up"), (RUNTIME, "serving")])
+def test_ctrl_c_stops_the_server_within_seconds(runtime: str, while_: str) -> None:
+    """Issue 28: Ctrl-C was ignored for 40 s or more during start-up and took 60-110 s after it."""
+    argv = ["--avatar", "anna.png", "--sessions", "2", "--device", "cpu", "--output-workers", "1"]
+    options = synthetic(argv + ["--http", f"127.0.0.1:{free_port()}"], runtime)
+
+    async def interrupted() -> tuple[int, float]:
+        server = asyncio.ensure_future(server_module.serve(options))
+        await asyncio.sleep(8.0 if while_ == "serving" else 3.0)
+        assert not server.done(), server
+        os.kill(os.getpid(), signal.SIGINT)
+        started = time.monotonic()
+        code = await asyncio.wait_for(server, 30)
+        return code, time.monotonic() - started
+
+    code, seconds = asyncio.run(interrupted())
+    assert code == (130 if while_ == "warming up" else 0) and seconds < 8, (while_, code, seconds)
+
+
+def test_duration_counts_from_the_first_frame_out() -> None:
+    """Issue 28: the CPU demo's 20 s were counted from start-up, so they were over before its first frame (136 s later)."""
+    session = types.SimpleNamespace(output_stats={})
+    service = types.SimpleNamespace(sessions={"0": session})
+
+    async def run() -> float:
+        waiting = asyncio.ensure_future(server_module._after_first_frame(service, 0.3))
+        await asyncio.sleep(1.0)
+        assert not waiting.done(), "no frame yet: the clock has not started"
+        session.output_stats = {"frames_released": 1}
+        started = time.monotonic()
+        await asyncio.wait_for(waiting, 5)
+        return time.monotonic() - started
+
+    assert 0.2 < asyncio.run(run()) < 1.0

@@ -1,0 +1,279 @@
+"""The service as its processes run it: front end, engine core, output workers, over real sockets and shared memory.
+
+The core runs a synthetic runtime (tests/streaming/synthetic_runtime.py: the runtime's contract,
+frames on a live clock, no model), so what is under test is the service itself: the session API,
+frames crossing processes, shedding, and what happens when a process dies.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import aiohttp
+import av
+import pytest
+from aiohttp import web
+
+from serving.http import create_service_app
+from serving.service import Service, ServiceOptions
+from serving.sessions import SessionSpec
+from tests.streaming.conftest import free_port
+
+pytestmark = pytest.mark.slow
+RUNTIME = "tests.streaming.synthetic_runtime:build"
+
+
+@contextlib.asynccontextmanager
+async def running(workers: int = 2, admission: bool = True) -> AsyncIterator[tuple[Service, aiohttp.ClientSession, str]]:
+    """A started service with its HTTP API on a free port, and a client; everything stopped on the way out."""
+    service = Service(ServiceOptions(workers=workers, admission=admission, runtime=RUNTIME))
+    await service.start()
+    runner = web.AppRunner(create_service_app(service))
+    await runner.setup()
+    port = free_port()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    try:
+        async with aiohttp.ClientSession() as http:
+            yield service, http, f"http://127.0.0.1:{port}"
+    finally:
+        await runner.cleanup()
+        await service.close()
+
+
+async def released(http: aiohttp.ClientSession, base: str, session_id: str) -> int:
+    body = await (await http.get(f"{base}/sessions/{session_id}")).json()
+    return body["counters"].get("frames_released", 0)
+
+
+async def until(condition, seconds: float = 10.0) -> None:
+    for _ in range(int(seconds / 0.1)):
+        if await condition():
+            return
+        await asyncio.sleep(0.1)
+    raise AssertionError("condition not met in time")
+
+
+def test_sessions_of_two_avatars_come_and_go_through_the_api(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, "serving.service")
+
+    async def scenario() -> None:
+        async with running() as (service, http, base):
+            timeline = next(r.getMessage() for r in caplog.records if r.getMessage().startswith("service ready"))
+            assert "engine core spawned" in timeline and "imported" in timeline and timeline.endswith("s") and "2 output worker(s) ready" in timeline
+            assert (await (await http.get(f"{base}/sessions")).json())["sessions"] == []
+            made = []
+            for avatar in ("anna", "ben"):
+                response = await http.post(f"{base}/sessions", json={"avatar": avatar, "mp4": str(tmp_path / f"{avatar}.mp4")})
+                assert response.status == 201, await response.text()
+                made.append(await response.json())
+            anna, ben = (m["id"] for m in made)
+            assert made[1]["size"] == [96, 64] and made[1]["urls"]["push"].endswith(f"/push?session={ben}")
+            listing = await (await http.get(f"{base}/sessions")).json()
+            assert {s["id"] for s in listing["sessions"]} == {anna, ben} and listing["capacity"]["admitted"] == 4
+
+            async with http.ws_connect(f"{base}/push?session={anna}") as ws:
+                await ws.send_json({"type": "format", "sample_rate": 24000, "channels": 1, "encoding": "s16le"})
+                assert (await ws.receive_json(timeout=5))["type"] == "ready"
+                await ws.send_bytes(b"\x00\x01" * 24000)
+                await ws.send_json({"type": "controls", "yaw": 5})
+                assert await ws.receive_json(timeout=5) == {"type": "controls", "applied": {"yaw": 5.0}}
+            body = await (await http.get(f"{base}/sessions/{anna}")).json()
+            assert body["counters"]["pushed_seconds"] == 1.0, "the audio reached anna's session on the core"
+
+            await until(lambda: _more(http, base, ben, 10))
+            response = await http.delete(f"{base}/sessions/{anna}")
+            assert response.status == 200 and (await response.json())["state"] == "ended"
+            before = await released(http, base, ben)
+            await asyncio.sleep(1.0)
+            assert await released(http, base, ben) >= before + 20, "ben goes on at 25 fps after anna ended"
+            assert (await http.get(f"{base}/sessions/{anna}")).status == 404
+            assert (await http.delete(f"{base}/sessions/{ben}")).status == 200
+        for avatar, size in (("anna", (64, 64)), ("ben", (96, 64))):
+            with av.open(str(tmp_path / f"{avatar}.mp4")) as container:
+                video = container.streams.video[0]
+                assert (video.width, video.height) == size and sum(1 for _ in container.decode(video=0)) > 10
+
+    asyncio.run(scenario())
+
+
+async def _more(http: aiohttp.ClientSession, base: str, session_id: str, count: int) -> bool:
+    return await released(http, base, session_id) >= count
+
+
+def test_bad_requests_get_clear_answers_and_capacity_is_a_503() -> None:
+    async def scenario() -> None:
+        async with running() as (service, http, base):
+            for body, status, text in [
+                ({"avatar": "nobody"}, 404, "avatars available: anna, ben, crawl, slow"),
+                ({}, 400, '"avatar"'),
+                ({"avatar": "anna", "rtmp": "http://x"}, 400, "rtmp://"),
+                ({"avatar": "anna", "colour": "red"}, 400, "unknown field"),
+                ({"avatar": "anna", "overlap": 80}, 400, "overlap"),
+                ({"avatar": "anna", "latency": "fast"}, 400, "faithful, low"),
+            ]:
+                response = await http.post(f"{base}/sessions", json=body)
+                assert response.status == status and text in await response.text(), body
+            assert (await http.get(f"{base}/sessions/nope")).status == 404
+            low = await (await http.post(f"{base}/sessions", json={"avatar": "anna", "latency": "low"})).json()
+            shown = await (await http.get(f"{base}/sessions/{low['id']}")).json()
+            assert (shown["latency"], shown["overlap"]) == ("low", 77), "the low-latency mode's own overlap unless given one"
+            async with http.ws_connect(f"{base}/push?session={low['id']}") as ws:
+                await ws.send_json({"type": "format", "sample_rate": 16000})
+                assert (await ws.receive_json(timeout=5))["latency"] == "low", "the pusher is told the session's mode"
+            for _ in range(3):
+                assert (await http.post(f"{base}/sessions", json={"avatar": "anna"})).status == 201
+            response = await http.post(f"{base}/sessions", json={"avatar": "anna"})
+            assert response.status == 503 and "at most 4" in await response.text()
+
+    asyncio.run(scenario())
+
+
+def test_an_overloaded_session_sheds_frames_and_its_stream_keeps_wall_time() -> None:
+    async def scenario() -> None:
+        async with running(workers=1) as (service, http, base):
+            session = await (await http.post(f"{base}/sessions", json={"avatar": "slow"})).json()
+            await until(lambda: _more(http, base, session["id"], 1))
+            start = await released(http, base, session["id"])
+            await asyncio.sleep(2.0)
+            body = await (await http.get(f"{base}/sessions/{session['id']}")).json()
+            assert body["counters"]["frames_released"] - start >= 45, "the output clock holds 25 fps"
+            assert body["counters"]["repeated"] >= 15, "half the slots have no frame: shed and counted"
+            assert body["degraded"], "and the session is reported as shedding"
+
+    asyncio.run(scenario())
+
+
+def test_a_dead_output_worker_fails_only_its_sessions() -> None:
+    async def scenario() -> None:
+        async with running(workers=2) as (service, http, base):
+            first = (await (await http.post(f"{base}/sessions", json={"avatar": "anna"})).json())["id"]
+            second = (await (await http.post(f"{base}/sessions", json={"avatar": "anna"})).json())["id"]
+            assert service.sessions[first].worker != service.sessions[second].worker
+            await until(lambda: _more(http, base, second, 5))
+            os.kill(service._workers[service.sessions[first].worker].process.pid, signal.SIGKILL)
+            await until(lambda: _state(http, base, first, "failed"))
+            body = await (await http.get(f"{base}/sessions/{first}")).json()
+            assert "output worker" in body["error"]
+            before = await released(http, base, second)
+            await asyncio.sleep(1.0)
+            assert await released(http, base, second) >= before + 20, "the other worker's stream goes on"
+            third = await http.post(f"{base}/sessions", json={"avatar": "ben"})
+            assert third.status == 201, "the dead worker was replaced for new sessions"
+
+    asyncio.run(scenario())
+
+
+async def _state(http: aiohttp.ClientSession, base: str, session_id: str, state: str) -> bool:
+    return (await (await http.get(f"{base}/sessions/{session_id}")).json())["state"] == state
+
+
+def test_a_dead_core_fails_every_session_and_the_service_says_so() -> None:
+    async def scenario() -> None:
+        async with running(workers=1) as (service, http, base):
+            ids = [(await (await http.post(f"{base}/sessions", json={"avatar": "anna"})).json())["id"] for _ in range(2)]
+            os.kill(service._core.pid, signal.SIGKILL)
+            await asyncio.wait_for(service.failed.wait(), 5)
+            for session_id in ids:
+                body = await (await http.get(f"{base}/sessions/{session_id}")).json()
+                assert body["state"] == "failed" and "engine core exited" in body["error"]
+            response = await http.post(f"{base}/sessions", json={"avatar": "anna"})
+            assert response.status == 409 and "the service has failed" in await response.text()
+
+    asyncio.run(scenario())
+
+
+def test_one_long_push_waits_for_room_without_holding_up_any_other_session() -> None:
+    """Issue 28: one WebSocket message of more than twice a session's lead used to park an executor thread forever."""
+
+    async def scenario() -> None:
+        async with running(workers=1) as (service, http, base):
+            long_id, other_id = [(await (await http.post(f"{base}/sessions", json={"avatar": "anna"})).json())["id"] for _ in range(2)]
+            fmt = {"type": "format", "sample_rate": 16000, "channels": 1, "encoding": "s16le"}
+            async with http.ws_connect(f"{base}/push?session={long_id}") as long_ws, http.ws_connect(f"{base}/push?session={other_id}") as ws:
+                for socket in (long_ws, ws):
+                    await socket.send_json(fmt)
+                    assert (await socket.receive_json(timeout=5))["type"] == "ready"
+                await long_ws.send_bytes(b"\x00\x01" * 16000 * 8)  # 8 s in one message: 3 s beyond the lead
+                await long_ws.send_json({"type": "controls", "yaw": 1})
+                for i in range(6):
+                    await ws.send_bytes(b"\x00\x01" * 1600)
+                    await ws.send_json({"type": "controls", "yaw": i})
+                    assert (await ws.receive_json(timeout=1))["type"] == "controls", "the other session is answered at once"
+                reply = await long_ws.receive_json(timeout=10)
+                while reply["type"].startswith("playback_"):  # its speech is being shown meanwhile
+                    reply = await long_ws.receive_json(timeout=10)
+                assert reply == {"type": "controls", "applied": {"yaw": 1.0}}, "the long push went in once there was room"
+            body = await (await http.get(f"{base}/sessions/{long_id}")).json()
+            assert body["counters"]["pushed_seconds"] == 8.0
+
+    asyncio.run(scenario())
+
+
+def test_sessions_created_and_deleted_leave_the_workers_memory_flat(tmp_path: Path) -> None:
+    """A worker that keeps every closed MP4/FLV muxer until a full garbage collection grows with each session
+    (the create/delete cycles of bench/results/2026-12-01_h200_service_12_16_streams_after_phase_fix.json). Measured
+    from session 30: before it a worker's resident size can still step up once by a few MB, and it flattens after."""
+    from serving.core import resident_mb
+
+    async def scenario() -> list[float]:
+        async with running(workers=1) as (service, http, base):
+            pid = service._workers[0].process.pid
+            sizes = []
+            for i in range(51):
+                if i in (30, 50):  # after the first sessions' allocations have settled
+                    sizes.append(resident_mb(pid))
+                session = await service.create(SessionSpec("anna", mp4=str(tmp_path / f"{i % 2}.mp4")))
+                deadline = time.monotonic() + 30
+                while not session.output_stats.get("frames_released"):
+                    assert time.monotonic() < deadline, f"session {i} released no frame within 30 s: {session.output_stats}"
+                    await asyncio.sleep(0.02)
+                await service.delete(session.id)
+                service.forget(session.id)
+            return sizes
+
+    before, after = asyncio.run(scenario())
+    assert after - before < 4.0, f"worker resident {before:.1f} -> {after:.1f} MB over 20 sessions"
+
+
+def test_the_push_websocket_tells_when_each_segment_is_shown_and_when_it_ends_or_is_cut() -> None:
+    async def scenario() -> None:
+        async with running(workers=1) as (service, http, base):
+            session_id = (await (await http.post(f"{base}/sessions", json={"avatar": "anna"})).json())["id"]
+            async with http.ws_connect(f"{base}/push?session={session_id}") as ws:
+
+                backlog: list[dict] = []
+
+                async def next_of(kind: str) -> dict:
+                    """The next message of ``kind``; those of other kinds wait in order for their own call."""
+                    while not any(m["type"] == kind for m in backlog):
+                        backlog.append(await ws.receive_json(timeout=10))
+                    return backlog.pop(next(i for i, m in enumerate(backlog) if m["type"] == kind))
+
+                await ws.send_json({"type": "format", "sample_rate": 16000, "channels": 1, "encoding": "s16le"})
+                await next_of("ready")
+                await ws.send_bytes(b"\x00\x10" * 6400)  # 0.4 s
+                await ws.send_json({"type": "end_of_segment"})
+                assert await next_of("end_of_segment") == {"type": "end_of_segment", "segment": 0}
+                assert await next_of("playback_started") == {"type": "playback_started", "segment": 0}
+                assert await next_of("playback_finished") == {"type": "playback_finished", "segment": 0, "position": 0.4, "interrupted": False}
+
+                await ws.send_bytes(b"\x00\x10" * 32000)  # 2 s, cut after it starts
+                assert await next_of("playback_started") == {"type": "playback_started", "segment": 1}
+                await ws.send_json({"type": "interrupt"})
+                assert await next_of("interrupted") == {"type": "interrupted", "segment": 1}
+                await ws.send_json({"type": "interrupt"})
+                assert await next_of("interrupted") == {"type": "interrupted", "segment": None}, "nothing open: no segment"
+                finished = await next_of("playback_finished")
+                assert finished["segment"] == 1 and finished["interrupted"] and 0 < finished["position"] < 2.0, finished
+                await ws.send_bytes(b"\x00\x10" * 1600)
+                await ws.send_json({"type": "end_of_segment"})
+                assert (await next_of("playback_finished"))["segment"] == 2, "exactly one finish each, in order"
+
+    asyncio.run(scenario())
