@@ -76,7 +76,7 @@ class RuntimeBackend:
             return None
 
     def shown(self, segment: int) -> bool:
-        """A frame numbered above ``segment`` has been shown (``engine.runtime.session``: then all of ``segment``'s have)."""
+        """A frame numbered above ``segment`` was shown, so all of its frames were (``engine.runtime.session``)."""
         return self._shown_segment > segment
 
     def next(self) -> Shown | None:
