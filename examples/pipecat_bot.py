@@ -1,8 +1,9 @@
 """A pipecat voice bot whose face is a Ditto avatar of the live service: the bot is a thin client, no GPU in it.
 
-    python -m apps.avatars register portrait.png --name anchor        # once, in the environment with the face extra
-    python -m apps.serve                                              # the service on the GPU host (--device cpu without one)
-    python examples/pipecat_bot.py --service http://127.0.0.1:8080    # the bot (pipecat extra); open http://127.0.0.1:7860/
+    python -m apps.avatars register portrait.png --name anchor   # once, in the environment with the face extra
+    python -m apps.serve                                         # the service, on the GPU host (--device cpu without)
+    python examples/pipecat_bot.py --service http://127.0.0.1:8080
+    # the bot (pipecat extra): then open http://127.0.0.1:7860/ and press Connect
 
 Without official checkpoints the service runs random weights: the avatar's pictures move but are not a face (and on a
 CPU the service makes a frame every few seconds; the bot shows each until the next). The page sends the microphone
@@ -53,7 +54,8 @@ class ClipSpeaker(FrameProcessor):
     def __init__(self, clip: Path) -> None:
         super().__init__()
         with wave.open(str(clip), "rb") as wav:
-            self.rate, self.channels, self.pcm = wav.getframerate(), wav.getnchannels(), wav.readframes(wav.getnframes())
+            self.rate, self.channels = wav.getframerate(), wav.getnchannels()
+            self.pcm = wav.readframes(wav.getnframes())
 
     async def process_frame(self, frame: Frame, direction: FrameDirection) -> None:
         await super().process_frame(frame, direction)
@@ -92,9 +94,8 @@ def bot_app(service: str, avatar: str, token: str | None, size: tuple[int, int])
             ),
         )
         video = DittoVideoService(url=service, avatar=avatar, token=token)
-        pipeline = Pipeline([
-            transport.input(), VADProcessor(vad_analyzer=SileroVADAnalyzer()), ClipSpeaker(CLIP), video, transport.output()
-        ])
+        vad = VADProcessor(vad_analyzer=SileroVADAnalyzer())
+        pipeline = Pipeline([transport.input(), vad, ClipSpeaker(CLIP), video, transport.output()])
         task = PipelineTask(pipeline, params=PipelineParams())
 
         @transport.event_handler("on_client_disconnected")

@@ -70,7 +70,7 @@ class SlotRecord:
 
 @dataclass
 class VideoServiceStats:
-    """Counters of the service: slots emitted, slots that repeated a picture, segments and interrupts, audio taken in."""
+    """Counters of the service: slots emitted, slots repeating a picture, segments, interrupts, audio taken in."""
 
     slots: int = 0
     repeats: int = 0

@@ -1,4 +1,5 @@
-"""A client of a session's push WebSocket (docs/push.md): TTS audio out, interrupts and segment ends, playback events in.
+"""A client of a session's push WebSocket (docs/push.md): TTS audio, interrupts and segment ends out, playback
+events in.
 
 Audio leaves at most ``LEAD_S`` ahead of wall time, below the service's own lead (5 s): the service then never holds
 the socket back, so an interrupt is never stuck behind seconds of audio waiting in TCP buffers.
@@ -55,7 +56,7 @@ class PushClient:
         return cls(await http.ws_connect(url, heartbeat=10.0))
 
     async def send_audio(self, pcm: bytes, sample_rate: int, channels: int, wanted: Callable[[], bool]) -> None:
-        """Send s16 PCM, first waiting until it is at most ``LEAD_S`` ahead of wall time; dropped if not ``wanted()``."""
+        """Send s16 PCM once it is at most ``LEAD_S`` ahead of wall time; dropped if no longer ``wanted()``."""
         now = time.monotonic()
         self._sent_until = max(now, self._sent_until) + len(pcm) / 2 / channels / sample_rate
         wait = self._sent_until - now - LEAD_S

@@ -6,7 +6,8 @@ interrupt hands out a fresh hop at once): a frame is a speech frame while
 pushed audio remains (each takes 1/25 s of it), an idle frame otherwise; each frame carries its 1920 samples at
 48 kHz (the pushed level while speaking, silence idle) and a 16x16 picture whose red level is the frame's index.
 ``interrupt`` drops the audio not yet made into frames. Frames carry segment numbers as the engine's do: a speech frame
-its audio's segment, an idle frame the segment open when it was made (``end_segment`` closes one). ``max_lead`` seconds of audio may wait; more raises
+its audio's segment, an idle frame the segment open when it was made (``end_segment`` closes one). ``max_lead``
+seconds of audio may wait; more raises
 ``Backpressure`` as a live session does. Frames are due at once (``clock_anchor`` None): the integrations are
 then driven as fast as their consumers take frames.
 """

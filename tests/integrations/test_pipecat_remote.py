@@ -29,7 +29,6 @@ pytest.importorskip("pipecat", reason=INTEGRATIONS_HINT)
 pytest.importorskip("aiortc", reason=INTEGRATIONS_HINT)
 
 from pipecat.frames.frames import (
-    CancelFrame,
     EndFrame,
     ErrorFrame,
     Frame,
@@ -158,7 +157,9 @@ async def sessions(url: str) -> list[dict]:
         return (await answer.json())["sessions"]
 
 
-def test_pictures_at_25_fps_speech_with_its_audio_and_tts_stopped_after_the_last_speech_frame(synthetic_service) -> None:
+def test_pictures_at_25_fps_speech_with_its_audio_and_tts_stopped_after_the_last_speech_frame(
+    synthetic_service,
+) -> None:
     async def scenario() -> None:
         bot = Bot(synthetic_service.url)
         try:
@@ -173,7 +174,7 @@ def test_pictures_at_25_fps_speech_with_its_audio_and_tts_stopped_after_the_last
             await bot.until(lambda: bot.out.stopped, 10)
             speech = bot.out.audio
             spoken = bot.video.backend.push.last_finished["position"]  # a starved machine's service sheds frames
-            assert spoken > 0.5 and len(speech) == pytest.approx(spoken * 25, abs=3), "audio for each speech frame shown"
+            assert spoken > 0.5 and len(speech) == pytest.approx(spoken * 25, abs=3), "audio of each speech frame"
             assert all(a.sample_rate == 48_000 and a.num_channels == 1 and a.num_frames == 1920 for _, a in speech)
             assert max(np.abs(np.frombuffer(a.audio, np.int16)).max() for _, a in speech) > 1000, "audible"
             assert bot.out.stopped[0] >= speech[-1][0], "TTSStoppedFrame follows the segment's last speech frame"
@@ -249,7 +250,9 @@ def test_cancel_frame_deletes_the_session_at_once(synthetic_service) -> None:
         ({"avatar": "anna"}, 503, "4"),  # four sessions already hold the synthetic runtime's capacity
     ],
 )
-def test_a_refused_session_is_an_error_frame_with_the_service_s_reason(synthetic_service, options, status, says) -> None:
+def test_a_refused_session_is_an_error_frame_with_the_service_s_reason(
+    synthetic_service, options, status, says
+) -> None:
     async def scenario() -> None:
         async with aiohttp.ClientSession(headers=AUTH) as http:
             held = []
@@ -271,10 +274,7 @@ def test_a_refused_session_is_an_error_frame_with_the_service_s_reason(synthetic
 
 
 def test_a_remote_bot_imports_neither_torch_nor_the_engine(synthetic_service) -> None:
-    bot = subprocess.Popen(
-        [sys.executable, "-m", "tests.integrations.remote_bot", synthetic_service.url, TOKEN],
-        cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-    )
+    bot = remote_bot(synthetic_service.url)
     try:
         report = json.loads(bot.stdout.readline())
         assert report["session"] and not report["torch"] and not report["engine_runtime"], report
@@ -290,10 +290,7 @@ def test_a_remote_bot_imports_neither_torch_nor_the_engine(synthetic_service) ->
     strict=False,
 )
 def test_a_bot_killed_mid_session_frees_its_session_within_seconds(synthetic_service) -> None:
-    bot = subprocess.Popen(
-        [sys.executable, "-m", "tests.integrations.remote_bot", synthetic_service.url, TOKEN],
-        cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-    )
+    bot = remote_bot(synthetic_service.url)
     try:
         session_id = json.loads(bot.stdout.readline())["session"]
         bot.kill()
@@ -313,6 +310,13 @@ def test_a_bot_killed_mid_session_frees_its_session_within_seconds(synthetic_ser
         asyncio.run(delete_all(synthetic_service.url))
 
 
+def remote_bot(url: str) -> subprocess.Popen:
+    """``tests.integrations.remote_bot`` in a process of its own, its report on stdout."""
+    command = [sys.executable, "-m", "tests.integrations.remote_bot", url, TOKEN]
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    return subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+
+
 async def delete_all(url: str) -> None:
     async with aiohttp.ClientSession(headers=AUTH) as http:
         for session in await sessions(url):
@@ -325,7 +329,8 @@ def cpu_service(tmp_path_factory) -> Iterator[Service]:
     folder = tmp_path_factory.mktemp("remote-avatars")
     env = {**os.environ, "PYTHONPATH": str(REPO), "DITTO_AVATAR_DIR": str(folder / "avatars")}
     face = os.environ.get("DITTO_FACE_PYTHON", sys._base_executable)
-    portrait = "from PIL import Image; from skimage import data; Image.fromarray(data.astronaut()[:320, 64:384]).save('{}')"
+    portrait = ("from PIL import Image; from skimage import data; "
+                "Image.fromarray(data.astronaut()[:320, 64:384]).save('{}')")
     subprocess.run([face, "-c", portrait.format(folder / "face.png")], check=True, timeout=60)
     registered = subprocess.run(
         [face, "-m", "apps.avatars", "register", str(folder / "face.png"), "--name", "anchor"],
@@ -362,7 +367,9 @@ def test_against_apps_serve_on_the_cpu_engine_the_session_lives_and_ends_with_th
 STATS = """async () => {
   const s = {framesDecoded: 0, frameWidth: 0, audioEnergy: 0, ice: pc.iceConnectionState};
   (await pc.getStats()).forEach((r) => {
-    if (r.type === 'inbound-rtp' && r.kind === 'video') { s.framesDecoded = r.framesDecoded || 0; s.frameWidth = r.frameWidth || 0; }
+    if (r.type === 'inbound-rtp' && r.kind === 'video') {
+      s.framesDecoded = r.framesDecoded || 0; s.frameWidth = r.frameWidth || 0;
+    }
     if (r.type === 'inbound-rtp' && r.kind === 'audio') s.audioEnergy = r.totalAudioEnergy || 0;
   });
   const video = document.getElementById('video');
@@ -391,7 +398,8 @@ def test_the_example_bot_in_headless_chromium_shows_the_avatar_moving_and_speaki
     example = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(example)
     home = tmp_path / "home"
-    env = {**os.environ, "HOME": str(home), "XDG_CONFIG_HOME": str(home / ".config"), "XDG_CACHE_HOME": str(home / ".cache")}
+    env = {**os.environ, "HOME": str(home), "XDG_CONFIG_HOME": str(home / ".config"),
+           "XDG_CACHE_HOME": str(home / ".cache")}
 
     async def scenario() -> None:
         runner = aiohttp.web.AppRunner(example.bot_app(synthetic_service.url, "anchor", TOKEN, SIZE))
@@ -400,7 +408,9 @@ def test_the_example_bot_in_headless_chromium_shows_the_avatar_moving_and_speaki
         await aiohttp.web.TCPSite(runner, "127.0.0.1", port).start()
         try:
             async with async_playwright() as playwright:
-                browser = await playwright.chromium.launch(executable_path=chromium, headless=True, args=CHROMIUM_FLAGS, env=env)
+                browser = await playwright.chromium.launch(
+                    executable_path=chromium, headless=True, args=CHROMIUM_FLAGS, env=env
+                )
                 page = await browser.new_page()
                 await page.goto(f"http://127.0.0.1:{port}/")
                 await page.evaluate("connect(false)")  # no microphone here: the bot speaks its greeting
