@@ -5,8 +5,8 @@ Audio leaves at most ``LEAD_S`` ahead of wall time, below the service's own lead
 the socket back, so an interrupt is never stuck behind seconds of audio waiting in TCP buffers.
 
 The playback events say when the service showed a frame; the same frame reaches a WHEP viewer later (the encoder,
-the WebRTC jitter buffer, the decoder). So the events take effect ``MEDIA_DELAY_S`` after they arrive: what the state
-says at a slot is what the pictures received by then show.
+the WebRTC jitter buffer, the decoder), by a delay that grows when a machine is starved. So the events wait here
+until the bot shows the picture the service showed when it sent them (``settle``).
 """
 
 from __future__ import annotations
@@ -22,8 +22,7 @@ import aiohttp
 
 LEAD_S = 3.0
 ANSWER_TIMEOUT_S = 5.0
-MEDIA_DELAY_S = 0.16
-"""How far a WHEP viewer's pictures trail the playback events: four slots (three measured on loopback)."""
+
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +37,7 @@ class PushClient:
         self._segment_answers: asyncio.Queue[int | None] = asyncio.Queue()
         self._events: deque[tuple[float, str, int]] = deque()
         self.playing: set[int] = set()
-        """Segments whose first speech frame the bot's pictures show and whose last they do not yet (see ``settle``)."""
+        """Segments whose first speech frame the bot's pictures show and whose last not yet (see ``settle``)."""
         self.finished_through = -1
         """The highest segment whose playback finished in the bot's pictures (segments finish in order)."""
         self.highest_segment = -1
@@ -87,9 +86,8 @@ class PushClient:
         except asyncio.TimeoutError:
             return None
 
-    def settle(self) -> None:
-        """Apply the playback events that arrived at least ``MEDIA_DELAY_S`` ago."""
-        horizon = time.monotonic() - MEDIA_DELAY_S
+    def settle(self, horizon: float) -> None:
+        """Apply the playback events that arrived by ``horizon`` (``time.monotonic()``)."""
         while self._events and self._events[0][0] <= horizon:
             _, kind, segment = self._events.popleft()
             if kind == "playback_started":

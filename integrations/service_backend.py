@@ -1,8 +1,10 @@
 """The remote backend of the pipecat video service: a session of the live service (``apps.serve``), driven over its
 public API as any remote client does: ``POST /sessions`` (with a preview), the push WebSocket, WHEP, ``DELETE``.
 
-Which frames speak comes from the push socket's playback events (``integrations.push_client``, delayed as the
-pictures are): audio is emitted while a segment plays. After an interrupt the pictures in flight belong to the cut
+Which frames speak comes from the push socket's playback events, each applied at the picture the service showed
+when it sent it: a frame's release time on the bot's clock is the stream's origin plus its index, and an event
+arrives ``EVENT_LEAD_FRAMES`` before the pictures of its time do at best (the encoder, jitter buffer and decoder that
+the least-delayed frame still went through). Audio is emitted while a segment plays. After an interrupt the pictures in flight belong to the cut
 speech, so the slots show the last idle picture until the service has answered the interrupt and no segment it cut
 still plays in the pictures (at most ``RESUME_TIMEOUT_S``), then take the stream again from what arrives next.
 """
@@ -23,6 +25,7 @@ from integrations.slots import SlotPicker
 from integrations.whep_receiver import AUDIO_RATE, WhepReceiver
 
 SAMPLES_PER_SLOT = AUDIO_RATE // FPS
+EVENT_LEAD_FRAMES = 3
 RESUME_TIMEOUT_S = 2.0
 HTTP_TIMEOUT_S = 10.0
 GREY = 128
@@ -88,18 +91,20 @@ class ServiceBackend:
         return await self.push.end_segment()
 
     def shown(self, segment: int) -> bool:
-        self.push.settle()
         return self.push.finished_through >= segment
 
     def next(self) -> Shown | None:
-        self.push.settle()
         if self._resuming():
+            dropped = self.receiver.take_ready()
+            if dropped:
+                self._settle(dropped[-1].index)
             self._picker.clear()
             self.receiver.drop()
             return None
         frame = self._picker.next()
         if frame is None:
             return None
+        self._settle(frame.index)
         audio = self.receiver.take_audio(SAMPLES_PER_SLOT)
         return Shown(frame.index, frame.rgb(), audio if self.push.playing else None)
 
@@ -119,6 +124,10 @@ class ServiceBackend:
             await self._http.close()
         self.receiver = self.push = self._picker = None
         self.session_id = None
+
+    def _settle(self, index: int) -> None:
+        """Apply the playback events sent by the time the service showed frame ``index``."""
+        self.push.settle(self.receiver.origin + (index - EVENT_LEAD_FRAMES) / FPS)
 
     def _resuming(self) -> bool:
         """Whether the slots still wait for the service to have cut the interrupted speech."""

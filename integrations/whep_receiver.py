@@ -69,6 +69,9 @@ class WhepReceiver:
         self._location: str | None = None
         self._http: aiohttp.ClientSession | None = None
         self.clock_anchor: float | None = None
+        self.origin = float("inf")
+        """When the sender released frame 0, on this clock: the least-delayed frame's arrival less its index's time
+        (the sender's clock runs on wall time, one frame per slot; a starved network or machine only delays)."""
         self.frames_received = 0
         self.audio_dropped_s = 0.0
         pc.on("track", self._on_track)
@@ -132,6 +135,7 @@ class WhepReceiver:
                     self._first_pts = frame.pts
                     self.clock_anchor = time.monotonic() + JITTER_S
                 index = round(float((frame.pts - self._first_pts) * frame.time_base) * FPS)
+                self.origin = min(self.origin, time.monotonic() - index / FPS)
                 self._frames.append(Received(index, frame))
                 self.frames_received += 1
 
