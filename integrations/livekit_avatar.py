@@ -43,6 +43,7 @@ from livekit.agents.voice.avatar import (
 
 from engine.runtime import AdmissionError, Backpressure, SessionClosed
 from engine.timebase import FPS
+from integrations.pcm import float_to_s16, s16_to_float
 from integrations.slots import SlotPicker
 
 if TYPE_CHECKING:
@@ -103,7 +104,7 @@ class DittoVideoGenerator(VideoGenerator):
             self._open = _Segment()
             self._segments.append(self._open)
         segment, generation = self._open, self._generation
-        pcm = np.frombuffer(frame.data, dtype=np.int16).astype(np.float32) / 32768.0
+        pcm = s16_to_float(bytes(frame.data))
         while generation == self._generation:
             try:
                 self.session.push_audio(pcm, frame.sample_rate, channels=frame.num_channels)
@@ -151,8 +152,7 @@ class DittoVideoGenerator(VideoGenerator):
                 self._idle_picture = self._picture
             yield self._picture
             if frame.speech:
-                audio = (np.clip(frame.audio, -1.0, 1.0) * 32767.0).astype(np.int16)
-                yield rtc.AudioFrame(audio.tobytes(), self.audio_rate, 1, audio.size)
+                yield rtc.AudioFrame(float_to_s16(frame.audio), self.audio_rate, 1, frame.audio.size)
             if self._segment_done(frame.speech):
                 self._segments.pop(0)
                 yield AudioSegmentEnd()

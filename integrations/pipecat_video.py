@@ -1,25 +1,27 @@
-"""A pipecat video service backed by a runtime session in the same process.
+"""A pipecat video service for the Ditto avatar: TTS audio in, the avatar's pictures and their audio out at 25 fps.
 
-Place it between the TTS and ``transport.output()``::
+Two backends, one set of pipecat rules. How bots should run: thin clients of the one live service on the GPU host
+(``apps.serve``), which batches every bot's session in its GPU loop::
 
-    runtime = Runtime.from_checkpoints("checkpoints")
-    avatar = load_avatar("anchor", runtime.device)
-    video = DittoVideoService(runtime, avatar)
-    Pipeline([transport.input(), stt, llm, tts, video, transport.output()])
+    video = DittoVideoService(url="http://gpu-host:8080", avatar="anchor", token=TOKEN)
 
-with the transport's ``video_out_enabled=True, video_out_is_live=True, video_out_framerate=25`` and
-``video_out_width/height`` = ``video.size``. The service consumes ``TTSAudioRawFrame`` (any rate: the session
-resamples to the model's 16 kHz) and emits, on its own 25 fps output clock, one ``OutputImageRawFrame`` per
-slot (RGB, pts = slot index / 25) and, for speech frames, the exact audio that frame speaks as an
-``OutputAudioRawFrame``. Idle frames carry no audio, so silence never keeps the bot "speaking".
+No runtime, torch or engine is imported in the bot then: the session is created with ``POST /sessions`` at
+``StartFrame``, TTS audio goes over its push WebSocket, pictures and their audio come back over WHEP
+(``integrations.service_backend``). For a single bot on its own GPU, in process::
 
-Frames flow from ``StartFrame`` on, before any TTS audio: the avatar's own portrait until the runtime's first
-frame, then the runtime's idle motion. The session opens off the event loop (it waits for the runtime's current
-tick); TTS audio that arrives meanwhile waits for it. A session the runtime cannot admit is an ``ErrorFrame``.
-When the runtime has no frame ready for a slot (a CPU, an overloaded GPU) the last picture is shown again. ``InterruptionFrame`` interrupts the session (pending speech and untaken
-frames dropped) and drops every speech frame this service still holds at once; until the runtime's next frame
-the slot shows the last idle picture, never a speech frame of the interrupted segment. Memory is bounded: the
-session holds at most its lead of audio and its frame queue; this service at most ``max_held_frames``.
+    video = DittoVideoService(runtime, avatar)      # avatars.cache.load_avatar(...)
+
+Either way, place it between the TTS and ``transport.output()`` with the transport's ``video_out_enabled=True,
+video_out_is_live=True, video_out_framerate=25``. It consumes ``TTSAudioRawFrame`` (any rate) and emits, on its
+own 25 fps clock, one ``OutputImageRawFrame`` per slot (RGB, pts = slot index / 25) and, for speech frames, the
+audio that frame speaks as an ``OutputAudioRawFrame``. Idle frames carry no audio, so silence never keeps the bot
+"speaking". Where no frame is ready for a slot the last picture is shown again.
+
+``InterruptionFrame`` and ``UserStartedSpeakingFrame`` interrupt: pending speech and every speech frame held are
+dropped, and until the session's next idle frame the slots show the last idle picture. ``TTSStoppedFrame`` closes
+the speech segment and is passed on once its last speech frame has been shown (at once on an interruption).
+``EndFrame`` waits (at most ``end_timeout``) for the last speech frames, then ends the session; ``CancelFrame`` ends
+it at once. A session that cannot be opened is an ``ErrorFrame`` saying why.
 """
 
 from __future__ import annotations
@@ -28,9 +30,8 @@ import asyncio
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
 from pipecat.frames.frames import (
     CancelFrame,
     EndFrame,
@@ -42,35 +43,34 @@ from pipecat.frames.frames import (
     TTSAudioRawFrame,
     TTSStartedFrame,
     TTSStoppedFrame,
+    UserStartedSpeakingFrame,
 )
 from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
 
-from engine.controls import Controls
-from engine.runtime import AdmissionError, Backpressure, SessionClosed
 from engine.timebase import FPS
-from integrations.slots import SlotPicker
+from integrations.avatar_backend import AvatarBackend, Refused
 
 if TYPE_CHECKING:
     from avatars.cache import Avatar
+    from engine.controls import Controls
     from engine.runtime.runtime import Runtime
 
 NS_PER_FRAME = 1_000_000_000 // FPS
-BACKPRESSURE_RETRY_S = 0.02
 
 
 @dataclass
 class SlotRecord:
-    """One output slot as the service emitted it (for measurements and tests): when, which runtime frame, speech or not."""
+    """One output slot as the service emitted it (for measurements and tests): when, which frame, speech or not."""
 
     slot: int
     emitted_at: float
-    runtime_index: int | None
+    frame_index: int | None
     speech: bool
 
 
 @dataclass
 class VideoServiceStats:
-    """Counters of the service: slots emitted, slots that repeated a picture, segments and interrupts, audio taken in."""
+    """Counters of the service: slots emitted, slots repeating a picture, segments, interrupts, audio taken in."""
 
     slots: int = 0
     repeats: int = 0
@@ -88,35 +88,50 @@ class DittoVideoService(FrameProcessor):
 
     def __init__(
         self,
-        runtime: Runtime,
-        avatar: Avatar,
+        runtime: Runtime | None = None,
+        avatar: Avatar | str | None = None,
         *,
+        url: str | None = None,
+        token: str | None = None,
         latency: str = "faithful",
         overlap: int | None = None,
         seed: int = 0,
-        controls: Controls | None = None,
+        controls: Controls | dict[str, Any] | None = None,
         max_held_frames: int = 25,
+        end_timeout: float = 10.0,
         **kwargs,
     ) -> None:
-        """``runtime`` an ``engine.runtime.Runtime``; ``avatar`` as ``avatars.cache.load_avatar`` returns it; ``latency``,
-        ``overlap``, ``seed`` and ``controls`` are the session's (``Runtime.open_session``)."""
+        """Remote: ``url`` of the live service, ``avatar`` a registered avatar's name, ``token`` the service's (if it
+        has one), ``controls`` a dict of control fields. In process: an ``engine.runtime.Runtime`` and an avatar as
+        ``avatars.cache.load_avatar`` returns it, ``controls`` an ``engine.controls.Controls``. ``latency``,
+        ``overlap`` and ``seed`` are the session's in both."""
         super().__init__(**kwargs)
-        self._runtime = runtime
-        self._avatar = avatar
-        self._options = {"latency": latency, "overlap": overlap, "seed": seed, "controls": controls}
-        self._max_held = max_held_frames
-        portrait = avatar.frames[0].cpu().numpy()
-        self._portrait = np.ascontiguousarray(portrait).tobytes()
-        self.size: tuple[int, int] = (portrait.shape[1], portrait.shape[0])
-        self.session = None
+        if (runtime is None) == (url is None) or avatar is None:
+            raise ValueError("give either url= and avatar= (the live service) or a runtime and an avatar (in process)")
+        options = {"latency": latency, "overlap": overlap, "seed": seed, "controls": controls}
+        if url is not None:
+            from integrations.service_backend import ServiceBackend
+
+            self.backend: AvatarBackend = ServiceBackend(url, str(avatar), token, options, max_held_frames)
+        else:
+            from integrations.runtime_backend import RuntimeBackend
+
+            self.backend = RuntimeBackend(runtime, avatar, options, max_held_frames)
         self.stats = VideoServiceStats()
-        self._picker: SlotPicker | None = None
-        self._picture: bytes = self._portrait
-        self._idle_picture: bytes = self._portrait
+        self._end_timeout = end_timeout
+        self._picture: bytes | None = self.backend.first_picture()
+        self._idle_picture = self._picture
         self._segment: int | None = None
         self._generation = 0
+        self._held_stops: deque[tuple[int, TTSStoppedFrame]] = deque()
         self._clock_task: asyncio.Task | None = None
         self._opening: asyncio.Task | None = None
+        self._open = False
+
+    @property
+    def size(self) -> tuple[int, int] | None:
+        """Width and height of the pictures (remote: known once the session is open)."""
+        return self.backend.size
 
     async def process_frame(self, frame: Frame, direction: FrameDirection) -> None:
         """TTS audio goes into the session; interruptions clear it; every other frame passes on."""
@@ -124,11 +139,14 @@ class DittoVideoService(FrameProcessor):
         if isinstance(frame, StartFrame):
             await self.push_frame(frame, direction)
             self._start()
-        elif isinstance(frame, (EndFrame, CancelFrame)):
+        elif isinstance(frame, EndFrame):
+            await self._finish()
+            await self.push_frame(frame, direction)
+        elif isinstance(frame, CancelFrame):
             await self._stop()
             await self.push_frame(frame, direction)
-        elif isinstance(frame, InterruptionFrame):
-            self.interrupt()
+        elif isinstance(frame, (InterruptionFrame, UserStartedSpeakingFrame)):
+            await self.interrupt()
             await self.push_frame(frame, direction)
         elif isinstance(frame, TTSAudioRawFrame) and direction == FrameDirection.DOWNSTREAM:
             await self._push_audio(frame)
@@ -136,84 +154,97 @@ class DittoVideoService(FrameProcessor):
             self._begin_segment()
             await self.push_frame(frame, direction)
         elif isinstance(frame, TTSStoppedFrame):
-            if self._segment is not None:
-                self.stats.segments_stopped += 1
-            self._segment = None
-            await self.push_frame(frame, direction)
+            await self._end_segment(frame)
         else:
             await self.push_frame(frame, direction)
 
-    def interrupt(self) -> None:
-        """Drop pending speech in the session and every speech frame held here; the next slots show the idle picture."""
+    async def interrupt(self) -> None:
+        """Drop pending speech and every speech frame held; the next slots show the idle picture; held
+        ``TTSStoppedFrame``s pass on (their segments are over)."""
         self.stats.interrupts += 1
         self.stats.last_interrupt_at = time.monotonic()
         self._generation += 1
         self._segment = None
-        if self.session is not None:
-            try:
-                self.session.interrupt()
-            except SessionClosed:
-                pass
-        if self._picker is not None:
-            self._picker.clear()
+        if self._open:
+            self.backend.interrupt()
         self._picture = self._idle_picture
+        while self._held_stops:
+            await self.push_frame(self._held_stops.popleft()[1])
 
     # -- internals ---------------------------------------------------------------------------
 
     def _start(self) -> None:
         if self._clock_task is None:
             self._clock_task = self.create_task(self._clock(), name="ditto-video-clock")
-        if self.session is None and self._opening is None:
-            self._opening = self.create_task(self._open(), name="ditto-video-open")
+        if not self._open and self._opening is None:
+            self._opening = self.create_task(self._open_session(), name="ditto-video-open")
 
-    async def _open(self) -> None:
-        """Open the runtime session on a worker thread: opening waits for the runtime loop's current tick (seconds on a
-        CPU), and meanwhile this event loop must go on carrying the transport and the portrait's slots."""
+    async def _open_session(self) -> None:
         try:
-            session = await asyncio.to_thread(self._runtime.open_session, self._avatar, live=True, **self._options)
-        except (AdmissionError, SessionClosed) as exc:
-            await self.push_error(f"the avatar's runtime session could not be opened: {exc}", exc)
+            await self.backend.open()
+        except Refused as exc:
+            await self.push_error(str(exc), exc)
             return
-        self.session, self._picker = session, SlotPicker(session, self._max_held)
+        self._open = True
 
     async def _opened(self) -> bool:
-        """Whether a session is open, once the one being opened is."""
-        if self.session is None and self._opening is not None:
+        """Whether the session is open, once the one being opened is."""
+        if not self._open and self._opening is not None:
             await asyncio.shield(self._opening)
-        return self.session is not None
+        return self._open
+
+    async def _finish(self) -> None:
+        """Close the open segment and wait (bounded) until its last speech frame is shown, then end the session."""
+        if await self._opened():
+            if self._segment is not None:
+                closed = await self.backend.end_segment()
+                if closed is not None:
+                    self._held_stops.append((closed, TTSStoppedFrame()))
+                self._segment = None
+            deadline = time.monotonic() + self._end_timeout
+            while self._held_stops and time.monotonic() < deadline and self._clock_task is not None:
+                await asyncio.sleep(1 / FPS)
+        await self._stop()
 
     async def _stop(self) -> None:
         if self._clock_task is not None:
             await self.cancel_task(self._clock_task)
             self._clock_task = None
         if self._opening is not None:
-            await asyncio.wait([self._opening])  # a thread cannot be cancelled: let the opening end, then close its session
+            await asyncio.wait([self._opening])  # an opening cannot be cut short safely: let it end, then close
             self._opening = None
-        if self.session is not None:
-            self.session.close()
-            self.session = self._picker = None
+        if self._open:
+            self._open = False
+            await self.backend.close()
+        self._held_stops.clear()
 
     def _begin_segment(self) -> None:
         self.stats.segments_started += 1
         self._segment = self.stats.segments_started
 
+    async def _end_segment(self, frame: TTSStoppedFrame) -> None:
+        """Close the segment in the session; the frame passes on once the segment's last speech frame is shown."""
+        if self._segment is not None:
+            self.stats.segments_stopped += 1
+        self._segment = None
+        closed = await self.backend.end_segment() if self._open else None
+        if closed is None:
+            await self.push_frame(frame)
+        else:
+            self._held_stops.append((closed, frame))
+
     async def _push_audio(self, frame: TTSAudioRawFrame) -> None:
-        """Queue one TTS chunk (s16 PCM), waiting while the session holds its lead; an interruption meanwhile drops it."""
+        """Queue one TTS chunk, waiting while the session holds its lead; an interruption meanwhile drops it."""
         if not await self._opened():
             return
         if self._segment is None:
             self._begin_segment()
-        pcm = np.frombuffer(frame.audio, dtype=np.int16).astype(np.float32) / 32768.0
         generation = self._generation
-        while generation == self._generation:
-            try:
-                self.session.push_audio(pcm, frame.sample_rate, channels=frame.num_channels)
-                self.stats.audio_seconds_in += pcm.size / frame.num_channels / frame.sample_rate
-                return
-            except Backpressure:
-                await asyncio.sleep(BACKPRESSURE_RETRY_S)
-            except SessionClosed:
-                return
+        await self.backend.push_audio(
+            frame.audio, frame.sample_rate, frame.num_channels, lambda: generation == self._generation
+        )
+        if generation == self._generation:
+            self.stats.audio_seconds_in += len(frame.audio) / 2 / frame.num_channels / frame.sample_rate
 
     async def _clock(self) -> None:
         """One picture per 1/25 s slot, numbered from the start (pts = slot / 25), never drifting from wall time."""
@@ -228,31 +259,28 @@ class DittoVideoService(FrameProcessor):
                 slot += behind
 
     async def _emit(self, slot: int) -> None:
-        session = self.session
-        frame = None
-        if self._picker is not None:
-            try:
-                frame = self._picker.next()
-            except SessionClosed:
-                frame = None
+        shown = self.backend.next() if self._open else None
         now = time.monotonic()
-        if frame is None:
-            self.stats.repeats += 1
-            await self._push_picture(self._picture, slot)
+        if shown is None:
+            if self._picture is None:
+                self._picture = self._idle_picture = self.backend.first_picture()
+            if self._picture is not None:
+                self.stats.repeats += 1
+                await self._push_picture(self._picture, slot)
             self.stats.log.append(SlotRecord(slot, now, None, False))
         else:
-            picture = np.ascontiguousarray(frame.image.cpu().numpy()).tobytes()
-            self._picture = picture
-            if not frame.speech:
-                self._idle_picture = picture
-            await self._push_picture(picture, slot)
-            if frame.speech:
-                audio = (np.clip(frame.audio, -1.0, 1.0) * 32767.0).astype(np.int16).tobytes()
-                out = OutputAudioRawFrame(audio, sample_rate=session.audio_rate, num_channels=1)
+            self._picture = shown.picture
+            if shown.speech_audio is None:
+                self._idle_picture = shown.picture
+            await self._push_picture(shown.picture, slot)
+            if shown.speech_audio is not None:
+                out = OutputAudioRawFrame(shown.speech_audio, sample_rate=self.backend.audio_rate, num_channels=1)
                 out.pts = slot * NS_PER_FRAME
                 await self.push_frame(out)
-            self.stats.log.append(SlotRecord(slot, now, frame.index, frame.speech))
+            self.stats.log.append(SlotRecord(slot, now, shown.index, shown.speech_audio is not None))
         self.stats.slots += 1
+        while self._held_stops and self.backend.shown(self._held_stops[0][0]):
+            await self.push_frame(self._held_stops.popleft()[1])
 
     async def _push_picture(self, picture: bytes, slot: int) -> None:
         image = OutputImageRawFrame(image=picture, size=self.size, format="RGB")

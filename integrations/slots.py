@@ -11,22 +11,29 @@ from __future__ import annotations
 
 import time
 from collections import deque
+from typing import Protocol
 
-from engine.runtime.session import Frame
 from engine.timebase import FPS
 from streaming.slots import Fill, fill
 
 
+class Indexed(Protocol):
+    """A frame as the picker sees it: its index on the session's clock."""
+
+    index: int
+
+
 class SlotPicker:
-    """The next frame to show from a session (anything with ``take_ready()`` and ``clock_anchor``), bounded."""
+    """The next frame to show from a session (anything with ``take_ready()`` and ``clock_anchor``), bounded: a runtime
+    session, or the frames a remote bot receives from the service."""
 
     def __init__(self, session, max_held: int = 25) -> None:
         self.session = session
         self.max_held = max_held
         self.dropped = 0
-        self._held: deque[Frame] = deque()
+        self._held: deque[Indexed] = deque()
 
-    def next(self) -> Frame | None:
+    def next(self) -> Indexed | None:
         """The frame for this slot, or None when none is due; raises ``SessionClosed`` when the session failed."""
         self._held.extend(self.session.take_ready())
         while len(self._held) > self.max_held:

@@ -5,7 +5,9 @@ shows one frame per call is never more than a hop behind, as with a live session
 interrupt hands out a fresh hop at once): a frame is a speech frame while
 pushed audio remains (each takes 1/25 s of it), an idle frame otherwise; each frame carries its 1920 samples at
 48 kHz (the pushed level while speaking, silence idle) and a 16x16 picture whose red level is the frame's index.
-``interrupt`` drops the audio not yet made into frames. ``max_lead`` seconds of audio may wait; more raises
+``interrupt`` drops the audio not yet made into frames. Frames carry segment numbers as the engine's do: a speech frame
+its audio's segment, an idle frame the segment open when it was made (``end_segment`` closes one). ``max_lead``
+seconds of audio may wait; more raises
 ``Backpressure`` as a live session does. Frames are due at once (``clock_anchor`` None): the integrations are
 then driven as fast as their consumers take frames.
 """
@@ -35,6 +37,10 @@ class FastSession:
         self.max_lead = max_lead
         self.frames_per_call = frames_per_call
         self.pending = 0.0
+        self.pending_segments: list[list] = []
+        """[segment, seconds] of the audio pending, oldest first."""
+        self.segment = 0
+        self.segment_has_audio = False
         self.pushed_seconds = 0.0
         self.next_index = 0
         self.interrupts = 0
@@ -50,6 +56,8 @@ class FastSession:
             if self.pending + seconds > self.max_lead:
                 raise Backpressure(f"{self.pending:.2f} s waiting")
             self.pending += seconds
+            self.pending_segments.append([self.segment, seconds])
+            self.segment_has_audio = True
             self.pushed_seconds += seconds
 
     def take_ready(self) -> list[Frame]:
@@ -62,20 +70,42 @@ class FastSession:
                 return frames
             for _ in range(self.frames_per_call):
                 speech = self.pending > 1e-9
-                self.pending = max(self.pending - 1 / FPS, 0.0)
+                segment = self.pending_segments[0][0] if speech else self.segment
+                self._consume(1 / FPS)
                 image = torch.zeros(SIZE, SIZE, 3, dtype=torch.uint8)
                 image[..., 0] = self.next_index % 256
                 image[..., 1] = 255 if speech else 0
                 audio = np.full(AUDIO_SAMPLES_PER_FRAME, 0.25 if speech else 0.0, np.float32)
-                frames.append(Frame(self.next_index, image, audio, speech))
+                frames.append(Frame(self.next_index, image, audio, speech, segment=segment))
                 self.next_index += 1
             return frames
 
-    def interrupt(self) -> None:
+    def _consume(self, seconds: float) -> None:
+        self.pending = max(self.pending - seconds, 0.0)
+        while self.pending_segments and seconds > 1e-9:
+            taken = min(seconds, self.pending_segments[0][1])
+            self.pending_segments[0][1] -= taken
+            seconds -= taken
+            if self.pending_segments[0][1] <= 1e-9:
+                self.pending_segments.pop(0)
+
+    def end_segment(self) -> int | None:
+        with self._lock:
+            return self._close_segment()
+
+    def interrupt(self) -> int | None:
         with self._lock:
             self.pending = 0.0
+            self.pending_segments.clear()
             self.interrupts += 1
             self._calls = 0
+            return self._close_segment()
+
+    def _close_segment(self) -> int | None:
+        if not self.segment_has_audio:
+            return None
+        closed, self.segment, self.segment_has_audio = self.segment, self.segment + 1, False
+        return closed
 
     def close(self) -> None:
         self.closed = True

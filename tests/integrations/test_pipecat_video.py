@@ -148,7 +148,7 @@ def test_the_browser_sees_the_avatar_before_any_tts_and_no_speech_frame_after_an
                     pushed = time.monotonic()
                     deadline = pushed + 400
                     while not any(r.speech for r in service.stats.log):
-                        assert time.monotonic() < deadline, f"no speech frame within 400 s: {service.session.stats()}"
+                        assert time.monotonic() < deadline, f"no speech frame within 400 s: {service.backend.session.stats()}"
                         await asyncio.sleep(0.02)
                     first_speech = next(r for r in service.stats.log if r.speech)
                     await asyncio.sleep(0.5)  # the rest of its hop is shown and heard; the utterance's next frames are still rendering
@@ -174,7 +174,7 @@ def test_the_browser_sees_the_avatar_before_any_tts_and_no_speech_frame_after_an
             assert after["framesDecoded"] - before["framesDecoded"] >= 25, "pictures go on after the interruption"
             assert first["peakRms"] < 0.01, "silence before any speech"
             assert heard["peakRms"] > 0.05, f"the speech frames' tone was heard in the browser: {heard}"
-            assert service.session is not None and service.session.stats()["interrupts"] == 1
+            assert service.backend.session is not None and service.backend.session.stats()["interrupts"] == 1
             assert service.stats.slots >= service.stats.repeats > 0
         finally:
             for task in pipelines:
