@@ -11,7 +11,8 @@ video avatar's every pixel changes; a still-image avatar's studio stays put.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 
 import av
 import numpy as np
@@ -49,21 +50,31 @@ def encode_cost_ms(
     settings: H264Settings,
     frames: int = CALIBRATION_FRAMES,
     pictures: list[np.ndarray] | None = None,
+    clock: Callable[[], float] = time.perf_counter,
 ) -> float:
     """Median milliseconds of one output frame at ``width`` x ``height``: libx264 at ``settings`` (live), the frame's
-    Opus and its stereo AAC; ``pictures``: the I420 pictures to encode (default: ``moving_pictures``)."""
+    Opus and its stereo AAC; ``pictures``: the I420 pictures to encode (default: ``moving_pictures``); ``clock``: what
+    is timed (wall time by default)."""
     encoder, opus = X264Encoder(width, height, settings), OpusEncoder()
     aac, blocks = _aac(), AudioBlocks(AAC_BLOCK, channels=2)
     audio = (0.1 * np.sin(np.arange(AUDIO_SAMPLES_PER_FRAME) * 2 * np.pi * 440 / AUDIO_RATE)).astype(np.float32)
     times = []
     for index, picture in enumerate(pictures or moving_pictures(width, height, frames)):
-        started = time.perf_counter()
+        started = clock()
         encoder.encode_picture(encoder.prepare(picture), index)
         opus.encode(audio)
         for block in blocks.push(audio):
             aac.encode(block)
-        times.append(time.perf_counter() - started)
+        times.append(clock() - started)
     return round(float(np.median(times)) * 1000, 3)
+
+
+def stream_cost_ms(width: int, height: int, preset: str, frames: int = CALIBRATION_FRAMES) -> float:
+    """Milliseconds of one core per output frame of a ``width`` x ``height`` stream at ``preset`` (its size's default
+    settings): one libx264 thread timed by this thread's CPU clock, so neither the other streams of the process nor
+    the rest of the machine change the figure (admission counts streams by it, ``serving.service``)."""
+    settings = replace(OutputSettings(preset=preset).video(width, height), threads=1)
+    return encode_cost_ms(width, height, settings, frames, clock=time.thread_time)
 
 
 STANDARD_SIZES = ((1920, 1080), (1280, 720), (960, 540), (512, 512))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from streaming.encoders.cost import CostTable, encode_cost_ms, moving_pictures
+from streaming.encoders.cost import CostTable, encode_cost_ms, moving_pictures, stream_cost_ms
 from streaming.output_settings import OutputSettings
 
 
@@ -47,3 +47,10 @@ def test_given_pictures_are_the_ones_encoded_and_must_be_the_stream_s_size() -> 
     assert encode_cost_ms(320, 180, settings, pictures=moving_pictures(320, 180, 3)) > 0
     with pytest.raises(ValueError, match="320x180 I420 pictures"):
         encode_cost_ms(320, 180, settings, pictures=moving_pictures(160, 90, 3))
+
+
+def test_a_stream_s_cost_is_one_thread_s_cpu_time_and_grows_with_size_and_preset() -> None:
+    """The CPU clock of the measuring thread: what other threads and processes run meanwhile does not count in it."""
+    small, large = stream_cost_ms(320, 180, "ultrafast", frames=8), stream_cost_ms(1280, 720, "ultrafast", frames=8)
+    assert 0 < small < large
+    assert stream_cost_ms(1280, 720, "medium", frames=8) > large
