@@ -11,6 +11,7 @@ bitrate per size inside YouTube Live's recommended range and at or under the top
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -116,6 +117,23 @@ class OutputSettings:
                 raise OutputSettingsError(str(name), f"unknown setting; the settings are {', '.join(sorted(known))}")
         return cls(**value)
 
+    @classmethod
+    def from_text(cls, text: str) -> OutputSettings:
+        """The settings a command line gives: ``KEY=VALUE,...`` (``size=720p,bitrate_kbps=3500,preset=veryfast``;
+        numbers are read as numbers) or the JSON object itself; ValueError naming the first bad field."""
+        if text.lstrip().startswith("{"):
+            try:
+                return cls.from_json(json.loads(text))
+            except json.JSONDecodeError as exc:
+                raise ValueError(f'"output": not a JSON object ({exc})') from None
+        settings: dict[str, Any] = {}
+        for item in filter(None, (part.strip() for part in text.split(","))):
+            key, sep, value = item.partition("=")
+            if not sep or not key.strip():
+                raise ValueError(f'"output": KEY=VALUE pairs separated by commas (size=720p,preset=fast), got {item!r}')
+            settings[key.strip()] = _number_or_text(value.strip())
+        return cls.from_json(settings)
+
     def frame_size(self, width: int, height: int) -> tuple[int, int]:
         """The stream's (width, height) for an avatar of ``width`` x ``height``."""
         return output_size(width, height, self.size)
@@ -166,6 +184,16 @@ class OutputSettings:
             "gop_frames": video.gop,
             "audio": f"AAC {self.audio_channels} channel{'s' if self.audio_channels > 1 else ''} 48 kHz",
         }
+
+
+def _number_or_text(value: str) -> int | float | str:
+    """A command line's value: an int, else a float, else the text."""
+    for kind in (int, float):
+        try:
+            return kind(value)
+        except ValueError:
+            pass
+    return value
 
 
 def _even(value: float) -> int:

@@ -109,3 +109,14 @@ def test_describe_shows_what_the_settings_resolve_to_for_the_avatar() -> None:
     )
     assert shown["audio"] == "AAC 2 channels 48 kHz"
     assert OutputSettings().describe()["bitrate_kbps"] is None, "without the avatar: the request as given"
+
+
+def test_a_command_line_gives_key_value_pairs_or_the_json_object() -> None:
+    settings = OutputSettings.from_text("size=720p, bitrate_kbps=3500,keyframe_seconds=1.2,profile=main")
+    assert settings == OutputSettings(size="720p", bitrate_kbps=3500, keyframe_seconds=1.2, profile="main")
+    assert OutputSettings.from_text('{"audio_channels": 1}') == OutputSettings(audio_channels=1)
+    assert OutputSettings.from_text("") == OutputSettings()
+    with pytest.raises(OutputSettingsError, match=r'"output.bitrate_kbps": a whole number'):
+        OutputSettings.from_text("bitrate_kbps=fast")
+    with pytest.raises(ValueError, match="KEY=VALUE pairs"):
+        OutputSettings.from_text("720p")
