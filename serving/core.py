@@ -4,8 +4,8 @@
 ``module:function``, builds another runtime in place of the engine's: the tests' synthetic one). Three threads:
 the runtime's loop; this process's main thread, answering the front end's requests (open a
 session, pushed audio, controls, interrupt, end of a speech segment, end, close, stats) on a
-ROUTER socket; and the publisher, which takes every session's finished frames, converts them to
-I420 on the GPU straight into the session's shared-memory ring (``streaming.frame_ring``), and
+ROUTER socket; and the publisher, which takes every session's finished frames, scales them to the session's output
+size and converts them to I420 on the GPU straight into the session's shared-memory ring (``streaming.frame_ring``), and
 tells the session's output worker which frame is in which slot and which speech segments closed. No encoder, muxer, socket to a viewer
 or HTTP handler shares this interpreter, so the loop's Python work never waits behind theirs.
 """
@@ -33,12 +33,14 @@ from engine.runtime import AdmissionError, AudioError, Backpressure, SessionClos
 from engine.runtime.session import Frame, Session
 from serving.ipc import send_nowait, socket
 from serving.protocol import (
-    CloseSession, ControlsApplied, CoreConfig, CoreReady, CoreReply, CoreRequest, CoreStats, CoreStatsRequest, Done,
-    EndSegment, EndSession, FrameReady, Hello, Interrupt, OpenSession, Opened, PushAudio, Refused, SegmentNumber,
-    SegmentsClosed, SessionEnded, Shutdown, StreamEnded, StreamRing, UpdateControls, decode, encode, from_argument,
+    AvatarInfo, CloseSession, ControlsApplied, CoreConfig, CoreReady, CoreReply, CoreRequest, CoreStats,
+    CoreStatsRequest, DescribeAvatar, Done, EndSegment, EndSession, FrameReady, Hello, Interrupt, OpenSession, Opened,
+    PushAudio, Refused, SegmentNumber, SegmentsClosed, SessionEnded, Shutdown, StreamEnded, StreamRing, UpdateControls,
+    decode, encode, from_argument,
 )
 from serving.timeline import process_started
 from streaming.encoders.colour import rgb_to_i420_batch
+from streaming.encoders.scale import scale_frames
 from streaming.frame_ring import HEADER_BYTES, FrameRing
 
 log = logging.getLogger("ditto.core")
@@ -180,6 +182,12 @@ class EngineCore:
             case Shutdown():
                 self._stopping.set()
                 return Done()
+            case DescribeAvatar(avatar=name):
+                try:
+                    height, width = self.avatars.get(name).frames.shape[1:3]
+                except LookupError as exc:
+                    return Refused(str(exc.args[0]), "not_found")
+                return AvatarInfo(int(width), int(height))
             case OpenSession():
                 return self._open(request)
         core_session = self.sessions.get(request.id)
@@ -251,10 +259,11 @@ class EngineCore:
         except (ControlError, TypeError, ValueError) as exc:
             return Refused(str(exc), "invalid")
         height, width = avatar.frames.shape[1:3]
-        ring = FrameRing(None, int(width), int(height), create=True)
+        width, height = request.width or int(width), request.height or int(height)
+        ring = FrameRing(None, width, height, create=True)
         with self._lock:
             self.sessions[request.id] = CoreSession(request.id, session, ring, request.worker)
-        return Opened(int(width), int(height), ring.name, ring.slots)
+        return Opened(width, height, ring.name, ring.slots)
 
     # -- frames out (publisher thread) --------------------------------------------------------
 
@@ -304,15 +313,16 @@ class EngineCore:
         return bool(frames) or sent
 
     def _stage(self, core: CoreSession, frames: list[Frame], stream: torch.cuda.Stream | None) -> None:
-        """Convert ``frames`` to I420 and copy each into its ring slot (on CUDA: on the publisher's stream, DMA into
-        the ring, done when the recorded event is)."""
+        """Scale ``frames`` to the ring's size (the session's output size), convert them to I420 and copy each into its
+        ring slot (on CUDA: on the publisher's stream, DMA into the ring, done when the recorded event is)."""
         ring = core.ring
         anchor = core.session.clock_anchor
         slots = [ring.begin(f.index) for f in frames]
         for frame, slot in zip(frames, slots):
             ring.audio(slot)[:] = frame.audio
         if stream is None:
-            pictures = rgb_to_i420_batch(torch.stack([f.image for f in frames])).numpy()
+            images = scale_frames(torch.stack([f.image for f in frames]), ring.width, ring.height)
+            pictures = rgb_to_i420_batch(images).numpy()
             for frame, slot, picture in zip(frames, slots, pictures):
                 ring.picture(slot)[:] = picture
             core.staged.append((None, frames, anchor))
@@ -321,7 +331,8 @@ class EngineCore:
         for event in {id(f.ready): f.ready for f in frames if f.ready is not None}.values():
             stream.wait_event(event)
         with torch.cuda.stream(stream):
-            pictures = rgb_to_i420_batch(torch.stack([f.image for f in frames]))
+            images = scale_frames(torch.stack([f.image for f in frames]), ring.width, ring.height)
+            pictures = rgb_to_i420_batch(images)
             for slot, picture in zip(slots, pictures):
                 host[slot, HEADER_BYTES : HEADER_BYTES + ring.picture_bytes].view(picture.shape).copy_(picture, non_blocking=True)
             done = torch.cuda.Event()

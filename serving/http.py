@@ -1,7 +1,8 @@
 """The front end's HTTP side (aiohttp): the session API, and the routes every session has, behind the access rules.
 
     POST   /sessions         {"avatar": NAME, "rtmp": URL | [URL...], "mp4": PATH, "preview": bool,
-                              "overlap": 75, "seed": 0, "controls": {...}}   -> 201 {"id": ..., "urls": {...}, ...}
+                              "overlap": 75, "seed": 0, "controls": {...}, "output": {"size": "720p", ...}}
+                             -> 201 {"id": ..., "urls": {...}, ...}
     GET    /sessions         -> {"sessions": [...], "capacity": {...}, "avatars": [...]}
     GET    /sessions/{id}    -> the session: state, counters, URLs
     DELETE /sessions/{id}    -> ends it now; its outputs flush and close; 200 with its final state

@@ -79,8 +79,16 @@ class Shutdown:
 
 
 @dataclass(frozen=True, slots=True)
+class DescribeAvatar:
+    """The size of avatar ``avatar``'s frames (loaded from the cache on first use); answered with ``AvatarInfo``."""
+
+    avatar: str
+
+
+@dataclass(frozen=True, slots=True)
 class OpenSession:
-    """Open session ``id`` on the runtime; its frames go to the worker at ``worker``. Answered with ``Opened``."""
+    """Open session ``id`` on the runtime; its frames go to the worker at ``worker``, scaled to ``width`` x ``height``
+    (0: the avatar's own size). Answered with ``Opened``."""
 
     id: str
     avatar: str
@@ -89,6 +97,8 @@ class OpenSession:
     seed: int
     controls: dict[str, Any] | None
     worker: str
+    width: int = 0
+    height: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,6 +169,14 @@ class CoreStats:
 
     runtime: Stats
     sessions: dict[str, Stats]
+
+
+@dataclass(frozen=True, slots=True)
+class AvatarInfo:
+    """An avatar's frame size: what a session's output size is derived from (``streaming.output_settings``)."""
+
+    width: int
+    height: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -252,12 +270,15 @@ class StreamEnded:
 
 @dataclass(frozen=True, slots=True)
 class SessionOutputs:
-    """Where session ``id``'s stream goes: RTMP URLs, an MP4 path, the WebRTC preview (relayed to the front end)."""
+    """Where session ``id``'s stream goes: RTMP URLs, an MP4 path, the WebRTC preview (relayed to the front end);
+    ``output``: how it is encoded, ``OutputSettings`` as its JSON fields (empty: the defaults), resolved at the ring's
+    size (the stream's own: a named size resolves to itself)."""
 
     id: str
     rtmp: tuple[str, ...]
     mp4: str | None
     preview: bool
+    output: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -351,10 +372,10 @@ class OutputsClosed:
 
 
 CoreRequest = (  # what the core's ROUTER receives, each answered with one CoreReply
-    Hello | CoreStatsRequest | Shutdown | OpenSession | PushAudio | UpdateControls | Interrupt | EndSegment
-    | EndSession | CloseSession
+    Hello | CoreStatsRequest | Shutdown | DescribeAvatar | OpenSession | PushAudio | UpdateControls | Interrupt
+    | EndSegment | EndSession | CloseSession
 )
-CoreReply = CoreReady | CoreStats | Opened | ControlsApplied | SegmentNumber | Done | Refused
+CoreReply = CoreReady | CoreStats | AvatarInfo | Opened | ControlsApplied | SegmentNumber | Done | Refused
 ToWorker = (
     StreamRing | FrameReady | SegmentsClosed | StreamEnded | SessionOutputs | RequestKeyframe | PreviewWatched
     | RemoveStream | Shutdown

@@ -36,12 +36,14 @@ from serving.client import CoreClient
 from serving.core import resident_mb
 from serving.ipc import ServiceError, endpoint, send_nowait, socket
 from serving.protocol import (
-    CloseSession, CoreConfig, CoreReady, CoreStatsRequest, Event, Hello, OpenSession, OutputFailed, OutputsClosed,
+    CloseSession, CoreConfig, CoreReady, CoreStatsRequest, DescribeAvatar, Event, Hello, OpenSession, OutputFailed,
+    OutputsClosed,
     Playback, PreviewEnded, PreviewPacket, PreviewWatched, RemoveStream, RequestKeyframe, SessionEnded, SessionOutputs,
     Shutdown, ToWorker, WorkerConfig, WorkerReady, WorkerStats, decode, to_argument,
 )
 from serving.sessions import RemoteSession, ServedSession, SessionError, SessionSpec
 from streaming.output import SILENCE, EncodedFrame
+from streaming.output_settings import OutputSettingsError
 from streaming.sinks.webrtc import WebRtcPreview
 
 log = logging.getLogger("serving.service")
@@ -207,16 +209,23 @@ class Service:
         return {"runtime": runtime, "outputs": outputs, "admitted": admitted}
 
     async def create(self, spec: SessionSpec, session_id: str | None = None) -> ServedSession:
-        """Open a session: its outputs on the least loaded worker with room, then the session on the core."""
+        """Open a session: its avatar's size gives its stream's (its output settings checked against it), its outputs on
+        the least loaded worker with room, then the session on the core."""
         if self.failure is not None:
             raise SessionError(f"the service has failed: {self.failure}", "closed")
         if self.refusing is not None:
             raise SessionError(self.refusing, "admission")
+        avatar = await self.core.request(DescribeAvatar(spec.avatar))
+        try:
+            output = spec.output.describe(avatar.width, avatar.height)
+        except OutputSettingsError as exc:
+            raise SessionError(str(exc), "invalid") from None
+        width, height = output["width"], output["height"]
         session_id = session_id or secrets.token_hex(4)
         if session_id in self.sessions and self.sessions[session_id].live:
             raise SessionError(f"session {session_id!r} exists", "invalid")
         worker = self._pick_worker()
-        session = ServedSession(session_id, spec, worker.index)
+        session = ServedSession(session_id, spec, worker.index, output=output)
         if spec.preview:
             session.preview = WebRtcPreview(
                 self._loop,
@@ -227,11 +236,13 @@ class Service:
         session.audio = RemoteSession(self.core, session_id, self._loop, spec.latency)
         self.sessions[session_id] = session
         worker.sessions.add(session_id)
-        self._to_worker(session, SessionOutputs(session_id, spec.rtmp, spec.recording, spec.preview))
+        outputs = SessionOutputs(session_id, spec.rtmp, spec.recording, spec.preview, spec.output.describe())
+        self._to_worker(session, outputs)
         try:
             opened = await self.core.request(
                 OpenSession(
-                    session_id, spec.avatar, spec.overlap, spec.latency, spec.seed, spec.controls, worker.address
+                    session_id, spec.avatar, spec.overlap, spec.latency, spec.seed, spec.controls, worker.address,
+                    width, height,
                 )
             )
         except BaseException:

@@ -21,8 +21,9 @@ from engine.latency import FAITHFUL, MODES, latency_mode
 from engine.nesting import load_json
 from serving.ipc import ServiceError
 from serving.protocol import EndSegment, EndSession, Interrupt, PushAudio, UpdateControls
+from streaming.output_settings import OutputSettings
 from streaming.sinks.webrtc import WebRtcPreview
-from streaming.targets import TargetError, check_rtmp_urls, masked_rtmp_url, resolve_mp4_target
+from streaming.targets import TargetError, check_rtmp_urls, check_srt_url, masked_rtmp_url, resolve_mp4_target
 
 if TYPE_CHECKING:
     from serving.client import CoreClient
@@ -30,7 +31,7 @@ if TYPE_CHECKING:
 PUSH_SPLIT_SECONDS = 1.0
 """Pushed audio goes to the core in pieces of at most this much, so no piece waits for more room than a session has."""
 BACKPRESSURE_WAIT = 0.05
-SPEC_FIELDS = ("avatar", "rtmp", "mp4", "preview", "latency", "overlap", "seed", "controls")
+SPEC_FIELDS = ("avatar", "rtmp", "srt", "mp4", "preview", "latency", "overlap", "seed", "controls", "output")
 """The fields of a ``POST /sessions`` body."""
 AVATAR_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 """A client names a registered avatar; never a path (the server reads no folder a client points it at)."""
@@ -59,6 +60,8 @@ class SessionSpec:
     seed: int = 0
     controls: dict[str, Any] | None = None
     latency: str = FAITHFUL.name
+    output: OutputSettings = OutputSettings()
+    """How the stream is encoded: its size, bitrate, preset, GOP, profile, audio (``streaming.output_settings``)."""
 
     recording: str | None = field(default=None, repr=False)
     """The MP4 target's absolute path inside the recordings folder (``mp4`` is the client's name, the one shown)."""
@@ -81,10 +84,13 @@ class SessionSpec:
             if mp4 is not None:
                 recording = str(recording_path(mp4, recordings))
             controls = check_changes(body["controls"]) if body.get("controls") is not None else None
-        except TargetError as exc:
-            raise SessionError(str(exc), "invalid") from None
+            if body.get("srt") is not None:
+                check_srt_urls(body["srt"])
+            output = OutputSettings.from_json(body.get("output"))
         except ControlError as exc:
             raise SessionError(f'"controls": {exc}', "invalid") from None
+        except ValueError as exc:  # TargetError, OutputSettingsError and a bad "output" name their field
+            raise SessionError(str(exc), "invalid") from None
         latency = body.get("latency", FAITHFUL.name)
         try:
             latency = latency_mode(latency).name
@@ -97,7 +103,18 @@ class SessionSpec:
         for key, value, low, high in (("overlap", overlap, 0, 79), ("seed", seed, 0, 2**31 - 1)):
             if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
                 raise SessionError(f'"{key}" is an integer from {low} to {high}, got {value!r}', "invalid")
-        return cls(avatar, rtmp, mp4, preview, overlap, seed, controls, latency, recording)
+        return cls(avatar, rtmp, mp4, preview, overlap, seed, controls, latency, output, recording)
+
+
+def check_srt_urls(value: Any) -> None:
+    """Refuse a session's SRT outputs, saying why: this FFmpeg cannot send SRT (``streaming.protocols``), or, where it
+    can, the service has no SRT output yet; TargetError either way, naming the field."""
+    urls = [value] if isinstance(value, str) else value
+    if not isinstance(urls, list):
+        raise TargetError("srt", "an srt://host:port URL or a list of them")
+    for url in urls:
+        check_srt_url(url)
+    raise TargetError("srt", "this service has no SRT output yet; send RTMP to a media server that relays it as SRT")
 
 
 def recording_path(name: Any, recordings: Path | None) -> Path:
@@ -137,6 +154,8 @@ class ServedSession:
     """Over the last second more than DEGRADED_SHARE of its output slots were repeats: the device cannot keep up."""
     behind: bool = False
     """Its newest rendered frame is more than BEHIND_SECONDS behind its live clock (said once in the log)."""
+    output: dict[str, Any] = field(default_factory=dict)
+    """Its output settings in force (``OutputSettings.describe`` at its avatar's size)."""
 
     @property
     def name(self) -> str:
@@ -163,6 +182,7 @@ class ServedSession:
                 "rtmp": [masked_rtmp_url(url) for url in self.spec.rtmp], "mp4": self.spec.mp4,
                 "preview": self.spec.preview,
             },
+            "output": self.output,
             "latency": self.spec.latency,
             "overlap": self.spec.overlap if self.spec.overlap is not None else MODES[self.spec.latency].overlap,
             "seed": self.spec.seed,

@@ -4,7 +4,8 @@
 socket: the engine core announces each session's frame ring there, then each frame's slot and the
 speech segments it closed (for the playback events, ``streaming.playback``); the front end says
 which outputs a session has (RTMP URLs, an MP4 path, the WebRTC preview), whether anyone watches
-the preview (its packets go to the front end only then) and asks for keyframes. Each session
+the preview (its packets go to the front end only then) and asks for keyframes; each stream is
+encoded at its session's output settings (``streaming.output_settings``). Each session
 runs a ``SessionOutput`` over its ring (its own output clock: repeats when the GPU is late, never
 a late timeline). The preview's encoded packets and the playback events go to the front end,
 which holds the browsers' peer connections and the push WebSockets. Once a second it reports
@@ -42,6 +43,7 @@ from streaming.encoders.x264 import X264Encoder
 from streaming.frame_ring import FrameRing, i420_bytes
 from streaming.frames import AUDIO_SAMPLES_PER_FRAME
 from streaming.output import EncodedFrame, SessionOutput
+from streaming.output_settings import OutputSettings
 from streaming.playback import PlaybackEvents
 from streaming.sinks.mp4 import Mp4Sink
 from streaming.sinks.rtmp import RtmpSink
@@ -271,15 +273,20 @@ class Worker:
             self.streams.pop(stream.id, None)
             return
         spec = stream.outputs
+        settings = OutputSettings.from_json(spec.output)
+        channels = settings.audio_channels
         output = SessionOutput(
-            stream.source, encoder="x264", settings=H264Settings(), name=stream.id,
+            stream.source, encoder="x264", settings=settings.video(ring.width, ring.height), name=stream.id,
             on_sink_failed=lambda sink, message: self.emit(OutputFailed(stream.id, sink, message)),
         )
         stream.playback = PlaybackEvents(lambda event: self.emit(playback(stream.id, event)))
         output.add_sink(stream.playback)
-        sinks = [("rtmp", lambda url=url: RtmpSink(url, output.request_keyframe)) for url in spec.rtmp]
+        sinks = [
+            ("rtmp", lambda url=url: RtmpSink(url, output.request_keyframe, audio_channels=channels))
+            for url in spec.rtmp
+        ]
         if spec.mp4:
-            sinks.append(("mp4", lambda: Mp4Sink(spec.mp4, output.request_keyframe)))
+            sinks.append(("mp4", lambda: Mp4Sink(spec.mp4, output.request_keyframe, audio_channels=channels)))
         for name, make in sinks:
             try:
                 output.add_sink(make())

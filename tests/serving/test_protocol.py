@@ -16,6 +16,8 @@ EXAMPLES = [
     PreviewPacket("s1", 3, 1280, 720, b"\x00\x00\x01", True, ((120, b"opus"),), False),
     Refused("no session 's2'", "not_found"),
     protocol.Hello(),
+    protocol.SessionOutputs("s1", ("rtmp://h/a/k",), None, True, {"size": "720p", "bitrate_kbps": 3500}),
+    protocol.OpenSession("s1", "anchor", None, "faithful", 0, None, "ipc:///tmp/x/w", 1280, 720),
 ]
 
 

@@ -3,7 +3,9 @@
 The service's core process builds it in place of the engine's (``ServiceOptions.runtime``), so the
 tests run the real processes (front end, core, output workers), sockets and shared memory on two
 CPU cores in seconds. Each avatar name gives frames of its own size; frames are the streaming
-tests' synthetic pictures (index bits, flashes) on the session's live clock, ``LEAD`` ahead.
+tests' synthetic pictures (index bits, flashes) on the session's live clock, ``LEAD`` ahead. ``anchor1080`` makes
+1920x1080 frames, one a second (a CPU converts a 1080p frame to I420 in a good part of a second; the stream repeats it
+meanwhile, and its encoder settings are what the broadcast tests read).
 A session whose avatar is ``slow`` makes frames at half speed (the overload case), ``crawl`` one frame every 2 s
 (the engine on a CPU).
 """
@@ -25,7 +27,7 @@ from engine.timebase import FPS
 from serving.protocol import CoreConfig
 from tests.streaming.synthetic import picture, sound
 
-AVATARS = {"anna": (64, 64), "ben": (96, 64), "slow": (64, 64), "crawl": (128, 128)}
+AVATARS = {"anna": (64, 64), "ben": (96, 64), "slow": (64, 64), "crawl": (128, 128), "anchor1080": (1920, 1080)}
 LEAD = 0.2
 CAPACITY = 4
 
@@ -52,15 +54,16 @@ class FakeAvatars:
 
 
 class FakeSession:
-    """Frames on a live clock from its opening (half speed for ``slow``, one every 2 s for ``crawl``); takes pushed
-    audio as a live session does: up to 5 s ahead of its clock, then ``Backpressure`` until the clock catches up.
-    Pushed audio becomes speech frames (one per 40 ms pushed), numbered by segment as the engine's frames are."""
+    """Frames on a live clock from its opening (half speed for ``slow``, one every 2 s for ``crawl``, one a second for
+    ``anchor1080``); takes pushed audio as a live session does: up to 5 s ahead of its clock, then ``Backpressure``
+    until the clock catches up. Pushed audio becomes speech frames (one per 40 ms pushed), numbered by segment as the
+    engine's frames are."""
 
     def __init__(self, avatar: FakeAvatar, seed: int) -> None:
         self.avatar, self.seed = avatar, seed
         self.height, self.width = avatar.frames.shape[1:3]
         self.clock_anchor = time.monotonic() + LEAD
-        self.period = {"slow": 2 / FPS, "crawl": 2.0}.get(avatar.name, 1 / FPS)
+        self.period = {"slow": 2 / FPS, "crawl": 2.0, "anchor1080": 1.0}.get(avatar.name, 1 / FPS)
         self.next_index = 0
         self.pushed_seconds = 0.0
         self.ending_at: int | None = None
