@@ -3,7 +3,7 @@
     POST   /sessions         {"avatar": NAME, "rtmp": URL | [URL...], "mp4": PATH, "preview": bool,
                               "overlap": 75, "seed": 0, "controls": {...}, "output": {"size": "720p", ...}}
                              -> 201 {"id": ..., "urls": {...}, ...}
-    GET    /sessions         -> {"sessions": [...], "capacity": {...}, "avatars": [...]}
+    GET    /sessions         -> {"sessions": [...], "capacity": {...}, "encoding": {...}, "avatars": [...]}
     GET    /sessions/{id}    -> the session: state, counters, URLs
     DELETE /sessions/{id}    -> ends it now; its outputs flush and close; 200 with its final state
 
@@ -144,6 +144,7 @@ def create_service_app(
             {
                 "sessions": [described(request, s) for s in service.sessions.values()],
                 "capacity": service.capacity(),
+                "encoding": service.encoding(),
                 "avatars": list(service.core_info.avatars) if service.core_info else [],
             }
         )

@@ -303,16 +303,38 @@ class RemoveStream:
     id: str
 
 
+@dataclass(frozen=True, slots=True)
+class MeasureCost:
+    """Measure what one output frame of ``width`` x ``height`` at x264 ``preset`` costs a core; answered with
+    ``CostMeasured`` (the worker's streams go on meanwhile)."""
+
+    width: int
+    height: int
+    preset: str
+
+
 # -- output worker -> front end -----------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)
 class WorkerReady:
-    """Worker ``worker`` is ready: its measured cost per 1280x720 frame and the steps of its start."""
+    """Worker ``worker`` is ready: the steps of its start."""
 
     worker: int
-    encode_ms: float
     marks: dict[str, float]
+
+
+@dataclass(frozen=True, slots=True)
+class CostMeasured:
+    """What ``MeasureCost`` found: core milliseconds per output frame (``streaming.encoders.cost.stream_cost_ms``), or
+    ``error``: why it could not measure."""
+
+    worker: int
+    width: int
+    height: int
+    preset: str
+    ms: float
+    error: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -378,11 +400,12 @@ CoreRequest = (  # what the core's ROUTER receives, each answered with one CoreR
 CoreReply = CoreReady | CoreStats | AvatarInfo | Opened | ControlsApplied | SegmentNumber | Done | Refused
 ToWorker = (
     StreamRing | FrameReady | SegmentsClosed | StreamEnded | SessionOutputs | RequestKeyframe | PreviewWatched
-    | RemoveStream | Shutdown
+    | RemoveStream | MeasureCost | Shutdown
 )
 """What an output worker's inbox receives, from the core (a session's frames) and the front end (its outputs)."""
 Event = (
-    SessionEnded | WorkerReady | WorkerStats | PreviewPacket | PreviewEnded | Playback | OutputFailed | OutputsClosed
+    SessionEnded | WorkerReady | CostMeasured | WorkerStats | PreviewPacket | PreviewEnded | Playback | OutputFailed
+    | OutputsClosed
 )
 """What the front end's events socket receives, from the core and the workers."""
 Message = CoreRequest | CoreReply | ToWorker | Event

@@ -36,19 +36,26 @@ from serving.client import CoreClient
 from serving.core import resident_mb
 from serving.ipc import ServiceError, endpoint, send_nowait, socket
 from serving.protocol import (
-    CloseSession, CoreConfig, CoreReady, CoreStatsRequest, DescribeAvatar, Event, Hello, OpenSession, OutputFailed,
-    OutputsClosed,
-    Playback, PreviewEnded, PreviewPacket, PreviewWatched, RemoveStream, RequestKeyframe, SessionEnded, SessionOutputs,
-    Shutdown, ToWorker, WorkerConfig, WorkerReady, WorkerStats, decode, to_argument,
+    CloseSession, CoreConfig, CoreReady, CoreStatsRequest, CostMeasured, DescribeAvatar, Event, Hello, MeasureCost,
+    OpenSession, OutputFailed, OutputsClosed, Playback, PreviewEnded, PreviewPacket, PreviewWatched, RemoveStream,
+    RequestKeyframe, SessionEnded, SessionOutputs, Shutdown, ToWorker, WorkerConfig, WorkerReady, WorkerStats, decode,
+    to_argument,
 )
 from serving.sessions import RemoteSession, ServedSession, SessionError, SessionSpec
 from streaming.output import SILENCE, EncodedFrame
-from streaming.output_settings import OutputSettingsError
+from streaming.output_settings import OutputSettings, OutputSettingsError
+from streaming.protocols import srt_unavailable
 from streaming.sinks.webrtc import WebRtcPreview
 
 log = logging.getLogger("serving.service")
 UTILIZATION = 0.8
-"""Share of a frame period an output worker's encoders may fill (as the runtime admits against 0.8 of each hop)."""
+"""Share of a core an output worker's encoders may fill (as the runtime admits against 0.8 of each hop)."""
+FRAME_MS = 1000 / FPS
+REFERENCE_STREAM = (1280, 720, OutputSettings().preset)
+"""With no session live, the outputs' capacity is counted in streams of this size at the default preset (measured at
+start)."""
+COST_TIMEOUT = 60.0
+"""Seconds a worker has to measure a stream's cost (about a second of one core at 1080p and the slowest preset)."""
 DELETE_TIMEOUT = 10.0
 STATS_TIMEOUT = 5.0
 """Seconds the core has to answer a stats request by default (its request thread answers while the loop ticks)."""
@@ -60,22 +67,20 @@ KEPT_ENDED = 100
 
 @dataclass
 class WorkerProcess:
-    """One output worker: its process, its inbox, its measured cost and the sessions it holds."""
+    """One output worker: its process, its inbox and the sessions it holds."""
 
     index: int
     address: str
     process: subprocess.Popen
     inbox: zmq.Socket
-    encode_ms: float | None = None
     marks: dict[str, float] = field(default_factory=dict)
     sessions: set[str] = field(default_factory=set)
     ready: asyncio.Event = field(default_factory=asyncio.Event)
 
-    def slots(self) -> int:
-        """Streams this worker can encode in real time at 1280x720 (its measured cost per frame), at UTILIZATION."""
-        if not self.encode_ms:
-            return 0
-        return max(1, math.floor(UTILIZATION * 1000 / FPS / self.encode_ms))
+    @property
+    def alive(self) -> bool:
+        """Started, and not exited."""
+        return self.ready.is_set() and self.process.poll() is None
 
 
 @dataclass(frozen=True)
@@ -125,6 +130,10 @@ class Service:
             self.recordings.mkdir(parents=True, exist_ok=True)
         self.refusing: str | None = None
         """Set to a reason to stop admitting new sessions while the live ones go on (a cluster replica draining)."""
+        self.costs: dict[tuple[int, int, str], float] = {}
+        """Core milliseconds per output frame by (width, height, preset), each measured once by a worker."""
+        self._measuring: dict[tuple[int, int, str], tuple[int, asyncio.Future]] = {}
+        """Costs being measured: (the measuring worker, the future of its answer)."""
 
     # -- start and stop ---------------------------------------------------------------------
 
@@ -152,6 +161,9 @@ class Service:
             raise ServiceError(self.failure)
         self.core_info = hello.result()
         await asyncio.gather(*(w.ready.wait() for w in self._workers))
+        await self.cost_ms(*REFERENCE_STREAM)
+        if (reason := srt_unavailable()) is not None:
+            log.info("%s", reason)
         core_marks = {"spawned": spawned, **self.core_info.marks}
         log.info("%s", timeline.describe(launched, time.time(), core_marks, [w.marks for w in self._workers]))
 
@@ -202,15 +214,59 @@ class Service:
 
     def capacity(self) -> dict[str, int | None]:
         """Live sessions the service serves in real time: the device's (measured at the core's warm-up), the outputs'
-        (the workers' measured encode cost), and the smaller, which is what it admits."""
+        (the live sessions, and as many more streams as the workers' free budget holds at the live ones' mean cost, or
+        with none live, of REFERENCE_STREAM), and the smaller, which is what it admits."""
         runtime = self.core_info.capacity if self.core_info is not None else None
-        outputs = sum(w.slots() for w in self._workers if w.process.poll() is None)
+        live = self._live()
+        costs = [s.cost_ms for s in live if s.cost_ms]
+        reference = sum(costs) / len(costs) if costs else self.costs.get(REFERENCE_STREAM)
+        free = max(0.0, self.budget_ms() - self.load_ms())
+        outputs = len(live) + math.floor(free / reference) if reference else 0
         admitted = outputs if runtime is None else min(runtime, outputs)
         return {"runtime": runtime, "outputs": outputs, "admitted": admitted}
 
+    def budget_ms(self) -> float:
+        """Core milliseconds per frame the output workers encode in real time: UTILIZATION of a core each."""
+        return UTILIZATION * FRAME_MS * sum(w.alive for w in self._workers)
+
+    def load_ms(self, worker: WorkerProcess | None = None) -> float:
+        """What the live sessions' streams (of ``worker``, or all) cost a core per frame."""
+        return sum(s.cost_ms for s in self._live() if worker is None or s.worker == worker.index)
+
+    def encoding(self) -> dict[str, Any]:
+        """The outputs' budget and load (core milliseconds per frame) and every cost measured, as ``GET /sessions``
+        shows them."""
+        return {
+            "budget_ms": round(self.budget_ms(), 1),
+            "live_ms": round(self.load_ms(), 1),
+            "costs": {f"{w}x{h} {preset}": ms for (w, h, preset), ms in sorted(self.costs.items())},
+        }
+
+    async def cost_ms(self, width: int, height: int, preset: str) -> float:
+        """What a ``width`` x ``height`` stream at ``preset`` costs a core per frame: measured by a worker the first
+        time it is asked for (about a second), then known."""
+        key = (width, height, preset)
+        if key in self.costs:
+            return self.costs[key]
+        if key not in self._measuring:
+            alive = [w for w in self._workers if w.alive]
+            if not alive:
+                raise SessionError("no output worker is running (starting or being replaced); retry", "admission")
+            worker = min(alive, key=self.load_ms)
+            if not send_nowait(worker.inbox, MeasureCost(width, height, preset)):
+                raise SessionError(f"output worker {worker.index} is not taking messages; retry", "internal")
+            self._measuring[key] = (worker.index, self._loop.create_future())
+        try:
+            return await asyncio.wait_for(asyncio.shield(self._measuring[key][1]), COST_TIMEOUT)
+        except asyncio.TimeoutError:
+            self._measuring.pop(key, None)
+            raise SessionError(
+                f"measuring what a {width}x{height} {preset} stream costs took over {COST_TIMEOUT:.0f} s", "internal"
+            ) from None
+
     async def create(self, spec: SessionSpec, session_id: str | None = None) -> ServedSession:
-        """Open a session: its avatar's size gives its stream's (its output settings checked against it), its outputs on
-        the least loaded worker with room, then the session on the core."""
+        """Open a session: its avatar's size gives its stream's, whose measured cost must fit the outputs' budget; its
+        outputs on the least loaded worker, then the session on the core."""
         if self.failure is not None:
             raise SessionError(f"the service has failed: {self.failure}", "closed")
         if self.refusing is not None:
@@ -220,12 +276,13 @@ class Service:
             output = spec.output.describe(avatar.width, avatar.height)
         except OutputSettingsError as exc:
             raise SessionError(str(exc), "invalid") from None
-        width, height = output["width"], output["height"]
+        width, height, preset = output["width"], output["height"], spec.output.preset
+        cost = await self.cost_ms(width, height, preset)
         session_id = session_id or secrets.token_hex(4)
         if session_id in self.sessions and self.sessions[session_id].live:
             raise SessionError(f"session {session_id!r} exists", "invalid")
-        worker = self._pick_worker()
-        session = ServedSession(session_id, spec, worker.index, output=output)
+        worker = self._pick_worker(width, height, preset, cost)
+        session = ServedSession(session_id, spec, worker.index, cost_ms=cost, output={**output, "cost_ms": cost})
         if spec.preview:
             session.preview = WebRtcPreview(
                 self._loop,
@@ -253,18 +310,21 @@ class Service:
         session.width, session.height, session.state = opened.width, opened.height, "live"
         return session
 
-    def _pick_worker(self) -> WorkerProcess:
-        alive = [w for w in self._workers if w.process.poll() is None and w.encode_ms]
-        open_slots = [w for w in alive if len(w.sessions) < w.slots() or not self.options.admission]
-        if not open_slots:
-            capacity = self.capacity()
+    def _pick_worker(self, width: int, height: int, preset: str, cost: float) -> WorkerProcess:
+        """The least loaded worker, when the outputs' budget holds one more stream of ``cost`` (or admission is off)."""
+        alive = [w for w in self._workers if w.alive]
+        if not alive:
+            raise SessionError("no output worker is running (starting or being replaced); retry", "admission")
+        load, budget = self.load_ms(), self.budget_ms()
+        if self.options.admission and load + cost > budget:
             raise SessionError(
-                f"the outputs are full: {len(self._live())} live session(s), the output workers encode at most "
-                f"{capacity['outputs']} in real time ({', '.join(f'{w.encode_ms} ms' for w in alive)} per 1280x720 frame); "
-                "end a session or start the service with more --output-workers",
+                f"the outputs are full: a {width}x{height} {preset} stream costs {cost:.1f} ms of a core per frame, "
+                f"and {len(self._live())} live session(s) take {load:.1f} of the {budget:.1f} ms that {len(alive)} "
+                "output worker(s) encode in real time; end a session, choose a smaller output size or a faster "
+                "preset, or start the service with more --output-workers (a core each)",
                 "admission",
             )
-        return min(open_slots, key=lambda w: len(w.sessions))
+        return min(alive, key=self.load_ms)
 
     def _to_worker(self, session: ServedSession, message: ToWorker) -> None:
         worker = self._workers[session.worker]
@@ -330,10 +390,21 @@ class Service:
 
     def _event(self, message: Event) -> None:
         match message:
-            case WorkerReady(worker=index, encode_ms=encode_ms, marks=marks):
+            case WorkerReady(worker=index, marks=marks):
                 worker = self._workers[index]
-                worker.encode_ms, worker.marks = encode_ms, marks
+                worker.marks = marks
                 worker.ready.set()
+            case CostMeasured(width=width, height=height, preset=preset, ms=ms, error=error):
+                key = (width, height, preset)
+                if error is None:
+                    self.costs[key] = ms
+                _, future = self._measuring.pop(key, (None, None))
+                if future is not None and not future.done():
+                    if error is None:
+                        future.set_result(ms)
+                    else:
+                        text = f"the output worker could not encode a {width}x{height} {preset} stream: {error}"
+                        future.set_exception(SessionError(text, "internal"))
             case WorkerStats(streams=streams):
                 for session_id, values in streams.items():
                     if session_id in self.sessions:
@@ -458,6 +529,11 @@ class Service:
                 session.audio.fail(message)
                 session.closed.set()
                 asyncio.ensure_future(self._close_quietly(session_id))
+        for key, (index, future) in list(self._measuring.items()):
+            if index == worker.index:
+                del self._measuring[key]
+                if not future.done():
+                    future.set_exception(SessionError(f"{message} while measuring a stream's cost; retry", "internal"))
         worker.inbox.close()
         self._workers[worker.index] = self._spawn_worker(worker.index)
 

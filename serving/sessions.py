@@ -154,8 +154,10 @@ class ServedSession:
     """Over the last second more than DEGRADED_SHARE of its output slots were repeats: the device cannot keep up."""
     behind: bool = False
     """Its newest rendered frame is more than BEHIND_SECONDS behind its live clock (said once in the log)."""
+    cost_ms: float = 0.0
+    """What encoding its stream costs a core per frame (its size and preset, measured): what admission counts."""
     output: dict[str, Any] = field(default_factory=dict)
-    """Its output settings in force (``OutputSettings.describe`` at its avatar's size)."""
+    """Its output settings in force (``OutputSettings.describe`` at its avatar's size) and ``cost_ms``."""
 
     @property
     def name(self) -> str:

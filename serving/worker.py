@@ -3,9 +3,10 @@
 ``python -m serving.worker CONFIG_JSON`` (started by ``serving.service``). It binds one PULL
 socket: the engine core announces each session's frame ring there, then each frame's slot and the
 speech segments it closed (for the playback events, ``streaming.playback``); the front end says
-which outputs a session has (RTMP URLs, an MP4 path, the WebRTC preview), whether anyone watches
-the preview (its packets go to the front end only then) and asks for keyframes; each stream is
-encoded at its session's output settings (``streaming.output_settings``). Each session
+which outputs a session has (RTMP URLs, an MP4 path, the WebRTC preview) and how they are encoded
+(``streaming.output_settings``), whether anyone watches the preview (its packets go to the front end
+only then), asks for keyframes, and asks what a stream of a given size and preset costs a core (measured
+on a thread of its own, for admission). Each session
 runs a ``SessionOutput`` over its ring (its own output clock: repeats when the GPU is late, never
 a late timeline). The preview's encoded packets and the playback events go to the front end,
 which holds the browsers' peer connections and the push WebSockets. Once a second it reports
@@ -32,16 +33,13 @@ import zmq
 from engine.timebase import FPS
 from serving.ipc import send_nowait, socket
 from serving.protocol import (
-    Event, FrameReady, OutputFailed, OutputsClosed, Playback, PreviewEnded, PreviewPacket, PreviewWatched, RemoveStream,
-    RequestKeyframe, SegmentsClosed, SessionOutputs, Shutdown, StreamEnded, StreamRing, ToWorker, WorkerConfig,
-    WorkerReady, WorkerStats, decode, from_argument,
+    CostMeasured, Event, FrameReady, MeasureCost, OutputFailed, OutputsClosed, Playback, PreviewEnded, PreviewPacket,
+    PreviewWatched, RemoveStream, RequestKeyframe, SegmentsClosed, SessionOutputs, Shutdown, StreamEnded, StreamRing,
+    ToWorker, WorkerConfig, WorkerReady, WorkerStats, decode, from_argument,
 )
 from serving.timeline import process_started
-from streaming.encoders.audio import OpusEncoder
-from streaming.encoders.h264 import H264Settings
-from streaming.encoders.x264 import X264Encoder
-from streaming.frame_ring import FrameRing, i420_bytes
-from streaming.frames import AUDIO_SAMPLES_PER_FRAME
+from streaming.encoders.cost import stream_cost_ms
+from streaming.frame_ring import FrameRing
 from streaming.output import EncodedFrame, SessionOutput
 from streaming.output_settings import OutputSettings
 from streaming.playback import PlaybackEvents
@@ -50,8 +48,8 @@ from streaming.sinks.rtmp import RtmpSink
 
 log = logging.getLogger("ditto.worker")
 STATS_EVERY = 1.0
-CALIBRATION_SIZE = (1280, 720)
-CALIBRATION_FRAMES = 2 * FPS
+COST_FRAMES = 15
+"""Frames a cost is measured on: an IDR and the P-frames after it (their median is a P-frame's)."""
 
 
 @dataclass
@@ -188,10 +186,8 @@ class Worker:
             return send_nowait(self._events, message)
 
     def run(self) -> None:
-        imported = time.time()
-        encode_ms = calibrate()
-        marks = {"started": process_started(), "imported": imported, "ready": time.time()}
-        self.emit(WorkerReady(self.index, encode_ms, marks))
+        marks = {"started": process_started(), "imported": time.time(), "ready": time.time()}
+        self.emit(WorkerReady(self.index, marks))
         next_stats = time.monotonic() + STATS_EVERY
         try:
             while not self._stop and os.getppid() == self._parent:
@@ -226,6 +222,9 @@ class Worker:
         """One message from the core or the front end; a stream's messages that come before its output is built wait."""
         if isinstance(message, Shutdown):
             self._stop = True
+            return
+        if isinstance(message, MeasureCost):
+            threading.Thread(target=self._measure, args=(message,), name="measure-cost", daemon=True).start()
             return
         if isinstance(message, (SessionOutputs, StreamRing)):
             self.streams.setdefault(message.id, WorkerStream(message.id))
@@ -300,6 +299,19 @@ class Worker:
             self.handle(message)
         stream.early.clear()
 
+    def _measure(self, request: MeasureCost) -> None:
+        """Measure a stream's cost per frame (``stream_cost_ms``) and tell the front end; its CPU clock is this
+        thread's, so the streams this worker encodes meanwhile do not count in it."""
+        width, height, preset = request.width, request.height, request.preset
+        try:
+            ms = stream_cost_ms(width, height, preset, COST_FRAMES)
+        except Exception as exc:  # reported, for the front end to refuse the session with it
+            log.exception("worker %d: measuring a %dx%d %s stream failed", self.index, width, height, preset)
+            self.emit(CostMeasured(self.index, width, height, preset, 0.0, f"{type(exc).__name__}: {exc}"))
+            return
+        log.info("worker %d: a %dx%d %s stream costs %.1f ms of a core a frame", self.index, width, height, preset, ms)
+        self.emit(CostMeasured(self.index, width, height, preset, ms))
+
     def _reap(self) -> None:
         """Report and forget the streams whose output has flushed and closed."""
         for session_id, stream in list(self.streams.items()):
@@ -318,25 +330,6 @@ def playback(session_id: str, event: dict[str, Any]) -> Playback:
 def stream_stats(stream: WorkerStream) -> dict[str, Any]:
     """A stream's counters: its output's (see ``SessionOutput.snapshot``) and its ring's."""
     return {**stream.output.snapshot(), **stream.source.stats()}
-
-
-def calibrate(width: int = CALIBRATION_SIZE[0], height: int = CALIBRATION_SIZE[1], frames: int = CALIBRATION_FRAMES) -> float:
-    """Median milliseconds to encode one frame (libx264 as the outputs run it, plus its Opus audio) at ``width`` x
-    ``height``, on a moving test picture: the output side's cost per frame, for admission."""
-    encoder, opus = X264Encoder(width, height, H264Settings()), OpusEncoder()
-    ramp = np.linspace(16, 235, width, dtype=np.float32)
-    picture = np.empty(i420_bytes(width, height), np.uint8).reshape(height * 3 // 2, width)
-    picture[height:] = 128
-    audio = np.zeros(AUDIO_SAMPLES_PER_FRAME, np.float32)
-    times = []
-    for i in range(frames):
-        picture[:height] = np.roll(ramp, i * 8)[None, :].astype(np.uint8)
-        picture[(i * 7) % height : (i * 7) % height + 16, :] = 235
-        started = time.perf_counter()
-        encoder.encode_picture(picture.copy(), i)
-        opus.encode(audio)
-        times.append(time.perf_counter() - started)
-    return round(float(np.median(times)) * 1000, 3)
 
 
 def main(argv: list[str] | None = None) -> int:

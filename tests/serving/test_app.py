@@ -203,6 +203,9 @@ def test_the_service_routes_get_the_host_check_too() -> None:
         def capacity(self) -> dict:
             return {}
 
+        def encoding(self) -> dict:
+            return {}
+
     app = create_service_app(Idle(), bound=("127.0.0.1", 8080))
 
     async def scenario(client: TestClient) -> None:

@@ -18,6 +18,7 @@ EXAMPLES = [
     protocol.Hello(),
     protocol.SessionOutputs("s1", ("rtmp://h/a/k",), None, True, {"size": "720p", "bitrate_kbps": 3500}),
     protocol.OpenSession("s1", "anchor", None, "faithful", 0, None, "ipc:///tmp/x/w", 1280, 720),
+    protocol.CostMeasured(0, 1920, 1080, "veryfast", 20.3),
 ]
 
 
