@@ -30,12 +30,15 @@ from serving.server import AVATAR_AT_START, ServerOptions, SessionsAtStart, serv
 from serving.service import ServiceOptions
 from serving.timeline import process_started
 from streaming.encoders.select import ENCODERS
+from streaming.output_settings import OutputSettings
 
 if TYPE_CHECKING:
     from cluster.app import DeployOptions
 
 DEFAULT_HTTP = "127.0.0.1:8080"
-AT_START_FLAGS = {"--sessions": "sessions", "--latency": "latency", "--overlap": "overlap", "--seed": "seed"}
+AT_START_FLAGS = {
+    "--sessions": "sessions", "--latency": "latency", "--overlap": "overlap", "--seed": "seed", "--output": "output",
+}
 """Flags of the sessions opened at start, refused with ``--ray`` (each POSTed session names its own): flag -> dest."""
 CPU_DEMO_SECONDS = 20.0
 
@@ -83,6 +86,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="speak what the microphone hears (default input, or a device name/index)",
     )
     audio.add_argument("--listen", action="store_true", help="take audio pushed over WebSocket at /push (TTS engines)")
+    parser.add_argument(
+        "--output", metavar="KEY=VALUE,...", type=output_argument,
+        help="how the sessions at start are encoded: size (avatar, 1080p, 720p, 540p), bitrate_kbps, buffer_kbits, "
+        "rate_control, preset, tune, keyframe_seconds, profile, audio_channels, e.g. size=720p,preset=veryfast "
+        "(or the JSON object; docs/output.md; default: the avatar's size, each size's defaults)",
+    )
     parser.add_argument(
         "--sessions", type=int, default=1, help="sessions opened at start with --avatar (0: none, the avatar is only served as 'anchor')"
     )
@@ -138,7 +147,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error("--sessions must be at least 0")
     if args.output_workers < 1:
         parser.error("--output-workers must be at least 1")
-    if not args.demo and not args.avatar and (args.audio or args.mic is not None or args.listen or args.rtmp or args.mp4):
+    if not args.demo and not args.avatar and (
+        args.audio or args.mic is not None or args.listen or args.rtmp or args.mp4 or args.output
+    ):
         parser.error("--avatar is required for sessions opened at start (or use --demo, or none: open them with POST /sessions)")
     if args.demo and (args.audio or args.mic is not None or args.listen):
         parser.error("--demo speaks the bundled clip; it takes no --audio, --mic or --listen")
@@ -163,6 +174,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if args.demo and args.webrtc is None:
         args.webrtc = host_port(DEFAULT_HTTP)
     return args
+
+
+def output_argument(text: str) -> OutputSettings:
+    """An ``--output`` value: the settings of the sessions opened at start."""
+    try:
+        return OutputSettings.from_text(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def origin_argument(text: str) -> str:
@@ -194,7 +213,8 @@ def server_options(args: argparse.Namespace) -> ServerOptions:
         at_start = SessionsAtStart(
             count=args.sessions, rtmp=args.rtmp, mp4=mp4, preview=args.webrtc is not None,
             overlap=args.overlap, seed=args.seed, controls=args.control_changes or None, latency=args.latency,
-            push=args.listen, audio=args.audio and str(args.audio), mic=args.mic, demo_audio=args.demo,
+            output=args.output or OutputSettings(), push=args.listen, audio=args.audio and str(args.audio),
+            mic=args.mic, demo_audio=args.demo,
         )
     avatars = {AVATAR_AT_START: None if args.demo else args.avatar} if at_start else {}
     service = service_options(args, device, host, avatars, recordings, launched=process_started())

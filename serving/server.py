@@ -24,6 +24,7 @@ from serving.access import resolve_token
 from serving.http import app_runner, create_service_app
 from serving.service import Service, ServiceOptions
 from serving.sessions import SessionError, SessionSpec, recording_path
+from streaming.output_settings import OutputSettings
 from streaming.targets import TargetError, masked_rtmp_url
 
 TOKEN_SHOWN = "TOKEN"
@@ -56,6 +57,8 @@ class SessionsAtStart:
     """Session 0's seed; session i's is seed + i."""
     controls: dict[str, Any] | None = None
     latency: str = FAITHFUL.name
+    output: OutputSettings = OutputSettings()
+    """How each session's stream is encoded (``--output``)."""
     push: bool = False
     audio: str | None = None
     mic: str | None = None
@@ -177,6 +180,7 @@ async def _open_at_start(at_start: SessionsAtStart | None, service: Service) -> 
             seed=at_start.seed + i,
             controls=at_start.controls,
             latency=at_start.latency,
+            output=at_start.output,
             recording=str(recording_path(mp4, service.recordings)) if mp4 else None,
         )
         session = await service.create(spec, session_id=str(i))

@@ -34,6 +34,9 @@ def test_defaults_bind_loopback_and_demo_turns_on_the_preview() -> None:
         (["--avatar", "a", "--webrtc", "8080"], "HOST:PORT"),
         (["--avatar", "a", "--sessions", "-1"], "at least 0"),
         (["--avatar", "a", "--encoder", "vp8"], "invalid choice"),
+        (["--avatar", "a", "--output", "preset=placebo"], '"output.preset": one of ultrafast'),
+        (["--avatar", "a", "--output", "size"], "KEY=VALUE pairs"),
+        (["--output", "size=720p"], "--avatar is required"),
     ],
 )
 def test_bad_command_lines_say_what_is_wrong(argv: list[str], message: str, capsys: pytest.CaptureFixture) -> None:
@@ -62,6 +65,15 @@ def test_the_command_line_becomes_the_options_of_the_libraries() -> None:
     assert deploy.service.avatars == {AVATAR_AT_START: "anchor"}
 
 
+def test_output_sets_how_the_sessions_at_start_are_encoded() -> None:
+    argv = ["--avatar", "anchor.png", "--device", "cpu", "--output", "size=720p,bitrate_kbps=3000,audio_channels=1"]
+    output = server_options(parse_args(argv)).at_start.output
+    assert (output.size, output.bitrate_kbps, output.audio_channels, output.preset) == ("720p", 3000, 1, "veryfast")
+    json_given = parse_args(["--avatar", "a", "--output", '{"size": "1080p", "preset": "superfast"}']).output
+    assert (json_given.size, json_given.preset) == ("1080p", "superfast")
+    assert server_options(parse_args(["--avatar", "a", "--device", "cpu"])).at_start.output.size == "avatar"
+
+
 def test_mp4_at_start_records_into_its_folder_and_recordings_names_the_clients_folder(tmp_path) -> None:
     options = server_options(parse_args(["--avatar", "a.png", "--mp4", str(tmp_path / "live.mp4"), "--device", "cpu"]))
     assert (options.service.recordings, options.at_start.mp4) == (str(tmp_path), "live.mp4")
@@ -86,6 +98,7 @@ def test_ray_hands_every_service_option_of_the_single_server_to_its_replicas() -
         (["--ray", "--latency", "low"], "--latency apply to sessions opened at start"),
         (["--ray", "--seed", "3", "--overlap", "70"], "--overlap, --seed apply"),
         (["--ray", "--yaw", "3"], "the controls apply"),
+        (["--ray", "--avatar", "a", "--output", "size=720p"], "--output apply"),
         (["--ray", "--replicas", "0"], "at least 1"),
         (["--replicas", "2"], "add --ray"),
         (["--ray", "--allow-origin", "https://player.example"], "--allow-origin is the single server's"),
