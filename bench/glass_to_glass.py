@@ -1,6 +1,7 @@
 """Glass-to-glass latency on loopback, end to end: a marker pushed over the WebSocket -> the frame that speaks it, decoded.
 
-``python -m bench.glass_to_glass [--avatar DIR] [--steps 25] [--utterances 10] [--duration 2] [--viewer auto] --out FILE.json``
+``python -m bench.glass_to_glass [--avatar DIR] [--output KEY=VALUE,...] [--steps 25] [--utterances 10] [--duration 2]
+[--viewer auto] --out FILE.json``
 
 Starts nginx-rtmp and ``python -m apps.serve --listen --rtmp ... --webrtc ...`` (the real
 server over the real runtime, random weights), then plays the part of a TTS engine: utterances
@@ -59,6 +60,10 @@ def parse_args(argv: list[str] | None = None, parser: argparse.ArgumentParser | 
     """This benchmark's options, parsed; ``parser`` (a caller's, with options of its own) receives them."""
     parser = parser or argparse.ArgumentParser(prog="python -m bench.glass_to_glass", description=__doc__.splitlines()[0])
     parser.add_argument("--avatar", help="cached avatar folder or portrait image (default: the demo portrait, registered at start)")
+    parser.add_argument(
+        "--output", metavar="KEY=VALUE,...",
+        help="the session's output settings (size=1080p,preset=veryfast,...), passed to apps.serve (docs/output.md)",
+    )
     parser.add_argument("--steps", type=int, default=DEFAULT_STEPS, help="DDIM steps per window")
     parser.add_argument("--latency", choices=sorted(MODES), default=FAITHFUL.name, help="the session's latency mode")
     parser.add_argument("--overlap", type=int, help="default: the latency mode's (75 faithful, 77 low)")
@@ -108,7 +113,8 @@ async def measure(args: argparse.Namespace, work: Path) -> dict:
         ["--avatar", avatar, "--listen", "--rtmp", nginx.url("glass"), "--webrtc", f"127.0.0.1:{http_port}"]
         + ["--encoder", args.encoder, "--steps", str(args.steps), "--latency", args.latency, "--device", device]
         + (["--overlap", str(args.overlap)] if args.overlap is not None else [])
-        + (["--plans", str(args.plans)] if args.plans is not None else []),
+        + (["--plans", str(args.plans)] if args.plans is not None else [])
+        + (["--output", args.output] if args.output is not None else []),
         http_port,
         work / "serve.log",
     )
@@ -119,6 +125,7 @@ async def measure(args: argparse.Namespace, work: Path) -> dict:
         "latency": args.latency,
         "overlap": args.overlap if args.overlap is not None else MODES[args.latency].overlap,
         "encoder": args.encoder,
+        "output": args.output,
         "plans": str(args.plans) if args.plans is not None else None,
         "utterances": args.utterances,
         "utterance_seconds": args.duration,

@@ -1,6 +1,7 @@
 """The service under load, through its API only: first picture of a new session, create/delete cycles, N streams at once.
 
-``python -m bench.service [--avatar DIR] --sessions 12 16 --minutes 10 3 --cycles 100 --out FILE.json``
+``python -m bench.service [--avatar DIR | --anchor] [--output KEY=VALUE,... ...] --sessions 12 16 --minutes 10 3
+--cycles 100 --out FILE.json``
 
 Starts nginx-rtmp and one ``python -m apps.serve --avatar DIR --sessions 0 --no-admission``
 (the service with the avatar served as ``anchor`` and no session), waits until it is warm, then:
@@ -10,8 +11,13 @@ Starts nginx-rtmp and one ``python -m apps.serve --avatar DIR --sessions 0 --no-
    core's GPU memory and every process's resident memory before and after (from /metrics);
 3. **streams**: for each ``--sessions`` count (with its ``--minutes``), that many sessions at once,
    the bundled speech pushed into each over the WebSocket in real time, every RTMP stream read back
-   (rate, drift, gaps, A/V offset; see ``bench.rtmp_sessions``), with the repeated (shed) frames,
-   deadline misses and the core's loop CPU per tick; then all deleted.
+   (rate, drift, gaps, A/V offset; see ``bench.rtmp_sessions``), with the repeated (shed) frames in the
+   measured window, deadline misses, the core's loop CPU and GPU per tick, the cores each kind of process used
+   (front end, engine core, output workers) and what admission would admit; then all deleted.
+
+Every session is created with ``--output`` (its size, bitrate, preset, ...: ``docs/output.md``): one for all phases,
+or one per ``--sessions`` count. ``--anchor`` streams the generated 1920x1080 studio anchor (``avatars.anchor``),
+registered at the server's start, instead of ``--avatar``.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import platform
 import time
 from pathlib import Path
@@ -31,6 +38,7 @@ from engine.timebase import DEFAULT_STEPS
 from harness.live_server import LiveServer, metric, parse_metrics, run_keeping_server_log
 from harness.nginx import NginxRtmp, find_nginx, free_port
 from harness.rtmp_read import RtmpPacketLog
+from streaming.output_settings import OutputSettings
 
 RUNTIME_KEYS = (
     "tick_wall_ms_p50", "tick_wall_ms_p99", "tick_cpu_ms_p50", "tick_cpu_ms_p99", "tick_gpu_ms_p50", "tick_gpu_ms_p99", "gpu_busy",
@@ -40,7 +48,19 @@ RUNTIME_KEYS = (
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench.service", description=__doc__.splitlines()[0])
-    parser.add_argument("--avatar", help="cached avatar folder or portrait image (default: the demo portrait, registered at start)")
+    avatar = parser.add_mutually_exclusive_group()
+    avatar.add_argument(
+        "--avatar", help="cached avatar folder or portrait image (default: the demo portrait, registered at start)"
+    )
+    avatar.add_argument(
+        "--anchor", action="store_true",
+        help="the generated 1920x1080 studio anchor (avatars.anchor), registered at the server's start (face extra)",
+    )
+    parser.add_argument(
+        "--output", nargs="*", default=[], type=output_settings, metavar="KEY=VALUE,...",
+        help="each session's output settings (size=1080p,preset=veryfast,...; docs/output.md): one for every phase, "
+        "or one per --sessions count (default: the avatar's size at its defaults)",
+    )
     parser.add_argument("--sessions", type=int, nargs="*", default=[12], help="stream counts, one phase each")
     parser.add_argument("--minutes", type=float, nargs="*", default=[10.0], help="measured minutes of each phase")
     parser.add_argument("--first", type=int, default=5, help="sessions timed from creation to their first RTMP picture")
@@ -51,7 +71,23 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if len(args.minutes) != len(args.sessions):
         parser.error("give one --minutes per --sessions count")
+    if len(args.output) not in (0, 1, len(args.sessions)):
+        parser.error("give one --output for every phase, or one per --sessions count")
     return args
+
+
+def output_settings(text: str) -> OutputSettings:
+    """An ``--output`` value."""
+    try:
+        return OutputSettings.from_text(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def phase_outputs(args: argparse.Namespace) -> list[OutputSettings]:
+    """The output settings of each phase's sessions (the first also of the first pictures and the cycles)."""
+    given = args.output or [OutputSettings()]
+    return given * len(args.sessions) if len(given) == 1 else given
 
 
 class Api:
@@ -79,7 +115,7 @@ class Api:
             return parse_metrics(await response.text())
 
 
-async def first_pictures(api: Api, nginx: NginxRtmp, count: int) -> list[float]:
+async def first_pictures(api: Api, nginx: NginxRtmp, count: int, output: dict) -> list[float]:
     """Seconds from ``POST /sessions`` to the first video packet read back from RTMP, ``count`` times."""
     seconds = []
     for i in range(count):
@@ -87,7 +123,7 @@ async def first_pictures(api: Api, nginx: NginxRtmp, count: int) -> list[float]:
         reader = RtmpPacketLog(url, open_timeout=STALL, read_timeout=2.0).start()
         await asyncio.sleep(0.5)  # the player is waiting on nginx before the session exists
         started = time.monotonic()
-        session = await api.create(rtmp=url)
+        session = await api.create(rtmp=url, output=output)
         while not reader.log.video and time.monotonic() - started < 30:
             await asyncio.sleep(0.005)
         seconds.append(round(reader.log.video[0][1] - started, 3) if reader.log.video else None)
@@ -96,12 +132,12 @@ async def first_pictures(api: Api, nginx: NginxRtmp, count: int) -> list[float]:
     return seconds
 
 
-async def cycles(api: Api, nginx: NginxRtmp, count: int) -> dict:
+async def cycles(api: Api, nginx: NginxRtmp, count: int, output: dict) -> dict:
     """``count`` sessions created, run to their first released frame, deleted; memory before and after."""
     before = runtime_figures(await api.metrics())
     started = time.monotonic()
     for i in range(count):
-        session = await api.create(rtmp=nginx.url(f"cycle-{i % 4}"))
+        session = await api.create(rtmp=nginx.url(f"cycle-{i % 4}"), output=output)
         while (await api.get(session["id"]))["counters"].get("frames_released", 0) < 1:
             await asyncio.sleep(0.02)
         await api.delete(session["id"])
@@ -116,9 +152,12 @@ async def cycles(api: Api, nginx: NginxRtmp, count: int) -> dict:
     }
 
 
-async def streams(api: Api, nginx: NginxRtmp, port: int, count: int, minutes: float, speech, rate: int) -> dict:
-    """``count`` sessions at once for ``minutes``, each pushed the speech in real time and read back from RTMP."""
-    sessions = [await api.create(rtmp=nginx.url(f"phase{count}-{i}")) for i in range(count)]
+async def streams(
+    api: Api, nginx: NginxRtmp, port: int, count: int, minutes: float, speech, rate: int, output: dict, server: int
+) -> dict:
+    """``count`` sessions at once for ``minutes``, each pushed the speech in real time and read back from RTMP; the
+    cores each kind of the ``server`` process's processes used meanwhile."""
+    sessions = [await api.create(rtmp=nginx.url(f"phase{count}-{i}"), output=output) for i in range(count)]
     ids = [s["id"] for s in sessions]
     readers = [RtmpPacketLog(nginx.url(f"phase{count}-{i}"), open_timeout=STALL, read_timeout=STALL).start() for i in range(count)]
     stop = asyncio.Event()
@@ -127,10 +166,13 @@ async def streams(api: Api, nginx: NginxRtmp, port: int, count: int, minutes: fl
     while not all(r.log.video for r in readers) and time.monotonic() < deadline:
         await asyncio.sleep(0.1)
     start = max((r.log.video[0][1] for r in readers if r.log.video), default=time.monotonic()) + SETTLE
+    await asyncio.sleep(max(0.0, start - time.monotonic()))
+    before, cpu_before = await api.metrics(), process_cpu(server)
     while time.monotonic() < start + minutes * 60:
         await asyncio.sleep(1.0)
     end = time.monotonic()
-    metrics = await api.metrics()
+    metrics, cpu_after = await api.metrics(), process_cpu(server)
+    listing = await (await api.http.get(f"{api.base}/sessions")).json()
     stop.set()
     _, blocked = await asyncio.wait(feeders, timeout=10)
     for feeder in blocked:
@@ -141,8 +183,50 @@ async def streams(api: Api, nginx: NginxRtmp, port: int, count: int, minutes: fl
     for i, (session_id, log) in enumerate(zip(ids, logs)):
         row = {"session": i, **stream_report(log, start, end)}
         row.update(server_counters(metrics, session_id))
+        earlier = server_counters(before, session_id)
+        for key in ("repeated", "released"):
+            row[f"{key}_in_window"] = row[key] - earlier[key] if None not in (row[key], earlier[key]) else None
         rows.append(row)
-    return {"sessions": count, "minutes": minutes, "pushers_blocked_at_end": len(blocked), "streams": rows, "runtime": runtime_figures(metrics)}
+    repeated = sum(r["repeated_in_window"] or 0 for r in rows)
+    released = sum(r["released_in_window"] or 0 for r in rows)
+    return {
+        "sessions": count, "minutes": minutes, "output": sessions[0]["output"], "size": sessions[0]["size"],
+        "pushers_blocked_at_end": len(blocked), "repeated_share": round(repeated / released, 5) if released else None,
+        "cores": {kind: round((cpu_after[kind] - cpu_before.get(kind, 0.0)) / (end - start), 2) for kind in cpu_after},
+        "capacity": listing["capacity"], "encoding": listing["encoding"], "streams": rows,
+        "runtime": runtime_figures(metrics),
+    }
+
+
+def process_cpu(root: int) -> dict[str, float]:
+    """CPU seconds (user + system) used so far by the server process ``root`` and its children, by kind: the front end,
+    the engine core, the output workers (Linux /proc)."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    children: dict[int, list[int]] = {}
+    stats: dict[int, tuple[str, float]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        pid = int(entry.name)
+        children.setdefault(int(fields[1]), []).append(pid)
+        stats[pid] = (command, (int(fields[11]) + int(fields[12])) / ticks)
+    used: dict[str, float] = {}
+    pending = [root]
+    while pending:
+        pid = pending.pop()
+        pending += children.get(pid, [])
+        if pid in stats:
+            command, seconds = stats[pid]
+            kind = "front_end"
+            if "serving.core" in command or "serving.worker" in command:
+                kind = "engine_core" if "serving.core" in command else "output_workers"
+            used[kind] = used.get(kind, 0.0) + seconds
+    return used
 
 
 def runtime_figures(metrics: dict) -> dict:
@@ -156,7 +240,8 @@ async def measure(args: argparse.Namespace, work: Path) -> dict:
     from engine.assets import demo_audio, write_demo_portrait
 
     device = device_of(args)
-    avatar = args.avatar or str(write_demo_portrait(work))
+    avatar = args.avatar or str(anchor_portrait(work) if args.anchor else write_demo_portrait(work))
+    outputs = [output.describe() for output in phase_outputs(args)]
     speech, rate = demo_audio()
     nginx = NginxRtmp(work / "nginx", find_nginx())
     port = free_port()
@@ -181,16 +266,28 @@ async def measure(args: argparse.Namespace, work: Path) -> dict:
         async with aiohttp.ClientSession() as http:
             api = Api(http, port)
             result["capacity"] = (await (await http.get(f"{api.base}/sessions")).json())["capacity"]
-            result["first_picture_s"] = await first_pictures(api, nginx, args.first)
-            result["cycles"] = await cycles(api, nginx, args.cycles) if args.cycles else None
+            result["first_picture_s"] = await first_pictures(api, nginx, args.first, outputs[0])
+            result["cycles"] = await cycles(api, nginx, args.cycles, outputs[0]) if args.cycles else None
             result["phases"] = []
-            for count, minutes in zip(args.sessions, args.minutes):
-                result["phases"].append(await streams(api, nginx, port, count, minutes, speech, rate))
+            for count, minutes, output in zip(args.sessions, args.minutes, outputs):
+                phase = await streams(api, nginx, port, count, minutes, speech, rate, output, server.process.pid)
+                result["phases"].append(phase)
                 args.out.write_text(json.dumps(result, indent=2))
     finally:
         result["server_exit"] = await asyncio.to_thread(server.stop)
         nginx.stop()
     return result
+
+
+def anchor_portrait(work: Path) -> Path:
+    """The generated 1920x1080 studio anchor as a PNG in ``work`` (the server registers it at its start)."""
+    from PIL import Image
+
+    from avatars.anchor import anchor_frame
+
+    path = work / "anchor1080.png"
+    Image.fromarray(anchor_frame()).save(path)
+    return path
 
 
 def table(result: dict) -> str:
@@ -203,8 +300,15 @@ def table(result: dict) -> str:
         rows = phase["streams"]
         fps = [r.get("fps") for r in rows]
         drift = [r.get("drift_ms") for r in rows]
+        size, output = phase.get("size"), phase.get("output", {})
         lines.append(
-            f"{phase['sessions']} streams, {phase['minutes']} min: fps {min(fps, default=None)}-{max(fps, default=None)}, "
+            f"{phase['sessions']} streams of {size[0]}x{size[1]} {output.get('preset')} {output.get('bitrate_kbps')} "
+            f"kbit/s, {phase['minutes']} min: repeated {phase['repeated_share']} of the window's slots, "
+            f"cores {phase['cores']}, admission would admit {phase['capacity']['admitted']} ({phase['capacity']})"
+            if size else f"{phase['sessions']} streams"
+        )
+        lines.append(
+            f"  fps {min(fps, default=None)}-{max(fps, default=None)}, "
             f"drift ms {min(drift, default=None)}..{max(drift, default=None)}, gaps {sum(r.get('timestamp_gaps') or 0 for r in rows)}, "
             f"A/V ms {[r.get('av_offset_ms') for r in rows]}, repeated {[r['repeated'] for r in rows]}, "
             f"misses {[r['deadline_misses'] for r in rows]}, runtime {phase['runtime']}"
