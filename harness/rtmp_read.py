@@ -115,10 +115,16 @@ class RtmpPlayer:
                         else:
                             start = float(frame.pts * frame.time_base) - priming
                             self._audio.add(start, now)
-                            for onset in detector.feed(frame.to_ndarray().reshape(-1), start):
+                            for onset in detector.feed(first_channel(frame), start):
                                 self.log.onsets.append((onset, self._audio.arrival(onset.time) or now))
         except av.error.FFmpegError as exc:  # the live read ends on its timeout: nginx sends no end of stream
             self.log.error = f"{type(exc).__name__}: {exc}"
+
+
+def first_channel(frame: av.AudioFrame) -> np.ndarray:
+    """A decoded audio frame's first channel (the voice is in every channel of a stereo stream)."""
+    samples = frame.to_ndarray()
+    return samples[0] if frame.format.is_planar else samples.reshape(-1)[:: len(frame.layout.channels)]
 
 
 @dataclass
