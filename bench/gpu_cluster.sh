@@ -66,7 +66,7 @@ single)
     ;;
 ray)
     for need in "$avatar" /tmp/site/av "$plans"; do
-        [[ -e $need ]] || { echo "$need is missing: run 'bash bench/gpu_cluster.sh single' first on this machine"; exit 1; }
+        [[ -e $need ]] || { echo "$need is missing: run 'bash bench/gpu_cluster.sh single' first here"; exit 1; }
     done
     has_plans || { echo "no packages in $plans: run 'bash bench/gpu_cluster.sh single' first"; exit 1; }
     tar xJf .carry/ray/ray-site.tar.xz -C /tmp/site || exit 1
