@@ -168,7 +168,7 @@ class ServedSession:
             "seed": self.spec.seed,
             "created_at": self.created_at,
             "degraded": self.degraded,
-            "behind_seconds": self.output_stats.get("behind_seconds", 0.0),
+            "behind_seconds": self.output_stats.get("behind_seconds"),
             "counters": {**self.core_stats, **{k: v for k, v in self.output_stats.items() if k != "sinks"}},
             "sinks": self.output_stats.get("sinks", {}),
         }

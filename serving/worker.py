@@ -110,14 +110,15 @@ class RingSource:
                 raise TimeoutError
             return self._frames.popleft() if self._frames else None
 
-    def behind_seconds(self) -> float:
-        """How far the newest rendered frame is behind the session's live clock (0 before the first frame): a device
-        slower than real time (a CPU) leaves it growing, and speech pushed now is shown that much later."""
+    def behind_seconds(self) -> float | None:
+        """How far the newest rendered frame is behind the session's live clock: a device slower than real time (a
+        CPU) leaves it growing, and speech pushed now is shown that much later. None before the first frame: the clock
+        starts with it, and a session that has rendered nothing is not yet measured (0 would say it keeps up)."""
         if self._anchor is None or self._newest is None:
-            return 0.0
+            return None
         return round(max(0.0, time.monotonic() - self._anchor - self._newest / FPS), 2)
 
-    def stats(self) -> dict[str, float]:
+    def stats(self) -> dict[str, float | None]:
         return {"ring_overwritten": self.overwritten, "behind_seconds": self.behind_seconds()}
 
 
