@@ -6,7 +6,7 @@ CPU cores in seconds. Each avatar name gives frames of its own size; frames are 
 tests' synthetic pictures (index bits, flashes) on the session's live clock, ``LEAD`` ahead.
 A session whose avatar is ``slow`` makes frames at half speed (the overload case), ``crawl`` one frame every 2 s
 (the engine on a CPU), ``late`` its first frame only FIRST_LATE seconds after its opening (the engine's first window on
-a CPU).
+a CPU); ``late``'s portrait is PORTRAIT (the others' black).
 """
 
 from __future__ import annotations
@@ -30,12 +30,15 @@ AVATARS = {"anna": (64, 64), "ben": (96, 64), "slow": (64, 64), "crawl": (128, 1
 LEAD = 0.2
 CAPACITY = 4
 FIRST_LATE = 4.0
+PORTRAIT = (200, 60, 60)
 
 
 class FakeAvatar:
     def __init__(self, name: str) -> None:
         width, height = AVATARS.get(name, (128, 128))
         self.name, self.frames = name, torch.zeros(1, height, width, 3, dtype=torch.uint8)
+        if name == "late":
+            self.frames[:] = torch.tensor(PORTRAIT, dtype=torch.uint8)
 
 
 class FakeAvatars:
