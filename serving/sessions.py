@@ -205,7 +205,12 @@ class RemoteSession:
                     await asyncio.sleep(BACKPRESSURE_WAIT)
 
     async def update_controls(self, /, **changes: Any) -> dict[str, Any]:
-        """Change some controls; the fields as now in force (``self`` positional-only: a control may be called so)."""
+        """Change some controls; the fields as now in force (``self`` positional-only: a control may be called so).
+        Checked here first: a value msgpack cannot carry (an integer past 64 bits) is an invalid control."""
+        try:
+            changes = check_changes(changes)
+        except ControlError as exc:
+            raise SessionError(str(exc), "invalid") from None
         return (await self._core.request(UpdateControls(self.id, changes))).applied
 
     async def interrupt(self) -> int | None:

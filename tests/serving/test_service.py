@@ -170,6 +170,9 @@ def test_hostile_session_requests_get_a_400_naming_the_field_and_record_only_new
             assert made["outputs"]["mp4"] == "day/one.mp4", "the client's name is shown, never the server's path"
             with pytest.raises(SessionError, match="unknown control"):
                 await service.sessions[made["id"]].audio.update_controls(**{"self": 1})
+            with pytest.raises(SessionError, match="fade_in"):
+                await service.sessions[made["id"]].audio.update_controls(fade_in=2**70)
+            assert not service.core._waiting, "no request is left waiting for a reply that never comes"
             await until(lambda: _more(http, base, made["id"], 5))
             assert (await http.delete(f"{base}/sessions/{made['id']}")).status == 200
         assert (tmp_path / "day" / "one.mp4").stat().st_size > 0
