@@ -235,7 +235,9 @@ def test_a_failed_recording_is_told_to_pushers_and_shown_while_the_session_goes_
     asyncio.run(scenario())
 
 
-def test_an_overloaded_session_sheds_frames_and_its_stream_keeps_wall_time(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_overloaded_session_sheds_frames_and_its_stream_keeps_wall_time(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
     monkeypatch.setattr("serving.service.BEHIND_SECONDS", 1.0)  # the pushers are told past it (5 s takes 10 s here)
 
     async def scenario() -> None:
@@ -256,6 +258,8 @@ def test_an_overloaded_session_sheds_frames_and_its_stream_keeps_wall_time(monke
                 assert growing[1] >= growing[0] + 0.3, growing
                 told = await ws.receive_json(timeout=5)
                 assert told["type"] == "behind_real_time" and told["seconds"] > 1.0, told
+        assert "more sessions than the CPU serves" in caplog.text, "the log names the device, not a GPU"
+        assert "behind real time: the CPU renders slower than real time" in caplog.text
 
     asyncio.run(scenario())
 
