@@ -368,12 +368,17 @@ class Service:
         slots = stats.get("frames_released", 0) - before.get("frames_released", 0)
         repeats = stats.get("repeated", 0) - before.get("repeated", 0)
         session.output_stats = stats
-        behind = stats.get("behind_seconds", 0.0) > BEHIND_SECONDS
+        seconds = stats.get("behind_seconds")
+        behind = seconds is not None and seconds > BEHIND_SECONDS
         if behind and not session.behind:
             log.warning(
                 "session %s is %.0f s behind real time: %s renders slower than real time, so what is pushed now is "
-                "shown that much later", session.id, stats["behind_seconds"], self._device(),
+                "shown that much later", session.id, seconds, self._device(),
             )
+            session.audio.playback({"type": "behind_real_time", "seconds": seconds})
+        elif session.behind and not behind and seconds is not None:
+            log.info("session %s is back within %.0f s of real time", session.id, BEHIND_SECONDS)
+            session.audio.playback({"type": "keeps_up", "seconds": seconds})
         session.behind = behind
         degraded = slots > 0 and repeats > DEGRADED_SHARE * slots
         if degraded != session.degraded:

@@ -168,7 +168,7 @@ class ServedSession:
             "seed": self.spec.seed,
             "created_at": self.created_at,
             "degraded": self.degraded,
-            "behind_seconds": self.output_stats.get("behind_seconds", 0.0),
+            "behind_seconds": self.output_stats.get("behind_seconds"),
             "counters": {**self.core_stats, **{k: v for k, v in self.output_stats.items() if k != "sinks"}},
             "sinks": self.output_stats.get("sinks", {}),
         }
@@ -205,7 +205,12 @@ class RemoteSession:
                     await asyncio.sleep(BACKPRESSURE_WAIT)
 
     async def update_controls(self, /, **changes: Any) -> dict[str, Any]:
-        """Change some controls; the fields as now in force (``self`` positional-only: a control may be called so)."""
+        """Change some controls; the fields as now in force (``self`` positional-only: a control may be called so).
+        Checked here first: a value msgpack cannot carry (an integer past 64 bits) is an invalid control."""
+        try:
+            changes = check_changes(changes)
+        except ControlError as exc:
+            raise SessionError(str(exc), "invalid") from None
         return (await self._core.request(UpdateControls(self.id, changes))).applied
 
     async def interrupt(self) -> int | None:

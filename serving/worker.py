@@ -7,7 +7,8 @@ which outputs a session has (RTMP URLs, an MP4 path, the WebRTC preview), whethe
 the preview (its packets go to the front end only then) and asks for keyframes. Each session
 runs a ``SessionOutput`` over its ring (its own output clock: repeats when the GPU is late, never
 a late timeline). The preview's encoded packets and the playback events go to the front end,
-which holds the browsers' peer connections and the push WebSockets. Once a second it reports
+which holds the browsers' peer connections and the push WebSockets. Until a session's first frame the preview
+shows its avatar's portrait, which the core put in the ring. Once a second it reports
 every stream's counters; when a stream has flushed and closed its outputs it says so.
 """
 
@@ -21,6 +22,7 @@ import sys
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
@@ -39,7 +41,7 @@ from serving.timeline import process_started
 from streaming.encoders.audio import OpusEncoder
 from streaming.encoders.h264 import H264Settings
 from streaming.encoders.x264 import X264Encoder
-from streaming.frame_ring import FrameRing, i420_bytes
+from streaming.frame_ring import STILL, FrameRing, i420_bytes
 from streaming.frames import AUDIO_SAMPLES_PER_FRAME
 from streaming.output import EncodedFrame, SessionOutput
 from streaming.playback import PlaybackEvents
@@ -50,6 +52,8 @@ log = logging.getLogger("ditto.worker")
 STATS_EVERY = 1.0
 CALIBRATION_SIZE = (1280, 720)
 CALIBRATION_FRAMES = 2 * FPS
+STILL_EVERY = 0.5
+"""Seconds between the still pictures a preview shows before the session's first frame."""
 
 
 @dataclass
@@ -110,46 +114,87 @@ class RingSource:
                 raise TimeoutError
             return self._frames.popleft() if self._frames else None
 
-    def behind_seconds(self) -> float:
-        """How far the newest rendered frame is behind the session's live clock (0 before the first frame): a device
-        slower than real time (a CPU) leaves it growing, and speech pushed now is shown that much later."""
+    def behind_seconds(self) -> float | None:
+        """How far the newest rendered frame is behind the session's live clock: a device slower than real time (a
+        CPU) leaves it growing, and speech pushed now is shown that much later. None before the first frame: the clock
+        starts with it, and a session that has rendered nothing is not yet measured (0 would say it keeps up)."""
         if self._anchor is None or self._newest is None:
-            return 0.0
+            return None
         return round(max(0.0, time.monotonic() - self._anchor - self._newest / FPS), 2)
 
-    def stats(self) -> dict[str, float]:
+    def stats(self) -> dict[str, float | None]:
         return {"ring_overwritten": self.overwritten, "behind_seconds": self.behind_seconds()}
 
 
 class PreviewRelay:
     """The sink that forwards a session's encoded packets to the front end, where the WebRTC viewers are, while
-    the front end says someone watches (``watching``): no viewer, no packets crossing processes."""
+    the front end says someone watches (``watching``): no viewer, no packets crossing processes. Until the output
+    releases its first frame it shows ``still`` (the avatar's portrait, I420) instead: a viewer of a session whose
+    first frame takes minutes (a CPU) sees the avatar, not a black picture."""
 
     name = "webrtc"
 
-    def __init__(self, session_id: str, send) -> None:
+    def __init__(
+        self, session_id: str, send: Callable[[Event], bool], still: np.ndarray | None = None,
+        settings: H264Settings | None = None,
+    ) -> None:
         self.session_id, self._send = session_id, send
         self.watching = False
         self.frames_sent = 0
         self.frames_dropped = 0
+        self.stills_sent = 0
+        self._still, self._settings = still, settings
+        self._still_packet: bytes | None = None
+        self._released = False
+        self._first_still: float | None = None
+        self._next_still = 0.0
+        self._lock = threading.Lock()
 
     def send(self, frame: EncodedFrame) -> None:
-        if not self.watching:
+        with self._lock:
+            self._released = True
+            if not self.watching:
+                return
+            message = PreviewPacket(
+                self.session_id, frame.index, frame.width, frame.height, frame.video, frame.keyframe, tuple(frame.opus),
+                frame.speech,
+            )
+            if self._send(message):
+                self.frames_sent += 1
+            else:
+                self.frames_dropped += 1
+
+    def still_now(self) -> None:
+        """Show the still at the next ``show_still`` (a viewer joined and waits for a keyframe)."""
+        self._next_still = 0.0
+
+    def show_still(self, now: float) -> None:
+        """Before the first frame, while someone watches, send the still every STILL_EVERY seconds (each one an IDR,
+        so a viewer who joins gets it at once), numbered by the time since the first as frames are."""
+        if self._still is None or self._released or not self.watching or now < self._next_still:
             return
-        message = PreviewPacket(
-            self.session_id, frame.index, frame.width, frame.height, frame.video, frame.keyframe, tuple(frame.opus),
-            frame.speech,
-        )
-        if self._send(message):
-            self.frames_sent += 1
-        else:
-            self.frames_dropped += 1
+        height, width = self._still.shape[0] * 2 // 3, self._still.shape[1]
+        if self._still_packet is None:
+            try:
+                self._still_packet = X264Encoder(width, height, self._settings).encode_picture(self._still, 0)[0].data
+            except Exception:
+                log.exception("worker: session %s's still cannot be encoded; its preview waits", self.session_id)
+                self._still = None
+                return
+        with self._lock:
+            if self._released:
+                return
+            self._first_still = now if self._first_still is None else self._first_still
+            index = round((now - self._first_still) * FPS)
+            if self._send(PreviewPacket(self.session_id, index, width, height, self._still_packet, True, (), False)):
+                self.stills_sent += 1
+        self._next_still = now + STILL_EVERY
 
     def close(self) -> None:
         self._send(PreviewEnded(self.session_id))
 
     def stats(self) -> dict[str, int]:
-        return {"frames_sent": self.frames_sent, "frames_dropped": self.frames_dropped}
+        return {"frames_sent": self.frames_sent, "frames_dropped": self.frames_dropped, "stills_sent": self.stills_sent}
 
 
 @dataclass
@@ -208,6 +253,9 @@ class Worker:
                             continue
                         self.handle(message)
                 self._reap()
+                for stream in self.streams.values():
+                    if stream.relay is not None:
+                        stream.relay.show_still(time.monotonic())
                 if time.monotonic() >= next_stats:
                     next_stats += STATS_EVERY
                     streams = {i: stream_stats(s) for i, s in self.streams.items() if s.output}
@@ -243,6 +291,8 @@ class Worker:
                 stream.source.end()
             case RequestKeyframe() if stream.output is not None:
                 stream.output.request_keyframe()
+                if stream.relay is not None:
+                    stream.relay.still_now()
             case SegmentsClosed() if stream.playback is None:
                 stream.early.append(message)
             case SegmentsClosed(closed=closed):
@@ -286,7 +336,8 @@ class Worker:
             except (OSError, ValueError) as exc:
                 self.emit(OutputFailed(stream.id, name, str(exc)))
         if spec.preview:
-            stream.relay = PreviewRelay(stream.id, self.emit)
+            still = stream.source.ring.read(STILL)  # the avatar's portrait, put there before the ring was announced
+            stream.relay = PreviewRelay(stream.id, self.emit, None if still is None else still[0], output.settings)
             output.add_sink(stream.relay)
         stream.output = output.start()
         for message in stream.early:
