@@ -104,11 +104,6 @@ class StreamCollector(Collector):
         yield from stream_families(snapshots, live, self._runtime() if self._runtime else None)
 
 
-def _session_stats(session: object) -> dict[str, float]:
-    stats = getattr(session, "stats", None)
-    return {} if stats is None else _numeric(stats())
-
-
 def session_stats(session: object) -> dict[str, float]:
     stats = getattr(session, "stats", None)
     return {} if stats is None else numeric(stats())
