@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
 from importlib.resources import files
 from typing import Any, Protocol
 
@@ -65,6 +66,10 @@ class Served(Protocol):
     push: bool
 
     def audio_sink(self) -> AsyncAudioSink: ...
+
+    def pushing(self) -> AbstractContextManager[None]:
+        """Held while a push connection is open (the service may end a session whose last one left)."""
+        ...
 
 
 STATUS = {
@@ -223,7 +228,8 @@ def stream_app(
         stream = stream_for(request)
         if not stream.push:
             raise web.HTTPNotFound(text=f"session {stream.name!r} takes no pushed audio (start with --listen)")
-        return await push_handler(request, stream.audio_sink())
+        with stream.pushing():
+            return await push_handler(request, stream.audio_sink())
 
     async def metrics(request: web.Request) -> web.Response:
         return web.Response(body=await asyncio.to_thread(render, registry), headers={"Content-Type": CONTENT_TYPE_LATEST})

@@ -54,6 +54,8 @@ DEGRADED_SHARE = 0.1
 BEHIND_SECONDS = 5.0
 """A session whose newest frame is further than this behind its live clock is logged once as behind real time."""
 KEPT_ENDED = 100
+END_ON_DISCONNECT_GRACE = 2.0
+"""Seconds a session asked to end on disconnect waits for a push connection to come back before it ends."""
 
 
 @dataclass
@@ -225,6 +227,8 @@ class Service:
                 on_watching=lambda on: self._to_worker(session, PreviewWatched(session_id, on)),
             )
         session.audio = RemoteSession(self.core, session_id, self._loop, spec.latency)
+        if spec.end_on_disconnect:
+            session.on_abandoned = lambda: asyncio.ensure_future(self._end_abandoned(session))
         self.sessions[session_id] = session
         worker.sessions.add(session_id)
         self._to_worker(session, SessionOutputs(session_id, spec.rtmp, spec.recording, spec.preview))
@@ -278,6 +282,19 @@ class Service:
                     raise
             await asyncio.wait_for(session.closed.wait(), timeout)
         return session
+
+    async def _end_abandoned(self, session: ServedSession) -> None:
+        """End a session whose push client left without ``end`` and did not come back within the grace; its record
+        stays (``GET`` says why it ended) until deleted or pruned."""
+        await asyncio.sleep(END_ON_DISCONNECT_GRACE)
+        if not session.live or session.pushers or session.audio.ending or session.state == "ending":
+            return
+        log.info("session %s: its push client disconnected without \"end\"; ending it", session.id)
+        session.error = "push: the client disconnected without \"end\" (end_on_disconnect)"
+        try:
+            await self.delete(session.id)
+        except (SessionError, asyncio.TimeoutError) as exc:
+            log.warning("session %s did not end cleanly after its client left: %s", session.id, exc)
 
     def get(self, session_id: str) -> ServedSession:
         """The session ``session_id``; SessionError(not_found) naming the ones there are."""

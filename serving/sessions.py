@@ -7,9 +7,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -30,7 +31,7 @@ if TYPE_CHECKING:
 PUSH_SPLIT_SECONDS = 1.0
 """Pushed audio goes to the core in pieces of at most this much, so no piece waits for more room than a session has."""
 BACKPRESSURE_WAIT = 0.05
-SPEC_FIELDS = ("avatar", "rtmp", "mp4", "preview", "latency", "overlap", "seed", "controls")
+SPEC_FIELDS = ("avatar", "rtmp", "mp4", "preview", "latency", "overlap", "seed", "controls", "end_on_disconnect")
 """The fields of a ``POST /sessions`` body."""
 AVATAR_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 """A client names a registered avatar; never a path (the server reads no folder a client points it at)."""
@@ -59,6 +60,9 @@ class SessionSpec:
     seed: int = 0
     controls: dict[str, Any] | None = None
     latency: str = FAITHFUL.name
+    end_on_disconnect: bool = False
+    """End the session once its last push connection has closed without ``end`` (and none came back within
+    ``END_ON_DISCONNECT_GRACE``): a client that dies frees its session."""
 
     recording: str | None = field(default=None, repr=False)
     """The MP4 target's absolute path inside the recordings folder (``mp4`` is the client's name, the one shown)."""
@@ -90,14 +94,15 @@ class SessionSpec:
             latency = latency_mode(latency).name
         except ValueError:
             raise SessionError(f'"latency" is one of {", ".join(MODES)}, got {latency!r}', "invalid") from None
-        preview = body.get("preview", False)
-        if not isinstance(preview, bool):
-            raise SessionError('"preview" is true or false', "invalid")
+        preview, end_on_disconnect = body.get("preview", False), body.get("end_on_disconnect", False)
+        for key, value in (("preview", preview), ("end_on_disconnect", end_on_disconnect)):
+            if not isinstance(value, bool):
+                raise SessionError(f'"{key}" is true or false', "invalid")
         overlap, seed = body.get("overlap", MODES[latency].overlap), body.get("seed", 0)
         for key, value, low, high in (("overlap", overlap, 0, 79), ("seed", seed, 0, 2**31 - 1)):
             if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
                 raise SessionError(f'"{key}" is an integer from {low} to {high}, got {value!r}', "invalid")
-        return cls(avatar, rtmp, mp4, preview, overlap, seed, controls, latency, recording)
+        return cls(avatar, rtmp, mp4, preview, overlap, seed, controls, latency, end_on_disconnect, recording)
 
 
 def recording_path(name: Any, recordings: Path | None) -> Path:
@@ -137,6 +142,10 @@ class ServedSession:
     """Over the last second more than DEGRADED_SHARE of its output slots were repeats: the device cannot keep up."""
     behind: bool = False
     """Its newest rendered frame is more than BEHIND_SECONDS behind its live clock (said once in the log)."""
+    pushers: int = 0
+    """Push connections open now."""
+    on_abandoned: Callable[[], None] | None = field(default=None, repr=False)
+    """Called when its last push connection closes while the session is live and was not told to ``end``."""
 
     @property
     def name(self) -> str:
@@ -149,6 +158,17 @@ class ServedSession:
     def audio_sink(self) -> RemoteSession:
         """Where the push WebSocket sends this session's audio and commands."""
         return self.audio
+
+    @contextlib.contextmanager
+    def pushing(self) -> Iterator[None]:
+        """Count one push connection while it is open; the last one closing without ``end`` calls ``on_abandoned``."""
+        self.pushers += 1
+        try:
+            yield
+        finally:
+            self.pushers -= 1
+            if not self.pushers and self.live and not self.audio.ending and self.on_abandoned is not None:
+                self.on_abandoned()
 
     def describe(self) -> dict[str, Any]:
         """The session as ``GET /sessions/{id}`` shows it (URLs are added by the API, which knows the host); RTMP URLs
@@ -166,6 +186,7 @@ class ServedSession:
             "latency": self.spec.latency,
             "overlap": self.spec.overlap if self.spec.overlap is not None else MODES[self.spec.latency].overlap,
             "seed": self.spec.seed,
+            "end_on_disconnect": self.spec.end_on_disconnect,
             "created_at": self.created_at,
             "degraded": self.degraded,
             "behind_seconds": self.output_stats.get("behind_seconds", 0.0),
@@ -188,6 +209,8 @@ class RemoteSession:
         self._listeners: list[Callable[[dict[str, Any]], None]] = []
         self._unfinished: dict[int, float | None] = {}
         """Segments told of but not finished -> when their playback started (None: not yet): finished on a failure."""
+        self.ending = False
+        """``end`` was asked: the session speaks what it has, then ends."""
 
     async def push_audio(self, pcm: np.ndarray, sample_rate: int) -> None:
         """Queue mono float32 PCM at ``sample_rate``, in pieces of at most PUSH_SPLIT_SECONDS."""
@@ -220,6 +243,7 @@ class RemoteSession:
         return segment
 
     async def end(self) -> None:
+        self.ending = True
         await self._core.request(EndSession(self.id))
 
     def subscribe(self, listener: Callable[[dict[str, Any]], None]) -> Callable[[], None]:

@@ -284,11 +284,6 @@ def test_a_remote_bot_imports_neither_torch_nor_the_engine(synthetic_service) ->
         asyncio.run(delete_all(synthetic_service.url))
 
 
-@pytest.mark.xfail(
-    reason="the service keeps a session whose push client and WHEP viewer are gone: it needs to end a session when its "
-    "last push connection closes without 'end' (see docs/voice-agents.md)",
-    strict=False,
-)
 def test_a_bot_killed_mid_session_frees_its_session_within_seconds(synthetic_service) -> None:
     bot = remote_bot(synthetic_service.url)
     try:
@@ -296,15 +291,17 @@ def test_a_bot_killed_mid_session_frees_its_session_within_seconds(synthetic_ser
         bot.kill()
         bot.wait()
 
-        async def gone_within(seconds: float) -> bool:
+        async def ended_within(seconds: float) -> dict:
             deadline = time.monotonic() + seconds
             while time.monotonic() < deadline:
-                if session_id not in [s["id"] for s in await sessions(synthetic_service.url)]:
-                    return True
-                await asyncio.sleep(0.5)
-            return False
+                session = next(s for s in await sessions(synthetic_service.url) if s["id"] == session_id)
+                if session["state"] == "ended":
+                    return session
+                await asyncio.sleep(0.25)
+            raise AssertionError(f"session {session_id} still {session['state']} {seconds} s after its bot died")
 
-        assert asyncio.run(gone_within(5.0))
+        session = asyncio.run(ended_within(5.0))
+        assert "disconnected" in session["error"], "GET says why it ended"
     finally:
         bot.kill()
         asyncio.run(delete_all(synthetic_service.url))
