@@ -75,6 +75,7 @@ class Served(Protocol):
 STATUS = {
     "admission": web.HTTPServiceUnavailable, "not_found": web.HTTPNotFound, "invalid": web.HTTPBadRequest,
     "closed": web.HTTPConflict, "backpressure": web.HTTPServiceUnavailable, "internal": web.HTTPInternalServerError,
+    "bad_gateway": web.HTTPBadGateway,
 }
 
 
