@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -47,6 +46,7 @@ from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
 
 from harness.nginx import free_port
 from integrations.pipecat_video import DittoVideoService
+from tests.integrations.synthetic_service import start, stop
 from tests.streaming.synthetic import read_index
 
 TOKEN = "s3cret"
@@ -62,39 +62,13 @@ class Service:
     process: subprocess.Popen
 
 
-def start(command: list[str], url: str, env: dict[str, str], ready_s: float) -> subprocess.Popen:
-    """Start a service process and wait until its session API answers."""
-    process = subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + ready_s
-    while time.monotonic() < deadline:
-        assert process.poll() is None, process.stderr.read()[-3000:]
-        try:
-            import urllib.request
-
-            request = urllib.request.Request(f"{url}/sessions", headers=AUTH)
-            with urllib.request.urlopen(request, timeout=1):
-                return process
-        except OSError:
-            time.sleep(0.3)
-    process.kill()
-    raise AssertionError(f"{command} did not answer within {ready_s} s")
-
-
-def stop(process: subprocess.Popen) -> None:
-    process.send_signal(signal.SIGINT)
-    try:
-        process.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        process.kill()
-
-
 @pytest.fixture(scope="module")
 def synthetic_service() -> Iterator[Service]:
     """The service's front end, engine core and output worker, the core on the synthetic runtime (capacity 4)."""
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    process = start([sys.executable, "-m", "tests.integrations.synthetic_service", str(port), TOKEN], url, env, 60)
+    process = start([sys.executable, "-m", "tests.integrations.synthetic_service", str(port), TOKEN], url, env, 60, AUTH)
     yield Service(url, process)
     stop(process)
 
@@ -338,7 +312,7 @@ def cpu_service(tmp_path_factory) -> Iterator[Service]:
     url = f"http://127.0.0.1:{port}"
     command = [sys.executable, "-m", "apps.serve", "--device", "cpu", "--steps", "2", "--output-workers", "1",
                "--http", f"127.0.0.1:{port}", "--token", TOKEN]
-    process = start(command, url, env, 120)
+    process = start(command, url, env, 120, AUTH)
     yield Service(url, process)
     stop(process)
 
