@@ -228,7 +228,10 @@ def stream_app(
     async def push(request: web.Request) -> web.StreamResponse:
         stream = stream_for(request)
         if not stream.push:
-            raise web.HTTPNotFound(text=f"session {stream.name!r} takes no pushed audio (start with --listen)")
+            raise web.HTTPNotFound(
+                text=f"session {stream.name!r} takes no pushed audio (a LiveKit session's comes from its room; one "
+                "opened at start takes it with --listen)"
+            )
         with stream.pushing():
             return await push_handler(request, stream.audio_sink())
 
