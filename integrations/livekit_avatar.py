@@ -36,11 +36,13 @@ from livekit.agents.voice.avatar import (
     QueueAudioOutput,
     VideoGenerator,
 )
+from livekit.agents.voice.io import AudioOutput, AudioOutputCapabilities
 
 from engine.runtime import Backpressure, SessionClosed
 from engine.timebase import FPS
 from integrations.pcm import float_to_s16, s16_to_float
 from integrations.slots import SlotPicker
+from serving.rooms import RPC_PAUSE, RPC_RESUME
 
 if TYPE_CHECKING:
     from livekit.agents import AgentSession
@@ -228,15 +230,46 @@ async def run_in_process(room: rtc.Room, runtime: Runtime, avatar: Avatar, **ses
 # -- the agent's side ---------------------------------------------------------------------------
 
 
+class DittoAudioOutput(DataStreamAudioOutput):
+    """LiveKit's ``DataStreamAudioOutput`` to the service's avatar, which can pause: the agent's false-interruption
+    handling (``resume_false_interruption``) then holds the avatar's speech and resumes it where it stopped, where the
+    stock output (no pause) restarts or loses the sentence. ``pause`` and ``resume`` are RPCs to the avatar."""
+
+    def __init__(self, room: rtc.Room, *, destination_identity: str, **options: Any) -> None:
+        super().__init__(room, destination_identity=destination_identity, **options)
+        self._capabilities = AudioOutputCapabilities(pause=True)
+
+    def pause(self) -> None:
+        AudioOutput.pause(self)  # the stock output's pause only warns that it cannot
+        self._tell(RPC_PAUSE)
+
+    def resume(self) -> None:
+        AudioOutput.resume(self)
+        self._tell(RPC_RESUME)
+
+    def _tell(self, method: str) -> None:
+        async def call() -> None:
+            try:
+                await self._room.local_participant.perform_rpc(
+                    destination_identity=self._destination_identity, method=method, payload=""
+                )
+            except rtc.RpcError as exc:
+                log.warning("the avatar did not take %s: %s", method, exc)
+
+        task = asyncio.ensure_future(call())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+
 class DittoAvatarSession(AvatarSession):
     """Puts an avatar of the Ditto service (``python -m apps.serve``) into the agent's room:
     ``await DittoAvatarSession(...).start(session, room)``.
 
     ``start`` mints the avatar's room token (as LiveKit's avatar plugins do: kind agent, publishing on behalf of the
     agent), asks the service for a session whose output is the room (``POST /sessions`` with ``"livekit"``), and
-    routes the agent's audio to the avatar (``DataStreamAudioOutput``, waiting for the avatar's first speech frame
-    before the agent counts its speech as playing). ``aclose`` ends the session (``DELETE``); a room that closes
-    ends it too."""
+    routes the agent's audio to the avatar (``DittoAudioOutput``: it waits for the avatar's first speech frame before
+    the agent counts its speech as playing, and can pause). ``aclose`` ends the session (``DELETE``); a room that
+    closes ends it too."""
 
     def __init__(
         self,
@@ -299,7 +332,7 @@ class DittoAvatarSession(AvatarSession):
             if answer.status != 201:
                 raise RuntimeError(f"the Ditto service refused the avatar ({answer.status}): {reply.get('error')}")
         self.session_id = reply["id"]
-        agent_session.output.audio = DataStreamAudioOutput(
+        agent_session.output.audio = DittoAudioOutput(
             room, destination_identity=self._identity, sample_rate=None,  # the TTS's own rate: the service resamples
             wait_remote_track=rtc.TrackKind.KIND_VIDEO, wait_playback_start=True,
         )

@@ -18,6 +18,11 @@ protocol is LiveKit Agents' avatar protocol (``livekit.agents.voice.avatar``), i
   speech (``interrupt``), and speech frames of the cut segments already on their way to the room are replaced by the
   last idle picture and silence, so the avatar stops speaking at the clear.
 
+- **Pause.** ``ditto.pause`` (a possible false interruption: the agent holds its speech) cuts the session's speech as a
+  clear does but answers nothing and keeps each unfinished segment's audio from the position shown; ``ditto.resume``
+  pushes it again from there, and the segment's ``playback_finished`` adds up what was shown before and after.
+  LiveKit's own data-stream output cannot pause; ``integrations.livekit_avatar.DittoAudioOutput`` can.
+
 Numbering: the session numbers segments 0, 1, 2, ... as audio is pushed and closed (``engine.runtime.session``); its
 audio comes from the room alone (a LiveKit session takes no pushed audio), so each agent segment's number is known
 when its first audio is pushed, before the session confirms it at the close.
@@ -32,9 +37,10 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine
 from concurrent import futures
 from concurrent.futures import Future
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+import numpy as np
 import zmq.asyncio
 from livekit import rtc
 from livekit.agents.voice.avatar import (
@@ -60,6 +66,9 @@ QUEUED_FRAMES = 5
 SYNC_QUEUE_MS = 100
 """The synchronizer's video queue and the audio source's queue, as LiveKit's own avatar runner sets them."""
 NEVER = 1 << 62
+RPC_PAUSE = "ditto.pause"
+RPC_RESUME = "ditto.resume"
+"""The agent pauses and resumes its speech (LiveKit's false-interruption handling; ``DittoAudioOutput`` sends them)."""
 
 
 class SessionAudio(Protocol):
@@ -74,12 +83,31 @@ class SessionAudio(Protocol):
 
 @dataclass
 class _Segment:
-    """One agent speech segment (one byte stream): the session's number for it, and what the agent was told."""
+    """One agent speech segment (one byte stream): its audio, the session's number for it, what the agent was told.
+
+    A pause cuts the session's speech; the resume pushes the segment's audio again from the position shown, as a new
+    part (a new number on the session), so one agent segment may be spoken as several of the session's."""
 
     number: int | None = None
-    """Set at its first push (the session's next number), confirmed when the session closes it."""
+    """The session's number for its part now: set at the part's first push (the session's next number)."""
+    audio: list[tuple[np.ndarray, int]] = field(default_factory=list)
+    """Its audio as received (mono float32, rate): kept until it is answered, to resume from where a pause cut it."""
+    shown_before: float = 0.0
+    """Seconds of it shown in parts a pause cut."""
+    ended: bool = False
+    """Its stream has ended (its last part is closed, or will be at the resume)."""
     started: bool = False
     answered: bool = False
+
+    def audio_from(self, seconds: float, start: int = 0) -> list[tuple[np.ndarray, int]]:
+        """Its audio from ``seconds`` in, of the chunks from index ``start`` on (earlier ones counted, not returned)."""
+        rest, elapsed = [], 0.0
+        for index, (pcm, rate) in enumerate(self.audio):
+            duration = pcm.size / rate
+            if index >= start and elapsed + duration > seconds:
+                rest.append((pcm[max(0, round((seconds - elapsed) * rate)) :], rate))
+            elapsed += duration
+        return rest
 
 
 class RoomOutput:
@@ -107,6 +135,13 @@ class RoomOutput:
         """Agent segments begun here (their first frame read), and those answered unread at a clear."""
         self._next_number = 0
         self._last_closed = -1
+        self._paused = False
+        """The agent paused its speech (a possible false interruption): audio is kept, none reaches the session."""
+        self._holding = False
+        """Paused, or pushing again what a pause cut: new audio waits in its segment."""
+        self._held: asyncio.Task | None = None
+        self._turn = 0
+        """Counts clears: a resume's replay stops at the next one (what follows a clear is new speech)."""
         self._session_lock = asyncio.Lock()
         """Held around each request to the session, so an interrupt never overtakes the push or close before it."""
         self._pushing: asyncio.Task | None = None
@@ -116,8 +151,8 @@ class RoomOutput:
         """Speech frames released per segment (written on the release thread)."""
         self._idle: Any = None
         self._closed = False
-        self.counters = {"frames_sent": 0, "frames_dropped": 0, "frames_cut": 0, "clears": 0, "segments": 0,
-                         "playback_finished": 0}
+        self.counters = {"frames_sent": 0, "speech_frames_sent": 0, "frames_dropped": 0, "frames_cut": 0, "clears": 0,
+                         "pauses": 0, "segments": 0, "playback_finished": 0}
 
     # -- the agent's side (rooms loop) ------------------------------------------------------------------------------
 
@@ -158,7 +193,21 @@ class RoomOutput:
                 on_left(f"the avatar left the room {room.name!r} ({rtc.DisconnectReason.Name(reason)})")
 
         room.on("disconnected", disconnected)
+        for method, action in ((RPC_PAUSE, self.pause), (RPC_RESUME, self.resume)):
+            room.local_participant.register_rpc_method(method, self._from_agent(action))
         return room.name, room.local_participant.identity
+
+    def _from_agent(self, action: Callable[[], None]) -> Callable[[rtc.RpcInvocationData], str]:
+        """An RPC handler doing ``action`` when the agent whose audio this takes calls it."""
+
+        def handler(data: rtc.RpcInvocationData) -> str:
+            sender = getattr(self.receiver, "_remote_participant", None)
+            if sender is None or data.caller_identity != sender.identity:
+                return "reject"
+            action()
+            return "ok"
+
+        return handler
 
     def _spawn(self, coroutine: Coroutine[Any, Any, Any]) -> None:
         task = asyncio.ensure_future(coroutine)
@@ -194,13 +243,20 @@ class RoomOutput:
         except ProtocolError as exc:
             log.warning("room output: dropped a frame of the agent's audio: %s", exc)
             return
+        segment.audio.append((pcm, frame.sample_rate))
+        if not self._holding:
+            await self._send_audio(segment, pcm, frame.sample_rate)
+
+    async def _send_audio(self, segment: _Segment, pcm: np.ndarray, rate: int) -> None:
+        """Push ``segment``'s audio into the session, in order with every other request (a clear or a pause that
+        comes meanwhile cancels it)."""
         async with self._session_lock:
-            if segment is not self._open:  # cleared while this waited
+            if segment.answered or self._paused:  # cleared or paused while this waited
                 return
             if segment.number is None:
                 segment.number = self._next_number
                 self._by_number[segment.number] = segment
-            self._pushing = asyncio.ensure_future(self.audio.push_audio(pcm, frame.sample_rate))
+            self._pushing = asyncio.ensure_future(self.audio.push_audio(pcm, rate))
             await asyncio.wait([self._pushing])
             pushing, self._pushing = self._pushing, None
             if pushing.cancelled():
@@ -213,15 +269,21 @@ class RoomOutput:
                 log.warning("room output: the session refused a frame of the agent's audio: %s", exc)
 
     async def _end_segment(self) -> None:
-        """The agent's stream ended: close the session's segment (a stream cleared or without audio has none open)."""
+        """The agent's stream ended: close the session's segment (a stream cleared or without audio has none open;
+        while paused it is closed at the resume)."""
         segment, self._open = self._open, None
         if segment is None:
             return
+        segment.ended = True
+        if not self._holding:
+            await self._close(segment)
+
+    async def _close(self, segment: _Segment) -> None:
         async with self._session_lock:
             number = await self.audio.end_segment()
         self._confirm(segment, number)
         if number is None:
-            self._answer(segment, 0.0, interrupted=False)
+            self._answer(segment, segment.shown_before, interrupted=False)
 
     def _held_segments(self) -> int:
         """Segments the agent sent whose every frame the receiver held unread and dropped at this clear: the agent
@@ -252,10 +314,11 @@ class RoomOutput:
         """``lk.clear_buffer``: answer every unfinished segment now, then cut the session's speech."""
         self.counters["clears"] += 1
         self._cut = NEVER  # no speech frame reaches the room until the session has been interrupted
+        self._paused = self._holding = False  # a clear ends a pause: what follows is new speech
+        self._turn += 1
         held = self._held_segments()
         for segment in list(self._segments):
-            shown = self._spoken.get(segment.number, 0) / FPS if segment.number is not None else 0.0
-            self._answer(segment, shown, interrupted=True)
+            self._answer(segment, self._shown(segment), interrupted=True)
         for _ in range(held):  # segments whose every frame the receiver dropped before this output read one
             self._segments.append(_Segment())
             self._answer(self._segments[-1], 0.0, interrupted=True)
@@ -275,17 +338,84 @@ class RoomOutput:
             self._confirm(cleared, number)
             self._cut = self._last_closed
 
+    def _shown(self, segment: _Segment) -> float:
+        """Seconds of ``segment`` shown so far."""
+        now = self._spoken.get(segment.number, 0) / FPS if segment.number is not None else 0.0
+        return segment.shown_before + now
+
+    def pause(self) -> None:
+        """The agent paused its speech: cut the session's speech now (the avatar idles), keep the audio to resume."""
+        if self._paused:
+            return
+        self.counters["pauses"] += 1
+        self._paused = self._holding = True
+        self._cut = NEVER
+        if self._pushing is not None:
+            self._pushing.cancel()
+        held = asyncio.ensure_future(self._hold())
+        self._tasks.add(held)
+        held.add_done_callback(self._tasks.discard)
+        self._held = held
+
+    async def _hold(self) -> None:
+        """Interrupt the session; each unfinished segment keeps the seconds shown, its cut part forgotten."""
+        async with self._session_lock:
+            try:
+                number = await self.audio.interrupt()
+            except SessionError as exc:
+                log.info("room output: could not pause the session: %s", exc)
+                number = None
+            if number is not None:
+                self._next_number, self._last_closed = number + 1, number
+            for segment in self._segments:
+                segment.shown_before = self._shown(segment)
+                if segment.number is not None:
+                    self._by_number.pop(segment.number, None)
+                    self._spoken.pop(segment.number, None)
+                    segment.number = None
+            self._cut = self._last_closed
+
+    def resume(self) -> None:
+        """The pause was a false alarm: speak each unfinished segment on from where it was cut."""
+        if not self._paused:
+            return
+        self._paused = False
+        self._spawn(self._replay(self._held, self._turn))
+
+    async def _replay(self, held: asyncio.Task, turn: int) -> None:
+        """Push each unfinished segment's audio again from the position shown (and what came meanwhile), closing
+        those whose stream ended; then new audio flows again. A clear or another pause stops it."""
+        await asyncio.wait([held])
+        replayed: set[int] = set()
+        while not self._paused and self._turn == turn:
+            waiting = [segment for segment in self._segments if id(segment) not in replayed]
+            if not waiting:
+                self._holding = False  # no await since the last look: nothing can slip in between
+                return
+            segment = waiting[0]
+            chunks, pushed = segment.audio_from(segment.shown_before), len(segment.audio)
+            while chunks and not self._paused and self._turn == turn:
+                for pcm, rate in chunks:
+                    await self._send_audio(segment, pcm, rate)
+                chunks, pushed = segment.audio[pushed:], len(segment.audio)
+            if segment.ended and not segment.answered and not self._paused and self._turn == turn:
+                await self._close(segment)
+            replayed.add(id(segment))
+
     def playback(self, event: dict[str, Any]) -> None:
         """One of the session's playback events (``streaming.playback``), on the rooms loop."""
-        segment = self._by_number.get(event["segment"])
-        if segment is None or segment.answered:
+        number = event["segment"]
+        if event["event"] == "playback_finished":
+            segment = self._by_number.pop(number, None)
+            self._spoken.pop(number, None)
+            if segment is not None:
+                self._answer(segment, segment.shown_before + event["position"], event["interrupted"])
             return
-        if event["event"] == "playback_started" and not segment.started:
+        segment = self._by_number.get(number)
+        if event["event"] == "playback_started" and segment is not None and not segment.started:
             segment.started = True
-            self._notify(self.receiver.notify_playback_started())
-        elif event["event"] == "playback_finished":
-            self._by_number.pop(event["segment"], None)
-            self._answer(segment, event["position"], event["interrupted"])
+            if not segment.answered:
+                self._notify(self.receiver.notify_playback_started())
 
     def _answer(self, segment: _Segment, position: float, interrupted: bool) -> None:
         """Tell the agent ``segment`` is finished: once, whatever else happens to it."""
@@ -313,6 +443,7 @@ class RoomOutput:
             self.counters["frames_cut"] += 1
         elif frame.speech:
             self._spoken[frame.segment] = self._spoken.get(frame.segment, 0) + 1
+            self.counters["speech_frames_sent"] += 1
         elif not frame.repeat:
             self._idle = picture
         video = rtc.VideoFrame(self.width, self.height, rtc.VideoBufferType.I420, picture.tobytes())

@@ -1,7 +1,7 @@
 """End to end through a real LiveKit server (``livekit-server --dev``): the agent's ``DittoAvatarSession`` asks the
 service for a session in its room, the service's output worker joins as the avatar and publishes its pictures, the
 agent's audio reaches the session as a data stream and comes back as ``lk.playback_started``/``lk.playback_finished``
-RPCs, plain and interrupted; deleting the room ends the session, and ``GET`` says why.
+RPCs, plain, paused and resumed, and interrupted; deleting the room ends the session, and ``GET`` says why.
 
 Runs only when ``LIVEKIT_URL`` is set (``LIVEKIT_API_KEY``/``LIVEKIT_API_SECRET``, default the dev server's
 devkey/secret); no LiveKit server installs from the registries these machines reach. The service's core runs the
@@ -50,7 +50,8 @@ def service_url() -> Iterator[str]:
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    process = start([sys.executable, "-m", "tests.integrations.synthetic_service", str(port), TOKEN], url, env, 60, AUTH)
+    command = [sys.executable, "-m", "tests.integrations.synthetic_service", str(port), TOKEN]
+    process = start(command, url, env, 60, AUTH)
     yield url
     stop(process)
 
@@ -104,6 +105,16 @@ def test_an_agent_talks_through_the_service_s_avatar_in_a_livekit_room(service_u
             audio.flush()
             done = await asyncio.wait_for(audio.wait_for_playout(), 10)
             assert not done.interrupted and done.playback_position == pytest.approx(0.4, abs=0.1)
+            assert audio.can_pause, "the avatar's audio output can pause (false interruptions)"
+            for frame in speech(2.0):
+                await audio.capture_frame(frame)
+            audio.flush()
+            await asyncio.sleep(0.8)
+            audio.pause()
+            await asyncio.sleep(0.5)
+            audio.resume()
+            done = await asyncio.wait_for(audio.wait_for_playout(), 10)
+            assert not done.interrupted and done.playback_position == pytest.approx(2.0, abs=0.2), "spoken on, whole"
             for _ in range(3):
                 for frame in speech(1.0):
                     await audio.capture_frame(frame)

@@ -176,6 +176,11 @@ async def clear(agent: AgentAudio) -> None:
     agent.clear_buffer()
 
 
+async def call(action) -> None:
+    """``action()`` on the loop this coroutine runs on."""
+    action()
+
+
 async def until(condition, seconds: float = 5.0) -> None:
     deadline = time.monotonic() + seconds
     while not condition():
@@ -227,9 +232,9 @@ def test_a_room_session_plays_speech_reports_it_once_and_a_clear_is_answered_at_
 
 
 def test_exactly_one_playback_finished_per_segment_under_random_interruptions(tmp_path: Path) -> None:
-    """Segments of random length, each played out or cleared at a random moment (before, during or after its first
-    frame, mid-capture or after its flush, twice in a row): the agent hears exactly one ``playback_finished`` for
-    each, within its 2 s, and nothing more afterwards."""
+    """Segments of random length, each played out, cleared at a random moment (before, during or after its first
+    frame, mid-capture or after its flush, twice in a row), or paused and then resumed or cleared: the agent hears
+    exactly one ``playback_finished`` for each, within its 2 s of a clear, and nothing more afterwards."""
     rng = random.Random(37)
 
     async def scenario() -> None:
@@ -237,7 +242,7 @@ def test_exactly_one_playback_finished_per_segment_under_random_interruptions(tm
             _, agent, room = await h.open()
             expected = []
             for k in range(24):
-                kind = rng.choice(["natural", "clear", "clear_mid_capture", "clear_twice"])
+                kind = rng.choice(["natural", "clear", "clear_mid_capture", "clear_twice", "pause_resume", "pause_clear"])
 
                 async def segment(kind: str = kind) -> None:
                     frames = speech(rng.uniform(0.04, 0.4))
@@ -252,6 +257,11 @@ def test_exactly_one_playback_finished_per_segment_under_random_interruptions(tm
                         agent.clear_buffer()
                         if kind == "clear_twice":
                             agent.clear_buffer()
+                    if kind.startswith("pause"):
+                        await asyncio.sleep(rng.uniform(0, 0.3))
+                        room.pause()
+                        await asyncio.sleep(rng.uniform(0, 0.3))
+                        room.resume() if kind == "pause_resume" else agent.clear_buffer()
                     await asyncio.wait_for(agent.wait_for_playout(), 2.0)
 
                 try:
@@ -262,9 +272,45 @@ def test_exactly_one_playback_finished_per_segment_under_random_interruptions(tm
                 assert len(agent.finished()) == k + 1, f"segment {k} ({kind}): {agent.finished()[-3:]}"
             await asyncio.sleep(0.5)
             assert len(agent.finished()) == len(expected), "none extra afterwards"
-            naturals = [e for kind, e in zip(expected, agent.finished()) if kind == "natural"]
+            naturals = [e for kind, e in zip(expected, agent.finished()) if kind in ("natural", "pause_resume")]
             assert naturals and not any(interrupted for _, _, interrupted in naturals)
-            assert room.counters["clears"] >= sum(kind != "natural" for kind in expected)
+            assert room.counters["clears"] >= sum("clear" in kind for kind in expected)
+
+    asyncio.run(scenario())
+
+
+def test_a_pause_holds_the_speech_and_the_resume_speaks_on_from_where_it_stopped(tmp_path: Path) -> None:
+    """A false interruption: the agent pauses its speech (the avatar idles), then resumes it; the segment is spoken
+    whole, once, and answered once with its whole length. A pause that turns out real ends with a clear."""
+
+    async def scenario() -> None:
+        async with harness(tmp_path) as h:
+            _, agent, room = await h.open()
+            await h.on_rooms(say(agent, 2.0))
+            await until(lambda: agent.events)  # playing
+            await asyncio.sleep(0.5)
+            await h.on_rooms(call(room.pause))
+            await asyncio.sleep(0.6)  # the speech already on its way is cut
+            spoken = room.counters["speech_frames_sent"]
+            await asyncio.sleep(0.8)
+            assert room.counters["speech_frames_sent"] == spoken, "paused: the avatar idles"
+            assert 5 < spoken < 40 and not agent.finished(), "held, not finished"
+            await h.on_rooms(call(room.resume))
+            done = await h.on_rooms(asyncio.wait_for(agent.wait_for_playout(), 5))
+            assert not done.interrupted and done.playback_position == pytest.approx(2.0, abs=0.09), done
+            assert room.counters["speech_frames_sent"] == pytest.approx(50, abs=2), "every frame of it spoken once"
+            assert [e[0] for e in agent.events] == ["started", "finished"]
+
+            await h.on_rooms(say(agent, 2.0))
+            await until(lambda: len(agent.events) == 3)
+            await h.on_rooms(call(room.pause))
+            await asyncio.sleep(0.3)
+            await h.on_rooms(call(agent.clear_buffer))
+            done = await h.on_rooms(asyncio.wait_for(agent.wait_for_playout(), 2))
+            assert done.interrupted and len(agent.finished()) == 2
+            await h.on_rooms(say(agent, 0.4))
+            done = await h.on_rooms(asyncio.wait_for(agent.wait_for_playout(), 5))
+            assert not done.interrupted and done.playback_position == pytest.approx(0.4, abs=0.041), "speaks again"
 
     asyncio.run(scenario())
 
