@@ -60,7 +60,7 @@ from streaming.sources.push import ProtocolError, PushFormat, decode_chunk
 
 log = logging.getLogger("serving.rooms")
 JOIN_TIMEOUT = 15.0
-"""Seconds the avatar has to connect to the room."""
+"""Seconds the avatar has to connect to the room and publish its tracks."""
 QUEUED_FRAMES = 5
 """Released frames waiting for the synchronizer at most; older ones are dropped (a room that stalls slows no one)."""
 SYNC_QUEUE_MS = 100
@@ -180,9 +180,13 @@ class RoomOutput:
         identity). ``on_left(why)`` is called if the room drops the avatar before the output ends (the room was closed,
         the avatar removed, reconnecting failed). Raises ``ConnectionError`` saying why it could not join."""
         room = self._room = rtc.Room(loop=asyncio.get_running_loop())
-        try:
-            await asyncio.wait_for(room.connect(url, token, rtc.RoomOptions(auto_subscribe=False)), JOIN_TIMEOUT)
+
+        async def enter() -> None:
+            await room.connect(url, token, rtc.RoomOptions(auto_subscribe=False))
             await self.attach(RoomAudioReceiver(room), room)
+
+        try:
+            await asyncio.wait_for(enter(), JOIN_TIMEOUT)
         except (rtc.ConnectError, TimeoutError, OSError, RuntimeError) as exc:
             await room.disconnect()
             why = getattr(exc, "message", None) or str(exc) or type(exc).__name__

@@ -260,6 +260,9 @@ class Service:
             error = joined.error
         except asyncio.TimeoutError:
             error = f"the avatar did not join the LiveKit room within {ROOM_JOIN_TIMEOUT:g} s"
+        except asyncio.CancelledError:  # the client left before the answer: nobody would ever delete the session
+            asyncio.ensure_future(self._end_quietly(session))
+            raise
         if error is None:
             session.room = {"room": joined.room, "identity": joined.identity}
             return
