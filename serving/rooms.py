@@ -17,7 +17,6 @@ protocol is LiveKit Agents' avatar protocol (``livekit.agents.voice.avatar``), i
   finished gets ``playback_finished`` (interrupted, with the seconds of it shown), the session drops its pending
   speech (``interrupt``), and speech frames of the cut segments already on their way to the room are replaced by the
   last idle picture and silence, so the avatar stops speaking at the clear.
-
 - **Pause.** ``ditto.pause`` (a possible false interruption: the agent holds its speech) cuts the session's speech as a
   clear does but answers nothing and keeps each unfinished segment's audio from the position shown; ``ditto.resume``
   pushes it again from there, and the segment's ``playback_finished`` adds up what was shown before and after.
@@ -43,16 +42,12 @@ from typing import Any, Protocol
 import numpy as np
 import zmq.asyncio
 from livekit import rtc
-from livekit.agents.voice.avatar import (
-    AudioReceiver,
-    AudioSegmentEnd,
-    DataStreamAudioReceiver,
-    QueueAudioOutput,
-)
+from livekit.agents.voice.avatar import AudioReceiver, AudioSegmentEnd, DataStreamAudioReceiver, QueueAudioOutput
 from livekit.agents.voice.avatar._datastream_io import RPC_CLEAR_BUFFER
 
 from engine.audio.pcm import to_s16
 from engine.timebase import FPS
+from serving.client import CoreClient
 from serving.sessions import SessionError
 from streaming.frames import AUDIO_RATE
 from streaming.output import EncodedFrame
@@ -544,9 +539,8 @@ class RoomsLoop:
         self._thread.start()
         self.core = self.run(self._client(core_address)).result()
 
-    async def _client(self, address: str):
-        from serving.client import CoreClient
-
+    async def _client(self, address: str) -> CoreClient:
+        """A client of the engine core made on the loop (its reader task runs there)."""
         self._context = zmq.asyncio.Context()
         return CoreClient(self._context, address)
 
