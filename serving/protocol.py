@@ -48,6 +48,8 @@ class WorkerConfig:
     index: int
     address: str
     events: str
+    core: str | None = None
+    """Where the engine core answers requests: a session whose audio comes from a LiveKit room pushes it there."""
 
 
 def to_argument(config: CoreConfig | WorkerConfig) -> str:
@@ -252,12 +254,15 @@ class StreamEnded:
 
 @dataclass(frozen=True, slots=True)
 class SessionOutputs:
-    """Where session ``id``'s stream goes: RTMP URLs, an MP4 path, the WebRTC preview (relayed to the front end)."""
+    """Where session ``id``'s stream goes: RTMP URLs, an MP4 path, the WebRTC preview (relayed to the front end), a
+    LiveKit room."""
 
     id: str
     rtmp: tuple[str, ...]
     mp4: str | None
     preview: bool
+    livekit: tuple[str, str] | None = None
+    """(url, token) of the LiveKit room the avatar joins (``serving.rooms``); its audio then comes from the room."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -334,12 +339,22 @@ class Playback:
 
 @dataclass(frozen=True, slots=True)
 class OutputFailed:
-    """Output ``sink`` of session ``id`` (rtmp, mp4, webrtc, or ring: none at all) failed and was detached; the session
-    goes on with the others."""
+    """Output ``sink`` of session ``id`` (rtmp, mp4, webrtc, livekit, or ring: none at all) failed and was detached; the
+    session goes on with the others (a session whose room is gone ends: the room was its audio too)."""
 
     id: str
     sink: str
     message: str
+
+
+@dataclass(frozen=True, slots=True)
+class RoomJoined:
+    """Session ``id``'s avatar joined LiveKit room ``room`` as ``identity``, or (``error``) could not."""
+
+    id: str
+    room: str | None
+    identity: str | None
+    error: str | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -362,6 +377,7 @@ ToWorker = (
 """What an output worker's inbox receives, from the core (a session's frames) and the front end (its outputs)."""
 Event = (
     SessionEnded | WorkerReady | WorkerStats | PreviewPacket | PreviewEnded | Playback | OutputFailed | OutputsClosed
+    | RoomJoined
 )
 """What the front end's events socket receives, from the core and the workers."""
 Message = CoreRequest | CoreReply | ToWorker | Event

@@ -8,7 +8,9 @@ the preview (its packets go to the front end only then) and asks for keyframes. 
 runs a ``SessionOutput`` over its ring (its own output clock: repeats when the GPU is late, never
 a late timeline). The preview's encoded packets and the playback events go to the front end,
 which holds the browsers' peer connections and the push WebSockets. Until a session's first frame the preview
-shows its avatar's portrait, which the core put in the ring. Once a second it reports
+shows its avatar's portrait, which the core put in the ring. A session with a LiveKit room joins it from
+here (``serving.rooms``, on an asyncio loop of its own thread): its pictures go to the room raw (no H.264 when it
+has no other output) and the agent's audio comes from the room straight to the engine core. Once a second it reports
 every stream's counters; when a stream has flushed and closed its outputs it says so.
 """
 
@@ -22,10 +24,11 @@ import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import zmq
@@ -34,8 +37,8 @@ from engine.timebase import FPS
 from serving.ipc import send_nowait, socket
 from serving.protocol import (
     Event, FrameReady, OutputFailed, OutputsClosed, Playback, PreviewEnded, PreviewPacket, PreviewWatched, RemoveStream,
-    RequestKeyframe, SegmentsClosed, SessionOutputs, Shutdown, StreamEnded, StreamRing, ToWorker, WorkerConfig,
-    WorkerReady, WorkerStats, decode, from_argument,
+    RequestKeyframe, RoomJoined, SegmentsClosed, SessionOutputs, Shutdown, StreamEnded, StreamRing, ToWorker,
+    WorkerConfig, WorkerReady, WorkerStats, decode, from_argument,
 )
 from serving.timeline import process_started
 from streaming.encoders.audio import OpusEncoder
@@ -47,6 +50,9 @@ from streaming.output import EncodedFrame, SessionOutput
 from streaming.playback import PlaybackEvents
 from streaming.sinks.mp4 import Mp4Sink
 from streaming.sinks.rtmp import RtmpSink
+
+if TYPE_CHECKING:
+    from serving.rooms import RoomOutput, RoomsLoop
 
 log = logging.getLogger("ditto.worker")
 STATS_EVERY = 1.0
@@ -208,7 +214,17 @@ class WorkerStream:
     output: SessionOutput | None = None
     relay: PreviewRelay | None = None
     playback: PlaybackEvents | None = None
+    room: RoomOutput | None = None
     early: list[ToWorker] = field(default_factory=list)
+
+
+Join = Callable[["RoomOutput", str, str, Callable[[str], None]], Coroutine[Any, Any, tuple[str, str]]]
+"""How a stream's room output joins its room: (output, url, token, on_left) -> (room name, the avatar's identity)."""
+
+
+async def join_livekit(room: RoomOutput, url: str, token: str, on_left: Callable[[str], None]) -> tuple[str, str]:
+    """Join a LiveKit server's room (``RoomOutput.join``)."""
+    return await room.join(url, token, on_left)
 
 
 class Worker:
@@ -224,6 +240,9 @@ class Worker:
         self.streams: dict[str, WorkerStream] = {}
         self._stop = False
         self._parent = os.getppid()
+        self.rooms: RoomsLoop | None = None
+        """The loop the LiveKit rooms run on, started with the first one."""
+        self.join: Join = join_livekit
 
     def emit(self, message: Event) -> bool:
         """Send an event to the front end from any thread (False when its queue is full: dropped)."""
@@ -264,6 +283,8 @@ class Worker:
             for stream in self.streams.values():
                 if stream.output is not None:
                     stream.output.stop()
+            if self.rooms is not None:
+                self.rooms.close([s.room.leaving for s in self.streams.values() if s.room and s.room.leaving])
             self.inbox.close()
             self._events.close()
             self.context.term()
@@ -321,12 +342,15 @@ class Worker:
             self.streams.pop(stream.id, None)
             return
         spec = stream.outputs
+        encoded = bool(spec.rtmp or spec.mp4 or spec.preview) or not spec.livekit  # LiveKit takes raw pictures
         output = SessionOutput(
-            stream.source, encoder="x264", settings=H264Settings(), name=stream.id,
+            stream.source, encoder="x264" if encoded else "raw", settings=H264Settings(), name=stream.id,
             on_sink_failed=lambda sink, message: self.emit(OutputFailed(stream.id, sink, message)),
         )
-        stream.playback = PlaybackEvents(lambda event: self.emit(playback(stream.id, event)))
+        stream.playback = PlaybackEvents(lambda event: self._playback(stream, event))
         output.add_sink(stream.playback)
+        if spec.livekit:
+            self._join(stream, output, *spec.livekit)
         sinks = [("rtmp", lambda url=url: RtmpSink(url, output.request_keyframe)) for url in spec.rtmp]
         if spec.mp4:
             sinks.append(("mp4", lambda: Mp4Sink(spec.mp4, output.request_keyframe)))
@@ -343,6 +367,39 @@ class Worker:
         for message in stream.early:
             self.handle(message)
         stream.early.clear()
+
+    def _join(self, stream: WorkerStream, output: SessionOutput, url: str, token: str) -> None:
+        """Add the stream's room output and join its room on the rooms loop; the front end hears how it went."""
+        from serving.rooms import (  # livekit is imported by the workers that serve a room only
+            RoomOutput,
+            RoomsLoop,
+        )
+        from serving.sessions import RemoteSession
+
+        if self.rooms is None:
+            self.rooms = RoomsLoop(self.config.core)
+        audio = RemoteSession(self.rooms.core, stream.id, self.rooms.loop)
+        stream.room = RoomOutput(audio, stream.ring.width, stream.ring.height, self.rooms.loop)
+        output.add_sink(stream.room)
+
+        def left(why: str) -> None:
+            self.emit(OutputFailed(stream.id, "livekit", why))
+
+        def joined(future: Future) -> None:
+            error = future.exception()
+            if error is not None:
+                log.warning("session %s: %s", stream.id, error)
+                self.emit(RoomJoined(stream.id, None, None, str(error)))
+            else:
+                self.emit(RoomJoined(stream.id, *future.result(), None))
+
+        self.rooms.run(self.join(stream.room, url, token, left)).add_done_callback(joined)
+
+    def _playback(self, stream: WorkerStream, event: dict[str, Any]) -> bool:
+        """A playback event to the front end (the push sockets), and to the stream's room (the agent)."""
+        if stream.room is not None:
+            self.rooms.call(stream.room.playback, event)
+        return self.emit(playback(stream.id, event))
 
     def _reap(self) -> None:
         """Report and forget the streams whose output has flushed and closed."""

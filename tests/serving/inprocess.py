@@ -8,6 +8,7 @@ output workers. The push, WebRTC and HTTP tests drive the routes through it with
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -65,6 +66,10 @@ class Stream:
 
     def audio_sink(self) -> AsyncAudioSink:
         return ThreadedAudioSink(self.session)
+
+    def pushing(self) -> contextlib.AbstractContextManager[None]:
+        """In-process streams outlive their pushers."""
+        return contextlib.nullcontext()
 
 
 def create_app(

@@ -158,6 +158,7 @@ def test_hostile_session_requests_get_a_400_naming_the_field_and_record_only_new
                 ({"avatar": "anna", "latency": []}, '"latency"'),
                 ({"avatar": "anna", "latency": {}}, '"latency"'),
                 ({"avatar": "anna", "overlap": 1e23}, '"overlap"'),
+                ({"avatar": "anna", "end_on_disconnect": "yes"}, '"end_on_disconnect"'),
                 ([{"avatar": "anna"}], "JSON object"),
             ]:
                 response = await http.post(f"{base}/sessions", json=body)
