@@ -29,7 +29,7 @@ from engine.audio.pcm import to_mono_16k
 from engine.buckets import RENDER_BUCKETS
 from engine.engine import LIVE_OVERLAP, OFFLINE_OVERLAP, RANDOM_WEIGHTS_NOTICE, models_dir, random_checkpoints
 from engine.runtime import OutOfMemoryAtStart, Runtime, RuntimeConfig
-from engine.runtime.session import Session
+from engine.runtime.session import Frame, Session
 from engine.timebase import DEFAULT_STEPS, FPS, SEQ_FRAMES
 from serving.timeline import process_age
 from streaming.mp4 import Mp4Writer
@@ -116,7 +116,7 @@ def write_mp4(session: Session, out: Path, width: int, height: int, total: int, 
     stream = torch.cuda.Stream(device) if device.type == "cuda" else None
     with Mp4Writer(out, width, height, fps=FPS, audio_rate=session.audio_rate) as writer, tqdm(total=total, unit="frame", desc="rendering") as bar:
         mark = time.perf_counter()
-        while (frame := session.next_frame()) is not None:
+        while (frame := next_frame_ticking(session, bar)) is not None:
             frames = [frame, *session.take_ready()]
             waiting, mark = waiting + time.perf_counter() - mark, time.perf_counter()
             with torch.cuda.stream(stream):
@@ -125,6 +125,16 @@ def write_mp4(session: Session, out: Path, width: int, height: int, total: int, 
             bar.update(len(frames))
             writing, mark = writing + time.perf_counter() - mark, time.perf_counter()
     return waiting, writing
+
+
+def next_frame_ticking(session: Session, bar: tqdm, tick: float = 1.0) -> Frame | None:
+    """The session's next frame; meanwhile the bar's clock ticks every ``tick`` seconds: frames come in batches (a
+    short clip's in one), which take minutes on a CPU, and a bar standing still at 0 looks hung."""
+    while True:
+        try:
+            return session.next_frame(timeout=tick)
+        except TimeoutError:
+            bar.set_postfix_str("rendering a batch of frames", refresh=True)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -18,6 +18,12 @@ Starts nginx-rtmp and one ``python -m apps.serve --avatar DIR --sessions 0 --no-
 Every session is created with ``--output`` (its size, bitrate, preset, ...: ``docs/output.md``): one for all phases,
 or one per ``--sessions`` count. ``--anchor`` streams the generated 1920x1080 studio anchor (``avatars.anchor``),
 registered at the server's start, instead of ``--avatar``.
+
+With ``--ray`` the same runs through the cluster: ``python -m apps.serve --ray`` (a local Ray cluster, one engine
+replica per GPU) instead of the single server, ready once Serve's proxy answers ``GET /sessions`` with a replica;
+sessions are created, read and deleted through the proxy, speech is pushed to each session's ``urls.push`` (on the
+replica that holds it) and the counters are read from each replica's own /metrics (``replica.url`` of the answer).
+``ready_s`` is launch to ready in both modes.
 """
 
 from __future__ import annotations
@@ -28,6 +34,8 @@ import json
 import os
 import platform
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import aiohttp
@@ -67,6 +75,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--cycles", type=int, default=100, help="create/delete cycles")
     parser.add_argument("--steps", type=int, default=DEFAULT_STEPS)
     parser.add_argument("--device", help="cuda or cpu (default: cuda when available)")
+    parser.add_argument("--plans", type=Path, help="the torch backend's compiled packages, passed to apps.serve")
+    parser.add_argument(
+        "--ray", action="store_true", help="through the cluster: apps.serve --ray (Serve's proxy, a replica per GPU)"
+    )
     parser.add_argument("--out", type=Path, required=True, help="write the results here as JSON")
     args = parser.parse_args(argv)
     if len(args.minutes) != len(args.sessions):
@@ -91,16 +103,23 @@ def phase_outputs(args: argparse.Namespace) -> list[OutputSettings]:
 
 
 class Api:
-    """The service's session API."""
+    """The service's session API (with ``ray``: the cluster's proxy, and each replica's own /metrics)."""
 
-    def __init__(self, http: aiohttp.ClientSession, port: int) -> None:
-        self.http, self.base = http, f"http://127.0.0.1:{port}"
+    def __init__(self, http: aiohttp.ClientSession, port: int, ray: bool = False) -> None:
+        self.http, self.base, self.ray = http, f"http://127.0.0.1:{port}", ray
+        self.replicas: dict[str, str] = {}
+        """Replica id -> its URL, from the proxy's answers to POST /sessions."""
+        self.by_replica: dict[str, dict] = {}
+        """Replica id -> its /metrics, as ``metrics`` last read them."""
 
     async def create(self, **body) -> dict:
         async with self.http.post(f"{self.base}/sessions", json={"avatar": "anchor", **body}) as response:
             if response.status != 201:
                 raise RuntimeError(f"POST /sessions: {response.status} {await response.text()}")
-            return await response.json()
+            answer = await response.json()
+        if self.ray:
+            self.replicas[answer["replica"]["id"]] = answer["replica"]["url"]
+        return answer
 
     async def get(self, session_id: str) -> dict:
         async with self.http.get(f"{self.base}/sessions/{session_id}") as response:
@@ -111,8 +130,18 @@ class Api:
             return await response.json()
 
     async def metrics(self) -> dict:
-        async with self.http.get(f"{self.base}/metrics") as response:
-            return parse_metrics(await response.text())
+        """/metrics of the server; with ``ray``, those of every replica that took a session, merged (each session's
+        counters are on its replica alone; the runtime's figures are per replica in ``by_replica``)."""
+        if not self.ray:
+            async with self.http.get(f"{self.base}/metrics") as response:
+                return parse_metrics(await response.text())
+        merged: dict = {}
+        for replica, url in self.replicas.items():
+            async with self.http.get(f"{url}/metrics") as response:
+                self.by_replica[replica] = parse_metrics(await response.text())
+            for name, samples in self.by_replica[replica].items():
+                merged.setdefault(name, {}).update(samples)
+        return merged
 
 
 async def first_pictures(api: Api, nginx: NginxRtmp, count: int, output: dict) -> list[float]:
@@ -161,7 +190,8 @@ async def streams(
     ids = [s["id"] for s in sessions]
     readers = [RtmpPacketLog(nginx.url(f"phase{count}-{i}"), open_timeout=STALL, read_timeout=STALL).start() for i in range(count)]
     stop = asyncio.Event()
-    feeders = [asyncio.ensure_future(feed(port, session_id, speech, rate, stop)) for session_id in ids]
+    pushes = [s["urls"]["push"] if api.ray else None for s in sessions]
+    feeders = [asyncio.ensure_future(feed(port, i, speech, rate, stop, url)) for i, url in zip(ids, pushes)]
     deadline = time.monotonic() + START
     while not all(r.log.video for r in readers) and time.monotonic() < deadline:
         await asyncio.sleep(0.1)
@@ -189,13 +219,19 @@ async def streams(
         rows.append(row)
     repeated = sum(r["repeated_in_window"] or 0 for r in rows)
     released = sum(r["released_in_window"] or 0 for r in rows)
-    return {
+    phase = {
         "sessions": count, "minutes": minutes, "output": sessions[0]["output"], "size": sessions[0]["size"],
         "pushers_blocked_at_end": len(blocked), "repeated_share": round(repeated / released, 5) if released else None,
         "cores": {kind: round((cpu_after[kind] - cpu_before.get(kind, 0.0)) / (end - start), 2) for kind in cpu_after},
-        "capacity": listing["capacity"], "encoding": listing["encoding"], "streams": rows,
+        "capacity": listing["capacity"], "encoding": listing.get("encoding"), "streams": rows,
         "runtime": runtime_figures(metrics),
     }
+    if api.ray:
+        phase["replicas"] = {
+            replica: {"sessions": sum(s["replica"]["id"] == replica for s in sessions), **runtime_figures(figures)}
+            for replica, figures in api.by_replica.items()
+        }
+    return phase
 
 
 def process_cpu(root: int) -> dict[str, float]:
@@ -229,6 +265,24 @@ def process_cpu(root: int) -> dict[str, float]:
     return used
 
 
+def wait_proxy(server: LiveServer, timeout: float) -> dict:
+    """Wait until the cluster's proxy answers ``GET /sessions`` naming an engine replica (Serve runs a replica once its
+    engine is warm); its answer. RuntimeError if the process dies, TimeoutError after ``timeout`` s."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if server.process.poll() is not None:
+            raise RuntimeError(f"apps.serve --ray exited with {server.process.returncode}:\n{server.log_tail()}")
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{server.http_port}/sessions", timeout=10) as response:
+                answer = json.loads(response.read())
+            if answer.get("replicas"):
+                return answer
+        except (urllib.error.URLError, OSError, ValueError):
+            pass  # not listening yet, or 503 while the replicas warm up
+        time.sleep(0.5)
+    raise TimeoutError(f"the proxy named no engine replica within {timeout:.0f} s:\n{server.log_tail()}")
+
+
 def runtime_figures(metrics: dict) -> dict:
     figures = {key: metric(metrics, f"ditto_runtime_{key}") for key in RUNTIME_KEYS}
     figures["capacity_admitted"] = metric(metrics, "ditto_capacity", kind="admitted")
@@ -245,8 +299,13 @@ async def measure(args: argparse.Namespace, work: Path) -> dict:
     speech, rate = demo_audio()
     nginx = NginxRtmp(work / "nginx", find_nginx())
     port = free_port()
+    plans = ["--plans", str(args.plans.absolute())] if args.plans else []
+    if args.ray:
+        served = ["--ray", "--avatar", str(Path(avatar).absolute()), "--no-admission", *plans]
+    else:
+        served = ["--avatar", avatar, "--sessions", "0", "--no-admission", *plans]
     server = LiveServer(
-        ["--avatar", avatar, "--sessions", "0", "--no-admission", "--http", f"127.0.0.1:{port}", "--steps", str(args.steps), "--device", device],
+        [*served, "--http", f"127.0.0.1:{port}", "--steps", str(args.steps), "--device", device],
         port,
         work / "serve.log",
     )
@@ -258,14 +317,26 @@ async def measure(args: argparse.Namespace, work: Path) -> dict:
     }
     if device == "cpu":
         result["notice"] = CPU_NOTICE
+    result.update(ray=args.ray, plans=args.plans and str(args.plans))
+    if args.ray:
+        result["what"] = (
+            "apps.serve --ray (a local Ray cluster, Serve's proxy, an engine replica per GPU) driven through the "
+            "proxy's session API; speech pushed to each replica, every RTMP stream read back with PyAV"
+        )
     nginx.start()
     try:
         server.start()
-        await asyncio.to_thread(server.wait_ready, START)
+        if args.ray:
+            await asyncio.to_thread(wait_proxy, server, START)
+        else:
+            await asyncio.to_thread(server.wait_ready, START)
         result["ready_s"] = round(time.monotonic() - server.started_at, 2)
         async with aiohttp.ClientSession() as http:
-            api = Api(http, port)
-            result["capacity"] = (await (await http.get(f"{api.base}/sessions")).json())["capacity"]
+            api = Api(http, port, args.ray)
+            sessions = await (await http.get(f"{api.base}/sessions")).json()
+            result["capacity"] = sessions["capacity"]
+            if args.ray:
+                result["replicas_at_ready"] = sessions["replicas"]
             result["first_picture_s"] = await first_pictures(api, nginx, args.first, outputs[0])
             result["cycles"] = await cycles(api, nginx, args.cycles, outputs[0]) if args.cycles else None
             result["phases"] = []
@@ -292,6 +363,8 @@ def anchor_portrait(work: Path) -> Path:
 
 def table(result: dict) -> str:
     lines = [f"service on {result['device']}: ready {result.get('ready_s')} s, capacity {result.get('capacity')}; random weights"]
+    if result.get("ray"):
+        lines[0] = f"cluster (apps.serve --ray) {lines[0].removeprefix('service ')}"
     lines.append(f"first RTMP picture after POST /sessions: {result.get('first_picture_s')} s")
     if result.get("cycles"):
         c = result["cycles"]

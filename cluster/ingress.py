@@ -30,16 +30,19 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 
 from cluster.reports import REPORTED
+from engine.nesting import load_json
 from serving.access import Access
 
 ATTEMPTS = 3
+"""Offers of one POST to replicas before the answer may be 503 (more while a reported replica has not refused)."""
+MAX_BODY_DEPTH = 8
+"""How deep a POST body may nest: the single server's limit (``serving.sessions``, not imported: it brings torch)."""
 STARTED_WAIT = 2.0
 """Seconds a request waits for the first engine replica before it is answered 503 (the engines are warming up)."""
 WARMUP_RETRY_AFTER = 10
 """Seconds a client is told to wait (Retry-After) while no engine replica has started yet."""
 HOLDERS_KEPT = 100_000
 """Sessions whose replica the ingress remembers for GET and DELETE through the proxy (the oldest forgotten first)."""
-"""Offers of one POST to replicas before the answer may be 503 (more while a reported replica has not refused)."""
 
 
 class SessionsIngress:
@@ -111,7 +114,7 @@ class SessionsIngress:
     async def create(self, body: bytes) -> Response:
         """Offer the session to replicas (the router ranks them by reported room) until one takes it."""
         try:
-            json.loads(body)
+            load_json(body, MAX_BODY_DEPTH, "the request body")  # nested 100k deep: a 400, never a RecursionError
         except ValueError as exc:
             return PlainTextResponse(f"POST /sessions takes JSON: {exc}", status_code=400)
         refusals: dict[str, dict[str, Any]] = {}

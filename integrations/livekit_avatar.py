@@ -1,34 +1,30 @@
-"""LiveKit Agents avatar: a ``VideoGenerator`` over a runtime session, its worker, and the agent's ``AvatarSession``.
+"""LiveKit Agents avatar: the agent's ``AvatarSession`` for the Ditto service, and an in-process mode.
 
-Three pieces, one protocol (``livekit.agents.voice.avatar``):
+Two ways, one protocol (``livekit.agents.voice.avatar``):
 
-- ``DittoVideoGenerator``: TTS audio in (``rtc.AudioFrame`` at any rate, ``AudioSegmentEnd`` closing a
-  segment), the avatar's frames out at 25 fps (``rtc.VideoFrame`` RGBA, and for speech frames the exact 48 kHz
-  audio they speak as ``rtc.AudioFrame``, at the session's audio rate), one ``AudioSegmentEnd`` per segment once its last speech frame has
-  been handed out. ``clear_buffer`` interrupts the session and forgets every open segment, so no stale segment
-  end can ever close the next one. ``AvatarRunner`` turns those into ``lk.playback_started`` and
-  ``lk.playback_finished`` (``interrupted`` after a clear).
-- ``AvatarWorker`` (``python -m integrations.livekit_avatar``): a process beside ``apps.serve`` with its
-  own runtime and the same session API shape: ``POST /sessions {"avatar", "livekit_url", "livekit_token"}``
-  joins that room, runs ``AvatarRunner`` with ``DataStreamAudioReceiver`` over a new live session, and answers
-  201 with the session's id and room identity; ``GET /sessions``, ``DELETE /sessions/{id}``.
-- ``DittoAvatarSession`` (agent side): mints the avatar's token, asks the worker for a session for the room and
-  routes the agent's audio to it (``DataStreamAudioOutput``). In-process instead: ``run_in_process``.
+- **The service** (the way to serve many rooms from one GPU): ``DittoAvatarSession`` (agent side) mints the
+  avatar's room token, asks the service (``python -m apps.serve``) for a session whose output is the agent's room
+  (``POST /sessions {"avatar", "livekit": {"url", "token"}}``) and routes the agent's audio to the avatar. The
+  service's output worker joins the room and speaks there (``serving.rooms``). ``python -m
+  integrations.livekit_avatar``, the separate avatar worker with its own runtime, is gone (it says so).
+- **In process** (a single agent on its own GPU: the agent's job owns the runtime): ``run_in_process`` runs
+  ``DittoVideoGenerator``, a ``VideoGenerator`` over a live runtime session (TTS ``rtc.AudioFrame`` at any rate in,
+  25 fps RGBA ``rtc.VideoFrame`` and each speech frame's 48 kHz audio out, one ``AudioSegmentEnd`` per segment after
+  its last speech frame; ``clear_buffer`` interrupts the session and forgets every open segment, so no stale segment
+  end closes the next one), under ``DittoAvatarRunner`` (LiveKit's ``AvatarRunner``, answering every clear).
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import logging
-import secrets
+import sys
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import aiohttp
 import numpy as np
-from aiohttp import web
 from livekit import api, rtc
 from livekit.agents.voice.avatar import (
     AudioSegmentEnd,
@@ -40,21 +36,26 @@ from livekit.agents.voice.avatar import (
     QueueAudioOutput,
     VideoGenerator,
 )
+from livekit.agents.voice.io import AudioOutput, AudioOutputCapabilities
 
-from engine.runtime import AdmissionError, Backpressure, SessionClosed
+from engine.runtime import Backpressure, SessionClosed
 from engine.timebase import FPS
 from integrations.pcm import float_to_s16, s16_to_float
 from integrations.slots import SlotPicker
+from serving.rooms import RPC_PAUSE, RPC_RESUME
 
 if TYPE_CHECKING:
+    from livekit.agents import AgentSession
+
     from avatars.cache import Avatar
     from engine.runtime.runtime import Runtime
     from engine.runtime.session import Session
-    from livekit.agents import AgentSession
 
 log = logging.getLogger(__name__)
 SLOT_S = 1 / FPS
 BACKPRESSURE_RETRY_S = 0.02
+START_TIMEOUT_S = 30.0
+"""Seconds the service has to answer: it answers a LiveKit session once its avatar is in the room."""
 
 
 @dataclass
@@ -226,141 +227,72 @@ async def run_in_process(room: rtc.Room, runtime: Runtime, avatar: Avatar, **ses
     return audio, runner
 
 
-# -- the worker (beside the service) --------------------------------------------------------------
-
-
-@dataclass
-class _Room:
-    id: str
-    avatar: str
-    identity: str
-    room: rtc.Room
-    session: Session
-    runner: DittoAvatarRunner | None = None
-    task: asyncio.Task | None = field(default=None, repr=False)
-    started: bool = False
-
-
-class AvatarWorker:
-    """Avatar sessions in LiveKit rooms, one runtime session each, created and ended through a small HTTP API."""
-
-    def __init__(self, runtime: Runtime, avatars: Any, *, latency: str = "faithful") -> None:
-        """``avatars``: a registry with ``get(name)``; ``latency``: the sessions' mode (``engine.latency``)."""
-        self.runtime = runtime
-        self.avatars = avatars
-        self.latency = latency
-        self.rooms: dict[str, _Room] = {}
-
-    def app(self) -> web.Application:
-        """The HTTP API: POST/GET /sessions, DELETE /sessions/{id}."""
-        app = web.Application()
-        app.router.add_post("/sessions", self._create)
-        app.router.add_get("/sessions", self._list)
-        app.router.add_delete("/sessions/{id}", self._delete)
-        app.on_cleanup.append(lambda _: self.aclose())
-        return app
-
-    async def join(self, avatar_name: str, url: str, token: str) -> _Room:
-        """Join the room ``token`` grants, publish the avatar there, and run it until the room ends or ``leave``."""
-        avatar = self.avatars.get(avatar_name)
-        session = await asyncio.to_thread(self.runtime.open_session, avatar, live=True, latency=self.latency)  # off the event loop
-        room = rtc.Room()
-        try:
-            await room.connect(url, token)
-        except BaseException:
-            session.close()
-            raise
-        entry = _Room(secrets.token_hex(4), avatar_name, room.local_participant.identity, room, session)
-        generator = DittoVideoGenerator(session, avatar.frames[0].cpu().numpy())
-        entry.runner = DittoAvatarRunner(
-            room, audio_recv=DataStreamAudioReceiver(room), video_gen=generator, options=avatar_options(generator)
-        )
-        self.rooms[entry.id] = entry
-        entry.task = asyncio.create_task(self._run(entry))
-        room.on("disconnected", lambda *_: entry.id in self.rooms and asyncio.ensure_future(self.leave(entry.id)))
-        return entry
-
-    async def leave(self, session_id: str) -> None:
-        """End one avatar session: stop its runner, close its runtime session, leave the room."""
-        entry = self.rooms.pop(session_id, None)
-        if entry is None:
-            return
-        if entry.task is not None:
-            entry.task.cancel()
-            await asyncio.gather(entry.task, return_exceptions=True)
-        if entry.started:
-            await entry.runner.aclose()
-        else:  # still waiting for the agent to join: only the synchronizer's task runs
-            await entry.runner.av_sync.aclose()
-        entry.session.close()
-        await entry.room.disconnect()
-
-    async def aclose(self) -> None:
-        """Leave every room."""
-        for session_id in list(self.rooms):
-            await self.leave(session_id)
-
-    async def _run(self, entry: _Room) -> None:
-        try:
-            await entry.runner.start()
-            entry.started = True
-            await entry.runner.wait_for_complete()
-        except asyncio.CancelledError:
-            raise
-        except Exception:
-            log.exception("avatar session %s in room %s failed", entry.id, entry.room.name)
-
-    async def _create(self, request: web.Request) -> web.Response:
-        try:
-            body = await request.json()
-            avatar, url, token = body.get("avatar", "anchor"), body["livekit_url"], body["livekit_token"]
-        except (ValueError, KeyError, AttributeError) as exc:
-            return web.json_response({"error": f"a JSON body with livekit_url and livekit_token is needed ({exc})"}, status=400)
-        try:
-            entry = await self.join(avatar, url, token)
-        except LookupError as exc:
-            return web.json_response({"error": str(exc)}, status=404)
-        except AdmissionError as exc:
-            return web.json_response({"error": str(exc)}, status=503)
-        except rtc.ConnectError as exc:
-            return web.json_response({"error": f"could not join the room: {exc}"}, status=502)
-        return web.json_response({"id": entry.id, "identity": entry.identity, "room": entry.room.name}, status=201)
-
-    async def _list(self, _: web.Request) -> web.Response:
-        return web.json_response(
-            {"sessions": [{"id": e.id, "avatar": e.avatar, "identity": e.identity, "room": e.room.name} for e in self.rooms.values()]}
-        )
-
-    async def _delete(self, request: web.Request) -> web.Response:
-        session_id = request.match_info["id"]
-        if session_id not in self.rooms:
-            return web.json_response({"error": f"no session {session_id}"}, status=404)
-        await self.leave(session_id)
-        return web.json_response({"id": session_id, "state": "ended"})
-
-
 # -- the agent's side ---------------------------------------------------------------------------
 
 
+class DittoAudioOutput(DataStreamAudioOutput):
+    """LiveKit's ``DataStreamAudioOutput`` to the service's avatar, which can pause: the agent's false-interruption
+    handling (``resume_false_interruption``) then holds the avatar's speech and resumes it where it stopped, where the
+    stock output (no pause) restarts or loses the sentence. ``pause`` and ``resume`` are RPCs to the avatar."""
+
+    def __init__(self, room: rtc.Room, *, destination_identity: str, **options: Any) -> None:
+        super().__init__(room, destination_identity=destination_identity, **options)
+        self._capabilities = AudioOutputCapabilities(pause=True)
+
+    def pause(self) -> None:
+        AudioOutput.pause(self)  # the stock output's pause only warns that it cannot
+        self._tell(RPC_PAUSE)
+
+    def resume(self) -> None:
+        AudioOutput.resume(self)
+        self._tell(RPC_RESUME)
+
+    def _tell(self, method: str) -> None:
+        async def call() -> None:
+            try:
+                await self._room.local_participant.perform_rpc(
+                    destination_identity=self._destination_identity, method=method, payload=""
+                )
+            except rtc.RpcError as exc:
+                log.warning("the avatar did not take %s: %s", method, exc)
+
+        task = asyncio.ensure_future(call())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+
 class DittoAvatarSession(AvatarSession):
-    """Puts a self-hosted Ditto avatar into the agent's room: ``await DittoAvatarSession(...).start(session, room)``."""
+    """Puts an avatar of the Ditto service (``python -m apps.serve``) into the agent's room:
+    ``await DittoAvatarSession(...).start(session, room)``.
+
+    ``start`` mints the avatar's room token (as LiveKit's avatar plugins do: kind agent, publishing on behalf of the
+    agent), asks the service for a session whose output is the room (``POST /sessions`` with ``"livekit"``), and
+    routes the agent's audio to the avatar (``DittoAudioOutput``: it waits for the avatar's first speech frame before
+    the agent counts its speech as playing, and can pause). ``aclose`` ends the session (``DELETE``); a room that
+    closes ends it too."""
 
     def __init__(
         self,
-        worker_url: str,
+        url: str,
         *,
         avatar: str = "anchor",
+        token: str | None = None,
         livekit_url: str,
         api_key: str,
         api_secret: str,
         identity: str = "ditto-avatar",
+        options: dict[str, Any] | None = None,
     ) -> None:
-        """``worker_url``: the avatar worker's base URL; the LiveKit URL and key pair mint the avatar's room token."""
+        """``url``: the service's base URL and ``token`` its token (``apps.serve --token``); ``avatar`` a registered
+        avatar's name; the LiveKit URL and key pair mint the avatar's room token; ``options``: more fields of the
+        session (``latency``, ``overlap``, ``seed``, ``controls``, ``rtmp``, ``preview``: docs/service.md)."""
         super().__init__()
-        self.worker_url = worker_url.rstrip("/")
+        self.url = url.rstrip("/")
         self.avatar = avatar
+        self._headers = {"Authorization": f"Bearer {token}"} if token else {}
         self.livekit_url, self.api_key, self.api_secret = livekit_url, api_key, api_secret
         self._identity = identity
+        self.options = dict(options or {})
         self.session_id: str | None = None
 
     @property
@@ -385,72 +317,50 @@ class DittoAvatarSession(AvatarSession):
         )
 
     async def start(self, agent_session: AgentSession, room: rtc.Room) -> None:
-        """Ask the worker for an avatar session in ``room``, then send the agent's audio to it."""
+        """Ask the service for an avatar session in ``room`` (it answers once the avatar is in), then send the agent's
+        audio to it. RuntimeError with the service's status and reason when it refuses (503 full, 400 a bad field,
+        404 an unknown avatar, 502 the avatar could not join)."""
         await super().start(agent_session, room)
-        body = {
-            "avatar": self.avatar,
-            "livekit_url": self.livekit_url,
-            "livekit_token": self.token(room.name, room.local_participant.identity),
-        }
-        async with aiohttp.ClientSession() as http, http.post(f"{self.worker_url}/sessions", json=body) as response:
-            answer = await response.json()
-            if response.status != 201:
-                raise RuntimeError(f"the avatar worker answered {response.status}: {answer.get('error')}")
-        self.session_id = answer["id"]
-        agent_session.output.audio = DataStreamAudioOutput(
-            room, destination_identity=self._identity, sample_rate=None,  # the TTS's own rate: the session resamples once
-            wait_remote_track=rtc.TrackKind.KIND_VIDEO,
+        livekit = {"url": self.livekit_url, "token": self.token(room.name, room.local_participant.identity)}
+        body = {**self.options, "avatar": self.avatar, "livekit": livekit}
+        timeout = aiohttp.ClientTimeout(total=START_TIMEOUT_S)
+        async with (
+            aiohttp.ClientSession(headers=self._headers, timeout=timeout) as http,
+            http.post(f"{self.url}/sessions", json=body) as answer,
+        ):
+            reply = await answer.json(content_type=None)
+            if answer.status != 201:
+                raise RuntimeError(f"the Ditto service refused the avatar ({answer.status}): {reply.get('error')}")
+        self.session_id = reply["id"]
+        agent_session.output.audio = DittoAudioOutput(
+            room, destination_identity=self._identity, sample_rate=None,  # the TTS's own rate: the service resamples
+            wait_remote_track=rtc.TrackKind.KIND_VIDEO, wait_playback_start=True,
         )
 
     async def aclose(self) -> None:
-        """End the avatar session on the worker, then leave as the base class does."""
+        """End the avatar's session on the service, then leave as the base class does."""
         if self.session_id is not None:
-            async with aiohttp.ClientSession() as http:
-                async with http.delete(f"{self.worker_url}/sessions/{self.session_id}"):
-                    pass
+            timeout = aiohttp.ClientTimeout(total=START_TIMEOUT_S)
+            async with aiohttp.ClientSession(headers=self._headers, timeout=timeout) as http:
+                try:
+                    async with http.delete(f"{self.url}/sessions/{self.session_id}"):
+                        pass
+                except (aiohttp.ClientError, TimeoutError) as exc:
+                    log.warning("could not end the avatar's session %s: %r", self.session_id, exc)
             self.session_id = None
         await super().aclose()
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m integrations.livekit_avatar --avatar anchor [--checkpoints DIR] [--http 127.0.0.1:8090]``."""
-    parser = argparse.ArgumentParser(prog="python -m integrations.livekit_avatar", description=__doc__.splitlines()[0])
-    parser.add_argument("--avatar", action="append", required=True, help="registered avatar name or cache dir (repeatable)")
-    parser.add_argument("--checkpoints", default=None, help="official checkpoints (default: random weights, pictures are not faces)")
-    parser.add_argument("--device", default=None)
-    parser.add_argument("--http", default="127.0.0.1:8090", help="host:port of the session API (binds 127.0.0.1 by default)")
-    parser.add_argument("--latency", choices=("faithful", "low"), default="faithful", help="the sessions' latency mode")
-    args = parser.parse_args(argv)
-    host, port = args.http.rsplit(":", 1)
-    if host not in ("127.0.0.1", "localhost", "::1"):
-        parser.error("the worker's API has no token check: bind it to 127.0.0.1 and reach it from the agent's host")
-
-    from avatars.cache import load_avatar
-    from engine.runtime import Runtime
-
-    runtime = Runtime.from_checkpoints(args.checkpoints, device=args.device)
-    if args.checkpoints is None:
-        print("RANDOM WEIGHTS: the avatar's pictures are not faces")
-    avatars = _Avatars({name: load_avatar(name, runtime.device) for name in args.avatar})
-    worker = AvatarWorker(runtime, avatars, latency=args.latency)
-    try:
-        web.run_app(worker.app(), host=host, port=int(port), access_log=None)
-    finally:
-        runtime.close()
-    return 0
-
-
-class _Avatars:
-    """Avatars loaded at start, by the name they were given (the first also as ``anchor``)."""
-
-    def __init__(self, loaded: dict[str, Any]) -> None:
-        self.loaded = dict(loaded)
-        self.loaded.setdefault("anchor", next(iter(loaded.values())))
-
-    def get(self, name: str) -> Avatar:
-        if name not in self.loaded:
-            raise LookupError(f"no avatar {name!r}; avatars available: {', '.join(sorted(self.loaded))}")
-        return self.loaded[name]
+    """The separate avatar worker is gone: LiveKit rooms are an output of the service; say how to use it."""
+    print(
+        "python -m integrations.livekit_avatar is gone: LiveKit rooms are an output of the service. Run\n"
+        "    python -m apps.serve --avatar PORTRAIT_OR_NAME --http HOST:PORT --token TOKEN\n"
+        "and in the agent: DittoAvatarSession(\"http://HOST:PORT\", token=TOKEN, livekit_url=..., api_key=..., "
+        "api_secret=...) (docs/voice-agents.md).",
+        file=sys.stderr,
+    )
+    return 2
 
 
 if __name__ == "__main__":

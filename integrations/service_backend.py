@@ -36,7 +36,10 @@ class ServiceBackend:
 
     def __init__(self, url: str, avatar: str, token: str | None, options: dict[str, Any], max_held: int) -> None:
         self.url = url.rstrip("/")
-        self.spec = {"avatar": avatar, "preview": True, **{k: v for k, v in options.items() if v is not None}}
+        self.spec = {
+            "avatar": avatar, "preview": True, "end_on_disconnect": True,  # a bot that dies frees its session
+            **{k: v for k, v in options.items() if v is not None},
+        }
         self._headers = {"Authorization": f"Bearer {token}"} if token else {}
         self._max_held = max_held
         self.size: tuple[int, int] | None = None

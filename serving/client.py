@@ -25,11 +25,13 @@ class CoreClient:
         self._reader = asyncio.ensure_future(self._read())
 
     async def request(self, message: CoreRequest, timeout: float | None = 30.0) -> CoreReply:
-        """Send ``message``, wait for its reply; SessionError when the core refused it."""
+        """Send ``message``, wait for its reply; SessionError when the core refused it. The message is encoded before
+        its reply is waited for, so one that cannot be (a value msgpack cannot carry) leaves nothing in the table."""
+        data = encode(message)
         self._next += 1
         rid = self._next
         future = self._waiting[rid] = asyncio.get_running_loop().create_future()
-        await self._socket.send_multipart([rid.to_bytes(8, "big"), encode(message)])
+        await self._socket.send_multipart([rid.to_bytes(8, "big"), data])
         try:
             reply = await asyncio.wait_for(future, timeout)
         finally:

@@ -41,7 +41,8 @@ from serving.protocol import (
 from serving.timeline import process_started
 from streaming.encoders.colour import rgb_to_i420_batch
 from streaming.encoders.scale import scale_frames
-from streaming.frame_ring import HEADER_BYTES, FrameRing
+from streaming.frame_ring import HEADER_BYTES, STILL, FrameRing
+from streaming.frames import AUDIO_SAMPLES_PER_FRAME
 
 log = logging.getLogger("ditto.core")
 PUBLISH_POLL = 0.003
@@ -261,6 +262,7 @@ class EngineCore:
         height, width = avatar.frames.shape[1:3]
         width, height = request.width or int(width), request.height or int(height)
         ring = FrameRing(None, width, height, create=True)
+        write_still(ring, avatar.frames[0])
         with self._lock:
             self.sessions[request.id] = CoreSession(request.id, session, ring, request.worker)
         return Opened(width, height, ring.name, ring.slots)
@@ -419,6 +421,13 @@ def resident_mb(pid: int) -> float:
     except OSError:
         pass
     return 0.0
+
+
+def write_still(ring: FrameRing, portrait: torch.Tensor) -> None:
+    """Put the avatar's portrait (its first source frame, (H, W, 3) uint8 RGB) into the ring as its still picture: what
+    the preview shows until the first frame is rendered, which on a CPU takes minutes."""
+    picture = rgb_to_i420_batch(scale_frames(portrait[None], ring.width, ring.height)).cpu().numpy()[0]
+    ring.write(STILL, picture, np.zeros(AUDIO_SAMPLES_PER_FRAME, np.float32))
 
 
 def _applied(controls: Controls, changes: dict[str, Any]) -> dict[str, Any]:

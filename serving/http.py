@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
 from importlib.resources import files
 from typing import Any, Protocol
 
@@ -67,10 +68,15 @@ class Served(Protocol):
 
     def audio_sink(self) -> AsyncAudioSink: ...
 
+    def pushing(self) -> AbstractContextManager[None]:
+        """Held while a push connection is open (the service may end a session whose last one left)."""
+        ...
+
 
 STATUS = {
     "admission": web.HTTPServiceUnavailable, "not_found": web.HTTPNotFound, "invalid": web.HTTPBadRequest,
     "closed": web.HTTPConflict, "backpressure": web.HTTPServiceUnavailable, "internal": web.HTTPInternalServerError,
+    "bad_gateway": web.HTTPBadGateway,
 }
 
 
@@ -224,8 +230,12 @@ def stream_app(
     async def push(request: web.Request) -> web.StreamResponse:
         stream = stream_for(request)
         if not stream.push:
-            raise web.HTTPNotFound(text=f"session {stream.name!r} takes no pushed audio (start with --listen)")
-        return await push_handler(request, stream.audio_sink())
+            raise web.HTTPNotFound(
+                text=f"session {stream.name!r} takes no pushed audio (a LiveKit session's comes from its room; one "
+                "opened at start takes it with --listen)"
+            )
+        with stream.pushing():
+            return await push_handler(request, stream.audio_sink())
 
     async def metrics(request: web.Request) -> web.Response:
         return web.Response(body=await asyncio.to_thread(render, registry), headers={"Content-Type": CONTENT_TYPE_LATEST})

@@ -48,6 +48,8 @@ class WorkerConfig:
     index: int
     address: str
     events: str
+    core: str | None = None
+    """Where the engine core answers requests: a session whose audio comes from a LiveKit room pushes it there."""
 
 
 def to_argument(config: CoreConfig | WorkerConfig) -> str:
@@ -270,15 +272,17 @@ class StreamEnded:
 
 @dataclass(frozen=True, slots=True)
 class SessionOutputs:
-    """Where session ``id``'s stream goes: RTMP URLs, an MP4 path, the WebRTC preview (relayed to the front end);
-    ``output``: how it is encoded, ``OutputSettings`` as its JSON fields (empty: the defaults), resolved at the ring's
-    size (the stream's own: a named size resolves to itself)."""
+    """Where session ``id``'s stream goes: RTMP URLs, an MP4 path, the WebRTC preview (relayed to the front end), a
+    LiveKit room; ``output``: how it is encoded, ``OutputSettings`` as its JSON fields (empty: the defaults), resolved
+    at the ring's size (the stream's own: a named size resolves to itself)."""
 
     id: str
     rtmp: tuple[str, ...]
     mp4: str | None
     preview: bool
     output: dict[str, Any] = field(default_factory=dict)
+    livekit: tuple[str, str] | None = None
+    """(url, token) of the LiveKit room the avatar joins (``serving.rooms``); its audio then comes from the room."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -377,12 +381,22 @@ class Playback:
 
 @dataclass(frozen=True, slots=True)
 class OutputFailed:
-    """Output ``sink`` of session ``id`` (rtmp, mp4, webrtc, or ring: none at all) failed and was detached; the session
-    goes on with the others."""
+    """Output ``sink`` of session ``id`` (rtmp, mp4, webrtc, livekit, or ring: none at all) failed and was detached; the
+    session goes on with the others (a session whose room is gone ends: the room was its audio too)."""
 
     id: str
     sink: str
     message: str
+
+
+@dataclass(frozen=True, slots=True)
+class RoomJoined:
+    """Session ``id``'s avatar joined LiveKit room ``room`` as ``identity``, or (``error``) could not."""
+
+    id: str
+    room: str | None
+    identity: str | None
+    error: str | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -405,7 +419,7 @@ ToWorker = (
 """What an output worker's inbox receives, from the core (a session's frames) and the front end (its outputs)."""
 Event = (
     SessionEnded | WorkerReady | CostMeasured | WorkerStats | PreviewPacket | PreviewEnded | Playback | OutputFailed
-    | OutputsClosed
+    | OutputsClosed | RoomJoined
 )
 """What the front end's events socket receives, from the core and the workers."""
 Message = CoreRequest | CoreReply | ToWorker | Event

@@ -38,8 +38,8 @@ from serving.ipc import ServiceError, endpoint, send_nowait, socket
 from serving.protocol import (
     CloseSession, CoreConfig, CoreReady, CoreStatsRequest, CostMeasured, DescribeAvatar, Event, Hello, MeasureCost,
     OpenSession, OutputFailed, OutputsClosed, Playback, PreviewEnded, PreviewPacket, PreviewWatched, RemoveStream,
-    RequestKeyframe, SessionEnded, SessionOutputs, Shutdown, ToWorker, WorkerConfig, WorkerReady, WorkerStats, decode,
-    to_argument,
+    RequestKeyframe, RoomJoined, SessionEnded, SessionOutputs, Shutdown, ToWorker, WorkerConfig, WorkerReady,
+    WorkerStats, decode, to_argument,
 )
 from serving.sessions import RemoteSession, ServedSession, SessionError, SessionSpec
 from streaming.output import SILENCE, EncodedFrame
@@ -63,6 +63,10 @@ DEGRADED_SHARE = 0.1
 BEHIND_SECONDS = 5.0
 """A session whose newest frame is further than this behind its live clock is logged once as behind real time."""
 KEPT_ENDED = 100
+ROOM_JOIN_TIMEOUT = 20.0
+"""Seconds ``POST /sessions`` waits for a LiveKit session's avatar to join its room (the worker gives up after 15)."""
+END_ON_DISCONNECT_GRACE = 2.0
+"""Seconds a session asked to end on disconnect waits for a push connection to come back before it ends."""
 
 
 @dataclass
@@ -169,7 +173,7 @@ class Service:
 
     def _spawn_worker(self, index: int) -> WorkerProcess:
         address = endpoint(self._folder, f"worker-{index}-{secrets.token_hex(2)}")
-        config = WorkerConfig(index, address, endpoint(self._folder, "events"))
+        config = WorkerConfig(index, address, endpoint(self._folder, "events"), endpoint(self._folder, "core"))
         process = subprocess.Popen([sys.executable, "-m", "serving.worker", to_argument(config)])
         return WorkerProcess(index, address, process, socket(self._context, zmq.PUSH, address, bind=False))
 
@@ -291,9 +295,15 @@ class Service:
                 on_watching=lambda on: self._to_worker(session, PreviewWatched(session_id, on)),
             )
         session.audio = RemoteSession(self.core, session_id, self._loop, spec.latency)
+        if spec.end_on_disconnect:
+            session.on_abandoned = lambda: asyncio.ensure_future(self._end_abandoned(session))
+        if spec.livekit is not None:
+            session.push, session.joined = False, self._loop.create_future()  # its audio comes from the room
         self.sessions[session_id] = session
         worker.sessions.add(session_id)
-        outputs = SessionOutputs(session_id, spec.rtmp, spec.recording, spec.preview, spec.output.describe())
+        outputs = SessionOutputs(
+            session_id, spec.rtmp, spec.recording, spec.preview, spec.output.describe(), spec.livekit
+        )
         self._to_worker(session, outputs)
         try:
             opened = await self.core.request(
@@ -308,7 +318,30 @@ class Service:
             del self.sessions[session_id]
             raise
         session.width, session.height, session.state = opened.width, opened.height, "live"
+        if session.joined is not None:
+            await self._in_room(session)
         return session
+
+    async def _in_room(self, session: ServedSession) -> None:
+        """Wait until the session's avatar is in its LiveKit room; one that cannot join is ended, never listed, and
+        the client hears why (502)."""
+        try:
+            joined = await asyncio.wait_for(asyncio.shield(session.joined), ROOM_JOIN_TIMEOUT)
+            error = joined.error
+        except asyncio.TimeoutError:
+            error = f"the avatar did not join the LiveKit room within {ROOM_JOIN_TIMEOUT:g} s"
+        except asyncio.CancelledError:  # the client left before the answer: nobody would ever delete the session
+            asyncio.ensure_future(self._end_quietly(session))
+            raise
+        if error is None:
+            session.room = {"room": joined.room, "identity": joined.identity}
+            return
+        try:
+            await self.delete(session.id)
+        except (SessionError, asyncio.TimeoutError) as exc:
+            log.warning("session %s did not end cleanly after its room failed: %s", session.id, exc)
+        self.forget(session.id)
+        raise SessionError(f"livekit: {error}", "bad_gateway")
 
     def _pick_worker(self, width: int, height: int, preset: str, cost: float) -> WorkerProcess:
         """The least loaded worker, when the outputs' budget holds one more stream of ``cost`` (or admission is off)."""
@@ -349,6 +382,23 @@ class Service:
                     raise
             await asyncio.wait_for(session.closed.wait(), timeout)
         return session
+
+    async def _end_abandoned(self, session: ServedSession) -> None:
+        """End a session whose push client left without ``end`` and did not come back within the grace."""
+        await asyncio.sleep(END_ON_DISCONNECT_GRACE)
+        if not session.live or session.pushers or session.audio.ending or session.state == "ending":
+            return
+        log.info("session %s: its push client disconnected without \"end\"; ending it", session.id)
+        session.error = "push: the client disconnected without \"end\" (end_on_disconnect)"
+        await self._end_quietly(session)
+
+    async def _end_quietly(self, session: ServedSession) -> None:
+        """End a session that has nothing left to do (its client or its room is gone); its record stays, its
+        ``error`` saying why, until deleted or pruned."""
+        try:
+            await self.delete(session.id)
+        except (SessionError, asyncio.TimeoutError) as exc:
+            log.warning("session %s did not end cleanly: %s", session.id, exc)
 
     def get(self, session_id: str) -> ServedSession:
         """The session ``session_id``; SessionError(not_found) naming the ones there are."""
@@ -429,6 +479,12 @@ class Service:
                 session.core_stats = stats or session.core_stats
                 if error is not None and session.state != "ending":
                     session.state, session.error = "failed", error
+            case RoomJoined() if session.joined is not None and not session.joined.done():
+                session.joined.set_result(message)
+            case OutputFailed(sink="livekit", message=text) if session.live:
+                log.info("session %s: %s; ending it", session.id, text)  # the room was its audio: nothing left to do
+                session.error = f"livekit: {text}"
+                asyncio.ensure_future(self._end_quietly(session))
             case OutputFailed(sink=sink, message=text):
                 log.error("session %s: its %s output failed: %s", session.id, sink, text)
                 session.error = f"{sink}: {text}"
@@ -450,12 +506,17 @@ class Service:
         slots = stats.get("frames_released", 0) - before.get("frames_released", 0)
         repeats = stats.get("repeated", 0) - before.get("repeated", 0)
         session.output_stats = stats
-        behind = stats.get("behind_seconds", 0.0) > BEHIND_SECONDS
+        seconds = stats.get("behind_seconds")
+        behind = seconds is not None and seconds > BEHIND_SECONDS
         if behind and not session.behind:
             log.warning(
                 "session %s is %.0f s behind real time: %s renders slower than real time, so what is pushed now is "
-                "shown that much later", session.id, stats["behind_seconds"], self._device(),
+                "shown that much later", session.id, seconds, self._device(),
             )
+            session.audio.playback({"type": "behind_real_time", "seconds": seconds})
+        elif session.behind and not behind and seconds is not None:
+            log.info("session %s is back within %.0f s of real time", session.id, BEHIND_SECONDS)
+            session.audio.playback({"type": "keeps_up", "seconds": seconds})
         session.behind = behind
         degraded = slots > 0 and repeats > DEGRADED_SHARE * slots
         if degraded != session.degraded:
@@ -528,6 +589,8 @@ class Service:
                 session.state, session.error = "failed", message
                 session.audio.fail(message)
                 session.closed.set()
+                if session.joined is not None and not session.joined.done():
+                    session.joined.set_result(RoomJoined(session_id, None, None, message))
                 asyncio.ensure_future(self._close_quietly(session_id))
         for key, (index, future) in list(self._measuring.items()):
             if index == worker.index:

@@ -7,12 +7,15 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import importlib.util
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 import numpy as np
 
@@ -31,12 +34,20 @@ if TYPE_CHECKING:
 PUSH_SPLIT_SECONDS = 1.0
 """Pushed audio goes to the core in pieces of at most this much, so no piece waits for more room than a session has."""
 BACKPRESSURE_WAIT = 0.05
-SPEC_FIELDS = ("avatar", "rtmp", "srt", "mp4", "preview", "latency", "overlap", "seed", "controls", "output")
+SPEC_FIELDS = (
+    "avatar", "rtmp", "srt", "mp4", "preview", "livekit", "latency", "overlap", "seed", "controls", "output",
+    "end_on_disconnect",
+)
 """The fields of a ``POST /sessions`` body."""
 AVATAR_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 """A client names a registered avatar; never a path (the server reads no folder a client points it at)."""
 MAX_BODY_DEPTH = 8
 """How deep a request body's JSON may nest (a session's controls are three levels)."""
+LIVEKIT_FIELDS = ("url", "token")
+LIVEKIT_SCHEMES = ("wss", "ws", "https", "http")
+MAX_LIVEKIT_URL = 2048
+MAX_LIVEKIT_TOKEN = 16384
+JWT = re.compile(r"[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]*")
 
 
 class SessionError(ServiceError):
@@ -62,6 +73,11 @@ class SessionSpec:
     latency: str = FAITHFUL.name
     output: OutputSettings = OutputSettings()
     """How the stream is encoded: its size, bitrate, preset, GOP, profile, audio (``streaming.output_settings``)."""
+    end_on_disconnect: bool = False
+    """End the session once its last push connection has closed without ``end`` (and none came back within
+    ``END_ON_DISCONNECT_GRACE``): a client that dies frees its session."""
+    livekit: tuple[str, str] | None = field(default=None, repr=False)
+    """(url, token) of a LiveKit room the avatar joins (``serving.rooms``); the token is the agent's, never shown."""
 
     recording: str | None = field(default=None, repr=False)
     """The MP4 target's absolute path inside the recordings folder (``mp4`` is the client's name, the one shown)."""
@@ -96,14 +112,18 @@ class SessionSpec:
             latency = latency_mode(latency).name
         except ValueError:
             raise SessionError(f'"latency" is one of {", ".join(MODES)}, got {latency!r}', "invalid") from None
-        preview = body.get("preview", False)
-        if not isinstance(preview, bool):
-            raise SessionError('"preview" is true or false', "invalid")
+        livekit = check_livekit(body["livekit"]) if body.get("livekit") is not None else None
+        preview, end_on_disconnect = body.get("preview", False), body.get("end_on_disconnect", False)
+        for key, value in (("preview", preview), ("end_on_disconnect", end_on_disconnect)):
+            if not isinstance(value, bool):
+                raise SessionError(f'"{key}" is true or false', "invalid")
         overlap, seed = body.get("overlap", MODES[latency].overlap), body.get("seed", 0)
         for key, value, low, high in (("overlap", overlap, 0, 79), ("seed", seed, 0, 2**31 - 1)):
             if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
                 raise SessionError(f'"{key}" is an integer from {low} to {high}, got {value!r}', "invalid")
-        return cls(avatar, rtmp, mp4, preview, overlap, seed, controls, latency, output, recording)
+        return cls(
+            avatar, rtmp, mp4, preview, overlap, seed, controls, latency, output, end_on_disconnect, livekit, recording
+        )
 
 
 def check_srt_urls(value: Any) -> None:
@@ -115,6 +135,30 @@ def check_srt_urls(value: Any) -> None:
     for url in urls:
         check_srt_url(url)
     raise TargetError("srt", "this service has no SRT output yet; send RTMP to a media server that relays it as SRT")
+
+
+def check_livekit(value: Any) -> tuple[str, str]:
+    """A ``livekit`` field: ``{"url": "wss://...", "token": JWT}`` as (url, token); SessionError(invalid) naming the
+    field, also when this server cannot join rooms (the ``livekit`` extra is not installed where it runs)."""
+    if not isinstance(value, dict):
+        raise SessionError('"livekit" is an object {"url": "wss://...", "token": "..."} (a room token)', "invalid")
+    unknown = set(value) - set(LIVEKIT_FIELDS)
+    if unknown:
+        raise SessionError(f'"livekit": unknown field(s) {sorted(unknown)}; known: url, token', "invalid")
+    url, token = value.get("url"), value.get("token")
+    if (
+        not isinstance(url, str) or len(url) > MAX_LIVEKIT_URL or not url.isascii() or not url.isprintable()
+        or " " in url or urlsplit(url).scheme not in LIVEKIT_SCHEMES or not urlsplit(url).hostname
+    ):
+        raise SessionError('"livekit.url" is the LiveKit server\'s wss:// (or ws://, https://) URL', "invalid")
+    if not isinstance(token, str) or len(token) > MAX_LIVEKIT_TOKEN or not JWT.fullmatch(token):
+        raise SessionError('"livekit.token" is a room token (a JWT) for the avatar, minted by the agent', "invalid")
+    if importlib.util.find_spec("livekit.agents") is None:
+        raise SessionError(
+            '"livekit": this server cannot join LiveKit rooms: install its livekit extra (pip install -e ".[livekit]") '
+            "where it runs", "invalid",
+        )
+    return url, token
 
 
 def recording_path(name: Any, recordings: Path | None) -> Path:
@@ -158,6 +202,14 @@ class ServedSession:
     """What encoding its stream costs a core per frame (its size and preset, measured): what admission counts."""
     output: dict[str, Any] = field(default_factory=dict)
     """Its output settings in force (``OutputSettings.describe`` at its avatar's size) and ``cost_ms``."""
+    pushers: int = 0
+    """Push connections open now."""
+    on_abandoned: Callable[[], None] | None = field(default=None, repr=False)
+    """Called when its last push connection closes while the session is live and was not told to ``end``."""
+    joined: asyncio.Future | None = field(default=None, repr=False)
+    """A LiveKit session's: resolved with its worker's ``RoomJoined``."""
+    room: dict[str, str] | None = None
+    """A LiveKit session's room and its avatar's identity there, once joined."""
 
     @property
     def name(self) -> str:
@@ -171,6 +223,17 @@ class ServedSession:
         """Where the push WebSocket sends this session's audio and commands."""
         return self.audio
 
+    @contextlib.contextmanager
+    def pushing(self) -> Iterator[None]:
+        """Count one push connection while it is open; the last one closing without ``end`` calls ``on_abandoned``."""
+        self.pushers += 1
+        try:
+            yield
+        finally:
+            self.pushers -= 1
+            if not self.pushers and self.live and not self.audio.ending and self.on_abandoned is not None:
+                self.on_abandoned()
+
     def describe(self) -> dict[str, Any]:
         """The session as ``GET /sessions/{id}`` shows it (URLs are added by the API, which knows the host); RTMP URLs
         with their stream keys masked (any client of the API may list every session)."""
@@ -183,14 +246,16 @@ class ServedSession:
             "outputs": {
                 "rtmp": [masked_rtmp_url(url) for url in self.spec.rtmp], "mp4": self.spec.mp4,
                 "preview": self.spec.preview,
+                "livekit": None if self.spec.livekit is None else {"url": self.spec.livekit[0], **(self.room or {})},
             },
             "output": self.output,
             "latency": self.spec.latency,
             "overlap": self.spec.overlap if self.spec.overlap is not None else MODES[self.spec.latency].overlap,
             "seed": self.spec.seed,
+            "end_on_disconnect": self.spec.end_on_disconnect,
             "created_at": self.created_at,
             "degraded": self.degraded,
-            "behind_seconds": self.output_stats.get("behind_seconds", 0.0),
+            "behind_seconds": self.output_stats.get("behind_seconds"),
             "counters": {**self.core_stats, **{k: v for k, v in self.output_stats.items() if k != "sinks"}},
             "sinks": self.output_stats.get("sinks", {}),
         }
@@ -210,6 +275,8 @@ class RemoteSession:
         self._listeners: list[Callable[[dict[str, Any]], None]] = []
         self._unfinished: dict[int, float | None] = {}
         """Segments told of but not finished -> when their playback started (None: not yet): finished on a failure."""
+        self.ending = False
+        """``end`` was asked: the session speaks what it has, then ends."""
 
     async def push_audio(self, pcm: np.ndarray, sample_rate: int) -> None:
         """Queue mono float32 PCM at ``sample_rate``, in pieces of at most PUSH_SPLIT_SECONDS."""
@@ -227,7 +294,12 @@ class RemoteSession:
                     await asyncio.sleep(BACKPRESSURE_WAIT)
 
     async def update_controls(self, /, **changes: Any) -> dict[str, Any]:
-        """Change some controls; the fields as now in force (``self`` positional-only: a control may be called so)."""
+        """Change some controls; the fields as now in force (``self`` positional-only: a control may be called so).
+        Checked here first: a value msgpack cannot carry (an integer past 64 bits) is an invalid control."""
+        try:
+            changes = check_changes(changes)
+        except ControlError as exc:
+            raise SessionError(str(exc), "invalid") from None
         return (await self._core.request(UpdateControls(self.id, changes))).applied
 
     async def interrupt(self) -> int | None:
@@ -242,6 +314,7 @@ class RemoteSession:
         return segment
 
     async def end(self) -> None:
+        self.ending = True
         await self._core.request(EndSession(self.id))
 
     def subscribe(self, listener: Callable[[dict[str, Any]], None]) -> Callable[[], None]:

@@ -9,7 +9,10 @@ only then), asks for keyframes, and asks what a stream of a given size and prese
 on a thread of its own, for admission). Each session
 runs a ``SessionOutput`` over its ring (its own output clock: repeats when the GPU is late, never
 a late timeline). The preview's encoded packets and the playback events go to the front end,
-which holds the browsers' peer connections and the push WebSockets. Once a second it reports
+which holds the browsers' peer connections and the push WebSockets. Until a session's first frame the preview
+shows its avatar's portrait, which the core put in the ring. A session with a LiveKit room joins it from
+here (``serving.rooms``, on an asyncio loop of its own thread): its pictures go to the room raw (no H.264 when it
+has no other output) and the agent's audio comes from the room straight to the engine core. Once a second it reports
 every stream's counters; when a stream has flushed and closed its outputs it says so.
 """
 
@@ -23,9 +26,11 @@ import sys
 import threading
 import time
 from collections import deque
+from collections.abc import Callable, Coroutine
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import zmq
@@ -34,22 +39,29 @@ from engine.timebase import FPS
 from serving.ipc import send_nowait, socket
 from serving.protocol import (
     CostMeasured, Event, FrameReady, MeasureCost, OutputFailed, OutputsClosed, Playback, PreviewEnded, PreviewPacket,
-    PreviewWatched, RemoveStream, RequestKeyframe, SegmentsClosed, SessionOutputs, Shutdown, StreamEnded, StreamRing,
-    ToWorker, WorkerConfig, WorkerReady, WorkerStats, decode, from_argument,
+    PreviewWatched, RemoveStream, RequestKeyframe, RoomJoined, SegmentsClosed, SessionOutputs, Shutdown, StreamEnded,
+    StreamRing, ToWorker, WorkerConfig, WorkerReady, WorkerStats, decode, from_argument,
 )
 from serving.timeline import process_started
 from streaming.encoders.cost import stream_cost_ms
-from streaming.frame_ring import FrameRing
+from streaming.encoders.h264 import H264Settings
+from streaming.encoders.x264 import X264Encoder
+from streaming.frame_ring import STILL, FrameRing
 from streaming.output import EncodedFrame, SessionOutput
 from streaming.output_settings import OutputSettings
 from streaming.playback import PlaybackEvents
 from streaming.sinks.mp4 import Mp4Sink
 from streaming.sinks.rtmp import RtmpSink
 
+if TYPE_CHECKING:
+    from serving.rooms import RoomOutput, RoomsLoop
+
 log = logging.getLogger("ditto.worker")
 STATS_EVERY = 1.0
 COST_FRAMES = 15
 """Frames a cost is measured on: an IDR and the P-frames after it (their median is a P-frame's)."""
+STILL_EVERY = 0.5
+"""Seconds between the still pictures a preview shows before the session's first frame."""
 
 
 @dataclass
@@ -110,46 +122,87 @@ class RingSource:
                 raise TimeoutError
             return self._frames.popleft() if self._frames else None
 
-    def behind_seconds(self) -> float:
-        """How far the newest rendered frame is behind the session's live clock (0 before the first frame): a device
-        slower than real time (a CPU) leaves it growing, and speech pushed now is shown that much later."""
+    def behind_seconds(self) -> float | None:
+        """How far the newest rendered frame is behind the session's live clock: a device slower than real time (a
+        CPU) leaves it growing, and speech pushed now is shown that much later. None before the first frame: the clock
+        starts with it, and a session that has rendered nothing is not yet measured (0 would say it keeps up)."""
         if self._anchor is None or self._newest is None:
-            return 0.0
+            return None
         return round(max(0.0, time.monotonic() - self._anchor - self._newest / FPS), 2)
 
-    def stats(self) -> dict[str, float]:
+    def stats(self) -> dict[str, float | None]:
         return {"ring_overwritten": self.overwritten, "behind_seconds": self.behind_seconds()}
 
 
 class PreviewRelay:
     """The sink that forwards a session's encoded packets to the front end, where the WebRTC viewers are, while
-    the front end says someone watches (``watching``): no viewer, no packets crossing processes."""
+    the front end says someone watches (``watching``): no viewer, no packets crossing processes. Until the output
+    releases its first frame it shows ``still`` (the avatar's portrait, I420) instead: a viewer of a session whose
+    first frame takes minutes (a CPU) sees the avatar, not a black picture."""
 
     name = "webrtc"
 
-    def __init__(self, session_id: str, send) -> None:
+    def __init__(
+        self, session_id: str, send: Callable[[Event], bool], still: np.ndarray | None = None,
+        settings: H264Settings | None = None,
+    ) -> None:
         self.session_id, self._send = session_id, send
         self.watching = False
         self.frames_sent = 0
         self.frames_dropped = 0
+        self.stills_sent = 0
+        self._still, self._settings = still, settings
+        self._still_packet: bytes | None = None
+        self._released = False
+        self._first_still: float | None = None
+        self._next_still = 0.0
+        self._lock = threading.Lock()
 
     def send(self, frame: EncodedFrame) -> None:
-        if not self.watching:
+        with self._lock:
+            self._released = True
+            if not self.watching:
+                return
+            message = PreviewPacket(
+                self.session_id, frame.index, frame.width, frame.height, frame.video, frame.keyframe, tuple(frame.opus),
+                frame.speech,
+            )
+            if self._send(message):
+                self.frames_sent += 1
+            else:
+                self.frames_dropped += 1
+
+    def still_now(self) -> None:
+        """Show the still at the next ``show_still`` (a viewer joined and waits for a keyframe)."""
+        self._next_still = 0.0
+
+    def show_still(self, now: float) -> None:
+        """Before the first frame, while someone watches, send the still every STILL_EVERY seconds (each one an IDR,
+        so a viewer who joins gets it at once), numbered by the time since the first as frames are."""
+        if self._still is None or self._released or not self.watching or now < self._next_still:
             return
-        message = PreviewPacket(
-            self.session_id, frame.index, frame.width, frame.height, frame.video, frame.keyframe, tuple(frame.opus),
-            frame.speech,
-        )
-        if self._send(message):
-            self.frames_sent += 1
-        else:
-            self.frames_dropped += 1
+        height, width = self._still.shape[0] * 2 // 3, self._still.shape[1]
+        if self._still_packet is None:
+            try:
+                self._still_packet = X264Encoder(width, height, self._settings).encode_picture(self._still, 0)[0].data
+            except Exception:
+                log.exception("worker: session %s's still cannot be encoded; its preview waits", self.session_id)
+                self._still = None
+                return
+        with self._lock:
+            if self._released:
+                return
+            self._first_still = now if self._first_still is None else self._first_still
+            index = round((now - self._first_still) * FPS)
+            if self._send(PreviewPacket(self.session_id, index, width, height, self._still_packet, True, (), False)):
+                self.stills_sent += 1
+        self._next_still = now + STILL_EVERY
 
     def close(self) -> None:
         self._send(PreviewEnded(self.session_id))
 
     def stats(self) -> dict[str, int]:
-        return {"frames_sent": self.frames_sent, "frames_dropped": self.frames_dropped}
+        return {"frames_sent": self.frames_sent, "frames_dropped": self.frames_dropped, "stills_sent": self.stills_sent}
 
 
 @dataclass
@@ -163,7 +216,17 @@ class WorkerStream:
     output: SessionOutput | None = None
     relay: PreviewRelay | None = None
     playback: PlaybackEvents | None = None
+    room: RoomOutput | None = None
     early: list[ToWorker] = field(default_factory=list)
+
+
+Join = Callable[["RoomOutput", str, str, Callable[[str], None]], Coroutine[Any, Any, tuple[str, str]]]
+"""How a stream's room output joins its room: (output, url, token, on_left) -> (room name, the avatar's identity)."""
+
+
+async def join_livekit(room: RoomOutput, url: str, token: str, on_left: Callable[[str], None]) -> tuple[str, str]:
+    """Join a LiveKit server's room (``RoomOutput.join``)."""
+    return await room.join(url, token, on_left)
 
 
 class Worker:
@@ -179,6 +242,9 @@ class Worker:
         self.streams: dict[str, WorkerStream] = {}
         self._stop = False
         self._parent = os.getppid()
+        self.rooms: RoomsLoop | None = None
+        """The loop the LiveKit rooms run on, started with the first one."""
+        self.join: Join = join_livekit
 
     def emit(self, message: Event) -> bool:
         """Send an event to the front end from any thread (False when its queue is full: dropped)."""
@@ -206,6 +272,9 @@ class Worker:
                             continue
                         self.handle(message)
                 self._reap()
+                for stream in self.streams.values():
+                    if stream.relay is not None:
+                        stream.relay.show_still(time.monotonic())
                 if time.monotonic() >= next_stats:
                     next_stats += STATS_EVERY
                     streams = {i: stream_stats(s) for i, s in self.streams.items() if s.output}
@@ -214,6 +283,8 @@ class Worker:
             for stream in self.streams.values():
                 if stream.output is not None:
                     stream.output.stop()
+            if self.rooms is not None:
+                self.rooms.close([s.room.leaving for s in self.streams.values() if s.room and s.room.leaving])
             self.inbox.close()
             self._events.close()
             self.context.term()
@@ -244,6 +315,8 @@ class Worker:
                 stream.source.end()
             case RequestKeyframe() if stream.output is not None:
                 stream.output.request_keyframe()
+                if stream.relay is not None:
+                    stream.relay.still_now()
             case SegmentsClosed() if stream.playback is None:
                 stream.early.append(message)
             case SegmentsClosed(closed=closed):
@@ -274,12 +347,16 @@ class Worker:
         spec = stream.outputs
         settings = OutputSettings.from_json(spec.output)
         channels = settings.audio_channels
+        encoded = bool(spec.rtmp or spec.mp4 or spec.preview) or not spec.livekit  # LiveKit takes raw pictures
         output = SessionOutput(
-            stream.source, encoder="x264", settings=settings.video(ring.width, ring.height), name=stream.id,
+            stream.source, encoder="x264" if encoded else "raw", settings=settings.video(ring.width, ring.height),
+            name=stream.id,
             on_sink_failed=lambda sink, message: self.emit(OutputFailed(stream.id, sink, message)),
         )
-        stream.playback = PlaybackEvents(lambda event: self.emit(playback(stream.id, event)))
+        stream.playback = PlaybackEvents(lambda event: self._playback(stream, event))
         output.add_sink(stream.playback)
+        if spec.livekit:
+            self._join(stream, output, *spec.livekit)
         sinks = [
             ("rtmp", lambda url=url: RtmpSink(url, output.request_keyframe, audio_channels=channels))
             for url in spec.rtmp
@@ -292,7 +369,8 @@ class Worker:
             except (OSError, ValueError) as exc:
                 self.emit(OutputFailed(stream.id, name, str(exc)))
         if spec.preview:
-            stream.relay = PreviewRelay(stream.id, self.emit)
+            still = stream.source.ring.read(STILL)  # the avatar's portrait, put there before the ring was announced
+            stream.relay = PreviewRelay(stream.id, self.emit, None if still is None else still[0], output.settings)
             output.add_sink(stream.relay)
         stream.output = output.start()
         for message in stream.early:
@@ -311,6 +389,39 @@ class Worker:
             return
         log.info("worker %d: a %dx%d %s stream costs %.1f ms of a core a frame", self.index, width, height, preset, ms)
         self.emit(CostMeasured(self.index, width, height, preset, ms))
+
+    def _join(self, stream: WorkerStream, output: SessionOutput, url: str, token: str) -> None:
+        """Add the stream's room output and join its room on the rooms loop; the front end hears how it went."""
+        from serving.rooms import (  # livekit is imported by the workers that serve a room only
+            RoomOutput,
+            RoomsLoop,
+        )
+        from serving.sessions import RemoteSession
+
+        if self.rooms is None:
+            self.rooms = RoomsLoop(self.config.core)
+        audio = RemoteSession(self.rooms.core, stream.id, self.rooms.loop)
+        stream.room = RoomOutput(audio, stream.ring.width, stream.ring.height, self.rooms.loop)
+        output.add_sink(stream.room)
+
+        def left(why: str) -> None:
+            self.emit(OutputFailed(stream.id, "livekit", why))
+
+        def joined(future: Future) -> None:
+            error = future.exception()
+            if error is not None:
+                log.warning("session %s: %s", stream.id, error)
+                self.emit(RoomJoined(stream.id, None, None, str(error)))
+            else:
+                self.emit(RoomJoined(stream.id, *future.result(), None))
+
+        self.rooms.run(self.join(stream.room, url, token, left)).add_done_callback(joined)
+
+    def _playback(self, stream: WorkerStream, event: dict[str, Any]) -> bool:
+        """A playback event to the front end (the push sockets), and to the stream's room (the agent)."""
+        if stream.room is not None:
+            self.rooms.call(stream.room.playback, event)
+        return self.emit(playback(stream.id, event))
 
     def _reap(self) -> None:
         """Report and forget the streams whose output has flushed and closed."""

@@ -5,7 +5,10 @@ straight into it) and then tells the session's output worker, which copies the s
 Each slot starts with the index of the frame it holds; the writer sets it to -1 before it
 overwrites the slot and to the frame's index once the slot is complete, and the reader checks
 it before and after its copy, so a reader that fell a whole ring behind gets None, never a torn
-picture. Only plain bytes cross: no pickle, no Python objects.
+picture. Before the first frame the writer may put a still picture (the avatar's portrait) under the index
+``STILL``: its slot is frame ``slots - 2``'s, long before that frame is made, so a reader that takes it when the
+ring is announced gets it (and None once that frame has replaced it). Only plain bytes cross: no pickle, no Python
+objects.
 """
 
 from __future__ import annotations
@@ -22,6 +25,8 @@ AUDIO_BYTES = AUDIO_SAMPLES_PER_FRAME * 4
 RING_SLOTS = 50
 """Two seconds of frames: far more than a worker ever lags when it keeps up at all."""
 EMPTY = -1
+STILL = -2
+"""The index of the still picture a preview shows before the session's first frame."""
 
 
 def i420_bytes(width: int, height: int) -> int:

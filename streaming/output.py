@@ -37,6 +37,7 @@ import torch
 from engine.timebase import FPS
 from streaming.encoders.audio import OpusEncoder
 from streaming.encoders.h264 import EncodedVideo, H264Settings
+from streaming.encoders.raw import RawPictures
 from streaming.encoders.select import VideoEncoder, open_video_encoder
 from streaming.frames import AUDIO_SAMPLES_PER_FRAME, FrameSource
 from streaming.slots import PERIOD, Fill, catch_up, fill, slot_time
@@ -65,6 +66,8 @@ class EncodedFrame:
     speech: bool
     repeat: bool = False
     segment: int = 0
+    picture: Any = None
+    """The picture encoded (the encoder's input: a host I420 array for x264 and for the raw output)."""
 
     @property
     def pts(self) -> Fraction:
@@ -134,6 +137,8 @@ def confine_torch_threads() -> None:
 class SessionOutput:
     """Drive one session's frames through one encoder to any number of sinks, added or removed at any time.
 
+    ``encoder``: ``auto``, ``nvenc`` or ``x264`` (``streaming.encoders.select``), or ``raw``: no H.264, each frame's
+    picture goes to the sinks as it is (``streaming.encoders.raw``: sinks that take pictures, such as a LiveKit room);
     ``playout_delay``: seconds after a slot's deadline that its frame is released (time to encode it);
     ``on_sink_failed(sink name, message)``: told, from the release thread, of each sink that failed and was detached.
     """
@@ -264,14 +269,19 @@ class SessionOutput:
 
     def _open_encoder(self, image: torch.Tensor) -> VideoEncoder:
         height, width = image.shape[:2] if isinstance(image, torch.Tensor) else (image.shape[0] * 2 // 3, image.shape[1])
-        self.encoder, self.encoder_note = open_video_encoder(self.encoder_kind, width, height, image_device(image), self.settings)
+        if self.encoder_kind == "raw":
+            self.encoder, self.encoder_note = RawPictures(width, height), "encoder: none (raw pictures to the sinks)"
+        else:
+            self.encoder, self.encoder_note = open_video_encoder(
+                self.encoder_kind, width, height, image_device(image), self.settings
+            )
         log.info("output %s: %s", self.name, self.encoder_note)
         return self.encoder
 
     # -- release thread -------------------------------------------------------------------
 
     def _release_loop(self) -> None:
-        pending: deque[tuple[int, np.ndarray, tuple[tuple[int, bytes], ...], bool, bool, int]] = deque()
+        pending: deque[tuple[int, np.ndarray, tuple[tuple[int, bytes], ...], bool, bool, int, Any]] = deque()
         try:
             first = self._first()
             if first is None:
@@ -322,9 +332,10 @@ class SessionOutput:
         started = time.perf_counter()
         audio = SILENCE if repeat else picture.audio
         packets = self.encoder.encode_picture(picture.picture, slot)
-        opus = tuple((int(p.pts), bytes(p)) for p in self._opus.encode(audio))
+        raw = isinstance(self.encoder, RawPictures)  # no viewer of this output decodes Opus
+        opus = () if raw else tuple((int(p.pts), bytes(p)) for p in self._opus.encode(audio))
         self.stats.encode_seconds.append(time.perf_counter() - started)
-        pending.append((slot, audio, opus, picture.speech and not repeat, repeat, picture.segment))
+        pending.append((slot, audio, opus, picture.speech and not repeat, repeat, picture.segment, picture.picture))
         return packets
 
     def _match(self, packets: list[EncodedVideo], pending: deque) -> None:
@@ -335,9 +346,14 @@ class SessionOutput:
             if not pending or pending[0][0] != packet.index:
                 log.warning("output %s: dropping an access unit for unknown slot %d", self.name, packet.index)
                 continue
-            slot, audio, opus, speech, repeat, segment = pending.popleft()
+            slot, audio, opus, speech, repeat, segment, picture = pending.popleft()
             encoder = self.encoder
-            self._send(EncodedFrame(slot, encoder.width, encoder.height, packet.data, packet.keyframe, audio, opus, speech, repeat, segment))
+            self._send(
+                EncodedFrame(
+                    slot, encoder.width, encoder.height, packet.data, packet.keyframe, audio, opus, speech, repeat,
+                    segment, picture,
+                )
+            )
 
     def _send(self, frame: EncodedFrame) -> None:
         for sink in self._sinks:

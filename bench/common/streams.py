@@ -86,9 +86,13 @@ def _offsets(offsets_ms: np.ndarray, at: np.ndarray, edge: float) -> dict:
     }
 
 
-async def feed(port: int, session: int, speech: np.ndarray, rate: int, stop: asyncio.Event) -> str | None:
-    """Push the clip on loop into one session until ``stop``; the push errors the server reported, if any."""
-    async with Pusher(f"ws://127.0.0.1:{port}/push?session={session}", rate, round(CHUNK_SECONDS * rate)) as pusher:
+async def feed(
+    port: int, session: int, speech: np.ndarray, rate: int, stop: asyncio.Event, url: str | None = None
+) -> str | None:
+    """Push the clip on loop into one session until ``stop`` (at ``url``, the session's ``urls.push``, when the server
+    on ``port`` is not the one that holds it: a cluster's proxy); the push errors the server reported, if any."""
+    url = url or f"ws://127.0.0.1:{port}/push?session={session}"
+    async with Pusher(url, rate, round(CHUNK_SECONDS * rate)) as pusher:
         while not stop.is_set():
             await pusher.play(speech)
         return "; ".join(pusher.errors) or None

@@ -89,6 +89,11 @@ def to_float_mono(pcm: np.ndarray, channels: int | None = None) -> np.ndarray:
     return np.ascontiguousarray(samples)
 
 
+def to_s16(samples: np.ndarray) -> bytes:
+    """float32 samples (clipped to [-1, 1]) as signed 16-bit little-endian bytes: what voice-agent frameworks carry."""
+    return (np.clip(samples, -1.0, 1.0) * 32767.0).astype("<i2").tobytes()
+
+
 def to_mono_16k(pcm: np.ndarray, sample_rate: float, channels: int | None = None) -> np.ndarray:
     """Convert a whole PCM signal to 16 kHz mono float32 (one-shot)."""
     rate = check_rate(sample_rate)

@@ -8,8 +8,9 @@ The sink opens the file itself and hands PyAV a file object, as the RTMP sink ha
 opens a URL (so no ``file:``, ``tee:`` or ``pipe:`` target reaches it) and never blocks holding the GIL. The file is
 created exclusively and not through a link (``streaming.targets``: a recording replaces nothing; a FIFO or any other
 existing name is refused, never opened). Opening and writing run on the sink's own thread behind a bounded queue, so a
-target that blocks (a hung network filesystem) holds up no output. A failed open or write (a full disk) ends the
-recording and is raised once, as ``SinkFailed``, from the next ``send`` or from ``close``: the output reports it.
+target that blocks (a hung network filesystem) holds up no output, and its ``close`` waits CLOSE_SECONDS at most. A
+failed open or write (a full disk), or a file not finished by then, ends the recording and is raised once, as
+``SinkFailed``, from the next ``send`` or from ``close``: the output reports it.
 """
 
 from __future__ import annotations
@@ -28,6 +29,9 @@ from streaming.sinks.mux import Muxer
 
 log = logging.getLogger(__name__)
 _CLOSE = object()
+CLOSE_SECONDS = 5.0
+"""How long closing waits for the file to be finished: ample for a disk that answers, and within the 10 s a DELETE of
+the session waits, so a file system that hangs costs its session that long and is reported, never a 504."""
 CREATE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 """A new regular file or nothing: an existing name (a file, a FIFO, a device, a link) fails with EEXIST."""
 
@@ -49,8 +53,10 @@ class Mp4Sink:
         request_keyframe: Callable[[], None],
         queue_seconds: float = 4.0,
         audio_channels: int = 1,
+        close_seconds: float = CLOSE_SECONDS,
     ) -> None:
         self.path = Path(path)
+        self.close_seconds = close_seconds
         self.audio_channels = audio_channels
         self._request_keyframe = request_keyframe
         self._queue: queue.Queue = queue.Queue(max(1, round(queue_seconds * FPS)))
@@ -79,15 +85,20 @@ class Mp4Sink:
             self.frames_dropped += self._drain() + 1
             self._request_keyframe()
 
-    def close(self, timeout: float = 10.0) -> None:
-        """Finish the file and stop the thread (idempotent); SinkFailed if the recording failed and was not reported."""
+    def close(self) -> None:
+        """Finish the file and stop the thread (idempotent); SinkFailed if the recording failed and was not reported,
+        or is not finished within ``close_seconds`` (its file system does not answer: the file is incomplete)."""
         while self._thread.is_alive():
             try:
                 self._queue.put(_CLOSE, timeout=0.1)
                 break
             except queue.Full:
                 self.frames_dropped += self._drain()
-        self._thread.join(timeout)
+        self._thread.join(self.close_seconds)
+        if self._thread.is_alive() and self._error is None:
+            waited = f"{self.close_seconds:g} s"
+            self._error = f"recording to {self.path} was not finished within {waited}: its file system does not answer"
+            log.error("mp4: %s", self._error)
         self._raise_failure()
 
     def stats(self) -> dict[str, int | float]:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
+import time
 from collections.abc import Callable
 from fractions import Fraction
 
@@ -113,6 +114,9 @@ class Viewer:
         self.frames_dropped = 0
         self.keyframe_requests = 0
         self._request_keyframe = request_keyframe
+        self._shift = 0
+        self._last: tuple[int, float] | None = None
+        """The last picture's timestamp (1/25 s) and when it was queued (monotonic seconds)."""
 
     def offer(self, frame: EncodedFrame) -> None:
         """Queue one released frame once connected: its Opus packets always, its picture from the first IDR on."""
@@ -120,11 +124,21 @@ class Viewer:
             return
         for pts, data in frame.opus:
             self.audio.put(_packet(data, pts, AUDIO_TIME_BASE))
+        pts, now = frame.index + self._shift, time.monotonic()
+        if self._last is not None and pts <= self._last[0]:
+            # A numbering that starts again (the stream's own after the still shown before its first frame): its
+            # timestamps go on from the last one by the time passed (rounded down), from an IDR.
+            pts = self._last[0] + max(1, int((now - self._last[1]) * FPS))
+            self._shift = pts - frame.index
+            if not self.waiting_for_keyframe and not frame.keyframe:
+                self.waiting_for_keyframe = True
+                self.keyframe_wanted()
         if self.waiting_for_keyframe and not frame.keyframe:
             self.frames_dropped += 1
             return
         self.waiting_for_keyframe = False
-        if not self.video.put(_packet(frame.video, frame.index, VIDEO_TIME_BASE)):
+        self._last = (pts, now)
+        if not self.video.put(_packet(frame.video, pts, VIDEO_TIME_BASE)):
             self.frames_dropped += 1 + self.video.clear()
             self.waiting_for_keyframe = True
             self.keyframe_wanted()

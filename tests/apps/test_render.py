@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 
 import av
 import pytest
+from tqdm import tqdm
 
-from apps.render import main
-
-pytestmark = pytest.mark.slow
+from apps.render import main, next_frame_ticking
 
 
 @pytest.fixture(scope="module")
@@ -18,6 +18,7 @@ def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("cache")
 
 
+@pytest.mark.slow
 def test_the_demo_renders_an_mp4_with_synchronised_audio(tmp_path: Path, cache: Path, monkeypatch, capsys) -> None:
     monkeypatch.setenv("DITTO_CACHE_DIR", str(cache))
     out = tmp_path / "demo.mp4"
@@ -42,6 +43,7 @@ def test_missing_arguments_are_explained(capsys) -> None:
     assert "--avatar and --audio are required" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_online_mode_previews_the_live_algorithm(tmp_path: Path, cache: Path, monkeypatch, capsys) -> None:
     monkeypatch.setenv("DITTO_CACHE_DIR", str(cache))
     out = tmp_path / "online.mp4"
@@ -57,3 +59,21 @@ def test_an_overlap_outside_the_window_is_explained(overlap: str, capsys) -> Non
     with pytest.raises(SystemExit):
         main(["--demo", "--overlap", overlap])
     assert "--overlap must be in [0, 80)" in capsys.readouterr().err
+
+
+def test_the_progress_bar_ticks_while_a_batch_of_frames_renders() -> None:
+    """Issue 38: the CPU demo's bar sat at 0/10 for minutes (its frames come in one batch); its clock now ticks."""
+
+    class Batch:
+        waits = 0
+
+        def next_frame(self, timeout: float | None = None) -> str:
+            self.waits += 1
+            if self.waits < 4:
+                raise TimeoutError
+            return "frame"
+
+    shown = io.StringIO()
+    with tqdm(total=10, file=shown) as bar:
+        assert next_frame_ticking(Batch(), bar, tick=0.0) == "frame"
+    assert shown.getvalue().count("0/10") >= 4 and "rendering a batch of frames" in shown.getvalue()

@@ -95,6 +95,8 @@ def test_a_cpu_session_through_the_proxy_streams_on_loopback_and_a_double_ctrl_c
         "2",
         "--output-workers",
         "1",
+        "--recordings",
+        str(tmp_path),
         "--avatar",
         str(portrait(tmp_path / "astronaut.png")),
     ]
@@ -108,7 +110,7 @@ def test_a_cpu_session_through_the_proxy_streams_on_loopback_and_a_double_ctrl_c
         async with aiohttp.ClientSession() as http:
             await wait_ready(log, process, 240)
             async with http.post(
-                f"http://127.0.0.1:{port}/sessions", json={"avatar": "anchor", "mp4": str(mp4)}
+                f"http://127.0.0.1:{port}/sessions", json={"avatar": "anchor", "mp4": mp4.name}
             ) as response:
                 assert response.status == 201, await response.text()
                 session = await response.json()

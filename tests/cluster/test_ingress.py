@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 pytest.importorskip("ray")
-from cluster.ingress import refusal  # noqa: E402
+from cluster.ingress import SessionsIngress, refusal  # noqa: E402
 
 
 def test_a_failing_full_or_draining_replica_hands_the_session_on_and_a_bad_request_does_not() -> None:
@@ -13,3 +15,11 @@ def test_a_failing_full_or_draining_replica_hands_the_session_on_and_a_bad_reque
     assert refusal(409, "the service has failed: the engine core exited with code -9")
     assert not refusal(409, "session 'a' exists")
     assert not refusal(400, "unknown field(s)")
+
+
+def test_a_body_that_is_not_json_or_nests_too_deep_is_a_400_never_a_500() -> None:
+    """Issue 38: the ingress caught only ValueError around its JSON parse; a body nested 100k deep raised past it."""
+    ingress = object.__new__(SessionsIngress)  # create() reads the body before it needs any replica
+    for body in (b"[" * 100_000 + b"]" * 100_000, b"\xff", b"{", b'{"a":' * 20 + b"1" + b"}" * 20):
+        response = asyncio.run(ingress.create(body))
+        assert response.status_code == 400 and response.body.startswith(b"POST /sessions takes JSON"), body[:20]

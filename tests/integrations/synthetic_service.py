@@ -10,7 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import signal
+import subprocess
 import sys
+import time
+import urllib.request
+from pathlib import Path
 
 from aiohttp import web
 
@@ -18,6 +22,7 @@ from serving.http import create_service_app
 from serving.service import Service, ServiceOptions
 
 RUNTIME = "tests.streaming.synthetic_runtime:build"
+REPO = Path(__file__).resolve().parents[2]
 
 
 async def serve(port: int, token: str) -> None:
@@ -34,6 +39,30 @@ async def serve(port: int, token: str) -> None:
     await stop.wait()
     await runner.cleanup()
     await service.close()
+
+
+def start(command: list[str], url: str, env: dict[str, str], ready_s: float, headers: dict[str, str]) -> subprocess.Popen:
+    """Start a service process (this module, or ``apps.serve``) and wait until its session API answers."""
+    process = subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + ready_s
+    while time.monotonic() < deadline:
+        assert process.poll() is None, process.stderr.read()[-3000:]
+        try:
+            with urllib.request.urlopen(urllib.request.Request(f"{url}/sessions", headers=headers), timeout=1):
+                return process
+        except OSError:
+            time.sleep(0.3)
+    process.kill()
+    raise AssertionError(f"{command} did not answer within {ready_s} s")
+
+
+def stop(process: subprocess.Popen) -> None:
+    """Stop a service process as Ctrl-C does (killed if it takes more than 20 s)."""
+    process.send_signal(signal.SIGINT)
+    try:
+        process.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        process.kill()
 
 
 if __name__ == "__main__":

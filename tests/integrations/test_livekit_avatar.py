@@ -1,6 +1,7 @@
-"""The LiveKit avatar against the real livekit-agents classes, with no LiveKit server: ``AvatarRunner`` over
-``DittoVideoGenerator`` with ``QueueAudioOutput`` as the agent's audio output and the runner's receiver (the
-in-process mode), the real ``AVSynchronizer`` on local sources, the worker's API and the avatar's token.
+"""The LiveKit avatar's in-process mode against the real livekit-agents classes, with no LiveKit server:
+``AvatarRunner`` over ``DittoVideoGenerator`` with ``QueueAudioOutput`` as the agent's audio output and the runner's
+receiver, the real ``AVSynchronizer`` on local sources; and the avatar's token. (The service's room output:
+``test_livekit_service.py``.)
 
 ``RoomlessRunner`` is the real runner with one step left out, publishing its tracks, which needs a server; the
 1000-segment test also swaps its paced synchronizer for an immediate sink so that it runs in seconds (pacing is
@@ -15,20 +16,15 @@ import time
 
 import numpy as np
 import pytest
-import torch
 
 from tests.integrations.conftest import INTEGRATIONS_HINT
 
 pytest.importorskip("livekit.agents", reason=INTEGRATIONS_HINT)
 
-import aiohttp
-from aiohttp import web
 from livekit import api, rtc
 from livekit.agents.voice.avatar import AudioSegmentEnd, AvatarRunner, QueueAudioOutput
 
-from engine.runtime import AdmissionError
 from integrations.livekit_avatar import (
-    AvatarWorker,
     DittoAvatarRunner,
     DittoAvatarSession,
     DittoVideoGenerator,
@@ -36,7 +32,6 @@ from integrations.livekit_avatar import (
     run_in_process,
 )
 from tests.integrations.fast_session import SIZE, FastSession, portrait
-from tests.streaming.conftest import free_port
 
 TTS_RATE = 24_000
 CHUNK = TTS_RATE // 50  # 20 ms, as a TTS streams
@@ -233,58 +228,13 @@ def test_segment_ends_follow_the_last_speech_frame_and_a_cleared_segment_never_e
 
 
 def test_the_avatar_token_joins_only_its_room_and_publishes_on_behalf_of_the_agent() -> None:
-    avatar = DittoAvatarSession("http://127.0.0.1:1", livekit_url="ws://127.0.0.1:7880", api_key="devkey", api_secret="s" * 32)
+    avatar = DittoAvatarSession(
+        "http://127.0.0.1:1", livekit_url="ws://127.0.0.1:7880", api_key="devkey", api_secret="s" * 32
+    )
     claims = api.TokenVerifier("devkey", "s" * 32).verify(avatar.token("room-a", "agent-1"))
     assert claims.identity == "ditto-avatar" and claims.kind == "agent"
     assert claims.video.room_join and claims.video.room == "room-a"
     assert claims.attributes == {"lk.publish_on_behalf": "agent-1"}
-
-
-def test_the_worker_api_refuses_bad_requests_and_says_why_it_cannot_join() -> None:
-    class Avatars:
-        def get(self, name: str):
-            if name != "anchor":
-                raise LookupError(f"no avatar {name!r}; avatars available: anchor")
-            return FrameHolder()
-
-    class FrameHolder:
-        frames = torch.zeros(1, SIZE, SIZE, 3, dtype=torch.uint8)
-
-    class Runtime:
-        def __init__(self, full: bool) -> None:
-            self.full, self.sessions = full, []
-
-        def open_session(self, avatar, live: bool, latency: str) -> FastSession:
-            if self.full:
-                raise AdmissionError("this runtime serves at most 0 live sessions")
-            self.sessions.append(FastSession())
-            return self.sessions[-1]
-
-    async def scenario() -> None:
-        for runtime, body, status, says in [
-            (Runtime(False), {"avatar": "x"}, 400, "livekit_url"),
-            (Runtime(False), {"avatar": "nobody", "livekit_url": "ws://127.0.0.1:1", "livekit_token": "t"}, 404, "nobody"),
-            (Runtime(True), {"livekit_url": "ws://127.0.0.1:1", "livekit_token": "t"}, 503, "at most 0"),
-            (Runtime(False), {"livekit_url": f"ws://127.0.0.1:{free_port()}", "livekit_token": "t"}, 502, "could not join"),
-        ]:
-            worker = AvatarWorker(runtime, Avatars())
-            runner = web.AppRunner(worker.app())
-            await runner.setup()
-            port = free_port()
-            await web.TCPSite(runner, "127.0.0.1", port).start()
-            try:
-                async with aiohttp.ClientSession() as http:
-                    async with http.post(f"http://127.0.0.1:{port}/sessions", json=body) as response:
-                        assert response.status == status and says in (await response.json())["error"]
-                    async with http.get(f"http://127.0.0.1:{port}/sessions") as response:
-                        assert (await response.json()) == {"sessions": []}
-                    async with http.delete(f"http://127.0.0.1:{port}/sessions/abc") as response:
-                        assert response.status == 404
-            finally:
-                await runner.cleanup()
-            assert all(s.closed for s in runtime.sessions), "a session whose room could not be joined is closed"
-
-    asyncio.run(scenario())
 
 
 @pytest.mark.slow

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -47,6 +46,7 @@ from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
 
 from harness.nginx import free_port
 from integrations.pipecat_video import DittoVideoService
+from tests.integrations.synthetic_service import start, stop
 from tests.streaming.synthetic import read_index
 
 TOKEN = "s3cret"
@@ -62,39 +62,13 @@ class Service:
     process: subprocess.Popen
 
 
-def start(command: list[str], url: str, env: dict[str, str], ready_s: float) -> subprocess.Popen:
-    """Start a service process and wait until its session API answers."""
-    process = subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + ready_s
-    while time.monotonic() < deadline:
-        assert process.poll() is None, process.stderr.read()[-3000:]
-        try:
-            import urllib.request
-
-            request = urllib.request.Request(f"{url}/sessions", headers=AUTH)
-            with urllib.request.urlopen(request, timeout=1):
-                return process
-        except OSError:
-            time.sleep(0.3)
-    process.kill()
-    raise AssertionError(f"{command} did not answer within {ready_s} s")
-
-
-def stop(process: subprocess.Popen) -> None:
-    process.send_signal(signal.SIGINT)
-    try:
-        process.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        process.kill()
-
-
 @pytest.fixture(scope="module")
 def synthetic_service() -> Iterator[Service]:
     """The service's front end, engine core and output worker, the core on the synthetic runtime (capacity 4)."""
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    process = start([sys.executable, "-m", "tests.integrations.synthetic_service", str(port), TOKEN], url, env, 60)
+    process = start([sys.executable, "-m", "tests.integrations.synthetic_service", str(port), TOKEN], url, env, 60, AUTH)
     yield Service(url, process)
     stop(process)
 
@@ -284,11 +258,6 @@ def test_a_remote_bot_imports_neither_torch_nor_the_engine(synthetic_service) ->
         asyncio.run(delete_all(synthetic_service.url))
 
 
-@pytest.mark.xfail(
-    reason="the service keeps a session whose push client and WHEP viewer are gone: it needs to end a session when its "
-    "last push connection closes without 'end' (see docs/voice-agents.md)",
-    strict=False,
-)
 def test_a_bot_killed_mid_session_frees_its_session_within_seconds(synthetic_service) -> None:
     bot = remote_bot(synthetic_service.url)
     try:
@@ -296,15 +265,17 @@ def test_a_bot_killed_mid_session_frees_its_session_within_seconds(synthetic_ser
         bot.kill()
         bot.wait()
 
-        async def gone_within(seconds: float) -> bool:
+        async def ended_within(seconds: float) -> dict:
             deadline = time.monotonic() + seconds
             while time.monotonic() < deadline:
-                if session_id not in [s["id"] for s in await sessions(synthetic_service.url)]:
-                    return True
-                await asyncio.sleep(0.5)
-            return False
+                session = next(s for s in await sessions(synthetic_service.url) if s["id"] == session_id)
+                if session["state"] == "ended":
+                    return session
+                await asyncio.sleep(0.25)
+            raise AssertionError(f"session {session_id} still {session['state']} {seconds} s after its bot died")
 
-        assert asyncio.run(gone_within(5.0))
+        session = asyncio.run(ended_within(5.0))
+        assert "disconnected" in session["error"], "GET says why it ended"
     finally:
         bot.kill()
         asyncio.run(delete_all(synthetic_service.url))
@@ -341,7 +312,7 @@ def cpu_service(tmp_path_factory) -> Iterator[Service]:
     url = f"http://127.0.0.1:{port}"
     command = [sys.executable, "-m", "apps.serve", "--device", "cpu", "--steps", "2", "--output-workers", "1",
                "--http", f"127.0.0.1:{port}", "--token", TOKEN]
-    process = start(command, url, env, 120)
+    process = start(command, url, env, 120, AUTH)
     yield Service(url, process)
     stop(process)
 

@@ -8,6 +8,7 @@ output workers. The push, WebRTC and HTTP tests drive the routes through it with
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -66,6 +67,10 @@ class Stream:
     def audio_sink(self) -> AsyncAudioSink:
         return ThreadedAudioSink(self.session)
 
+    def pushing(self) -> contextlib.AbstractContextManager[None]:
+        """In-process streams outlive their pushers."""
+        return contextlib.nullcontext()
+
 
 def create_app(
     streams: list[Stream],
@@ -102,11 +107,6 @@ class StreamCollector(Collector):
             snapshots[stream.name] = snapshot
         live = sum(not s.output.finished.is_set() for s in streams)
         yield from stream_families(snapshots, live, self._runtime() if self._runtime else None)
-
-
-def _session_stats(session: object) -> dict[str, float]:
-    stats = getattr(session, "stats", None)
-    return {} if stats is None else _numeric(stats())
 
 
 def session_stats(session: object) -> dict[str, float]:

@@ -115,7 +115,7 @@ def test_bad_requests_get_clear_answers_and_capacity_is_a_503() -> None:
     async def scenario() -> None:
         async with running() as (service, http, base):
             for body, status, text in [
-                ({"avatar": "nobody"}, 404, "avatars available: anchor1080, anna, ben, crawl, slow"),
+                ({"avatar": "nobody"}, 404, "avatars available: anchor1080, anna, ben, crawl, late, slow"),
                 ({}, 400, '"avatar"'),
                 ({"avatar": "anna", "rtmp": "http://x"}, 400, "rtmp://"),
                 ({"avatar": "anna", "colour": "red"}, 400, "unknown field"),
@@ -158,6 +158,7 @@ def test_hostile_session_requests_get_a_400_naming_the_field_and_record_only_new
                 ({"avatar": "anna", "latency": []}, '"latency"'),
                 ({"avatar": "anna", "latency": {}}, '"latency"'),
                 ({"avatar": "anna", "overlap": 1e23}, '"overlap"'),
+                ({"avatar": "anna", "end_on_disconnect": "yes"}, '"end_on_disconnect"'),
                 ([{"avatar": "anna"}], "JSON object"),
             ]:
                 response = await http.post(f"{base}/sessions", json=body)
@@ -170,6 +171,9 @@ def test_hostile_session_requests_get_a_400_naming_the_field_and_record_only_new
             assert made["outputs"]["mp4"] == "day/one.mp4", "the client's name is shown, never the server's path"
             with pytest.raises(SessionError, match="unknown control"):
                 await service.sessions[made["id"]].audio.update_controls(**{"self": 1})
+            with pytest.raises(SessionError, match="fade_in"):
+                await service.sessions[made["id"]].audio.update_controls(fade_in=2**70)
+            assert not service.core._waiting, "no request is left waiting for a reply that never comes"
             await until(lambda: _more(http, base, made["id"], 5))
             assert (await http.delete(f"{base}/sessions/{made['id']}")).status == 200
         assert (tmp_path / "day" / "one.mp4").stat().st_size > 0
@@ -232,21 +236,48 @@ def test_a_failed_recording_is_told_to_pushers_and_shown_while_the_session_goes_
     asyncio.run(scenario())
 
 
-def test_an_overloaded_session_sheds_frames_and_its_stream_keeps_wall_time() -> None:
+def test_an_overloaded_session_sheds_frames_and_its_stream_keeps_wall_time(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr("serving.service.BEHIND_SECONDS", 1.0)  # the pushers are told past it (5 s takes 10 s here)
+
     async def scenario() -> None:
         async with running(workers=1) as (service, http, base):
             session = await (await http.post(f"{base}/sessions", json={"avatar": "slow"})).json()
-            await until(lambda: _more(http, base, session["id"], 1))
-            start = await released(http, base, session["id"])
-            await asyncio.sleep(2.0)
-            body = await (await http.get(f"{base}/sessions/{session['id']}")).json()
-            assert body["counters"]["frames_released"] - start >= 45, "the output clock holds 25 fps"
-            assert body["counters"]["repeated"] >= 15, "half the slots have no frame: shed and counted"
-            assert body["degraded"], "and the session is reported as shedding"
-            assert body["behind_seconds"] >= 0.5, "its renders fall behind its live clock, and GET says how far"
-            await asyncio.sleep(1.0)
-            later = await (await http.get(f"{base}/sessions/{session['id']}")).json()
-            assert later["behind_seconds"] >= body["behind_seconds"] + 0.3, (body["behind_seconds"], later["behind_seconds"])
+            async with http.ws_connect(f"{base}/push?session={session['id']}") as ws:
+                await until(lambda: _more(http, base, session["id"], 1))
+                start = await released(http, base, session["id"])
+                await asyncio.sleep(2.0)
+                body = await (await http.get(f"{base}/sessions/{session['id']}")).json()
+                assert body["counters"]["frames_released"] - start >= 45, "the output clock holds 25 fps"
+                assert body["counters"]["repeated"] >= 15, "half the slots have no frame: shed and counted"
+                assert body["degraded"], "and the session is reported as shedding"
+                assert body["behind_seconds"] >= 0.5, "its renders fall behind its live clock, and GET says how far"
+                await asyncio.sleep(1.0)
+                later = await (await http.get(f"{base}/sessions/{session['id']}")).json()
+                growing = (body["behind_seconds"], later["behind_seconds"])
+                assert growing[1] >= growing[0] + 0.3, growing
+                told = await ws.receive_json(timeout=5)
+                assert told["type"] == "behind_real_time" and told["seconds"] > 1.0, told
+        assert "more sessions than the CPU serves" in caplog.text, "the log names the device, not a GPU"
+        assert "behind real time: the CPU renders slower than real time" in caplog.text
+
+    asyncio.run(scenario())
+
+
+def test_behind_seconds_is_null_until_the_first_frame() -> None:
+    """Before its first frame (the first window on a CPU) a session is unmeasured: null, never a 0 that keeps up."""
+
+    async def scenario() -> None:
+        async with running(workers=1) as (_, http, base):
+            session_id = (await (await http.post(f"{base}/sessions", json={"avatar": "late"})).json())["id"]
+            await asyncio.sleep(1.5)  # the worker has reported its counters: still no frame
+            body = await (await http.get(f"{base}/sessions/{session_id}")).json()
+            assert "behind_seconds" in body["counters"] and body["behind_seconds"] is None, body
+            await until(lambda: _more(http, base, session_id, 1))
+            await asyncio.sleep(1.1)
+            body = await (await http.get(f"{base}/sessions/{session_id}")).json()
+            assert 0.0 <= body["behind_seconds"] < 1.0, body
 
     asyncio.run(scenario())
 

@@ -179,3 +179,65 @@ def test_a_whep_player_on_an_allowed_origins_page_plays_and_another_origins_cann
 
     asyncio.run(scenario())
 
+
+CENTRE = """() => { const v = document.getElementById('video'), c = document.createElement('canvas');
+  c.width = v.videoWidth; c.height = v.videoHeight; const g = c.getContext('2d'); g.drawImage(v, 0, 0);
+  return Array.from(g.getImageData(c.width / 2, c.height / 2 + 8, 1, 1).data.slice(0, 3)); }"""
+
+
+def test_the_preview_shows_the_avatars_portrait_until_the_first_frame(tmp_path: Path) -> None:
+    """A CPU's first frame takes minutes: the viewer sees the portrait meanwhile (not black), then the stream itself."""
+    chromium = chromium_path()
+    if chromium is None:
+        pytest.skip(f"chromium is not installed ({INSTALL_HINT})")
+    from playwright.async_api import async_playwright
+
+    from tests.streaming.synthetic_runtime import FIRST_LATE, PORTRAIT
+
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {
+        **os.environ, "HOME": str(home), "TMPDIR": str(tmp_path), "XDG_CONFIG_HOME": str(home / ".config"),
+        "XDG_CACHE_HOME": str(home / ".cache"),
+    }
+
+    async def scenario() -> None:
+        service = Service(ServiceOptions(workers=1, runtime=RUNTIME))
+        await service.start()
+        runner = web.AppRunner(create_service_app(service))
+        await runner.setup()
+        port = free_port()
+        await web.TCPSite(runner, "127.0.0.1", port).start()
+        base = f"http://127.0.0.1:{port}"
+        try:
+            async with aiohttp.ClientSession() as http, async_playwright() as playwright:
+                browser = await playwright.chromium.launch(
+                    executable_path=chromium, headless=True, args=CHROMIUM_FLAGS, env=env
+                )
+                try:
+                    page = await browser.new_page()
+                    opened = time.monotonic()
+                    asked = {"avatar": "late", "preview": True}
+                    created = await (await http.post(f"{base}/sessions", json=asked)).json()
+                    await page.goto(created["urls"]["preview"])
+                    await page.wait_for_function("document.getElementById('video').videoWidth > 0", timeout=10000)
+                    shown = await page.evaluate(CENTRE)
+                    waited = time.monotonic() - opened
+                    print(f"the still shown {waited:.1f} s after the session opened")
+                    assert waited < FIRST_LATE - 0.5, "before the first frame"
+                    session = service.sessions[created["id"]]
+                    assert all(abs(a - b) <= 12 for a, b in zip(shown, PORTRAIT)), f"{PORTRAIT}, not {shown}"
+                    await until(lambda: session.output_stats.get("frames_released", 0) > 0, 10)
+                    before = (await poll(page, "true", 1))["framesDecoded"]
+                    await asyncio.sleep(1.5)
+                    assert (await poll(page, "true", 1))["framesDecoded"] - before >= 25, "then the stream's own frames"
+                    shown = await page.evaluate(CENTRE)
+                    assert any(abs(a - b) > 30 for a, b in zip(shown, PORTRAIT)), f"frames replace it: {shown}"
+                    assert session.output_stats["sinks"]["webrtc"]["stills_sent"] >= 1
+                finally:
+                    await browser.close()
+        finally:
+            await runner.cleanup()
+            await service.close()
+
+    asyncio.run(scenario())

@@ -7,7 +7,8 @@ tests' synthetic pictures (index bits, flashes) on the session's live clock, ``L
 1920x1080 frames, one a second (a CPU converts a 1080p frame to I420 in a good part of a second; the stream repeats it
 meanwhile, and its encoder settings are what the broadcast tests read).
 A session whose avatar is ``slow`` makes frames at half speed (the overload case), ``crawl`` one frame every 2 s
-(the engine on a CPU).
+(the engine on a CPU), ``late`` its first frame only FIRST_LATE seconds after its opening (the engine's first window on
+a CPU); ``late``'s portrait is PORTRAIT (the others' black).
 """
 
 from __future__ import annotations
@@ -27,15 +28,22 @@ from engine.timebase import FPS
 from serving.protocol import CoreConfig
 from tests.streaming.synthetic import picture, sound
 
-AVATARS = {"anna": (64, 64), "ben": (96, 64), "slow": (64, 64), "crawl": (128, 128), "anchor1080": (1920, 1080)}
+AVATARS = {
+    "anna": (64, 64), "ben": (96, 64), "slow": (64, 64), "crawl": (128, 128), "late": (128, 128),
+    "anchor1080": (1920, 1080),
+}
 LEAD = 0.2
 CAPACITY = 4
+FIRST_LATE = 4.0
+PORTRAIT = (200, 60, 60)
 
 
 class FakeAvatar:
     def __init__(self, name: str) -> None:
         width, height = AVATARS.get(name, (128, 128))
         self.name, self.frames = name, torch.zeros(1, height, width, 3, dtype=torch.uint8)
+        if name == "late":
+            self.frames[:] = torch.tensor(PORTRAIT, dtype=torch.uint8)
 
 
 class FakeAvatars:
@@ -62,7 +70,7 @@ class FakeSession:
     def __init__(self, avatar: FakeAvatar, seed: int) -> None:
         self.avatar, self.seed = avatar, seed
         self.height, self.width = avatar.frames.shape[1:3]
-        self.clock_anchor = time.monotonic() + LEAD
+        self._anchor = time.monotonic() + LEAD + (FIRST_LATE if avatar.name == "late" else 0.0)
         self.period = {"slow": 2 / FPS, "crawl": 2.0, "anchor1080": 1.0}.get(avatar.name, 1 / FPS)
         self.next_index = 0
         self.pushed_seconds = 0.0
@@ -78,13 +86,18 @@ class FakeSession:
         self._lock = threading.Lock()
 
     @property
+    def clock_anchor(self) -> float | None:
+        """When frame 0 is shown; None until its first frame is ready, as the engine's runtime starts its clock."""
+        return self._anchor if time.monotonic() >= self._anchor - LEAD else None
+
+    @property
     def finished(self) -> bool:
         return self.closed or (self.ending_at is not None and self.next_index >= self.ending_at)
 
     def take_ready(self) -> list[Frame]:
         with self._lock:
             frames = []
-            due = (time.monotonic() - self.clock_anchor + LEAD) / self.period
+            due = (time.monotonic() - self._anchor + LEAD) / self.period
             while self.next_index <= due and not self.finished:
                 i = self.next_index
                 speech = bool(self.speaking)
@@ -100,7 +113,7 @@ class FakeSession:
 
     def push_audio(self, pcm: np.ndarray, sample_rate: int, channels=None, block: bool = False) -> None:
         self._check_open()
-        if self.pushed_seconds - (time.monotonic() - self.clock_anchor) > 5.0:
+        if self.pushed_seconds - (time.monotonic() - self._anchor) > 5.0:
             raise Backpressure("the synthetic session holds 5 s of audio not yet spoken")
         self.pushed_seconds += pcm.size / sample_rate
         with self._lock:

@@ -7,6 +7,7 @@ import os
 import stat
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -162,3 +163,27 @@ def test_a_full_disk_ends_the_recording_and_the_output_reports_it(tmp_path: Path
     result = json.loads(run.stdout.splitlines()[-1])
     assert result["reported"] == [["mp4", f"recording to {path} failed: File too large"]]
     assert result["released"] == 25, "the session's output went on"
+
+
+def test_a_file_system_that_hangs_holds_up_no_other_output_and_is_reported(tmp_path: Path, monkeypatch) -> None:
+    """A hung file system (an open that never returns) ends its session's output in time, reported, not silent."""
+    hung = threading.Event()
+    monkeypatch.setattr("streaming.sinks.mp4.create_recording", lambda path: hung.wait())
+    other = SessionOutput(SyntheticSession(64, 64, frames=25), encoder="x264").start()
+    reported: list[tuple[str, str]] = []
+    session = SyntheticSession(64, 64, frames=10)
+    output = SessionOutput(session, encoder="x264", on_sink_failed=lambda *failure: reported.append(failure))
+    output.add_sink(Mp4Sink(tmp_path / "hung.mp4", output.request_keyframe, close_seconds=1.0))
+    started = time.monotonic()
+    output.start()
+    try:
+        assert other.finished.wait(5) and other.stats.frames_released == 25
+        assert output.finished.wait(5), "closing waits close_seconds for the file, not for ever"
+        assert time.monotonic() - started < 3.5
+        assert output.stats.frames_released == 10
+        why = f"recording to {tmp_path / 'hung.mp4'} was not finished within 1 s: its file system does not answer"
+        assert reported == [("mp4", why)]
+    finally:
+        hung.set()
+        output.stop()
+        other.stop()

@@ -61,6 +61,26 @@ def test_a_viewer_starts_at_a_keyframe_and_a_stalled_one_drops_only_its_own_fram
     asyncio.run(scenario())
 
 
+def test_a_numbering_that_starts_again_goes_on_from_the_last_timestamp_by_the_time_passed() -> None:
+    """Stills, then the stream's frames from 0: timestamps never go back (a WHEP receiver numbers pictures by them)."""
+
+    async def scenario() -> None:
+        requests = Requests()
+        viewer = Viewer(None, requests, queue_frames=50)
+        viewer.connected = True
+        viewer.offer(frame(0, keyframe=True))
+        viewer.offer(frame(12, keyframe=True))
+        await asyncio.sleep(0.2)
+        for index, keyframe in ((0, False), (1, True), (2, False)):
+            viewer.offer(frame(index, keyframe))
+        pts = [(await viewer.video.recv()).pts for _ in range(viewer.video._queue.qsize())]
+        assert pts[:2] == [0, 12] and len(pts) == 4, pts
+        assert 5 <= pts[2] - 13 <= 7 and pts[3] == pts[2] + 1, f"0.2 s (5 frames) on from 12, then one by one: {pts}"
+        assert requests.count == 1 and viewer.frames_dropped == 1, "the restart's P-frame waits for an IDR"
+
+    asyncio.run(scenario())
+
+
 def test_browser_pli_reaches_the_shared_encoder() -> None:
     """aiortc routes PLI/FIR to RTCRtpSender._send_keyframe; the preview turns that into an encoder request."""
 

@@ -1,0 +1,355 @@
+"""LiveKit rooms as an output of the service, with no LiveKit server (none installs here).
+
+The service's own pieces run as in production, over their real sockets and shared memory: the engine core (the
+synthetic runtime: frames on a live clock, no model) and an output worker, each on a thread of this process, the test
+standing in for the front end. Only the room's connection is left out: the worker's ``join`` attaches the room output
+to a ``QueueAudioOutput``, the real livekit-agents class that is both an agent's audio output and an avatar's receiver,
+so the agent's side (capture, flush, clear, ``wait_for_playout``) is LiveKit's own, and the frames go through LiveKit's
+real ``AVSynchronizer`` and sources. The last tests run the service's processes as ``apps.serve`` does: a bad
+``livekit`` field is a 400 naming it, a room that cannot be joined a 502 and no session left behind.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+import secrets
+import threading
+import time
+from collections.abc import AsyncIterator, Awaitable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from tests.integrations.conftest import INTEGRATIONS_HINT
+
+pytest.importorskip("livekit.agents", reason=INTEGRATIONS_HINT)
+
+import aiohttp
+import zmq
+import zmq.asyncio
+from aiohttp import web
+from livekit import rtc
+from livekit.agents.voice.avatar import QueueAudioOutput
+
+from serving.client import CoreClient
+from serving.core import EngineCore
+from serving.http import create_service_app
+from serving.ipc import send_nowait, socket
+from serving.protocol import (
+    CoreConfig,
+    Hello,
+    OpenSession,
+    OutputFailed,
+    RoomJoined,
+    SessionOutputs,
+    Shutdown,
+    WorkerConfig,
+    decode,
+)
+from serving.rooms import RoomOutput
+from serving.service import Service, ServiceOptions
+from serving.worker import Worker
+from tests.streaming.conftest import free_port
+
+RUNTIME = "tests.streaming.synthetic_runtime:build"
+TTS_RATE = 24_000
+CHUNK = TTS_RATE // 25
+"""40 ms: the synthetic session makes one speech frame of each push."""
+
+
+class AgentAudio(QueueAudioOutput):
+    """The agent's audio output (the real ``QueueAudioOutput``, asking for ``lk.playback_started``), recording what the
+    avatar tells it."""
+
+    def __init__(self) -> None:
+        super().__init__(sample_rate=TTS_RATE, wait_playback_start=True)
+        self.events: list[tuple[str, float, bool]] = []
+
+    def notify_playback_started(self) -> None:
+        self.events.append(("started", 0.0, False))
+        super().notify_playback_started()
+
+    def notify_playback_finished(self, playback_position: float, interrupted: bool) -> None:
+        self.events.append(("finished", playback_position, interrupted))
+        super().notify_playback_finished(playback_position, interrupted)
+
+    def finished(self) -> list[tuple[str, float, bool]]:
+        return [e for e in self.events if e[0] == "finished"]
+
+
+@dataclass
+class Harness:
+    """The core and a worker on threads of this process, this test as their front end."""
+
+    worker: Worker
+    core: CoreClient
+    inbox: zmq.asyncio.Socket
+    events: zmq.asyncio.Socket
+    agents: dict[str, AgentAudio] = field(default_factory=dict)
+    left: dict[str, Any] = field(default_factory=dict)
+    seen: list[Any] = field(default_factory=list)
+
+    async def on_rooms(self, coroutine: Awaitable[Any]) -> Any:
+        """Run ``coroutine`` on the worker's rooms loop, where the agent's audio output lives."""
+        return await asyncio.wrap_future(self.worker.rooms.run(coroutine))
+
+    async def event(self, kind: type, seconds: float = 10.0) -> Any:
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            if await self.events.poll(100):
+                message = decode(await self.events.recv())
+                self.seen.append(message)
+                if isinstance(message, kind):
+                    return message
+        raise AssertionError(f"no {kind.__name__} within {seconds} s")
+
+    async def open(self) -> tuple[str, AgentAudio, RoomOutput]:
+        """A session whose output is a (local) room: the agent's audio output and the room output."""
+        session_id = secrets.token_hex(4)
+        send_nowait(self.inbox, SessionOutputs(session_id, (), None, False, (f"local://{session_id}", "a.b.c")))
+        opening = OpenSession(session_id, "anchor", None, "faithful", 0, None, self.worker.config.address)
+        await self.core.request(opening)
+        joined = await self.event(RoomJoined)
+        assert joined.id == session_id and joined.error is None, joined
+        return session_id, self.agents[session_id], self.worker.streams[session_id].room
+
+
+@contextlib.asynccontextmanager
+async def harness(folder: Path) -> AsyncIterator[Harness]:
+    core_address, events_address = f"ipc://{folder}/core", f"ipc://{folder}/events"
+    context = zmq.asyncio.Context()
+    events = socket(context, zmq.PULL, events_address, bind=True)
+    core = EngineCore(CoreConfig(core_address, events_address, runtime=RUNTIME, avatars={"anchor": "anchor"}))
+    threads = [threading.Thread(target=core.serve, args=(core_address, events_address), daemon=True)]
+    worker = Worker(WorkerConfig(0, f"ipc://{folder}/worker", events_address, core=core_address))
+    agents: dict[str, AgentAudio] = {}
+    left: dict[str, Any] = {}
+
+    async def local_join(output: RoomOutput, url: str, token: str, on_left) -> tuple[str, str]:
+        """The room's connection left out: the room output takes the agent's audio from a ``QueueAudioOutput``."""
+        session_id = url.removeprefix("local://")
+        agents[session_id], left[session_id] = AgentAudio(), on_left
+        await output.attach(agents[session_id])
+        return "local", "ditto-avatar"
+
+    worker.join = local_join
+    threads.append(threading.Thread(target=worker.run, daemon=True))
+    for thread in threads:
+        thread.start()
+    client = CoreClient(context, core_address)
+    inbox = socket(context, zmq.PUSH, worker.config.address, bind=False)
+    try:
+        await client.request(Hello(), timeout=30)
+        yield Harness(worker, client, inbox, events, agents, left)
+    finally:
+        send_nowait(inbox, Shutdown())
+        with contextlib.suppress(Exception):
+            await client.request(Shutdown(), timeout=5)
+        for thread in threads:
+            await asyncio.to_thread(thread.join, 10)
+        client.close()
+        for sock in (inbox, events):
+            sock.close()
+        context.term()
+
+
+def speech(seconds: float) -> list[rtc.AudioFrame]:
+    """A 220 Hz tone at the TTS's rate in 40 ms frames (``seconds`` rounded to whole frames)."""
+    t = np.arange(max(1, round(seconds * 25)) * CHUNK) / TTS_RATE
+    pcm = (0.3 * np.sin(2 * np.pi * 220 * t) * 32767).astype(np.int16)
+    return [rtc.AudioFrame(pcm[i : i + CHUNK].tobytes(), TTS_RATE, 1, CHUNK) for i in range(0, pcm.size, CHUNK)]
+
+
+async def say(agent: AgentAudio, seconds: float, flush: bool = True) -> None:
+    for frame in speech(seconds):
+        await agent.capture_frame(frame)
+    if flush:
+        agent.flush()
+
+
+async def clear(agent: AgentAudio) -> None:
+    agent.clear_buffer()
+
+
+async def call(action) -> None:
+    """``action()`` on the loop this coroutine runs on."""
+    action()
+
+
+async def until(condition, seconds: float = 5.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        await asyncio.sleep(0.01)
+
+
+def test_a_room_session_plays_speech_reports_it_once_and_a_clear_is_answered_at_once(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with harness(tmp_path) as h:
+            session_id, agent, room = await h.open()
+            stream = h.worker.streams[session_id]
+            await until(lambda: room.counters["frames_sent"] >= 10)
+            assert stream.output.encoder.name == "raw", "a room-only session encodes no H.264"
+            sent, started = room.counters["frames_sent"], time.monotonic()
+            await asyncio.sleep(1.0)
+            rate = (room.counters["frames_sent"] - sent) / (time.monotonic() - started)
+            assert rate == pytest.approx(25, abs=3), "pictures reach the room's synchronizer at 25 fps"
+
+            await h.on_rooms(say(agent, 0.4))
+            done = await h.on_rooms(asyncio.wait_for(agent.wait_for_playout(), 5))
+            assert not done.interrupted and done.playback_position == pytest.approx(0.4, abs=0.041)
+            assert [e[0] for e in agent.events] == ["started", "finished"]
+
+            await h.on_rooms(say(agent, 3.0))
+            await until(lambda: len(agent.events) == 3)  # this segment has started playing
+            await asyncio.sleep(0.3)
+            cleared = time.monotonic()
+            await h.on_rooms(clear(agent))
+            done = await h.on_rooms(asyncio.wait_for(agent.wait_for_playout(), 2))
+            assert time.monotonic() - cleared < 0.5, "answered at once, well within the agent's 2 s"
+            assert done.interrupted and 0.2 < done.playback_position < 1.5, done
+            await asyncio.sleep(1.0)
+            cut = room.counters["frames_cut"]
+            assert 0 < cut < 25, "speech already on its way shows as idle, the rest was dropped by the session"
+            await asyncio.sleep(0.4)
+            assert room.counters["frames_cut"] == cut, "no speech of the cut segment comes after"
+            assert len(agent.finished()) == 2
+
+            await h.on_rooms(say(agent, 0.2))
+            done = await h.on_rooms(asyncio.wait_for(agent.wait_for_playout(), 5))
+            assert not done.interrupted and done.playback_position == pytest.approx(0.2, abs=0.041), "speaks again"
+
+            h.left[session_id]("the avatar left the room 'local' (ROOM_DELETED)")
+            failed = await h.event(OutputFailed)
+            assert failed.sink == "livekit" and "ROOM_DELETED" in failed.message, "the front end hears the room is gone"
+
+    asyncio.run(scenario())
+
+
+def test_exactly_one_playback_finished_per_segment_under_random_interruptions(tmp_path: Path) -> None:
+    """Segments of random length, each played out, cleared at a random moment (before, during or after its first
+    frame, mid-capture or after its flush, twice in a row), or paused and then resumed or cleared: the agent hears
+    exactly one ``playback_finished`` for each, within its 2 s of a clear, and nothing more afterwards."""
+    rng = random.Random(37)
+
+    async def scenario() -> None:
+        async with harness(tmp_path) as h:
+            _, agent, room = await h.open()
+            expected = []
+            for k in range(24):
+                kind = rng.choice(["natural", "clear", "clear_mid_capture", "clear_twice", "pause_resume", "pause_clear"])
+
+                async def segment(kind: str = kind) -> None:
+                    frames = speech(rng.uniform(0.04, 0.4))
+                    for i, frame in enumerate(frames):
+                        await agent.capture_frame(frame)
+                        if kind == "clear_mid_capture" and i == len(frames) // 2:
+                            agent.clear_buffer()
+                            break
+                    agent.flush()
+                    if kind in ("clear", "clear_twice"):
+                        await asyncio.sleep(rng.uniform(0, 0.4))
+                        agent.clear_buffer()
+                        if kind == "clear_twice":
+                            agent.clear_buffer()
+                    if kind.startswith("pause"):
+                        await asyncio.sleep(rng.uniform(0, 0.3))
+                        room.pause()
+                        await asyncio.sleep(rng.uniform(0, 0.3))
+                        room.resume() if kind == "pause_resume" else agent.clear_buffer()
+                    await asyncio.wait_for(agent.wait_for_playout(), 2.0)
+
+                try:
+                    await h.on_rooms(segment())
+                except TimeoutError:
+                    pytest.fail(f"segment {k} ({kind}) got no playback_finished within 2 s")
+                expected.append(kind)
+                assert len(agent.finished()) == k + 1, f"segment {k} ({kind}): {agent.finished()[-3:]}"
+            await asyncio.sleep(0.5)
+            assert len(agent.finished()) == len(expected), "none extra afterwards"
+            naturals = [e for kind, e in zip(expected, agent.finished()) if kind in ("natural", "pause_resume")]
+            assert naturals and not any(interrupted for _, _, interrupted in naturals)
+            assert room.counters["clears"] >= sum("clear" in kind for kind in expected)
+
+    asyncio.run(scenario())
+
+
+def test_a_pause_holds_the_speech_and_the_resume_speaks_on_from_where_it_stopped(tmp_path: Path) -> None:
+    """A false interruption: the agent pauses its speech (the avatar idles), then resumes it; the segment is spoken
+    whole, once, and answered once with its whole length. A pause that turns out real ends with a clear."""
+
+    async def scenario() -> None:
+        async with harness(tmp_path) as h:
+            _, agent, room = await h.open()
+            await h.on_rooms(say(agent, 2.0))
+            await until(lambda: agent.events)  # playing
+            await asyncio.sleep(0.5)
+            await h.on_rooms(call(room.pause))
+            await asyncio.sleep(0.6)  # the speech already on its way is cut
+            spoken = room.counters["speech_frames_sent"]
+            await asyncio.sleep(0.8)
+            assert room.counters["speech_frames_sent"] == spoken, "paused: the avatar idles"
+            assert 5 < spoken < 40 and not agent.finished(), "held, not finished"
+            await h.on_rooms(call(room.resume))
+            done = await h.on_rooms(asyncio.wait_for(agent.wait_for_playout(), 5))
+            assert not done.interrupted and done.playback_position == pytest.approx(2.0, abs=0.09), done
+            assert room.counters["speech_frames_sent"] == pytest.approx(50, abs=2), "every frame of it spoken once"
+            assert [e[0] for e in agent.events] == ["started", "finished"]
+
+            await h.on_rooms(say(agent, 2.0))
+            await until(lambda: len(agent.events) == 3)
+            await h.on_rooms(call(room.pause))
+            await asyncio.sleep(0.3)
+            await h.on_rooms(call(agent.clear_buffer))
+            done = await h.on_rooms(asyncio.wait_for(agent.wait_for_playout(), 2))
+            assert done.interrupted and len(agent.finished()) == 2
+            await h.on_rooms(say(agent, 0.4))
+            done = await h.on_rooms(asyncio.wait_for(agent.wait_for_playout(), 5))
+            assert not done.interrupted and done.playback_position == pytest.approx(0.4, abs=0.041), "speaks again"
+
+    asyncio.run(scenario())
+
+
+@contextlib.asynccontextmanager
+async def service() -> AsyncIterator[tuple[aiohttp.ClientSession, str]]:
+    """The service's processes (front end here, core and worker as processes) on the synthetic runtime."""
+    served = Service(ServiceOptions(workers=1, runtime=RUNTIME, avatars={"anchor": "anchor"}))
+    await served.start()
+    runner = web.AppRunner(create_service_app(served))
+    await runner.setup()
+    port = free_port()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    try:
+        async with aiohttp.ClientSession() as http:
+            yield http, f"http://127.0.0.1:{port}"
+    finally:
+        await runner.cleanup()
+        await served.close()
+
+
+def test_a_bad_livekit_field_is_a_400_naming_it_and_a_room_not_joined_a_502_leaving_no_session() -> None:
+    async def scenario() -> None:
+        async with service() as (http, base):
+            good = {"url": "ws://127.0.0.1:1", "token": "a.b.c"}
+            for livekit, says in [
+                ("wss://x", '"livekit" is an object'),
+                ({**good, "url": "rtmp://x"}, '"livekit.url"'),
+                ({**good, "token": 7}, '"livekit.token"'),
+                ({**good, "room": "r"}, "unknown field(s) ['room']"),
+            ]:
+                answer = await http.post(f"{base}/sessions", json={"avatar": "anchor", "livekit": livekit})
+                assert answer.status == 400 and says in (await answer.json())["error"], (livekit, await answer.text())
+            nobody = {**good, "url": f"ws://127.0.0.1:{free_port()}"}
+            started = time.monotonic()
+            answer = await http.post(f"{base}/sessions", json={"avatar": "anchor", "livekit": nobody})
+            assert answer.status == 502 and "could not join the LiveKit room" in (await answer.json())["error"]
+            assert time.monotonic() - started < 20
+            listing = await (await http.get(f"{base}/sessions")).json()
+            assert listing["sessions"] == [], "a session whose avatar could not join is ended and not listed"
+
+    asyncio.run(scenario())
