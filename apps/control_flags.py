@@ -17,7 +17,8 @@ from engine.controls import FADE_TARGETS, ControlError, Controls
 
 NO_BLINK_TABLE = (
     "--blink: no blink table, so the eyes follow the motion model. The reference blinks with the table in its official "
-    "cfg (ditto_cfg/*.pkl beside the checkpoints, read automatically); give one as \"blink_table\" in --controls FILE.json."
+    'cfg (ditto_cfg/*.pkl beside the checkpoints, read automatically); give one as "blink_table" in --controls '
+    "FILE.json."
 )
 FLAGS = {
     "pitch": "degrees added to the head's pitch",
@@ -32,18 +33,46 @@ FLAGS = {
 
 def add_control_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the control flags (all default to 'not given': the engine's defaults stay)."""
-    group = parser.add_argument_group("controls", "per-session controls with the reference's defaults (see engine/controls.py)")
-    group.add_argument("--controls", type=Path, metavar="FILE.json", help="controls as a JSON object of fields (flags below override it)")
+    group = parser.add_argument_group(
+        "controls", "per-session controls with the reference's defaults (see engine/controls.py)"
+    )
+    group.add_argument(
+        "--controls",
+        type=Path,
+        metavar="FILE.json",
+        help="controls as a JSON object of fields (flags below override it)",
+    )
     for name, help_text in FLAGS.items():
         group.add_argument(f"--{name.replace('_', '-')}", type=float, metavar="X", help=help_text)
-    group.add_argument("--emotion", metavar="NAME[,NAME]", help="angry, disgust, fear, happy, neutral, sad, surprise, contempt; several mix")
-    group.add_argument("--blink", action=argparse.BooleanOptionalAction, help="blink with the blink table (the official cfg's)")
-    group.add_argument("--blink-gaps", metavar="N[,N]", help="open frames between blinks: 0 random 60-100, N fixed, a list cycled")
-    group.add_argument("--fade-in", type=int, metavar="FRAMES", help="fade the expression in from --fade-target over the first frames")
-    group.add_argument("--fade-out", type=int, metavar="FRAMES", help="fade it out to --fade-target over the last frames")
-    group.add_argument("--fade-target", choices=FADE_TARGETS, help="what fades blend with: the avatar (source) or the first frame")
-    group.add_argument("--fix-kp-cond", type=int, metavar="N", help="every N-th LMDM window restarts from the avatar's motion (0: never)")
-    group.add_argument("--fix-kp-cond-dims", metavar="START:STOP", help="motion dims such a restart keeps from the last frame")
+    group.add_argument(
+        "--emotion",
+        metavar="NAME[,NAME]",
+        help="angry, disgust, fear, happy, neutral, sad, surprise, contempt; several mix",
+    )
+    group.add_argument(
+        "--blink", action=argparse.BooleanOptionalAction, help="blink with the blink table (the official cfg's)"
+    )
+    group.add_argument(
+        "--blink-gaps", metavar="N[,N]", help="open frames between blinks: 0 random 60-100, N fixed, a list cycled"
+    )
+    group.add_argument(
+        "--fade-in", type=int, metavar="FRAMES", help="fade the expression in from --fade-target over the first frames"
+    )
+    group.add_argument(
+        "--fade-out", type=int, metavar="FRAMES", help="fade it out to --fade-target over the last frames"
+    )
+    group.add_argument(
+        "--fade-target", choices=FADE_TARGETS, help="what fades blend with: the avatar (source) or the first frame"
+    )
+    group.add_argument(
+        "--fix-kp-cond",
+        type=int,
+        metavar="N",
+        help="every N-th LMDM window restarts from the avatar's motion (0: never)",
+    )
+    group.add_argument(
+        "--fix-kp-cond-dims", metavar="START:STOP", help="motion dims such a restart keeps from the last frame"
+    )
 
 
 def control_changes(args: argparse.Namespace, parser: argparse.ArgumentParser) -> dict[str, Any]:

@@ -40,12 +40,16 @@ MODES = ("offline", "online")
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m apps.render", description=__doc__.splitlines()[0])
-    parser.add_argument("--avatar", help="a registered avatar's name or cache folder, or a portrait image to register now")
+    parser.add_argument(
+        "--avatar", help="a registered avatar's name or cache folder, or a portrait image to register now"
+    )
     parser.add_argument("--audio", type=Path, help="speech to render (any format PyAV reads)")
     parser.add_argument("--out", type=Path, default=Path("ditto_render.mp4"), help="output MP4 (H.264 + AAC)")
     parser.add_argument("--steps", type=int, default=DEFAULT_STEPS, help="DDIM steps per window (reference default 50)")
     parser.add_argument(
-        "--plans", type=Path, help="the torch backend's compiled packages (python -m compile.build_plans): runtime speed without compiling"
+        "--plans",
+        type=Path,
+        help="the torch backend's compiled packages (python -m compile.build_plans): runtime speed without compiling",
     )
     parser.add_argument(
         "--mode",
@@ -56,14 +60,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--overlap",
         type=int,
-        help=f"frames shared by consecutive 80-frame windows (default {OFFLINE_OVERLAP} offline, {LIVE_OVERLAP} online)",
+        help=f"frames shared by consecutive 80-frame windows (default {OFFLINE_OVERLAP} offline, {LIVE_OVERLAP} "
+        "online)",
     )
-    parser.add_argument("--checkpoints", type=Path, help="official checkpoints folder (default: random stand-in weights)")
+    parser.add_argument(
+        "--checkpoints", type=Path, help="official checkpoints folder (default: random stand-in weights)"
+    )
     parser.add_argument("--device", help="cuda or cpu (default: cuda when available)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the diffusion noise")
     parser.add_argument("--max-seconds", type=float, help="render only the first N seconds of the audio")
     parser.add_argument(
-        "--compile", action="store_true", help="torch.compile the networks (GPU): a minute more at start, faster frames for long renders"
+        "--compile",
+        action="store_true",
+        help="torch.compile the networks (GPU): a minute more at start, faster frames for long renders",
     )
     parser.add_argument("--demo", action="store_true", help="bundled speech + astronaut portrait on random weights")
     add_control_arguments(parser)
@@ -91,7 +100,9 @@ def feed(session: Session, audio: np.ndarray, rate: int, errors: list[BaseExcept
         session.close()
 
 
-def open_render(runtime: Runtime, avatar, audio: np.ndarray, rate: int, args: argparse.Namespace) -> tuple[Session, int]:
+def open_render(
+    runtime: Runtime, avatar, audio: np.ndarray, rate: int, args: argparse.Namespace
+) -> tuple[Session, int]:
     """The session that renders the clip in ``args.mode`` and the number of frames it will make.
 
     Offline, the motion of the whole clip is computed first and the session renders it;
@@ -106,7 +117,9 @@ def open_render(runtime: Runtime, avatar, audio: np.ndarray, rate: int, args: ar
     return runtime.open_session(avatar, motion=motion, **options), motion.shape[0]
 
 
-def write_mp4(session: Session, out: Path, width: int, height: int, total: int, device: torch.device) -> tuple[float, float]:
+def write_mp4(
+    session: Session, out: Path, width: int, height: int, total: int, device: torch.device
+) -> tuple[float, float]:
     """Write the session's ``width`` x ``height`` frames and audio to ``out`` until it ends, every frame ready at once
     (one wait for the GPU per batch); returns the seconds spent waiting for frames and writing them.
 
@@ -114,7 +127,10 @@ def write_mp4(session: Session, out: Path, width: int, height: int, total: int, 
     runtime's stream the copy would wait for the next batch's render, queued there meanwhile."""
     waiting = writing = 0.0
     stream = torch.cuda.Stream(device) if device.type == "cuda" else None
-    with Mp4Writer(out, width, height, fps=FPS, audio_rate=session.audio_rate) as writer, tqdm(total=total, unit="frame", desc="rendering") as bar:
+    with (
+        Mp4Writer(out, width, height, fps=FPS, audio_rate=session.audio_rate) as writer,
+        tqdm(total=total, unit="frame", desc="rendering") as bar,
+    ):
         mark = time.perf_counter()
         while (frame := next_frame_ticking(session, bar)) is not None:
             frames = [frame, *session.take_ready()]
@@ -151,7 +167,11 @@ def main(argv: list[str] | None = None) -> int:
         audio, rate = demo_audio()
         if args.max_seconds is None and device.type == "cpu":
             args.max_seconds = CPU_DEMO_SECONDS
-            print(f"CPU demo: rendering the first {CPU_DEMO_SECONDS} s only (the decoder takes seconds per frame on a CPU)", file=sys.stderr)
+            print(
+                f"CPU demo: rendering the first {CPU_DEMO_SECONDS} s only (the decoder takes seconds per frame on a "
+                "CPU)",
+                file=sys.stderr,
+            )
     else:
         audio, rate = read_audio(args.audio)
     if args.max_seconds is not None:
@@ -167,8 +187,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     try:
         runtime = Runtime.from_checkpoints(
-            None if random_weights else args.checkpoints, device=device, steps=args.steps, config=config,
-            compile_networks=args.compile, plans=args.plans,
+            None if random_weights else args.checkpoints,
+            device=device,
+            steps=args.steps,
+            config=config,
+            compile_networks=args.compile,
+            plans=args.plans,
         )
     except OutOfMemoryAtStart as exc:
         raise SystemExit(f"error: {exc}") from None
@@ -176,7 +200,11 @@ def main(argv: list[str] | None = None) -> int:
     steps = {"runtime start": time.perf_counter() - started}
     with runtime:
         mark = time.perf_counter()
-        avatar = demo_avatar(checkpoints, device) if args.demo else load_or_register(args.avatar, checkpoints, device, random_weights)
+        avatar = (
+            demo_avatar(checkpoints, device)
+            if args.demo
+            else load_or_register(args.avatar, checkpoints, device, random_weights)
+        )
         steps["avatar"], mark = time.perf_counter() - mark, time.perf_counter()
         session, total = open_render(runtime, avatar, audio, rate, args)
         steps["session" if args.mode == "online" else "motion"], mark = time.perf_counter() - mark, time.perf_counter()
@@ -198,7 +226,8 @@ def main(argv: list[str] | None = None) -> int:
         file=sys.stderr,
     )
     print(
-        f"  {', '.join(f'{name} {seconds:.2f} s' for name, seconds in steps.items())} (warm-up {runtime.warmup_seconds:.2f} s of the start)",
+        f"  {', '.join(f'{name} {seconds:.2f} s' for name, seconds in steps.items())} (warm-up "
+        f"{runtime.warmup_seconds:.2f} s of the start)",
         file=sys.stderr,
     )
     if random_weights:

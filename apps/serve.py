@@ -1,4 +1,5 @@
-"""Serve avatars live: ``python -m apps.serve [--http HOST:PORT] [--avatar NAME [--rtmp URL] [--audio FILE | --mic | --listen]]``.
+"""Serve avatars live: ``python -m apps.serve [--http HOST:PORT] [--avatar NAME [--rtmp URL] [--audio FILE | --mic |
+--listen]]``.
 
 The service: an HTTP front end (the session API ``POST/GET/DELETE /sessions``, the preview page,
 WHEP playback, the audio push WebSocket, /metrics), an engine core process that owns the GPU,
@@ -37,7 +38,11 @@ if TYPE_CHECKING:
 
 DEFAULT_HTTP = "127.0.0.1:8080"
 AT_START_FLAGS = {
-    "--sessions": "sessions", "--latency": "latency", "--overlap": "overlap", "--seed": "seed", "--output": "output",
+    "--sessions": "sessions",
+    "--latency": "latency",
+    "--overlap": "overlap",
+    "--seed": "seed",
+    "--output": "output",
 }
 """Flags of the sessions opened at start, refused with ``--ray`` (each POSTed session names its own): flag -> dest."""
 CPU_DEMO_SECONDS = 20.0
@@ -53,7 +58,10 @@ def host_port(text: str) -> tuple[str, int]:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m apps.serve", description=__doc__.splitlines()[0])
-    parser.add_argument("--avatar", help="open sessions at start with this avatar: a registered name or cache folder, or a portrait image")
+    parser.add_argument(
+        "--avatar",
+        help="open sessions at start with this avatar: a registered name or cache folder, or a portrait image",
+    )
     parser.add_argument(
         "--rtmp", metavar="URL", help="publish to this rtmp:// URL (sessions after the first get -1, -2, ... appended)"
     )
@@ -68,13 +76,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help=f"HTTP address of the API, push and metrics without a preview (default {DEFAULT_HTTP})",
     )
     parser.add_argument(
-        "--mp4", metavar="FILE", type=Path,
+        "--mp4",
+        metavar="FILE",
+        type=Path,
         help="also record each session at start to a new MP4 file (its folder is the recordings folder unless "
         "--recordings names one: then FILE is a name inside it)",
     )
     parser.add_argument(
-        "--recordings", metavar="DIR", type=Path,
-        help="the folder clients' sessions record their \"mp4\" names into (created at start; default: no recordings)",
+        "--recordings",
+        metavar="DIR",
+        type=Path,
+        help='the folder clients\' sessions record their "mp4" names into (created at start; default: no recordings)',
     )
     audio = parser.add_mutually_exclusive_group()
     audio.add_argument("--audio", metavar="FILE", type=Path, help="speak this file once, in real time, then end")
@@ -87,13 +99,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     audio.add_argument("--listen", action="store_true", help="take audio pushed over WebSocket at /push (TTS engines)")
     parser.add_argument(
-        "--output", metavar="KEY=VALUE,...", type=output_argument,
+        "--output",
+        metavar="KEY=VALUE,...",
+        type=output_argument,
         help="how the sessions at start are encoded: size (avatar, 1080p, 720p, 540p), bitrate_kbps, buffer_kbits, "
         "rate_control, preset, tune, keyframe_seconds, profile, audio_channels, e.g. size=720p,preset=veryfast "
         "(or the JSON object; docs/output.md; default: the avatar's size, each size's defaults)",
     )
     parser.add_argument(
-        "--sessions", type=int, default=1, help="sessions opened at start with --avatar (0: none, the avatar is only served as 'anchor')"
+        "--sessions",
+        type=int,
+        default=1,
+        help="sessions opened at start with --avatar (0: none, the avatar is only served as 'anchor')",
     )
     parser.add_argument(
         "--no-admission",
@@ -101,34 +118,64 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="open every session even beyond the live capacity measured at start (they may then shed frames)",
     )
     parser.add_argument(
-        "--output-workers", type=int, default=default_workers(), help="processes that encode and send the streams (default: half the cores, at most 8)"
+        "--output-workers",
+        type=int,
+        default=default_workers(),
+        help="processes that encode and send the streams (default: half the cores, at most 8)",
     )
     parser.add_argument(
-        "--encoder", choices=ENCODERS, default="auto", help="H.264 encoder; the service's output workers encode with x264 (see README)"
+        "--encoder",
+        choices=ENCODERS,
+        default="auto",
+        help="H.264 encoder; the service's output workers encode with x264 (see README)",
     )
-    parser.add_argument("--token", help="required from viewers and pushers; generated when binding beyond loopback without one")
     parser.add_argument(
-        "--allow-origin", metavar="ORIGIN", action="append", default=[], type=origin_argument,
+        "--token", help="required from viewers and pushers; generated when binding beyond loopback without one"
+    )
+    parser.add_argument(
+        "--allow-origin",
+        metavar="ORIGIN",
+        action="append",
+        default=[],
+        type=origin_argument,
         help="a page of another origin (https://player.example) that may use the API and WHEP from a browser "
         "(CORS; repeatable; default: none)",
     )
-    parser.add_argument("--checkpoints", type=Path, help="official checkpoints folder (default: random stand-in weights)")
+    parser.add_argument(
+        "--checkpoints", type=Path, help="official checkpoints folder (default: random stand-in weights)"
+    )
     parser.add_argument("--device", help="cuda or cpu (default: cuda when available)")
     parser.add_argument(
-        "--latency", choices=sorted(MODES), default=FAITHFUL.name,
-        help="faithful: the reference's 200 ms hop (speech shown ~540 ms after it is pushed); low: a 120 ms hop, frames "
+        "--latency",
+        choices=sorted(MODES),
+        default=FAITHFUL.name,
+        help="faithful: the reference's 200 ms hop (speech shown ~540 ms after it is pushed); low: a 120 ms hop, "
+        "frames "
         "released before the next window's cross-fade (~280 ms), 5/3 the LMDM work per session (see README)",
     )
-    parser.add_argument("--overlap", type=int, help="frames shared by consecutive 80-frame windows (default: 75 faithful, 77 low)")
+    parser.add_argument(
+        "--overlap", type=int, help="frames shared by consecutive 80-frame windows (default: 75 faithful, 77 low)"
+    )
     parser.add_argument("--steps", type=int, default=DEFAULT_STEPS, help="DDIM steps per window")
     parser.add_argument(
-        "--plans", type=Path, help="the torch backend's compiled packages (python -m compile.build_plans): a start in seconds where they fit"
+        "--plans",
+        type=Path,
+        help="the torch backend's compiled packages (python -m compile.build_plans): a start in seconds where they fit",
     )
-    parser.add_argument("--duration", type=float, help="stop this many seconds after the first frame is out (default: when every session has ended)")
-    parser.add_argument("--seed", type=int, default=0, help="seed of session 0's diffusion noise (session i uses seed + i)")
-    parser.add_argument("--demo", action="store_true", help="the demo portrait speaking the bundled clip on loop, random weights")
     parser.add_argument(
-        "--ray", action="store_true",
+        "--duration",
+        type=float,
+        help="stop this many seconds after the first frame is out (default: when every session has ended)",
+    )
+    parser.add_argument(
+        "--seed", type=int, default=0, help="seed of session 0's diffusion noise (session i uses seed + i)"
+    )
+    parser.add_argument(
+        "--demo", action="store_true", help="the demo portrait speaking the bundled clip on loop, random weights"
+    )
+    parser.add_argument(
+        "--ray",
+        action="store_true",
         help="serve on a Ray cluster (RAY_ADDRESS, or a local one bound to loopback when --http is): one engine "
         "per GPU as Ray Serve replicas, sessions placed by capacity (cluster/, docs/cluster.md); every service option "
         "above applies to each replica; the flags of sessions opened at start (--sessions, --latency, --overlap, "
@@ -147,14 +194,23 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error("--sessions must be at least 0")
     if args.output_workers < 1:
         parser.error("--output-workers must be at least 1")
-    if not args.demo and not args.avatar and (
-        args.audio or args.mic is not None or args.listen or args.rtmp or args.mp4 or args.output
+    if (
+        not args.demo
+        and not args.avatar
+        and (args.audio or args.mic is not None or args.listen or args.rtmp or args.mp4 or args.output)
     ):
-        parser.error("--avatar is required for sessions opened at start (or use --demo, or none: open them with POST /sessions)")
+        parser.error(
+            "--avatar is required for sessions opened at start (or use --demo, or none: open them with POST /sessions)"
+        )
     if args.demo and (args.audio or args.mic is not None or args.listen):
         parser.error("--demo speaks the bundled clip; it takes no --audio, --mic or --listen")
-    if args.ray and (args.demo or args.audio or args.mic is not None or args.listen or args.rtmp or args.mp4 or args.duration):
-        parser.error("--ray serves the sessions clients open with POST /sessions; sessions at start (--demo, --audio, --mic, --listen, --rtmp, --mp4, --duration) are the single server's")
+    if args.ray and (
+        args.demo or args.audio or args.mic is not None or args.listen or args.rtmp or args.mp4 or args.duration
+    ):
+        parser.error(
+            "--ray serves the sessions clients open with POST /sessions; sessions at start (--demo, --audio, --mic, "
+            "--listen, --rtmp, --mp4, --duration) are the single server's"
+        )
     if args.ray and args.allow_origin:
         parser.error("--allow-origin is the single server's: the --ray ingress sends no CORS headers to other pages")
     if args.ray:
@@ -170,7 +226,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if args.replicas is not None and args.replicas < 1:
         parser.error("--replicas must be at least 1")
     if args.encoder == "nvenc":
-        parser.error("--encoder nvenc: the service's output workers take frames in host memory and encode with x264 (see README)")
+        parser.error(
+            "--encoder nvenc: the service's output workers take frames in host memory and encode with x264 (see README)"
+        )
     if args.demo and args.webrtc is None:
         args.webrtc = host_port(DEFAULT_HTTP)
     return args
@@ -211,10 +269,19 @@ def server_options(args: argparse.Namespace) -> ServerOptions:
     at_start = None
     if args.demo or args.avatar:
         at_start = SessionsAtStart(
-            count=args.sessions, rtmp=args.rtmp, mp4=mp4, preview=args.webrtc is not None,
-            overlap=args.overlap, seed=args.seed, controls=args.control_changes or None, latency=args.latency,
-            output=args.output or OutputSettings(), push=args.listen, audio=args.audio and str(args.audio),
-            mic=args.mic, demo_audio=args.demo,
+            count=args.sessions,
+            rtmp=args.rtmp,
+            mp4=mp4,
+            preview=args.webrtc is not None,
+            overlap=args.overlap,
+            seed=args.seed,
+            controls=args.control_changes or None,
+            latency=args.latency,
+            output=args.output or OutputSettings(),
+            push=args.listen,
+            audio=args.audio and str(args.audio),
+            mic=args.mic,
+            demo_audio=args.demo,
         )
     avatars = {AVATAR_AT_START: None if args.demo else args.avatar} if at_start else {}
     service = service_options(args, device, host, avatars, recordings, launched=process_started())
@@ -240,9 +307,15 @@ def service_options(
     """The service's options from the command line: the single server's and every ``--ray`` replica's alike."""
     random_weights = args.checkpoints is None or args.demo
     return ServiceOptions(
-        checkpoints=None if random_weights else str(args.checkpoints), device=device, steps=args.steps,
-        plans=args.plans and str(args.plans), admission=not args.no_admission, workers=args.output_workers,
-        avatars=avatars, loopback_only=is_loopback(host), recordings=recordings and str(recordings),
+        checkpoints=None if random_weights else str(args.checkpoints),
+        device=device,
+        steps=args.steps,
+        plans=args.plans and str(args.plans),
+        admission=not args.no_admission,
+        workers=args.output_workers,
+        avatars=avatars,
+        loopback_only=is_loopback(host),
+        recordings=recordings and str(recordings),
         launched=launched,
     )
 

@@ -21,7 +21,7 @@ import uuid
 import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -172,7 +172,7 @@ def save_avatar(
         full = {
             "format": FORMAT_VERSION,
             "name": name,
-            "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "created": datetime.now(UTC).isoformat(timespec="seconds"),
             **manifest,
             "is_image": manifest["source"]["kind"] == "image",
             "tensors": {"file": TENSORS, "bytes": len(data), "crc32": zlib.crc32(data)},
@@ -352,7 +352,9 @@ def _parse_safetensors(data: np.ndarray, device: torch.device, path: Path) -> di
         except (KeyError, TypeError, ValueError) as exc:
             raise CacheError(f"{corrupt} (bad entry for {key!r}); register the avatar again") from exc
         if not all(type(v) is int and v >= 0 for v in (*shape, start, end)):
-            raise CacheError(f"{corrupt} (bad entry for {key!r}: sizes and offsets are whole numbers ≥ 0); register the avatar again")
+            raise CacheError(
+                f"{corrupt} (bad entry for {key!r}: sizes and offsets are whole numbers ≥ 0); register the avatar again"
+            )
         if not start <= end <= body_len or end - start != math.prod(shape) * itemsize or start % itemsize:
             raise CacheError(f"{corrupt} (entry {key!r} does not fit the file); register the avatar again")
         entries[key] = (entry["dtype"], shape, start, end)

@@ -89,7 +89,11 @@ _FIELDS: dict[str, tuple[bool, Check, str]] = {
     "source.sha256": (False, lambda v: isinstance(v, str) and _HEX64.match(v) is not None, "64 hex digits"),
     "source.kind": (True, _one_of("image", "video"), "image or video"),
     "source.frames": (True, _int(1, 1 << 20), "a number of frames ≥ 1"),
-    "source.fps": (False, lambda v: v is None or _real(0.01, 1000.0)(v), "frames per second in (0, 1000], or null (an image)"),
+    "source.fps": (
+        False,
+        lambda v: v is None or _real(0.01, 1000.0)(v),
+        "frames per second in (0, 1000], or null (an image)",
+    ),
     "source.height": (False, _int(1, MAX_SIDE), f"pixels in [1, {MAX_SIDE}]"),
     "source.width": (False, _int(1, MAX_SIDE), f"pixels in [1, {MAX_SIDE}]"),
     "source.original_height": (False, _int(1, 1 << 20), "pixels ≥ 1"),
@@ -97,7 +101,11 @@ _FIELDS: dict[str, tuple[bool, Check, str]] = {
     "checkpoints.directory": (False, _text(), "a printable path"),
     "checkpoints.random_weights": (False, _boolean, "true or false"),
     "checkpoints.sha256": (True, _hashes, "network names mapped to 64 hex digits"),
-    "crop.dsize": (False, lambda v: v == CROP_SIZE and type(v) is int, f"{CROP_SIZE}, the side of the crop and its mask"),
+    "crop.dsize": (
+        False,
+        lambda v: v == CROP_SIZE and type(v) is int,
+        f"{CROP_SIZE}, the side of the crop and its mask",
+    ),
     "crop.scale": (False, _real(0.1, 10.0), "a face-extent multiplier in [0.1, 10]"),
     "crop.vx_ratio": (False, _real(-1.0, 1.0), "a fraction of the side in [-1, 1]"),
     "crop.vy_ratio": (False, _real(-1.0, 1.0), "a fraction of the side in [-1, 1]"),
@@ -129,7 +137,10 @@ def check_manifest(manifest: Mapping[str, Any], where: str) -> None:
                 raise CacheError(f"{where}: manifest field '{field}' is missing; register the avatar again")
             continue
         if not check(holder[key]):
-            raise CacheError(f"{where}: manifest field '{field}' must be {what}, got {_shown(holder[key])}; register the avatar again")
+            raise CacheError(
+                f"{where}: manifest field '{field}' must be {what}, got {_shown(holder[key])}; register the avatar "
+                "again"
+            )
     if manifest["is_image"] != (manifest["source"]["kind"] == "image"):
         raise CacheError(f"{where}: manifest field 'is_image' contradicts 'source.kind'; register the avatar again")
 
@@ -139,13 +150,20 @@ def check_tensors(manifest: Mapping[str, Any], tensors: Mapping[str, torch.Tenso
     frames = tensors["frames"]
     source = manifest["source"]
     if source["frames"] != frames.shape[0] or (manifest["is_image"] and frames.shape[0] != 1):
-        raise CacheError(f"{where}: manifest field 'source.frames' ({source['frames']}, image: {manifest['is_image']}) "
-                         f"does not match the {frames.shape[0]} frame(s) of the tensors; register the avatar again")
+        raise CacheError(
+            f"{where}: manifest field 'source.frames' ({source['frames']}, image: {manifest['is_image']}) "
+            f"does not match the {frames.shape[0]} frame(s) of the tensors; register the avatar again"
+        )
     for field, size in (("height", frames.shape[1]), ("width", frames.shape[2])):
         if field in source and source[field] != size:
-            raise CacheError(f"{where}: manifest field 'source.{field}' does not match the frames' {size} pixels; register the avatar again")
+            raise CacheError(
+                f"{where}: manifest field 'source.{field}' does not match the frames' {size} pixels; register the "
+                "avatar again"
+            )
     floats = {key: t for key, t in tensors.items() if t.is_floating_point()}
-    problems = [(key, "NaN or infinite values", torch.logical_not(torch.isfinite(t).all())) for key, t in floats.items()]
+    problems = [
+        (key, "NaN or infinite values", torch.logical_not(torch.isfinite(t).all())) for key, t in floats.items()
+    ]
     for key, (lo, hi) in _RANGES.items():
         problems.append((key, f"values outside [{lo:g}, {hi:g}]", ((floats[key] < lo) | (floats[key] > hi)).any()))
     for (key, what, _), found in zip(problems, torch.stack([flag for *_, flag in problems]).tolist()):

@@ -37,7 +37,8 @@ def demo_cache() -> Path:
 
 def demo_avatar(checkpoints: Path, device: torch.device) -> Avatar:
     """The demo portrait (scikit-image's astronaut) on ``checkpoints``: registered the first time (or again when
-    ``checkpoints`` changed or the cache is damaged), loaded from ``demo_cache()`` after, so a demo starts in seconds."""
+    ``checkpoints`` changed or the cache is damaged), loaded from ``demo_cache()`` after, so a demo starts in
+    seconds."""
     try:
         return load_avatar(DEMO_NAME, device, checkpoints=checkpoints, cache_dir=demo_cache())
     except CacheError:

@@ -70,7 +70,8 @@ def table(result: dict) -> str:
         [
             f"{result['device']}, torch {result['torch']}, {result['avatar']}, cache {result['cache_bytes']} bytes",
             f"register, first / second call: {result['register_s']['first']} / {result['register_s']['second']} s",
-            f"load, CRC checked: p50 {verified['p50_ms']} ms, p90 {verified['p90_ms']} ms (target < {AVATAR_LOAD_MS:.0f} ms)",
+            f"load, CRC checked: p50 {verified['p50_ms']} ms, p90 {verified['p90_ms']} ms (target < "
+            f"{AVATAR_LOAD_MS:.0f} ms)",
             f"load, unchecked:   p50 {unverified['p50_ms']} ms, p90 {unverified['p90_ms']} ms",
         ]
     )

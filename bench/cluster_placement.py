@@ -70,8 +70,11 @@ async def rounds(base: str, count: int, capacity: int) -> dict[str, Any]:
                 await end(http, [body for _, _, body in replies if body is not None])
                 await asyncio.sleep(2.0)  # the next round starts from fresh reports
             results[kind] = {
-                "posts": len(answers), "placed": answers.count(201), "misplaced_503": answers.count(503),
-                "refusals_retried": retried, "post_ms_p50": round(float(np.percentile(times, 50)), 1),
+                "posts": len(answers),
+                "placed": answers.count(201),
+                "misplaced_503": answers.count(503),
+                "refusals_retried": retried,
+                "post_ms_p50": round(float(np.percentile(times, 50)), 1),
                 "post_ms_p99": round(float(np.percentile(times, 99)), 1),
             }
     return results
@@ -85,7 +88,13 @@ def measure(rounds_count: int, runtime: str, capacity: int) -> dict[str, Any]:
     from cluster.replica import ReplicaConfig
 
     port = free_port()
-    ray.init(num_cpus=2, num_gpus=2, include_dashboard=False, runtime_env={"env_vars": {"PYTHONPATH": str(ROOT)}}, logging_level="ERROR")
+    ray.init(
+        num_cpus=2,
+        num_gpus=2,
+        include_dashboard=False,
+        runtime_env={"env_vars": {"PYTHONPATH": str(ROOT)}},
+        logging_level="ERROR",
+    )
     found: dict[str, Any] = {}
     try:
         serve.start(http_options={"host": "127.0.0.1", "port": port})
@@ -118,7 +127,10 @@ def main(argv: list[str] | None = None) -> int:
 
 def table(found: dict[str, Any]) -> str:
     """One row per router and kind of round: placed, wrong 503s, refusals retried, POST time."""
-    lines = ["| router | rounds | posts | placed | wrong 503 | refusals retried | POST ms p50/p99 |", "|---|---|---|---|---|---|---|"]
+    lines = [
+        "| router | rounds | posts | placed | wrong 503 | refusals retried | POST ms p50/p99 |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for mode, kinds in found.items():
         for kind, r in kinds.items():
             lines.append(

@@ -1,4 +1,5 @@
-"""GPU compute of the engine's parts on one GPU: LMDM windows, render batches, avatar loads (not latency: bench.latency).
+"""GPU compute of the engine's parts on one GPU: LMDM windows, render batches, avatar loads (not latency:
+bench.latency).
 
 ``python -m bench.compute [--backend torch|tensorrt] [--avatar NAME_OR_DIR] [--out FILE.json]``
 prints a table last and writes every number (with the hardware) to JSON. Random weights
@@ -31,7 +32,8 @@ RENDER_BATCHES = (1, 5, 8, 16)
 
 
 def ceilings(device: torch.device) -> dict[str, float]:
-    """The card's fp16 matrix rate and copy bandwidth, measured once: the ceilings the parts' figures are read against."""
+    """The card's fp16 matrix rate and copy bandwidth, measured once: the ceilings the parts' figures are read
+    against."""
     a = torch.randn(8192, 8192, device=device, dtype=torch.float16)
     b = torch.randn(8192, 8192, device=device, dtype=torch.float16)
     mm = statistics.median(gpu_time(lambda: a @ b, 10))
@@ -81,7 +83,10 @@ def bench_render(engine: Engine, repeat: int) -> dict[str, dict[str, float]]:
 
 def bench_avatar_load(folder: str, device: torch.device, runs: int = 20) -> dict[str, dict]:
     """Loading a cached avatar onto the GPU, synchronised, after one warm-up (with and without the CRC check)."""
-    return {"verified" if verify else "unverified": summary(time_loads(folder, device, runs, verify)) for verify in (True, False)}
+    return {
+        "verified" if verify else "unverified": summary(time_loads(folder, device, runs, verify))
+        for verify in (True, False)
+    }
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -106,9 +111,15 @@ NO_GPU = (
 def measure(args: argparse.Namespace) -> dict:
     """Every part on this machine's GPU; the results as a JSON-ready dict."""
     device = torch.device("cuda")
-    engine = Engine.from_checkpoints(args.checkpoints, device=device, backend=args.backend, steps=args.steps, plans=args.plans)
+    engine = Engine.from_checkpoints(
+        args.checkpoints, device=device, backend=args.backend, steps=args.steps, plans=args.plans
+    )
     results: dict[str, object] = {
-        "hardware": {"gpu": torch.cuda.get_device_name(), "capability": torch.cuda.get_device_capability(), "host": platform.node()},
+        "hardware": {
+            "gpu": torch.cuda.get_device_name(),
+            "capability": torch.cuda.get_device_capability(),
+            "host": platform.node(),
+        },
         "software": {"torch": torch.__version__, "cuda": torch.version.cuda, "backend": args.backend},
         "weights": "official" if args.checkpoints else "random",
         "steps": args.steps,
@@ -142,11 +153,23 @@ def table(r: dict) -> str:
     best = min((v for k, v in rd.items() if k.startswith("b")), key=lambda v: v["ms_per_frame"])
     rows = [
         ("GPU", r["hardware"]["gpu"], ""),
-        ("fp16 matmul TFLOP/s / copy GB/s", f"{r['ceilings']['fp16_matmul_tflops']:.0f} / {r['ceilings']['copy_gbps']:.0f}", ""),
-        (f"LMDM window {r['steps']} steps, graphed (ms, p50/p99)", f"{lm['graphed']['p50_ms']:.2f} / {lm['graphed']['p99_ms']:.2f}", f"<= {LMDM_WINDOW_MS}"),
+        (
+            "fp16 matmul TFLOP/s / copy GB/s",
+            f"{r['ceilings']['fp16_matmul_tflops']:.0f} / {r['ceilings']['copy_gbps']:.0f}",
+            "",
+        ),
+        (
+            f"LMDM window {r['steps']} steps, graphed (ms, p50/p99)",
+            f"{lm['graphed']['p50_ms']:.2f} / {lm['graphed']['p99_ms']:.2f}",
+            f"<= {LMDM_WINDOW_MS}",
+        ),
         ("LMDM 4 windows, graphed (ms, p50)", f"{lm['graphed_b4']['p50_ms']:.2f}", ""),
         ("LMDM window eager (ms)", f"{lm['eager']['p50_ms']:.2f}", ""),
-        ("render best (ms/frame, frames/s)", f"{best['ms_per_frame']:.2f}, {best['frames_per_s']:.0f}", f"<= {RENDER_MS_PER_FRAME}"),
+        (
+            "render best (ms/frame, frames/s)",
+            f"{best['ms_per_frame']:.2f}, {best['frames_per_s']:.0f}",
+            f"<= {RENDER_MS_PER_FRAME}",
+        ),
         ("render b5 hop (ms)", f"{rd['b5']['p50_ms']:.2f}", ""),
     ]
     if "memory_gib" in r:
@@ -155,7 +178,13 @@ def table(r: dict) -> str:
         rows.append(("GPU memory, peak reserved / process (GiB)", peak, ""))
     if "avatar_load_ms" in r:
         load = r["avatar_load_ms"]
-        rows.append(("avatar load, verified / not (ms)", f"{load['verified']['p50_ms']:.2f} / {load['unverified']['p50_ms']:.2f}", f"< {AVATAR_LOAD_MS}"))
+        rows.append(
+            (
+                "avatar load, verified / not (ms)",
+                f"{load['verified']['p50_ms']:.2f} / {load['unverified']['p50_ms']:.2f}",
+                f"< {AVATAR_LOAD_MS}",
+            )
+        )
     width = max(len(a) for a, _, _ in rows)
     return "\n".join(f"{name:<{width}}  {value:>22}  {target}".rstrip() for name, value, target in rows)
 

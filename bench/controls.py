@@ -40,14 +40,22 @@ def every_control(rng: random.Random) -> Controls:
     """A valid, random setting of every control (tables included)."""
     g = torch.Generator().manual_seed(rng.randrange(1 << 30))
     return Controls(
-        pitch=rng.uniform(-15, 15), yaw=rng.uniform(-20, 20), roll=rng.uniform(-10, 10),
-        pitch_scale=rng.uniform(0.5, 1.5), yaw_scale=rng.uniform(0.5, 1.5), roll_scale=rng.uniform(0.5, 1.5),
-        expression=torch.randn(63, generator=g) * 0.005, vad_alpha=rng.uniform(0.3, 1.0),
+        pitch=rng.uniform(-15, 15),
+        yaw=rng.uniform(-20, 20),
+        roll=rng.uniform(-10, 10),
+        pitch_scale=rng.uniform(0.5, 1.5),
+        yaw_scale=rng.uniform(0.5, 1.5),
+        roll_scale=rng.uniform(0.5, 1.5),
+        expression=torch.randn(63, generator=g) * 0.005,
+        vad_alpha=rng.uniform(0.3, 1.0),
         emotion=rng.choice(["happy", "sad", "neutral", ("happy", "surprise")]),
-        blink_table=torch.randn(15, 63, generator=g) * 0.01, blink_gaps=rng.choice([0, 20, (10, 40)]),
-        fade_in=rng.choice([0, 10]), fade_target=rng.choice(["source", "first"]),
+        blink_table=torch.randn(15, 63, generator=g) * 0.01,
+        blink_gaps=rng.choice([0, 20, (10, 40)]),
+        fade_in=rng.choice([0, 10]),
+        fade_target=rng.choice(["source", "first"]),
         clip_range=torch.stack([-torch.ones(MOTION_DIM) * 5, torch.ones(MOTION_DIM) * 5]),
-        fix_kp_cond=rng.choice([0, 1, 3]), fix_kp_cond_dims=rng.choice([None, (0, 202)]),
+        fix_kp_cond=rng.choice([0, 1, 3]),
+        fix_kp_cond_dims=rng.choice([None, (0, 202)]),
     )
 
 
@@ -56,7 +64,9 @@ def stitch_cost(runtime: Runtime, avatar, repeat: int = 50) -> dict:
     device = runtime.device
     loaded = runtime.avatars.acquire(avatar)
     try:
-        motion = loaded.source_motion.expand(HOP_FRAMES, -1).contiguous() + 0.01 * torch.randn(HOP_FRAMES, MOTION_DIM, device=device)
+        motion = loaded.source_motion.expand(HOP_FRAMES, -1).contiguous() + 0.01 * torch.randn(
+            HOP_FRAMES, MOTION_DIM, device=device
+        )
         rows = torch.zeros(HOP_FRAMES, dtype=torch.int64, device=device)
         busy = every_control(random.Random(0))
         table = torch.tensor(busy.blink_table, device=device)
@@ -64,8 +74,11 @@ def stitch_cost(runtime: Runtime, avatar, repeat: int = 50) -> dict:
             "default controls": (MotionStitcher(loaded.source, stitch=runtime.engine.backend.stitch), None),
             "every frame control": (
                 MotionStitcher(
-                    loaded.source, stitch=runtime.engine.backend.stitch, blink_table=table,
-                    blink_indices=blink_schedule(3000, 15, 20).to(device), fade_target="source",
+                    loaded.source,
+                    stitch=runtime.engine.backend.stitch,
+                    blink_table=table,
+                    blink_indices=blink_schedule(3000, 15, 20).to(device),
+                    fade_target="source",
                     controls=stitch_controls(busy, device),
                 ),
                 fade_alphas(torch.arange(HOP_FRAMES, device=device), fade_in=10),
@@ -156,7 +169,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     device = torch.device(args.device)
     config = RuntimeConfig(admission=False, progress=device.type == "cuda")
-    result: dict = {"device": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu"}
+    result: dict = {
+        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu"
+    }
     result["torch"], result["weights"] = torch.__version__, "random (timings only)"
     with Runtime.from_checkpoints(None, device=device, steps=args.steps, config=config) as runtime:
         avatar = load_bench_avatar(None, device)
@@ -164,14 +179,21 @@ def main(argv: list[str] | None = None) -> int:
         result["live"] = [live_run(runtime, avatar, args.sessions, args.seconds, change) for change in (False, True)]
     if args.out:
         args.out.write_text(json.dumps(result, indent=2))
-    print(f"\nstitch one {HOP_FRAMES}-frame hop: " + ", ".join(f"{k} {v} ms" for k, v in result["stitch_ms_per_hop"].items()))
-    print("| controls | sessions | frames/s/session | deadline misses | failures | changes (bad refused) | tick GPU p50/p99 ms | captures/graphs after warm-up |")
+    print(
+        f"\nstitch one {HOP_FRAMES}-frame hop: "
+        + ", ".join(f"{k} {v} ms" for k, v in result["stitch_ms_per_hop"].items())
+    )
+    print(
+        "| controls | sessions | frames/s/session | deadline misses | failures | changes (bad refused) | tick GPU "
+        "p50/p99 ms | captures/graphs after warm-up |"
+    )
     print("|---|---|---|---|---|---|---|---|")
     for row in result["live"]:
         print(
             f"| {'changing every hop' if row['controls_changing'] else 'default'} | {row['sessions']} | "
             f"{row['frames_per_session_per_s']} | {row['deadline_misses']} | {row['session_failures']} | "
-            f"{row['control_changes']} ({row['bad_changes_refused']}) | {row['tick_gpu_ms_p50']}/{row['tick_gpu_ms_p99']} | "
+            f"{row['control_changes']} ({row['bad_changes_refused']}) | "
+            f"{row['tick_gpu_ms_p50']}/{row['tick_gpu_ms_p99']} | "
             f"{row['captures_after_warmup']}/{row['dynamo_graphs_after_warmup']} |"
         )
     return 0

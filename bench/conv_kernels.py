@@ -47,13 +47,34 @@ def triton_conv3x3(fixed: dict | None = None):
     import triton
     import triton.language as tl
 
-    tiles = ((64, 64, 4, 4), (128, 32, 4, 4), (128, 64, 4, 3), (128, 64, 4, 4), (128, 64, 8, 3), (256, 32, 8, 4),
-             (256, 64, 8, 3), (256, 64, 8, 4))
+    tiles = (
+        (64, 64, 4, 4),
+        (128, 32, 4, 4),
+        (128, 64, 4, 3),
+        (128, 64, 4, 4),
+        (128, 64, 8, 3),
+        (256, 32, 8, 4),
+        (256, 64, 8, 3),
+        (256, 64, 8, 4),
+    )
     configs = [triton.Config({"BLOCK_M": m, "BLOCK_K": k}, num_warps=w, num_stages=s) for m, k, w, s in tiles]
 
     @triton.jit
-    def kernel(x, w, bias, y, M, H, W, C: tl.constexpr, O: tl.constexpr, O_PAD: tl.constexpr,
-               BLOCK_N: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr):
+    def kernel(
+        x,
+        w,
+        bias,
+        y,
+        M,
+        H,
+        W,
+        C: tl.constexpr,
+        OUT: tl.constexpr,
+        O_PAD: tl.constexpr,
+        BLOCK_N: tl.constexpr,
+        BLOCK_M: tl.constexpr,
+        BLOCK_K: tl.constexpr,
+    ):
         rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
         cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
         ks = tl.arange(0, BLOCK_K)
@@ -71,8 +92,8 @@ def triton_conv3x3(fixed: dict | None = None):
             b = tl.load(w + (tap * C + k0 + ks)[:, None] * O_PAD + cols[None, :])
             acc = tl.dot(a, b, acc)
         acc += tl.load(bias + cols)[None, :]
-        keep = (rows < M)[:, None] & (cols < O)[None, :]
-        tl.store(y + rows[:, None] * O + cols[None, :], acc.to(y.dtype.element_ty), mask=keep)
+        keep = (rows < M)[:, None] & (cols < OUT)[None, :]
+        tl.store(y + rows[:, None] * OUT + cols[None, :], acc.to(y.dtype.element_ty), mask=keep)
 
     launch = kernel if fixed else triton.autotune(configs=configs, key=["M", "C", "O_PAD"])(kernel)
 
@@ -92,11 +113,15 @@ def triton_conv3x3(fixed: dict | None = None):
         batch, channels, height, width = x.shape
         if not x.is_contiguous(memory_format=torch.channels_last) or channels % 32:
             raise ValueError("triton_conv3x3 wants a channels-last input with a multiple of 32 channels")
-        y = torch.empty(batch, out_channels, height, width, device=x.device, dtype=x.dtype, memory_format=torch.channels_last)
+        y = torch.empty(
+            batch, out_channels, height, width, device=x.device, dtype=x.dtype, memory_format=torch.channels_last
+        )
         rows = batch * height * width
         block_n = min(padded, 128)
         grid = lambda meta: (triton.cdiv(rows, meta["BLOCK_M"]), padded // block_n)  # noqa: E731
-        launch[grid](x, stacked, full_bias, y, rows, height, width, channels, out_channels, padded, block_n, **(fixed or {}))
+        launch[grid](
+            x, stacked, full_bias, y, rows, height, width, channels, out_channels, padded, block_n, **(fixed or {})
+        )
         return y
 
     return prepare, conv
@@ -108,7 +133,9 @@ def autotuned_conv3x3():
     return triton_conv3x3()
 
 
-def variants(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, names: tuple[str, ...]) -> dict[str, Callable[[], torch.Tensor]]:
+def variants(
+    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, names: tuple[str, ...]
+) -> dict[str, Callable[[], torch.Tensor]]:
     """Each asked-for way of computing ``conv2d(x, weight, bias, padding=1)`` as a callable."""
     plain = lambda: F.conv2d(x, weight, bias, padding=1)  # noqa: E731
     chosen: dict[str, Callable[[], torch.Tensor]] = {}
@@ -134,7 +161,7 @@ def time_shape(layer: str, in_channels: int, out_channels: int, side: int, names
     generator = torch.Generator(device="cuda").manual_seed(0)
     x = torch.randn(FRAMES, in_channels, side, side, device="cuda", generator=generator, dtype=torch.float16)
     x = x.contiguous(memory_format=torch.channels_last)
-    weight = (torch.randn(out_channels, in_channels, 3, 3, device="cuda", generator=generator) / (9 * in_channels) ** 0.5)
+    weight = torch.randn(out_channels, in_channels, 3, 3, device="cuda", generator=generator) / (9 * in_channels) ** 0.5
     weight = weight.half().contiguous(memory_format=torch.channels_last)
     bias = torch.randn(out_channels, device="cuda", generator=generator).half()
     reference = F.conv2d(x[:2].float(), weight.float(), bias.float(), padding=1)
@@ -151,9 +178,20 @@ def time_shape(layer: str, in_channels: int, out_channels: int, side: int, names
             print(f"  {layer:<34} {name:<26} failed: {rows[-1]['error'][:120]}", flush=True)
             continue
         error = float((y[:2].float() - reference).norm() / reference.norm())
-        rows.append({"layer": layer, "shape": f"{in_channels}->{out_channels} 3x3 at {side}x{side}", "variant": name,
-                     "ms_per_frame": ms / FRAMES, "tflops": flops / ms / 1e9, "rel_err": error})
-        print(f"  {layer:<34} {name:<26} {ms / FRAMES:.4f} ms/frame {flops / ms / 1e9:6.1f} TFLOP/s err {error:.1e}", flush=True)
+        rows.append(
+            {
+                "layer": layer,
+                "shape": f"{in_channels}->{out_channels} 3x3 at {side}x{side}",
+                "variant": name,
+                "ms_per_frame": ms / FRAMES,
+                "tflops": flops / ms / 1e9,
+                "rel_err": error,
+            }
+        )
+        print(
+            f"  {layer:<34} {name:<26} {ms / FRAMES:.4f} ms/frame {flops / ms / 1e9:6.1f} TFLOP/s err {error:.1e}",
+            flush=True,
+        )
     torch.backends.cudnn.benchmark, torch.backends.cudnn.benchmark_limit = False, 10
     return rows
 
@@ -189,7 +227,7 @@ def render_with_triton_convs() -> dict:
             decoder.up_1.conv_1 = TritonConv3x3(decoder.up_1.conv_1)
             decoder.conv_img[0] = TritonConv3x3(decoder.conv_img[0])
         backend.capture_render((FRAMES,))
-        ms = statistics.median(gpu_time(lambda: backend.render(feature, kp_s, kp_d), 20))
+        ms = statistics.median(gpu_time(lambda net=backend: net.render(feature, kp_s, kp_d), 20))
         frames[name] = backend.render(feature, kp_s, kp_d).float().clone()
         result[f"{name}: graphed warp+decode ms per frame at {FRAMES}"] = ms / FRAMES
         print(f"render, {name}: {ms / FRAMES:.3f} ms/frame", flush=True)
@@ -208,8 +246,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         parser.error("needs a CUDA GPU")
-    result: dict = {"what": __doc__.split("\n\n")[1].replace("\n", " "), "gpu": torch.cuda.get_device_name(0),
-                    "torch": torch.__version__, "frames": FRAMES}
+    result: dict = {
+        "what": __doc__.split("\n\n")[1].replace("\n", " "),
+        "gpu": torch.cuda.get_device_name(0),
+        "torch": torch.__version__,
+        "frames": FRAMES,
+    }
     if args.render:
         result["render"] = render_with_triton_convs()
     rows = result["rows"] = []
@@ -223,7 +265,10 @@ def main(argv: list[str] | None = None) -> int:
         if "error" in row:
             print(f"| {row['layer']} | {row['variant']} | failed | | |")
         else:
-            print(f"| {row['layer']} | {row['variant']} | {row['ms_per_frame']:.4f} | {row['tflops']:.0f} | {row['rel_err']:.1e} |")
+            print(
+                f"| {row['layer']} | {row['variant']} | {row['ms_per_frame']:.4f} | {row['tflops']:.0f} | "
+                f"{row['rel_err']:.1e} |"
+            )
     return 0
 
 

@@ -1,6 +1,7 @@
 """Encode + mux time per frame of the live output path: colour conversion on the device, H.264, FLV mux with AAC.
 
-``python -m bench.encode [--device cuda|cpu] [--size 1280x720] [--frames 150] [--sessions 1 8] [--threads 0 4] [--out FILE.json]``
+``python -m bench.encode [--device cuda|cpu] [--size 1280x720] [--frames 150] [--sessions 1 8] [--threads 0 4] [--out
+FILE.json]``
 runs each available encoder (x264 always; NVENC where this GPU has one) as the live output does
 (one thread per session, frames due every 40 ms), muxing to FLV into /dev/null, and reports
 p50/p99/max per frame of: the colour conversion + host copy alone, the encoder call (which
@@ -54,7 +55,8 @@ def camera_like(count: int, width: int, height: int, device: torch.device) -> li
 
 
 def bundled_speech_48k() -> np.ndarray:
-    """The bundled speech at the sinks' 48 kHz: each frame carries its 40 ms of it, looped, as a speaking stream does."""
+    """The bundled speech at the sinks' 48 kHz: each frame carries its 40 ms of it, looped, as a speaking stream
+    does."""
     pcm, rate = demo_audio()
     return soxr.resample(pcm, rate, AUDIO_RATE).astype(np.float32)
 
@@ -74,7 +76,8 @@ def convert_times(frames: list[torch.Tensor], count: int) -> list[float]:
 
 
 def one_session(kind: str, frames: list[torch.Tensor], count: int, out: dict, settings: H264Settings) -> None:
-    """Encode and mux ``count`` frames as a live output would (one due every 40 ms); timings or the error into ``out``."""
+    """Encode and mux ``count`` frames as a live output would (one due every 40 ms); timings or the error into
+    ``out``."""
     try:
         session(kind, frames, count, out, settings)
     except Exception as exc:
@@ -95,7 +98,10 @@ def session(kind: str, frames: list[torch.Tensor], count: int, out: dict, settin
         units = encoder.encode(frames[i % len(frames)], i)
         encoded = time.perf_counter()
         for unit in units:
-            audio = speech[np.arange(unit.index * AUDIO_SAMPLES_PER_FRAME, (unit.index + 1) * AUDIO_SAMPLES_PER_FRAME) % speech.size]
+            audio = speech[
+                np.arange(unit.index * AUDIO_SAMPLES_PER_FRAME, (unit.index + 1) * AUDIO_SAMPLES_PER_FRAME)
+                % speech.size
+            ]
             muxer.write(EncodedFrame(unit.index, width, height, unit.data, unit.keyframe, audio, (), False))
         done = time.perf_counter()
         encode_ms.append((encoded - started) * 1000)
@@ -138,7 +144,9 @@ def main() -> None:
     parser.add_argument("--size", default="1280x720", help="WIDTHxHEIGHT")
     parser.add_argument("--frames", type=int, default=150, help="frames per session (the first second is warm-up)")
     parser.add_argument("--sessions", type=int, nargs="+", default=[1], help="concurrent sessions to measure, e.g. 1 8")
-    parser.add_argument("--threads", type=int, nargs="+", default=[0], help="libx264 thread counts to compare (0: libx264 picks)")
+    parser.add_argument(
+        "--threads", type=int, nargs="+", default=[0], help="libx264 thread counts to compare (0: libx264 picks)"
+    )
     parser.add_argument("--out", type=Path, help="write the results as JSON here")
     args = parser.parse_args()
     confine_torch_threads()  # measure the conversion as the encode thread runs it
@@ -146,7 +154,9 @@ def main() -> None:
     device = torch.device(args.device)
     frames = camera_like(DISTINCT_FRAMES, width, height, device)
     report = {
-        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or platform.machine(),
+        "device": torch.cuda.get_device_name(device)
+        if device.type == "cuda"
+        else platform.processor() or platform.machine(),
         "cpus": os.cpu_count(),
         "torch": torch.__version__,
         "av": av.__version__,
@@ -168,7 +178,8 @@ def main() -> None:
     c = report["convert_ms"]
     print(f"colour conversion + host copy alone: p50 {c['p50_ms']:.2f} ms, p99 {c['p99_ms']:.2f} ms")
     print(
-        f"{'encoder':8} {'threads':>7} {'sessions':>8} {'encode p50':>11} {'encode p99':>11} {'mux p99':>8} {'total p50':>10} {'total p99':>10} {'max':>8}"
+        f"{'encoder':8} {'threads':>7} {'sessions':>8} {'encode p50':>11} {'encode p99':>11} {'mux p99':>8} "
+        f"{'total p50':>10} {'total p99':>10} {'max':>8}"
     )
     for r in report["runs"]:
         if "unavailable" in r:
@@ -177,7 +188,8 @@ def main() -> None:
         e, m, t = r["encode_ms"], r["mux_ms"], r["total_ms"]
         threads = "" if r["x264_threads"] is None else r["x264_threads"]
         print(
-            f"{r['encoder']:8} {threads:>7} {r['sessions']:>8} {e['p50_ms']:>11.2f} {e['p99_ms']:>11.2f} {m['p99_ms']:>8.2f} {t['p50_ms']:>10.2f} {t['p99_ms']:>10.2f} {t['max_ms']:>8.2f}"
+            f"{r['encoder']:8} {threads:>7} {r['sessions']:>8} {e['p50_ms']:>11.2f} {e['p99_ms']:>11.2f} "
+            f"{m['p99_ms']:>8.2f} {t['p50_ms']:>10.2f} {t['p99_ms']:>10.2f} {t['max_ms']:>8.2f}"
         )
 
 

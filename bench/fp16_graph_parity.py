@@ -20,9 +20,9 @@ import torch
 
 from compile.export import GraphModule, example_inputs, export_fp16, export_network, load_graph_networks, symbol_sizes
 from compile.onnx_parity import relative_error
-from engine.plans.graphs import SPECS
 from engine.backends.torch_backend import TorchBackend
 from engine.engine import random_checkpoints
+from engine.plans.graphs import SPECS
 
 GRAPHS = ("decoder", "warp_network")
 
@@ -75,8 +75,10 @@ def main() -> int:
     for row in rows:
         keys = ("onnx_fp16_vs_torch_fp32", "torch_fp16_vs_torch_fp32", "onnx_fp16_vs_torch_fp16")
         cells = [row.get(k) for k in keys]
-        print(f"{row['graph']:14s} " + " ".join(f"{'n/a (no GPU)' if c is None else f'{c:.2e}':>{w}s}"
-                                                for c, w in zip(cells, (24, 19, 24))))
+        print(
+            f"{row['graph']:14s} "
+            + " ".join(f"{'n/a (no GPU)' if c is None else f'{c:.2e}':>{w}s}" for c, w in zip(cells, (24, 19, 24)))
+        )
     return 0
 
 

@@ -37,7 +37,9 @@ SETS: dict[str, Callable[[str], bool]] = {
     **{f"{one} alone": (lambda name, one=one: name == one) for one in (*MAIN_UP, "decoder.conv_img.0")},
     "decoder.up_1.conv_0 and conv_1": lambda name: name in ("decoder.up_1.conv_0", "decoder.up_1.conv_1"),
     "the up blocks' main convolutions": lambda name: name in MAIN_UP,
-    "the decoder at 128^2 and 256^2, their SPADE convolutions too": lambda name: name.startswith(("decoder.up_0.", "decoder.up_1.")),
+    "the decoder at 128^2 and 256^2, their SPADE convolutions too": lambda name: name.startswith(
+        ("decoder.up_0.", "decoder.up_1.")
+    ),
     "every decoder convolution": lambda name: name.startswith("decoder."),
     "every convolution": lambda name: True,
 }
@@ -80,7 +82,14 @@ def layer_errors(render: nn.Module, inputs: tuple[torch.Tensor, ...]) -> list[di
     def measure(name: str):
         def hook(conv, args, output):
             error = (fp8_conv(conv, args[0]) - output).norm() / output.norm().clamp_min(1e-30)
-            rows.append({"layer": name, "shape": f"{tuple(args[0].shape[1:])}->{tuple(output.shape[1:])}", "rel_error": float(error)})
+            rows.append(
+                {
+                    "layer": name,
+                    "shape": f"{tuple(args[0].shape[1:])}->{tuple(output.shape[1:])}",
+                    "rel_error": float(error),
+                }
+            )
+
         return hook
 
     for name, conv in convolutions(render).items():
@@ -113,12 +122,21 @@ def main(argv: list[str] | None = None) -> int:
     device = torch.device(args.device)
     torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
     folder = random_checkpoints()
-    nets = [load_network(n, folder / OFFICIAL_FILENAMES[n], device, torch.float32, fold_batchnorm=True) for n in ("warp_network", "decoder")]
+    nets = [
+        load_network(n, folder / OFFICIAL_FILENAMES[n], device, torch.float32, fold_batchnorm=True)
+        for n in ("warp_network", "decoder")
+    ]
     render = RenderCall(*nets).eval()
     inputs = render_inputs_with_motion(args.frames, device)
     started = time.perf_counter()
-    result: dict = {"what": __doc__.split("\n\n")[0], "device": str(device), "frames": args.frames, "weights": "random",
-                    "torch": torch.__version__, "python": platform.python_version()}
+    result: dict = {
+        "what": __doc__.split("\n\n")[0],
+        "device": str(device),
+        "frames": args.frames,
+        "weights": "random",
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+    }
     with torch.inference_mode():
         reference = render(*inputs)
         result["layers"] = layer_errors(render, inputs)

@@ -1,4 +1,5 @@
-"""Glass-to-glass latency on loopback, end to end: a marker pushed over the WebSocket -> the frame that speaks it, decoded.
+"""Glass-to-glass latency on loopback, end to end: a marker pushed over the WebSocket -> the frame that speaks it,
+decoded.
 
 ``python -m bench.glass_to_glass [--avatar DIR] [--output KEY=VALUE,...] [--steps 25] [--utterances 10] [--duration 2]
 [--viewer auto] --out FILE.json``
@@ -39,7 +40,7 @@ import time
 from pathlib import Path
 
 from bench.common.glass_report import analyse, table
-from bench.common.live import CPU_NOTICE, PUSH_RATE, START, STALL, device_of
+from bench.common.live import CPU_NOTICE, PUSH_RATE, STALL, START, device_of
 from engine.latency import FAITHFUL, MODES
 from engine.timebase import DEFAULT_STEPS
 from harness.live_server import LiveServer, run_keeping_server_log
@@ -58,10 +59,15 @@ markers sample every phase of the hop; a marker pushed after idle starts a hop."
 
 def parse_args(argv: list[str] | None = None, parser: argparse.ArgumentParser | None = None) -> argparse.Namespace:
     """This benchmark's options, parsed; ``parser`` (a caller's, with options of its own) receives them."""
-    parser = parser or argparse.ArgumentParser(prog="python -m bench.glass_to_glass", description=__doc__.splitlines()[0])
-    parser.add_argument("--avatar", help="cached avatar folder or portrait image (default: the demo portrait, registered at start)")
+    parser = parser or argparse.ArgumentParser(
+        prog="python -m bench.glass_to_glass", description=__doc__.splitlines()[0]
+    )
     parser.add_argument(
-        "--output", metavar="KEY=VALUE,...",
+        "--avatar", help="cached avatar folder or portrait image (default: the demo portrait, registered at start)"
+    )
+    parser.add_argument(
+        "--output",
+        metavar="KEY=VALUE,...",
         help="the session's output settings (size=1080p,preset=veryfast,...), passed to apps.serve (docs/output.md)",
     )
     parser.add_argument("--steps", type=int, default=DEFAULT_STEPS, help="DDIM steps per window")
@@ -70,7 +76,9 @@ def parse_args(argv: list[str] | None = None, parser: argparse.ArgumentParser | 
     parser.add_argument("--encoder", default="x264", choices=("auto", "x264", "nvenc"))
     parser.add_argument("--device", help="cuda or cpu (default: cuda when available)")
     parser.add_argument("--utterances", type=int, default=10, help="utterances pushed, two markers each")
-    parser.add_argument("--duration", type=float, default=2.0, help="seconds of each utterance (idle 1.5 s between them)")
+    parser.add_argument(
+        "--duration", type=float, default=2.0, help="seconds of each utterance (idle 1.5 s between them)"
+    )
     parser.add_argument(
         "--viewer",
         nargs="+",
@@ -78,8 +86,12 @@ def parse_args(argv: list[str] | None = None, parser: argparse.ArgumentParser | 
         choices=("auto", "none", "chromium", "aiortc"),
         help="WebRTC viewers (auto: Chromium where installed, else the aiortc viewer)",
     )
-    parser.add_argument("--wait", type=float, help="seconds to wait for the markers after the last push (default 15; CPU 900)")
-    parser.add_argument("--plans", type=Path, help="the torch backend's compiled packages for the server (docs/startup.md)")
+    parser.add_argument(
+        "--wait", type=float, help="seconds to wait for the markers after the last push (default 15; CPU 900)"
+    )
+    parser.add_argument(
+        "--plans", type=Path, help="the torch backend's compiled packages for the server (docs/startup.md)"
+    )
     parser.add_argument("--out", type=Path, required=True, help="write the results here as JSON")
     args = parser.parse_args(argv)
     if args.utterances < 1:
@@ -104,7 +116,10 @@ async def measure(args: argparse.Namespace, work: Path) -> dict:
     if speech_rate != PUSH_RATE:
         raise ValueError(f"the demo clip is {speech_rate} Hz; expected {PUSH_RATE}")
     chunk = round(CHUNK_SECONDS * PUSH_RATE)
-    plan = [utterance(speech, PUSH_RATE, 2 * u, args.duration, chunk, shift=(u % 5) * MID_STEP) for u in range(args.utterances)]
+    plan = [
+        utterance(speech, PUSH_RATE, 2 * u, args.duration, chunk, shift=(u % 5) * MID_STEP)
+        for u in range(args.utterances)
+    ]
 
     nginx = NginxRtmp(work / "nginx", find_nginx())
     http_port = free_port()
@@ -119,7 +134,8 @@ async def measure(args: argparse.Namespace, work: Path) -> dict:
         work / "serve.log",
     )
     result: dict = {
-        "what": "glass-to-glass on loopback: a marker burst pushed over the WebSocket -> the frame that speaks it, decoded",
+        "what": "glass-to-glass on loopback: a marker burst pushed over the WebSocket -> the frame that speaks it, "
+        "decoded",
         "device": device,
         "steps": args.steps,
         "latency": args.latency,
@@ -148,7 +164,9 @@ async def measure(args: argparse.Namespace, work: Path) -> dict:
         await _until(lambda: player.log.first_picture_at is not None, START, "the RTMP reader got no picture")
         result["start"]["first_rtmp_picture_s"] = round(player.log.first_picture_at - server.started_at, 2)
         for kind in args.viewers:
-            viewer = ChromiumViewer(base, work / "chromium", chromium_path()) if kind == "chromium" else AiortcViewer(base)
+            viewer = (
+                ChromiumViewer(base, work / "chromium", chromium_path()) if kind == "chromium" else AiortcViewer(base)
+            )
             viewers.append(viewer)
             await (viewer.start(START) if kind == "chromium" else viewer.start())
             if kind == "aiortc":
@@ -171,7 +189,9 @@ async def measure(args: argparse.Namespace, work: Path) -> dict:
         await _until(complete, wait, None)
         result["waited_after_last_push_s"] = round(time.monotonic() - last, 1)
         metrics = server.fetch_metrics() or {}
-        result["encoder_chosen"] = next((dict(k)["encoder"] for k in metrics.get("ditto_frames_encoded_total", {})), None)
+        result["encoder_chosen"] = next(
+            (dict(k)["encoder"] for k in metrics.get("ditto_frames_encoded_total", {})), None
+        )
         logs = [await v.stop() for v in viewers]
         viewers = []
     finally:
@@ -185,7 +205,8 @@ async def measure(args: argparse.Namespace, work: Path) -> dict:
 
 
 async def _until(condition, timeout: float, failure: str | None) -> None:
-    """Poll ``condition`` (plain or async) until it holds; past ``timeout``, raise TimeoutError(failure), or return when failure is None."""
+    """Poll ``condition`` (plain or async) until it holds; past ``timeout``, raise TimeoutError(failure), or return when
+    failure is None."""
     deadline = time.monotonic() + timeout
     while not ((await held) if asyncio.iscoroutine(held := condition()) else held):
         if time.monotonic() > deadline:

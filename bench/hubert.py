@@ -122,12 +122,18 @@ def bench_onnxruntime(module: HubertEncoder, batches: list[int], runs: int) -> l
     results = []
     with tempfile.TemporaryDirectory() as tmp:
         path = export_official_contract(module, Path(tmp) / "hubert.onnx")
-        for provider in [p for p in ("CUDAExecutionProvider", "CPUExecutionProvider") if p in ort.get_available_providers()]:
+        for provider in [
+            p for p in ("CUDAExecutionProvider", "CPUExecutionProvider") if p in ort.get_available_providers()
+        ]:
             session = ort.InferenceSession(str(path), providers=[provider])
             for batch in batches:
                 feeds = [c[None].numpy() for c in speechless_chunks(batch)]
-                times = wall_times(lambda: [session.run([OUTPUT_NAME], {INPUT_NAME: f}) for f in feeds], CPU, runs, warmup=1)
-                entry = row(f"onnxruntime {provider.removesuffix('ExecutionProvider')} fp32, chunk by chunk", batch, times)
+                times = wall_times(
+                    lambda: [session.run([OUTPUT_NAME], {INPUT_NAME: f}) for f in feeds], CPU, runs, warmup=1
+                )
+                entry = row(
+                    f"onnxruntime {provider.removesuffix('ExecutionProvider')} fp32, chunk by chunk", batch, times
+                )
                 results.append(entry)
                 print(entry, flush=True)
     return results
@@ -135,7 +141,10 @@ def bench_onnxruntime(module: HubertEncoder, batches: list[int], runs: int) -> l
 
 def print_table(result: dict) -> None:
     """The short table, last thing printed."""
-    print(f"\nHuBERT per 200 ms hop on {result['hardware']['device']} ({result['config']}, random weights, assumed architecture)")
+    print(
+        f"\nHuBERT per 200 ms hop on {result['hardware']['device']} ({result['config']}, random weights, assumed "
+        "architecture)"
+    )
     print(f"{'runner':<48} {'sessions':>8} {'ms/call':>9} {'ms/session':>11} {'of 200 ms':>10}")
     for r in result["results"]:
         print(
@@ -151,7 +160,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batches", type=int, nargs="+", default=[1, 16])
     parser.add_argument("--dtypes", nargs="+", choices=sorted(DTYPES), default=["fp32", "fp16"])
     parser.add_argument("--runs", type=int, default=50)
-    parser.add_argument("--onnxruntime", action="store_true", help="also time onnxruntime on an export of the same weights")
+    parser.add_argument(
+        "--onnxruntime", action="store_true", help="also time onnxruntime on an export of the same weights"
+    )
     parser.add_argument("--out", type=Path, help="also write the JSON result here")
     args = parser.parse_args(argv)
     device = torch.device(args.device)

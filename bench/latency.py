@@ -1,4 +1,5 @@
-"""Latency, glass to glass: a marker pushed -> the frame that speaks it, decoded; the GPU compute of the parts beside it.
+"""Latency, glass to glass: a marker pushed -> the frame that speaks it, decoded; the GPU compute of the parts beside
+it.
 
 ``python -m bench.latency [--latency faithful|low] [--no-compute] --out FILE.json [any bench.glass_to_glass option]``
 runs ``bench.glass_to_glass`` (the real server, nginx-rtmp, an RTMP reader and a WebRTC viewer),
@@ -29,7 +30,9 @@ def verdicts(glass: dict) -> list[dict]:
         kind = "rtmp" if name == "rtmp" else "webrtc"
         rows.append({"what": f"{path['label']}, p99", "ms": path["p99_ms"], "target_ms": GLASS_P99_MS[mode][kind]})
         if mode in FIRST_PUSH_MS:
-            rows.append({"what": f"{path['label']}, first push", "ms": path["first_push_ms"], "target_ms": FIRST_PUSH_MS[mode]})
+            rows.append(
+                {"what": f"{path['label']}, first push", "ms": path["first_push_ms"], "target_ms": FIRST_PUSH_MS[mode]}
+            )
     for row in rows:
         row["met"] = row["ms"] is not None and row["ms"] <= row["target_ms"]
     return rows
@@ -39,7 +42,9 @@ def targets_table(rows: list[dict]) -> str:
     """One line per target: measured, target, met or not."""
     width = max((len(row["what"]) for row in rows), default=0)
     return "\n".join(
-        f"{row['what']:<{width}}  {row['ms']} ms  (target <= {row['target_ms']:.0f} ms: {'met' if row['met'] else 'NOT met'})" for row in rows
+        f"{row['what']:<{width}}  {row['ms']} ms  (target <= {row['target_ms']:.0f} ms: "
+        f"{'met' if row['met'] else 'NOT met'})"
+        for row in rows
     )
 
 
@@ -53,7 +58,10 @@ def main(argv: list[str] | None = None) -> int:
         result["compute"] = compute.measure(compute.parse_args(["--steps", str(args.steps)]))
     args.out.write_text(json.dumps(result, indent=2))
     print(glass_table(result["glass_to_glass"]))
-    print("\ncompute of the parts: " + ("\n" + compute.table(result["compute"]) if "compute" in result else "not measured (no GPU, or --no-compute)"))
+    print(
+        "\ncompute of the parts: "
+        + ("\n" + compute.table(result["compute"]) if "compute" in result else "not measured (no GPU, or --no-compute)")
+    )
     print("\ntargets (docs/benchmarks.md):\n" + targets_table(result["targets"]))
     return 0
 

@@ -40,7 +40,9 @@ COSTS = Path(__file__).parent / "results" / "2026-12-01_h200_runtime_12_sessions
 RANDOM_NOTE = "RANDOM WEIGHTS: jitter and PSNR check the plumbing only; rerun with --checkpoints and --avatar."
 
 
-def run_mode(engine: Engine, avatar, audio: np.ndarray, rate: int, seed: int, latency: str) -> tuple[np.ndarray, np.ndarray]:
+def run_mode(
+    engine: Engine, avatar, audio: np.ndarray, rate: int, seed: int, latency: str
+) -> tuple[np.ndarray, np.ndarray]:
     """Frames (N,H,W,3) uint8 and the motion (N,265) each was rendered from, for one session in ``latency`` mode."""
     frames = session_frames(engine, avatar, audio, rate, seed=seed, latency=latency)
     images = np.stack([f.image.cpu().numpy() for f in frames])
@@ -62,7 +64,8 @@ def jitter(motion: np.ndarray) -> float:
 
 
 def modelled_costs(costs: dict, counts: list[int]) -> dict:
-    """GPU ms per session per 200 ms hop at each session count, and the capacity, per mode (from measured bucket costs)."""
+    """GPU ms per session per 200 ms hop at each session count, and the capacity, per mode (from measured bucket
+    costs)."""
     window = {int(k): v for k, v in costs["window_ms"].items()}
     render = {int(k): v for k, v in costs["render_ms"].items()}
     utilization = RuntimeConfig().utilization
@@ -70,7 +73,9 @@ def modelled_costs(costs: dict, counts: list[int]) -> dict:
     for mode in MODES.values():
         valid = SEQ_FRAMES - mode.overlap
         table[mode.name] = {
-            "ms_per_session_per_hop": {n: round(admission.load_cost({valid: n}, window, render) / n, 2) for n in counts},
+            "ms_per_session_per_hop": {
+                n: round(admission.load_cost({valid: n}, window, render) / n, 2) for n in counts
+            },
             "capacity": admission.capacity(mode.overlap, window, render, utilization),
         }
     return table
@@ -80,7 +85,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.latency_modes", description=__doc__.splitlines()[0])
     add_comparison_arguments(parser, CPU_SECONDS)
     parser.add_argument("--steps", type=int, default=DEFAULT_STEPS)
-    parser.add_argument("--costs", type=Path, default=COSTS, help="a bench.runtime result with window_ms and render_ms (default: the H200's)")
+    parser.add_argument(
+        "--costs",
+        type=Path,
+        default=COSTS,
+        help="a bench.runtime result with window_ms and render_ms (default: the H200's)",
+    )
     args = parser.parse_args(argv)
     device, audio, rate, avatar = comparison_inputs(parser, args, CPU_SECONDS)
     engine = Engine.from_checkpoints(args.checkpoints, device=device, steps=args.steps, compile_networks=False)
@@ -88,7 +98,9 @@ def main(argv: list[str] | None = None) -> int:
     for mode in (FAITHFUL, LOW):
         started = time.perf_counter()
         runs[mode.name] = run_mode(engine, avatar, audio, rate, args.seed, mode.name)
-        print(f"{mode.name}: {len(runs[mode.name][0])} frames in {time.perf_counter() - started:.1f} s", file=sys.stderr)
+        print(
+            f"{mode.name}: {len(runs[mode.name][0])} frames in {time.perf_counter() - started:.1f} s", file=sys.stderr
+        )
     faithful_images, low_images = runs["faithful"][0], runs["low"][0]
     per_frame = [psnr(a, b) for a, b in zip(low_images, faithful_images)]
     costs = json.loads(args.costs.read_text())
@@ -111,24 +123,38 @@ def main(argv: list[str] | None = None) -> int:
             for mode in (FAITHFUL, LOW)
         },
         "low_vs_faithful_psnr_db": psnr_summary(per_frame),
-        "gpu_cost_model": {"from": str(args.costs.name), "gpu": costs.get("gpu"), **modelled_costs(costs, [1, 4, 8, 12])},
+        "gpu_cost_model": {
+            "from": str(args.costs.name),
+            "gpu": costs.get("gpu"),
+            **modelled_costs(costs, [1, 4, 8, 12]),
+        },
         "date": time.strftime("%Y-%m-%d %H:%M:%S"),
     }
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(result, indent=2))
-    print(f"\nfaithful vs low latency, same audio ({result['audio_seconds']:.2f} s, {result['frames']} frames) and seed, {result['device']}")
-    print("| mode | hop | overlap | speech depth ms | jitter (265-d) | jitter (keypoints) | GPU ms/session/hop at 1/4/8/12 | capacity |")
+    print(
+        f"\nfaithful vs low latency, same audio ({result['audio_seconds']:.2f} s, {result['frames']} frames) and "
+        f"seed, {result['device']}"
+    )
+    print(
+        "| mode | hop | overlap | speech depth ms | jitter (265-d) | jitter (keypoints) | GPU ms/session/hop at "
+        "1/4/8/12 | capacity |"
+    )
     print("|---|---|---|---|---|---|---|---|")
     for name, row in result["modes"].items():
         model = result["gpu_cost_model"][name]
         per = " / ".join(str(v) for v in model["ms_per_session_per_hop"].values())
         print(
-            f"| {name} | {row['hop_frames']} frames | {row['overlap']} | {row['speech_depth_ms']} | {row['jitter_motion']:.4f} | "
+            f"| {name} | {row['hop_frames']} frames | {row['overlap']} | {row['speech_depth_ms']} | "
+            f"{row['jitter_motion']:.4f} | "
             f"{row['jitter_keypoints']:.4f} | {per} | {model['capacity']} |"
         )
     mean = result["low_vs_faithful_psnr_db"]["mean"]
-    print(f"frame PSNR, low against faithful: mean {mean if mean is None else round(mean, 2)} dB, min {result['low_vs_faithful_psnr_db']['min']}")
+    print(
+        f"frame PSNR, low against faithful: mean {mean if mean is None else round(mean, 2)} dB, min "
+        f"{result['low_vs_faithful_psnr_db']['min']}"
+    )
     print(f"GPU cost modelled from the bucket costs in {args.costs.name} ({costs.get('gpu')})")
     if not args.checkpoints:
         print(RANDOM_NOTE)

@@ -94,7 +94,7 @@ def counted_stages(counts: StageCounts) -> Iterator[None]:
     try:
         for (owner, name, label), (_, _, original) in zip(STAGES, originals):
             setattr(owner, name, counts.counting(label, original))
-        setattr(Runtime, "_tick", counts.tick(Runtime._tick))
+        Runtime._tick = counts.tick(Runtime._tick)
         yield
     finally:
         for owner, name, original in originals:
@@ -107,7 +107,9 @@ class NoiseSampler:
     def __init__(self, sampler: object) -> None:
         self._sampler = sampler
 
-    def __call__(self, noise: torch.Tensor, cond_frame: torch.Tensor, cond: torch.Tensor, step_noise: torch.Tensor) -> torch.Tensor:
+    def __call__(
+        self, noise: torch.Tensor, cond_frame: torch.Tensor, cond: torch.Tensor, step_noise: torch.Tensor
+    ) -> torch.Tensor:
         return noise.clone()
 
     def __getattr__(self, name: str) -> object:
@@ -126,7 +128,12 @@ def measure(avatar_dir: str, sessions: int, seconds: float) -> dict:
 
     counts = StageCounts()
     with counted_stages(counts):
-        runtime = Runtime.from_checkpoints(None, device="cpu", config=RuntimeConfig(admission=False, batch_sessions=True, progress=False), compile_networks=False)
+        runtime = Runtime.from_checkpoints(
+            None,
+            device="cpu",
+            config=RuntimeConfig(admission=False, batch_sessions=True, progress=False),
+            compile_networks=False,
+        )
         try:
             stub_networks(runtime)
             avatar = load_avatar(avatar_dir, torch.device("cpu"))
@@ -190,7 +197,10 @@ def main(argv: list[str] | None = None) -> int:
     result |= {"machine": platform.machine(), "torch": torch.__version__, "device": "cpu (networks stubbed)"}
     if args.out is not None:
         args.out.write_text(json.dumps(result, indent=2))
-    print(f"\n{args.sessions} live sessions, ticks that did a full hop's work ({result['full_ticks']}): ATen operators per tick")
+    print(
+        f"\n{args.sessions} live sessions, ticks that did a full hop's work ({result['full_ticks']}): ATen operators "
+        "per tick"
+    )
     print("| stage | ops/tick |\n|---|---|")
     for label, ops in result["ops_per_stage_per_full_tick"].items():
         print(f"| {label} | {ops} |")

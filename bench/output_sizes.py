@@ -98,11 +98,23 @@ def main() -> None:
                 video = replace(OutputSettings(size=name, preset=preset).video(*avatar), threads=threads)
                 ms = encode_cost_ms(width, height, video, args.frames)
                 still = encode_cost_ms(width, height, video, args.frames, studio) if studio else None
-                rows.append({"size": name, "width": width, "height": height, "kbps": video.bitrate // 1000,
-                             "preset": preset, "threads": threads, "ms_per_frame": ms, "studio_ms_per_frame": still})
+                rows.append(
+                    {
+                        "size": name,
+                        "width": width,
+                        "height": height,
+                        "kbps": video.bitrate // 1000,
+                        "preset": preset,
+                        "threads": threads,
+                        "ms_per_frame": ms,
+                        "studio_ms_per_frame": still,
+                    }
+                )
                 share = f"{ms * FPS / 1000:.2f}" if threads == 1 else "-"
-                print(f"{name:>7} {f'{width}x{height}':>10} {video.bitrate // 1000:>5} {preset:>9} {threads:>7} "
-                      f"{ms:>8.2f} {still if still is not None else '-':>7} {share:>6}")
+                print(
+                    f"{name:>7} {f'{width}x{height}':>10} {video.bitrate // 1000:>5} {preset:>9} {threads:>7} "
+                    f"{ms:>8.2f} {still if still is not None else '-':>7} {share:>6}"
+                )
     scaling = scale_ms(torch.device(args.device))
     print(f"scaling 1080p frames on {args.device}, ms per frame: {scaling}")
     if args.out:

@@ -22,8 +22,8 @@ import time
 from pathlib import Path
 
 from compile import build_plans
-from engine.plans.manifest import ONNX_DIR, plan_dirs, read_manifest
 from engine.engine import random_checkpoints
+from engine.plans.manifest import ONNX_DIR, plan_dirs, read_manifest
 
 TARGET_SETS = (("sm_89",), ("sm_120",), ("sm_89", "sm_120"))
 
@@ -62,11 +62,17 @@ def main() -> int:
         onnx = read_manifest(out / ONNX_DIR)
         for name, entry in read_manifest(plan_dir).graphs.items():
             derived = onnx.graphs.get(name + build_plans.FP16_SUFFIX)
-            rows.append({
-                "targets": list(targets), "network": name, "precision": entry.precision,
-                "build_s": entry.seconds, "plan_bytes": (plan_dir / entry.file).stat().st_size,
-                "fp16_graph_and_proof_s": derived.seconds if derived else None, "run_total_s": round(total_s, 1),
-            })
+            rows.append(
+                {
+                    "targets": list(targets),
+                    "network": name,
+                    "precision": entry.precision,
+                    "build_s": entry.seconds,
+                    "plan_bytes": (plan_dir / entry.file).stat().st_size,
+                    "fp16_graph_and_proof_s": derived.seconds if derived else None,
+                    "run_total_s": round(total_s, 1),
+                }
+            )
     result = {
         "machine": {
             "cpu": platform.processor() or platform.machine(),
@@ -74,7 +80,8 @@ def main() -> int:
             "python": sys.version.split()[0],
         },
         "builder": read_manifest(plan_dirs(work / "sm_89")[0]).builder_version,
-        "export_all_s": round(export_s, 1), "rows": rows,
+        "export_all_s": round(export_s, 1),
+        "rows": rows,
     }
     if args.out:
         args.out.write_text(json.dumps(result, indent=2) + "\n")
@@ -82,8 +89,10 @@ def main() -> int:
     print(f"{'targets':16s} {'network':14s} {'prec':5s} {'build s':>8s} {'plan MB':>8s} {'fp16 graph+proof s':>19s}")
     for row in rows:
         fp16 = "" if row["fp16_graph_and_proof_s"] is None else f"{row['fp16_graph_and_proof_s']:.1f}"
-        print(f"{'+'.join(row['targets']):16s} {row['network']:14s} {row['precision']:5s} "
-              f"{row['build_s']:8.1f} {row['plan_bytes'] / 1e6:8.1f} {fp16:>19s}")
+        print(
+            f"{'+'.join(row['targets']):16s} {row['network']:14s} {row['precision']:5s} "
+            f"{row['build_s']:8.1f} {row['plan_bytes'] / 1e6:8.1f} {fp16:>19s}"
+        )
     return 0
 
 

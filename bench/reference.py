@@ -78,7 +78,11 @@ def reference_checkout_version(root: Path) -> str:
 def torch_defaults() -> Iterator[None]:
     """PyTorch's default math flags, as the reference runs in its own process (our backend turns TF32 matmuls on)."""
     saved = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32, torch.backends.cudnn.benchmark)
-    torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32, torch.backends.cudnn.benchmark = False, True, False
+    torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32, torch.backends.cudnn.benchmark = (
+        False,
+        True,
+        False,
+    )
     try:
         yield
     finally:
@@ -116,7 +120,9 @@ def bench_reference(folder: Path, device: torch.device, cond_width: int, steps: 
     rng = np.random.default_rng(1)
     kp_cond = rng.standard_normal((1, MOTION_DIM), dtype=np.float32) * 0.5
     aud_cond = rng.standard_normal((1, SEQ_FRAMES, cond_width), dtype=np.float32)
-    out["lmdm_window_ms"] = wall_ms(lambda: sampler(kp_cond, aud_cond, steps), device, max(1, runs // 2), min(warmup, 1))
+    out["lmdm_window_ms"] = wall_ms(
+        lambda: sampler(kp_cond, aud_cond, steps), device, max(1, runs // 2), min(warmup, 1)
+    )
     return out
 
 
@@ -139,12 +145,22 @@ def bench_ours(engine: Engine, batch: int, runs: int, warmup: int) -> dict:
 def print_table(result: dict) -> None:
     """What was measured, side by side, with the ratios."""
     ref, ours, batch = result["reference"], result["ours"], result["batch"]
-    print(f"\nSide by side on {result['hardware']['device']}, {result['weights']} weights, {result['steps']} DDIM steps")
+    print(
+        f"\nSide by side on {result['hardware']['device']}, {result['weights']} weights, {result['steps']} DDIM steps"
+    )
     print(f"reference: {result['reference_dir']} (commit {result['reference_commit']})")
     print(f"{'measured (median wall ms)':<52} {'reference':>10} {'ours':>10} {'ratio':>8}")
     rows = [
-        ("render per frame, wrappers vs ours at batch 1", ref["render_ms_per_frame_wrappers"], ours["render_ms_per_frame_b1"]),
-        ("render per frame, bare modules vs ours at batch 1", ref["render_ms_per_frame_bare"], ours["render_ms_per_frame_b1"]),
+        (
+            "render per frame, wrappers vs ours at batch 1",
+            ref["render_ms_per_frame_wrappers"],
+            ours["render_ms_per_frame_b1"],
+        ),
+        (
+            "render per frame, bare modules vs ours at batch 1",
+            ref["render_ms_per_frame_bare"],
+            ours["render_ms_per_frame_b1"],
+        ),
     ]
     if batch != 1:
         rows.append(
@@ -201,7 +217,8 @@ def main(argv: list[str] | None = None) -> int:
             "backend": "torch",
             "dtype": str(engine.backend.dtype),
             "cuda_graphs": device.type == "cuda",
-            "torch_compile": device.type == "cuda",  # Engine.from_checkpoints compiles on CUDA, as bench.compute runs it
+            "torch_compile": device.type
+            == "cuda",  # Engine.from_checkpoints compiles on CUDA, as bench.compute runs it
         },
         "date": time.strftime("%Y-%m-%d %H:%M:%S"),
     }

@@ -86,8 +86,14 @@ def profile_graphed_render(backend: TorchBackend, out: Path) -> dict:
             run()
         torch.cuda.synchronize()
     rows, total_ms = kernel_rows(prof, BATCH * replays)
-    lines = [f"graphed warp+decode, batch {BATCH}: {per_frame:.3f} ms/frame (events); kernels sum {total_ms / BATCH / replays:.3f} ms/frame"]
-    lines += [f"{r['share'] * 100:6.2f}%  {r['ms_per_frame']:.4f} ms/frame  x{r['calls'] // replays:<4} {r['kernel']}" for r in rows]
+    lines = [
+        f"graphed warp+decode, batch {BATCH}: {per_frame:.3f} ms/frame (events); kernels sum "
+        f"{total_ms / BATCH / replays:.3f} ms/frame"
+    ]
+    lines += [
+        f"{r['share'] * 100:6.2f}%  {r['ms_per_frame']:.4f} ms/frame  x{r['calls'] // replays:<4} {r['kernel']}"
+        for r in rows
+    ]
     (out / "kernels_render.txt").write_text("\n".join(lines) + "\n")
     print("\n".join(lines[:16]), flush=True)
     return {"graphed_ms_per_frame": per_frame, "kernels_ms_per_frame": total_ms / BATCH / replays}
@@ -136,25 +142,44 @@ def layer_times(backend: TorchBackend, out: Path) -> dict:
             for key, (start, stop, _, _) in records.items():
                 totals.setdefault(key, []).append(start.elapsed_time(stop))
         eager_warp = median_ms(lambda: backend.network("warp_network")(feature, kp, kp + 0.01), 5)
-        eager_decoder = median_ms(lambda: decoder(torch.randn(BATCH, 256, 64, 64, device="cuda", dtype=backend.dtype)), 5)
+        eager_decoder = median_ms(
+            lambda: decoder(torch.randn(BATCH, 256, 64, 64, device="cuda", dtype=backend.dtype)), 5
+        )
     for h in hooks:
         h.remove()
     layers = []
     for key, times in totals.items():
         ms = statistics.median(times)
         flops = records[key][2]
-        layers.append({"layer": key, "shape": records[key][3], "ms_per_frame": ms / BATCH, "gflop_per_frame": flops / BATCH / 1e9, "tflops": flops / ms / 1e9})
+        layers.append(
+            {
+                "layer": key,
+                "shape": records[key][3],
+                "ms_per_frame": ms / BATCH,
+                "gflop_per_frame": flops / BATCH / 1e9,
+                "tflops": flops / ms / 1e9,
+            }
+        )
     layers.sort(key=lambda r: -r["ms_per_frame"])
-    result = {"batch": BATCH, "eager_warp_ms_per_frame": eager_warp / BATCH, "eager_decoder_ms_per_frame": eager_decoder / BATCH, "convs": layers}
+    result = {
+        "batch": BATCH,
+        "eager_warp_ms_per_frame": eager_warp / BATCH,
+        "eager_decoder_ms_per_frame": eager_decoder / BATCH,
+        "convs": layers,
+    }
     (out / "layers.json").write_text(json.dumps(result, indent=1))
     print(f"eager warp {eager_warp / BATCH:.3f} ms/frame, decoder {eager_decoder / BATCH:.3f} ms/frame; top convs:")
     for r in layers[:14]:
-        print(f"  {r['layer']:<52} {r['shape']:<44} {r['ms_per_frame']:.4f} ms/frame {r['tflops']:6.1f} TFLOP/s", flush=True)
+        print(
+            f"  {r['layer']:<52} {r['shape']:<44} {r['ms_per_frame']:.4f} ms/frame {r['tflops']:6.1f} TFLOP/s",
+            flush=True,
+        )
     return result
 
 
 def planes_conv(x: torch.Tensor, weight2d: torch.Tensor, bias: torch.Tensor, k: int, out_ch: int) -> torch.Tensor:
-    """A 3-D convolution as ``engine.networks.depth_planes`` computes it: a 2-D convolution over depth planes, a shifted sum."""
+    """A 3-D convolution as ``engine.networks.depth_planes`` computes it: a 2-D convolution over depth planes, a shifted
+    sum."""
     y = F.conv2d(as_planes(x, weight2d.shape[1]), weight2d, padding=k // 2)
     return shifted_sum(y, x.shape[0], k, weight2d.shape[0] // k, out_ch) + bias.view(-1, 1, 1, 1)
 
@@ -180,7 +205,9 @@ def conv_variants(dtype: torch.dtype, out: Path) -> list[dict]:
     for label, conv, depth, size in cases:
         weight, bias = conv.weight, conv.bias
         o, c, k = weight.shape[:3]
-        x = torch.randn(BATCH, c, depth, size, size, device="cuda", dtype=dtype).contiguous(memory_format=torch.channels_last_3d)
+        x = torch.randn(BATCH, c, depth, size, size, device="cuda", dtype=dtype).contiguous(
+            memory_format=torch.channels_last_3d
+        )
         flops = 2.0 * BATCH * o * depth * size * size * c * k**3
         with torch.inference_mode():
             reference = F.conv3d(x[:2].float(), weight.float(), bias.float(), padding=k // 2)
@@ -194,8 +221,20 @@ def conv_variants(dtype: torch.dtype, out: Path) -> list[dict]:
                 torch.backends.cudnn.benchmark = name.endswith("benchmark")
                 y = fn()
                 ms = median_ms(fn)
-                results.append({"conv": label, "variant": name, "ms_per_frame": ms / BATCH, "tflops": flops / ms / 1e9, "rel_err": error(y)})
-                print(f"  {label:<30} {name:<40} {ms / BATCH:.4f} ms/frame {flops / ms / 1e9:6.1f} TFLOP/s err {results[-1]['rel_err'] or float('nan'):.1e}", flush=True)
+                results.append(
+                    {
+                        "conv": label,
+                        "variant": name,
+                        "ms_per_frame": ms / BATCH,
+                        "tflops": flops / ms / 1e9,
+                        "rel_err": error(y),
+                    }
+                )
+                print(
+                    f"  {label:<30} {name:<40} {ms / BATCH:.4f} ms/frame {flops / ms / 1e9:6.1f} TFLOP/s err "
+                    f"{results[-1]['rel_err'] or float('nan'):.1e}",
+                    flush=True,
+                )
 
             record("conv3d", lambda: F.conv3d(x, weight, bias, padding=k // 2))
             record("conv3d benchmark", lambda: F.conv3d(x, weight, bias, padding=k // 2))
@@ -218,7 +257,8 @@ LMDM_VARIANTS = ("plain", "fused_tf32", "fp16_products", "runtime", "autotuned")
 def lmdm_sampler(backend: TorchBackend, variant: str, buckets: tuple[int, ...]) -> BucketedSampler:
     """An LMDM sampler captured at ``buckets``: "plain" the plain prepared step compiled, the update eager;
     "fused_tf32" ``FusedLMDMStep`` with fp32 products (TF32) compiled, its window preparation eager (as the runtime
-    ran before fp16 products, though with today's fused step); "fp16_products" the same with fp16 products; "runtime" the backend's step and
+    ran before fp16 products, though with today's fused step); "fp16_products" the same with fp16 products; "runtime"
+    the backend's step and
     preparation as the runtime runs them; "autotuned" the runtime's step compiled with max-autotune
     (Triton GEMMs with fused epilogues, no cuBLAS split-K), its preparation as the runtime's."""
     net = backend.network("lmdm")
@@ -270,7 +310,11 @@ def attention_backends(out: Path) -> dict:
                 "kernels_per_call": len(kernels) / 16,
                 "max_abs_err_vs_fp32": float((got.float() - expected).abs().max()),
             }
-            print(f"attention {name}: {result[name]['us_per_call']:.2f} us/call, {result[name]['kernels_per_call']:.1f} kernels/call", flush=True)
+            print(
+                f"attention {name}: {result[name]['us_per_call']:.2f} us/call, {result[name]['kernels_per_call']:.1f} "
+                "kernels/call",
+                flush=True,
+            )
     (out / "attention.json").write_text(json.dumps(result, indent=1))
     return result
 
@@ -312,15 +356,24 @@ def lmdm_profile(out: Path, batches: tuple[int, ...], variants: tuple[str, ...])
     launches. Runs on the CPU too (slowly)."""
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     result: dict = {"device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu", "steps": 25}
-    counts_net = TorchBackend(random_checkpoints(), device=device, networks=("lmdm",), compile_networks=False).network("lmdm")
+    counts_net = TorchBackend(random_checkpoints(), device=device, networks=("lmdm",), compile_networks=False).network(
+        "lmdm"
+    )
     schedule = ddim_schedule(DEFAULT_STEPS, device)
     for variant in ("plain", "fused"):
         steps = (lmdm_ops.plain_variant if variant == "plain" else lmdm_ops.fused_variant)(counts_net)
         with torch.inference_mode():
             inputs = lmdm_ops.step_inputs(counts_net, schedule, 1, steps.prepare, device)
-        result[f"{variant}_step_counts"] = {"aten_per_step_b1": lmdm_ops.count_aten(steps.step, inputs), "inductor_per_step_b1": lmdm_ops.count_inductor(steps, inputs)}
-        print(f"lmdm {variant} step: {result[f'{variant}_step_counts']['aten_per_step_b1']['ops']} ATen ops eager, "
-              f"{result[f'{variant}_step_counts']['inductor_per_step_b1']['launches']} launches compiled ({device.type} Inductor, fp32)", flush=True)
+        result[f"{variant}_step_counts"] = {
+            "aten_per_step_b1": lmdm_ops.count_aten(steps.step, inputs),
+            "inductor_per_step_b1": lmdm_ops.count_inductor(steps, inputs),
+        }
+        print(
+            f"lmdm {variant} step: {result[f'{variant}_step_counts']['aten_per_step_b1']['ops']} ATen ops eager, "
+            f"{result[f'{variant}_step_counts']['inductor_per_step_b1']['launches']} launches compiled ({device.type} "
+            "Inductor, fp32)",
+            flush=True,
+        )
     del counts_net
     torch._dynamo.reset()
     backend = TorchBackend(random_checkpoints(), device=device, networks=("lmdm",))
@@ -350,19 +403,32 @@ def lmdm_profile(out: Path, batches: tuple[int, ...], variants: tuple[str, ...])
                     "top": kernel_rows(prof, 1, top=12)[0],
                 }
             result.setdefault(variant, {})[f"batch{batch}"] = row
-            print(f"lmdm {variant} batch {batch}: window {row['window_ms']:.2f} ms"
-                  + (f", {row['kernels_per_step']:.0f} kernels/step {row['kinds_per_step']}" if "kernels_per_step" in row else ""), flush=True)
+            print(
+                f"lmdm {variant} batch {batch}: window {row['window_ms']:.2f} ms"
+                + (
+                    f", {row['kernels_per_step']:.0f} kernels/step {row['kinds_per_step']}"
+                    if "kernels_per_step" in row
+                    else ""
+                ),
+                flush=True,
+            )
         windows[variant] = sampler(x[:2], cond_frame[:2], cond[:2], noise[:, :2]).float().cpu()
         (out / "lmdm.json").write_text(json.dumps(result, indent=1))
     reference = fp32_cpu_window(x[:2], cond_frame[:2], cond[:2], noise[:, :2])
     for variant, window in windows.items():
         result[variant]["window_rel_err_vs_fp32_cpu"] = float((window - reference).norm() / reference.norm())
-        print(f"lmdm {variant} window (batch 2) vs fp32 CPU: relative error {result[variant]['window_rel_err_vs_fp32_cpu']:.2e}")
+        print(
+            f"lmdm {variant} window (batch 2) vs fp32 CPU: relative error "
+            f"{result[variant]['window_rel_err_vs_fp32_cpu']:.2e}"
+        )
     (out / "lmdm.json").write_text(json.dumps(result, indent=1))
     print(f"{'':14}" + "".join(f"{'b' + str(b) + ' ms':>10}{'k/step':>8}" for b in batches) + f"{'rel err':>10}")
     for variant in variants:
         row = result[variant]
-        cells = "".join(f"{row[f'batch{b}']['window_ms']:>10.2f}{row[f'batch{b}'].get('kernels_per_step', float('nan')):>8.0f}" for b in batches)
+        cells = "".join(
+            f"{row[f'batch{b}']['window_ms']:>10.2f}{row[f'batch{b}'].get('kernels_per_step', float('nan')):>8.0f}"
+            for b in batches
+        )
         print(f"{variant:<14}{cells}{row['window_rel_err_vs_fp32_cpu']:>10.2e}")
     return result
 
@@ -374,11 +440,14 @@ def fp32_cpu_window(x: torch.Tensor, cond_frame: torch.Tensor, cond: torch.Tenso
 
     lmdm = load_network("lmdm", random_checkpoints() / OFFICIAL_FILENAMES["lmdm"], "cpu", torch.float32)
     with torch.inference_mode():
-        return ddim_loop(lmdm, x.cpu(), cond_frame.cpu(), cond.cpu(), ddim_schedule(DEFAULT_STEPS, torch.device("cpu")), noise.cpu())
+        return ddim_loop(
+            lmdm, x.cpu(), cond_frame.cpu(), cond.cpu(), ddim_schedule(DEFAULT_STEPS, torch.device("cpu")), noise.cpu()
+        )
 
 
 def speed_table(out: Path) -> dict:
-    """The issue's table: graphed warp+decode ms/frame at 5/16/32, LMDM window ms at 1/4/16, with fidelity against fp32."""
+    """The issue's table: graphed warp+decode ms/frame at 5/16/32, LMDM window ms at 1/4/16, with fidelity against
+    fp32."""
     from engine.networks import OFFICIAL_FILENAMES, load_network
 
     result: dict = {}
@@ -387,19 +456,26 @@ def speed_table(out: Path) -> dict:
     g = torch.Generator(device="cuda").manual_seed(0)
     feature, kp_s, kp_d = render_inputs_with_motion(32, torch.device("cuda"), g)
     for batch in (5, 16, 32):
-        ms = median_ms(lambda: backend.render(feature[:batch], kp_s[:batch], kp_d[:batch]))
+        ms = median_ms(lambda b=batch, net=backend: net.render(feature[:b], kp_s[:b], kp_d[:b]))
         result[f"render_ms_per_frame_b{batch}"] = ms / batch
         print(f"render batch {batch}: {ms / batch:.3f} ms/frame", flush=True)
     fast = backend.render(feature[:5], kp_s[:5], kp_d[:5]).float().clone()
     folder = random_checkpoints()
     torch.backends.cudnn.allow_tf32 = False
     with torch.inference_mode():
-        warp = load_network("warp_network", folder / OFFICIAL_FILENAMES["warp_network"], "cuda", torch.float32, fold_batchnorm=True)
-        decoder = load_network("decoder", folder / OFFICIAL_FILENAMES["decoder"], "cuda", torch.float32, fold_batchnorm=True)
+        warp = load_network(
+            "warp_network", folder / OFFICIAL_FILENAMES["warp_network"], "cuda", torch.float32, fold_batchnorm=True
+        )
+        decoder = load_network(
+            "decoder", folder / OFFICIAL_FILENAMES["decoder"], "cuda", torch.float32, fold_batchnorm=True
+        )
         reference = decoder(warp(feature[:5], kp_s[:5], kp_d[:5]))
     torch.backends.cudnn.allow_tf32 = True
     result["render_psnr_vs_fp32_db"] = psnr(fast, reference, peak=1.0)
-    print(f"render fp16 (graphed, depth planes) vs fp32 plain modules: PSNR {result['render_psnr_vs_fp32_db']:.1f} dB", flush=True)
+    print(
+        f"render fp16 (graphed, depth planes) vs fp32 plain modules: PSNR {result['render_psnr_vs_fp32_db']:.1f} dB",
+        flush=True,
+    )
     del backend, warp, decoder
 
     engine = Engine.from_checkpoints(None, device="cuda", steps=DEFAULT_STEPS)
@@ -416,7 +492,11 @@ def speed_table(out: Path) -> dict:
     window = sampler(x[:2], cond_frame[:2], cond[:2], noise[:, :2]).cpu()
     expected = fp32_cpu_window(x[:2], cond_frame[:2], cond[:2], noise[:, :2])
     result["lmdm_window_rel_err_vs_fp32_cpu"] = float((window - expected).norm() / expected.norm())
-    print(f"lmdm window (graphed, fp16 products and attention) vs fp32 CPU: relative error {result['lmdm_window_rel_err_vs_fp32_cpu']:.2e}", flush=True)
+    print(
+        "lmdm window (graphed, fp16 products and attention) vs fp32 CPU: relative error "
+        f"{result['lmdm_window_rel_err_vs_fp32_cpu']:.2e}",
+        flush=True,
+    )
     for dtype in (torch.float32, torch.float16):
         q = torch.randn(32, 8, 80, 64, device="cuda", dtype=dtype)
         kv = torch.randn(32, 8, 82, 64, device="cuda", dtype=dtype)
@@ -439,7 +519,8 @@ def per_call_ms(fn: Callable[[], object], repeat: int, device: torch.device) -> 
 
 
 def graphed(fn: Callable[[], torch.Tensor]) -> Callable[[], None]:
-    """``fn`` (over static inputs) captured into a CUDA graph after two warm-up calls on a side stream; returns replay."""
+    """``fn`` (over static inputs) captured into a CUDA graph after two warm-up calls on a side stream; returns
+    replay."""
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side), torch.inference_mode():
@@ -475,12 +556,20 @@ def decoder_variants(out: Path, device: torch.device, batches: list[int], repeat
     fused = copy.deepcopy(plain)
     fused.use_fused_spade()
     variants = {"plain": plain, "fused": fused}
-    result: dict = {"device": torch.cuda.get_device_name(device) if cuda else "cpu", "dtype": str(dtype), "batches": batches}
+    result: dict = {
+        "device": torch.cuda.get_device_name(device) if cuda else "cpu",
+        "dtype": str(dtype),
+        "batches": batches,
+    }
     for name, net in variants.items():
         result[f"{name}_gflop_per_frame"] = gflop_per_frame(net)
         if cuda:
             net.to(memory_format=torch.channels_last)
-    print(f"decoder GFLOP/frame: plain {result['plain_gflop_per_frame']:.1f}, fused {result['fused_gflop_per_frame']:.1f}", flush=True)
+    print(
+        f"decoder GFLOP/frame: plain {result['plain_gflop_per_frame']:.1f}, fused "
+        f"{result['fused_gflop_per_frame']:.1f}",
+        flush=True,
+    )
 
     g = torch.Generator(device=device).manual_seed(0)
     feature = torch.randn(max(batches), 256, 64, 64, device=device, generator=g, dtype=dtype)
@@ -491,7 +580,9 @@ def decoder_variants(out: Path, device: torch.device, batches: list[int], repeat
         feature = feature.contiguous(memory_format=torch.channels_last)
     torch.backends.cudnn.allow_tf32 = False
     with torch.inference_mode():
-        reference_net = load_network("decoder", folder / OFFICIAL_FILENAMES["decoder"], device, torch.float32, fold_batchnorm=True)
+        reference_net = load_network(
+            "decoder", folder / OFFICIAL_FILENAMES["decoder"], device, torch.float32, fold_batchnorm=True
+        )
         reference = reference_net(feature[:2].float())
         for name, net in variants.items():
             decoded = net(feature[:2]).float()
@@ -500,7 +591,11 @@ def decoder_variants(out: Path, device: torch.device, batches: list[int], repeat
     torch.backends.cudnn.allow_tf32 = True
     del reference_net
     for name in variants:
-        print(f"{name} ({str(dtype)[6:]}) vs plain fp32: max abs {result[f'{name}_max_abs_err_vs_fp32_plain']:.2e}, PSNR {result[f'{name}_psnr_vs_fp32_plain_db']:.1f} dB", flush=True)
+        print(
+            f"{name} ({str(dtype)[6:]}) vs plain fp32: max abs {result[f'{name}_max_abs_err_vs_fp32_plain']:.2e}, "
+            f"PSNR {result[f'{name}_psnr_vs_fp32_plain_db']:.1f} dB",
+            flush=True,
+        )
 
     backend = TorchBackend(folder, device=device, networks=("warp_network",), compile_networks=cuda)
     run = {name: torch.compile(net) if cuda else net for name, net in variants.items()}
@@ -516,11 +611,17 @@ def decoder_variants(out: Path, device: torch.device, batches: list[int], repeat
                 del call
                 if cuda:
                     torch.cuda.empty_cache()
-    lines = [f"ms/frame {'batch':>5} {'decoder plain':>14} {'decoder fused':>14} {'render plain':>13} {'render fused':>13}  decoder TFLOP/s plain, fused"]
+    lines = [
+        f"ms/frame {'batch':>5} {'decoder plain':>14} {'decoder fused':>14} {'render plain':>13} {'render fused':>13} "
+        " decoder TFLOP/s plain, fused"
+    ]
     for batch in batches:
         row = [result[f"{what}_{name}_ms_per_frame_b{batch}"] for what in ("decoder", "render") for name in variants]
         tflops = [result[f"{name}_gflop_per_frame"] / ms / 1e3 for name, ms in zip(variants, row[:2])]
-        lines.append(f"{'':8} {batch:>5} {row[0]:>14.3f} {row[1]:>14.3f} {row[2]:>13.3f} {row[3]:>13.3f}  {tflops[0]:.1f}, {tflops[1]:.1f}")
+        lines.append(
+            f"{'':8} {batch:>5} {row[0]:>14.3f} {row[1]:>14.3f} {row[2]:>13.3f} {row[3]:>13.3f}  {tflops[0]:.1f}, "
+            f"{tflops[1]:.1f}"
+        )
     print("\n".join(lines), flush=True)
     (out / "decoder.json").write_text(json.dumps(result, indent=1))
     return result
@@ -534,8 +635,16 @@ def main() -> int:
     parser.add_argument("--device", default="cuda", help="the decoder part only: cuda, or cpu (eager, fp32, slow)")
     parser.add_argument("--batches", type=int, nargs="+", default=[5, 16, 32], help="the decoder part's batch sizes")
     parser.add_argument("--repeat", type=int, default=20, help="the decoder part's timed calls per case")
-    parser.add_argument("--lmdm-batches", nargs="*", type=int, default=[1, 4, 16], help="window batches timed by --parts lmdm")
-    parser.add_argument("--lmdm-variants", nargs="*", default=["fused_tf32", "runtime"], choices=LMDM_VARIANTS, help="LMDM samplers timed by --parts lmdm")
+    parser.add_argument(
+        "--lmdm-batches", nargs="*", type=int, default=[1, 4, 16], help="window batches timed by --parts lmdm"
+    )
+    parser.add_argument(
+        "--lmdm-variants",
+        nargs="*",
+        default=["fused_tf32", "runtime"],
+        choices=LMDM_VARIANTS,
+        help="LMDM samplers timed by --parts lmdm",
+    )
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     if "decoder" in args.parts:
@@ -547,7 +656,9 @@ def main() -> int:
     if "lmdm" in args.parts:
         lmdm_profile(args.out, tuple(args.lmdm_batches), tuple(args.lmdm_variants))
     if "variants" in args.parts or "layers" in args.parts:
-        eager = TorchBackend(random_checkpoints(), device="cuda", networks=("warp_network", "decoder"), compile_networks=False)
+        eager = TorchBackend(
+            random_checkpoints(), device="cuda", networks=("warp_network", "decoder"), compile_networks=False
+        )
         if "variants" in args.parts:
             conv_variants(eager.dtype, args.out)
         if "layers" in args.parts:

@@ -1,4 +1,5 @@
-"""Many sessions streaming to RTMP at once from one server: frames, rate, drift and A/V offset of every stream, read back.
+"""Many sessions streaming to RTMP at once from one server: frames, rate, drift and A/V offset of every stream, read
+back.
 
 ``python -m bench.rtmp_sessions [--avatar DIR] --sessions 8 --minutes 10 --out FILE.json``
 
@@ -23,7 +24,7 @@ import platform
 import time
 from pathlib import Path
 
-from bench.common.live import CPU_NOTICE, START, STALL, device_of
+from bench.common.live import CPU_NOTICE, STALL, START, device_of
 from bench.common.streams import SETTLE, feed, server_counters, stream_report
 from engine.timebase import DEFAULT_STEPS
 from harness.live_server import LiveServer, metric, run_keeping_server_log
@@ -34,7 +35,9 @@ from serving.server import numbered
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench.rtmp_sessions", description=__doc__.splitlines()[0])
-    parser.add_argument("--avatar", help="cached avatar folder or portrait image (default: the demo portrait, registered at start)")
+    parser.add_argument(
+        "--avatar", help="cached avatar folder or portrait image (default: the demo portrait, registered at start)"
+    )
     parser.add_argument("--sessions", type=int, default=8)
     parser.add_argument("--minutes", type=float, default=10.0, help="length of the measured window")
     parser.add_argument("--steps", type=int, default=DEFAULT_STEPS, help="DDIM steps per window")
@@ -78,7 +81,10 @@ async def measure(args: argparse.Namespace, work: Path) -> dict:
     if device == "cpu":
         result["notice"] = CPU_NOTICE
     nginx.start()
-    readers = [RtmpPacketLog(numbered(base_url, i, args.sessions), open_timeout=STALL, read_timeout=STALL).start() for i in range(args.sessions)]
+    readers = [
+        RtmpPacketLog(numbered(base_url, i, args.sessions), open_timeout=STALL, read_timeout=STALL).start()
+        for i in range(args.sessions)
+    ]
     stop = asyncio.Event()
     try:
         server.start()
@@ -116,7 +122,16 @@ async def measure(args: argparse.Namespace, work: Path) -> dict:
         result["streams"].append(row)
     result["runtime"] = {
         key: metric(metrics, f"ditto_runtime_{key}")
-        for key in ("tick_wall_ms_p50", "tick_wall_ms_p99", "tick_cpu_ms_p50", "tick_cpu_ms_p99", "tick_gpu_ms_p50", "tick_gpu_ms_p99", "gpu_busy", "capacity")
+        for key in (
+            "tick_wall_ms_p50",
+            "tick_wall_ms_p99",
+            "tick_cpu_ms_p50",
+            "tick_cpu_ms_p99",
+            "tick_gpu_ms_p50",
+            "tick_gpu_ms_p99",
+            "gpu_busy",
+            "capacity",
+        )
     }
     return result
 
@@ -129,13 +144,16 @@ def table(result: dict) -> str:
     if "notice" in result:
         lines.append(result["notice"])
     lines += [
-        "| session | frames | fps | drift ms | slope ms/min | A/V ms (range; change) | gaps (missing) | deadline misses | drops (session/rtmp) | reconnects |",
+        "| session | frames | fps | drift ms | slope ms/min | A/V ms (range; change) | gaps (missing) | deadline "
+        "misses | drops (session/rtmp) | reconnects |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for s in result["streams"]:
         lines.append(
-            f"| {s['session']} | {s['frames']} | {s.get('fps')} | {s.get('drift_ms')} | {s.get('drift_slope_ms_per_min')} | "
-            f"{s.get('av_offset_ms')} ({s.get('av_offset_range_ms')}; {s.get('av_offset_change_ms')}) | {s.get('timestamp_gaps')} ({s.get('frames_missing')}) | "
+            f"| {s['session']} | {s['frames']} | {s.get('fps')} | {s.get('drift_ms')} | "
+            f"{s.get('drift_slope_ms_per_min')} | "
+            f"{s.get('av_offset_ms')} ({s.get('av_offset_range_ms')}; {s.get('av_offset_change_ms')}) | "
+            f"{s.get('timestamp_gaps')} ({s.get('frames_missing')}) | "
             f"{s['deadline_misses']} | {s['frames_dropped']}/{s['rtmp_dropped']} | {s['reconnects']} |"
         )
     lines.append(f"runtime: {result['runtime']}; first frames {result.get('first_frames_s')} s after launch")

@@ -30,6 +30,7 @@ from engine.latency import LOW, MODES
 from engine.runtime import OutOfMemoryAtStart, Runtime, RuntimeConfig
 from engine.runtime.session import Session
 
+
 def offline_frames(runtime: Runtime, avatar, seeds: list[int], seconds: float) -> list[torch.Tensor]:
     """Offline sessions side by side on the same audio; each one's frames, stacked."""
     audio, rate = speech(seconds)
@@ -51,7 +52,9 @@ def offline_frames(runtime: Runtime, avatar, seeds: list[int], seconds: float) -
     return [torch.stack(r) for r in results]
 
 
-def live_run(runtime: Runtime, avatar, count: int, seconds: float, stagger: bool = False, latency: str = "faithful") -> dict:
+def live_run(
+    runtime: Runtime, avatar, count: int, seconds: float, stagger: bool = False, latency: str = "faithful"
+) -> dict:
     """``count`` live sessions in ``latency`` mode fed in real time for ``seconds``; what the clock and the GPU saw.
 
     ``stagger``: sessions open ``1/count`` of a hop apart and push on their own phase (as a server's
@@ -148,9 +151,14 @@ def utterance_latency(runtime: Runtime, avatar, utterances: int) -> dict:
     ordered = sorted(latencies)
     pick = lambda q: round(ordered[min(len(ordered) - 1, int(q * (len(ordered) - 1) + 0.5))] * 1000, 1)  # noqa: E731
     return {
-        "what": "push of a 400 ms utterance to an idling live session (overlap 75) -> its first speech frame handed out by session.next_frame (ms)",
-        "n": len(ordered), "p50_ms": pick(0.5), "p90_ms": pick(0.9), "max_ms": pick(1.0),
-        "deadline_misses": metrics["deadline_misses"], "idle_hops": metrics["idle_hops"],
+        "what": "push of a 400 ms utterance to an idling live session (overlap 75) -> its first speech frame handed "
+        "out by session.next_frame (ms)",
+        "n": len(ordered),
+        "p50_ms": pick(0.5),
+        "p90_ms": pick(0.9),
+        "max_ms": pick(1.0),
+        "deadline_misses": metrics["deadline_misses"],
+        "idle_hops": metrics["idle_hops"],
     }
 
 
@@ -187,11 +195,23 @@ def synthetic_video_avatar(frames: int, height: int, width: int, device: torch.d
     scale = 512 / 1080
     m = torch.tensor([[1 / scale, 0, 700.0], [0, 1 / scale, 100.0], [0, 0, 1]]).expand(frames, 3, 3).clone()
     return Avatar(
-        name="synthetic-video-1080p", f_s=torch.randn(frames, 32, 16, 64, 64, generator=g) * 0.1,
-        pitch=motion(66), yaw=motion(66), roll=motion(66), t=motion(3), exp=motion(63), scale=motion(1) + 1, kp=motion(63),
-        M_c2o=m, eye_open=torch.rand(frames, 2), eye_ball=motion(6), sc=motion(63)[0],
-        mask_crop=torch.ones(512, 512), frames=torch.randint(0, 255, (frames, height, width, 3), dtype=torch.uint8),
-        is_image=False, manifest={},
+        name="synthetic-video-1080p",
+        f_s=torch.randn(frames, 32, 16, 64, 64, generator=g) * 0.1,
+        pitch=motion(66),
+        yaw=motion(66),
+        roll=motion(66),
+        t=motion(3),
+        exp=motion(63),
+        scale=motion(1) + 1,
+        kp=motion(63),
+        M_c2o=m,
+        eye_open=torch.rand(frames, 2),
+        eye_ball=motion(6),
+        sc=motion(63)[0],
+        mask_crop=torch.ones(512, 512),
+        frames=torch.randint(0, 255, (frames, height, width, 3), dtype=torch.uint8),
+        is_image=False,
+        manifest={},
     )
 
 
@@ -220,7 +240,9 @@ def start_memory(runtime: Runtime, table: dict) -> None:
     steps = {}
     for step, reserve in runtime.warmup_memory.items():
         steps[step] = {
-            "reserved": gib(reserve.reserved), "added": gib(reserve.reserved - last), "peak_so_far": gib(reserve.peak)
+            "reserved": gib(reserve.reserved),
+            "added": gib(reserve.reserved - last),
+            "peak_so_far": gib(reserve.peak),
         }
         last = reserve.reserved
     table["warmup_steps"] = steps
@@ -252,21 +274,38 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sessions", type=int, nargs="+", default=[1, 2, 4, 8, 12, 16, 24])
     parser.add_argument("--start-only", action="store_true", help="measure the start (warm-up) and stop")
     parser.add_argument("--no-compile", action="store_true")
-    parser.add_argument("--plans", type=Path, help="a plans folder with the torch backend's compiled packages (docs/startup.md)")
-    parser.add_argument("--runtime-sessions", type=int, help="the sessions the runtime is sized for (RuntimeConfig."
-                        "sessions; default: every bucket, or as many sessions as the GPU's memory holds)")
-    parser.add_argument("--memory-only", action="store_true",
-                        help="the start's memory breakdown and each session's, then stop")
-    parser.add_argument("--latency-only", action="store_true", help="measure the utterance latency of one live session and stop")
+    parser.add_argument(
+        "--plans", type=Path, help="a plans folder with the torch backend's compiled packages (docs/startup.md)"
+    )
+    parser.add_argument(
+        "--runtime-sessions",
+        type=int,
+        help="the sessions the runtime is sized for (RuntimeConfig."
+        "sessions; default: every bucket, or as many sessions as the GPU's memory holds)",
+    )
+    parser.add_argument(
+        "--memory-only", action="store_true", help="the start's memory breakdown and each session's, then stop"
+    )
+    parser.add_argument(
+        "--latency-only", action="store_true", help="measure the utterance latency of one live session and stop"
+    )
     parser.add_argument("--live-only", action="store_true", help="only the live-session runs")
-    parser.add_argument("--stagger", action="store_true", help="each live run twice: sessions in phase, then opened and pushed out of phase")
+    parser.add_argument(
+        "--stagger",
+        action="store_true",
+        help="each live run twice: sessions in phase, then opened and pushed out of phase",
+    )
     parser.add_argument("--latency", choices=sorted(MODES), default="faithful", help="the live sessions' latency mode")
     args = parser.parse_args(argv)
     from avatars.cache import load_avatar
 
     process_start = time.perf_counter()
     device = torch.device("cuda")
-    result: dict = {"gpu": torch.cuda.get_device_name(0), "torch": torch.__version__, "python": platform.python_version()}
+    result: dict = {
+        "gpu": torch.cuda.get_device_name(0),
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+    }
     torch.zeros(1, device=device)
     result["memory_gib"] = {"context": memory(device)}
     engine = Engine.from_checkpoints(None, device=device, compile_networks=not args.no_compile, plans=args.plans)
@@ -278,7 +317,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     config = runtime.config
     result["sized_for"] = {
-        "sessions": config.sessions, "window_buckets": config.window_buckets, "render_buckets": config.render_buckets
+        "sessions": config.sessions,
+        "window_buckets": config.window_buckets,
+        "render_buckets": config.render_buckets,
     }
     result["start_seconds"] = round(time.perf_counter() - process_start, 2)
     start_memory(runtime, result["memory_gib"])
@@ -289,7 +330,11 @@ def main(argv: list[str] | None = None) -> int:
     result["capacity_low_latency"] = runtime.capacity(LOW.overlap)
     save = lambda: args.out.write_text(json.dumps(result, indent=2))  # noqa: E731
     save()
-    print(f"start {result['start_seconds']} s (warm-up {runtime.warmup_seconds:.1f} s; {result['networks']}); capacity {result['capacity_overlap75']}", flush=True)
+    print(
+        f"start {result['start_seconds']} s (warm-up {runtime.warmup_seconds:.1f} s; {result['networks']}); capacity "
+        f"{result['capacity_overlap75']}",
+        flush=True,
+    )
     print_breakdown(result["memory_gib"])
     if args.start_only:
         runtime.close()
@@ -323,15 +368,23 @@ def main(argv: list[str] | None = None) -> int:
     result["captures_after_warmup"] = runtime.metrics()["captures_after_warmup"]
     runtime.close()
     save()
-    print("\n| sessions | phases | frames/s/session | deadline misses | tick wall p50/p99 ms | loop CPU p50/p99 ms | tick GPU p50/p99 ms | GPU busy |")
+    print(
+        "\n| sessions | phases | frames/s/session | deadline misses | tick wall p50/p99 ms | loop CPU p50/p99 ms | "
+        "tick GPU p50/p99 ms | GPU busy |"
+    )
     print("|---|---|---|---|---|---|---|---|")
     for row in result["live"]:
         print(
-            f"| {row['sessions']} | {'staggered' if row['staggered'] else 'together'} | {row['frames_per_session_per_s']} | {row['deadline_misses']} | "
-            f"{row['tick_wall_ms_p50']}/{row['tick_wall_ms_p99']} | {row['tick_cpu_ms_p50']}/{row['tick_cpu_ms_p99']} | "
+            f"| {row['sessions']} | {'staggered' if row['staggered'] else 'together'} | "
+            f"{row['frames_per_session_per_s']} | {row['deadline_misses']} | "
+            f"{row['tick_wall_ms_p50']}/{row['tick_wall_ms_p99']} | {row['tick_cpu_ms_p50']}/{row['tick_cpu_ms_p99']} "
+            "| "
             f"{row['tick_gpu_ms_p50']}/{row['tick_gpu_ms_p99']} | {row['gpu_busy']} |"
         )
-    print(f"compiles/captures after warm-up: dynamo graphs +{result['dynamo_graphs_added_after_warmup']}, captures +{result['captures_after_warmup']}")
+    print(
+        f"compiles/captures after warm-up: dynamo graphs +{result['dynamo_graphs_added_after_warmup']}, captures "
+        f"+{result['captures_after_warmup']}"
+    )
     return 0
 
 

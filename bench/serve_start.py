@@ -17,7 +17,7 @@ import re
 import time
 from pathlib import Path
 
-from bench.common.live import START, STALL, device_of
+from bench.common.live import STALL, START, device_of
 from engine.timebase import DEFAULT_STEPS
 from harness.live_server import LiveServer
 from harness.nginx import NginxRtmp, find_nginx, free_port
@@ -36,7 +36,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--steps", type=int, default=DEFAULT_STEPS)
     parser.add_argument("--device", help="cuda or cpu (default: cuda when available)")
     parser.add_argument("--wait", type=float, help="seconds to wait for /metrics (default 120 on CUDA, 900 on the CPU)")
-    parser.add_argument("--out", type=Path, required=True, help="write the JSON result here; the servers' logs beside it")
+    parser.add_argument(
+        "--out", type=Path, required=True, help="write the JSON result here; the servers' logs beside it"
+    )
     args = parser.parse_args(argv)
     if args.starts < 1:
         parser.error("--starts must be at least 1")
@@ -56,7 +58,17 @@ async def one_start(args: argparse.Namespace, nginx: NginxRtmp, index: int, log:
     else:
         source = ["--demo"]
     server = LiveServer(
-        [*source, "--rtmp", nginx.url(stream), "--http", f"127.0.0.1:{http_port}", "--steps", str(args.steps), "--device", args.device]
+        [
+            *source,
+            "--rtmp",
+            nginx.url(stream),
+            "--http",
+            f"127.0.0.1:{http_port}",
+            "--steps",
+            str(args.steps),
+            "--device",
+            args.device,
+        ]
         + (["--webrtc", f"127.0.0.1:{http_port}"] if not args.avatar else [])
         + (["--plans", str(args.plans)] if args.plans is not None else []),
         http_port,
@@ -77,7 +89,11 @@ async def one_start(args: argparse.Namespace, nginx: NginxRtmp, index: int, log:
         player.stop(timeout=1.0)  # nginx holds an idle player open: its thread ends when nginx stops
         server.stop()
     ready = READY_LINE.search(log.read_text(errors="replace"))
-    return {"metrics_answer_s": round(metrics_s, 2), "first_rtmp_picture_s": round(picture_s, 2), "timeline": ready and ready.group(0)}
+    return {
+        "metrics_answer_s": round(metrics_s, 2),
+        "first_rtmp_picture_s": round(picture_s, 2),
+        "timeline": ready and ready.group(0),
+    }
 
 
 async def measure(args: argparse.Namespace, work: Path) -> dict:
@@ -86,7 +102,8 @@ async def measure(args: argparse.Namespace, work: Path) -> dict:
     args.device = device_of(args)
     nginx = NginxRtmp(work / "nginx", find_nginx())
     result: dict = {
-        "what": "apps.serve launched -> /metrics answers -> first picture decoded from its RTMP stream (loopback nginx-rtmp)",
+        "what": "apps.serve launched -> /metrics answers -> first picture decoded from its RTMP stream (loopback "
+        "nginx-rtmp)",
         "command": "apps.serve " + (f"--avatar {args.avatar} --audio demo_speech.wav" if args.avatar else "--demo"),
         "device": torch.cuda.get_device_name(0) if args.device == "cuda" else platform.processor() or "cpu",
         "torch": torch.__version__,
@@ -101,7 +118,11 @@ async def measure(args: argparse.Namespace, work: Path) -> dict:
             log = args.out.parent / f"{args.out.stem}.serve{index}.log"
             start = await one_start(args, nginx, index, log)
             result["starts"].append(start)
-            print(f"start {index}: /metrics {start['metrics_answer_s']:.2f} s, first RTMP picture {start['first_rtmp_picture_s']:.2f} s; {start['timeline']}", flush=True)
+            print(
+                f"start {index}: /metrics {start['metrics_answer_s']:.2f} s, first RTMP picture "
+                f"{start['first_rtmp_picture_s']:.2f} s; {start['timeline']}",
+                flush=True,
+            )
     finally:
         nginx.stop()
     return result

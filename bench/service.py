@@ -1,4 +1,5 @@
-"""The service under load, through its API only: first picture of a new session, create/delete cycles, N streams at once.
+"""The service under load, through its API only: first picture of a new session, create/delete cycles, N streams at
+once.
 
 ``python -m bench.service [--avatar DIR | --anchor] [--output KEY=VALUE,... ...] --sessions 12 16 --minutes 10 3
 --cycles 100 --out FILE.json``
@@ -40,7 +41,7 @@ from pathlib import Path
 
 import aiohttp
 
-from bench.common.live import CPU_NOTICE, START, STALL, device_of
+from bench.common.live import CPU_NOTICE, STALL, START, device_of
 from bench.common.streams import SETTLE, feed, server_counters, stream_report
 from engine.timebase import DEFAULT_STEPS
 from harness.live_server import LiveServer, metric, parse_metrics, run_keeping_server_log
@@ -49,8 +50,19 @@ from harness.rtmp_read import RtmpPacketLog
 from streaming.output_settings import OutputSettings
 
 RUNTIME_KEYS = (
-    "tick_wall_ms_p50", "tick_wall_ms_p99", "tick_cpu_ms_p50", "tick_cpu_ms_p99", "tick_gpu_ms_p50", "tick_gpu_ms_p99", "gpu_busy",
-    "capacity", "cuda_allocated_mb", "cuda_reserved_mb", "core_rss_mb", "frontend_rss_mb", "workers_rss_mb",
+    "tick_wall_ms_p50",
+    "tick_wall_ms_p99",
+    "tick_cpu_ms_p50",
+    "tick_cpu_ms_p99",
+    "tick_gpu_ms_p50",
+    "tick_gpu_ms_p99",
+    "gpu_busy",
+    "capacity",
+    "cuda_allocated_mb",
+    "cuda_reserved_mb",
+    "core_rss_mb",
+    "frontend_rss_mb",
+    "workers_rss_mb",
 )
 
 
@@ -61,11 +73,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--avatar", help="cached avatar folder or portrait image (default: the demo portrait, registered at start)"
     )
     avatar.add_argument(
-        "--anchor", action="store_true",
+        "--anchor",
+        action="store_true",
         help="the generated 1920x1080 studio anchor (avatars.anchor), registered at the server's start (face extra)",
     )
     parser.add_argument(
-        "--output", nargs="*", default=[], type=output_settings, metavar="KEY=VALUE,...",
+        "--output",
+        nargs="*",
+        default=[],
+        type=output_settings,
+        metavar="KEY=VALUE,...",
         help="each session's output settings (size=1080p,preset=veryfast,...; docs/output.md): one for every phase, "
         "or one per --sessions count (default: the avatar's size at its defaults)",
     )
@@ -188,7 +205,10 @@ async def streams(
     cores each kind of the ``server`` process's processes used meanwhile."""
     sessions = [await api.create(rtmp=nginx.url(f"phase{count}-{i}"), output=output) for i in range(count)]
     ids = [s["id"] for s in sessions]
-    readers = [RtmpPacketLog(nginx.url(f"phase{count}-{i}"), open_timeout=STALL, read_timeout=STALL).start() for i in range(count)]
+    readers = [
+        RtmpPacketLog(nginx.url(f"phase{count}-{i}"), open_timeout=STALL, read_timeout=STALL).start()
+        for i in range(count)
+    ]
     stop = asyncio.Event()
     pushes = [s["urls"]["push"] if api.ray else None for s in sessions]
     feeders = [asyncio.ensure_future(feed(port, i, speech, rate, stop, url)) for i, url in zip(ids, pushes)]
@@ -220,10 +240,16 @@ async def streams(
     repeated = sum(r["repeated_in_window"] or 0 for r in rows)
     released = sum(r["released_in_window"] or 0 for r in rows)
     phase = {
-        "sessions": count, "minutes": minutes, "output": sessions[0]["output"], "size": sessions[0]["size"],
-        "pushers_blocked_at_end": len(blocked), "repeated_share": round(repeated / released, 5) if released else None,
+        "sessions": count,
+        "minutes": minutes,
+        "output": sessions[0]["output"],
+        "size": sessions[0]["size"],
+        "pushers_blocked_at_end": len(blocked),
+        "repeated_share": round(repeated / released, 5) if released else None,
         "cores": {kind: round((cpu_after[kind] - cpu_before.get(kind, 0.0)) / (end - start), 2) for kind in cpu_after},
-        "capacity": listing["capacity"], "encoding": listing.get("encoding"), "streams": rows,
+        "capacity": listing["capacity"],
+        "encoding": listing.get("encoding"),
+        "streams": rows,
         "runtime": runtime_figures(metrics),
     }
     if api.ray:
@@ -311,7 +337,11 @@ async def measure(args: argparse.Namespace, work: Path) -> dict:
     )
     result: dict = {
         "what": "one streaming.serve service driven through its session API; every RTMP stream read back with PyAV",
-        "device": device, "steps": args.steps, "encoder": "x264", "random_weights": True, "python": platform.python_version(),
+        "device": device,
+        "steps": args.steps,
+        "encoder": "x264",
+        "random_weights": True,
+        "python": platform.python_version(),
         "audio": "the bundled speech on loop, pushed over the WebSocket in real time (200 ms chunks)",
         "admission": "off (--no-admission); the capacity the service would admit is reported",
     }
@@ -362,13 +392,18 @@ def anchor_portrait(work: Path) -> Path:
 
 
 def table(result: dict) -> str:
-    lines = [f"service on {result['device']}: ready {result.get('ready_s')} s, capacity {result.get('capacity')}; random weights"]
+    lines = [
+        f"service on {result['device']}: ready {result.get('ready_s')} s, capacity {result.get('capacity')}; random "
+        "weights"
+    ]
     if result.get("ray"):
         lines[0] = f"cluster (apps.serve --ray) {lines[0].removeprefix('service ')}"
     lines.append(f"first RTMP picture after POST /sessions: {result.get('first_picture_s')} s")
     if result.get("cycles"):
         c = result["cycles"]
-        lines.append(f"{c['cycles']} create/delete cycles in {c['seconds']} s: before {c['before']}, after {c['after']}")
+        lines.append(
+            f"{c['cycles']} create/delete cycles in {c['seconds']} s: before {c['before']}, after {c['after']}"
+        )
     for phase in result.get("phases", []):
         rows = phase["streams"]
         fps = [r.get("fps") for r in rows]
@@ -378,11 +413,13 @@ def table(result: dict) -> str:
             f"{phase['sessions']} streams of {size[0]}x{size[1]} {output.get('preset')} {output.get('bitrate_kbps')} "
             f"kbit/s, {phase['minutes']} min: repeated {phase['repeated_share']} of the window's slots, "
             f"cores {phase['cores']}, admission would admit {phase['capacity']['admitted']} ({phase['capacity']})"
-            if size else f"{phase['sessions']} streams"
+            if size
+            else f"{phase['sessions']} streams"
         )
         lines.append(
             f"  fps {min(fps, default=None)}-{max(fps, default=None)}, "
-            f"drift ms {min(drift, default=None)}..{max(drift, default=None)}, gaps {sum(r.get('timestamp_gaps') or 0 for r in rows)}, "
+            f"drift ms {min(drift, default=None)}..{max(drift, default=None)}, gaps "
+            f"{sum(r.get('timestamp_gaps') or 0 for r in rows)}, "
             f"A/V ms {[r.get('av_offset_ms') for r in rows]}, repeated {[r['repeated'] for r in rows]}, "
             f"misses {[r['deadline_misses'] for r in rows]}, runtime {phase['runtime']}"
         )

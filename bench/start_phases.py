@@ -17,8 +17,8 @@ import argparse  # noqa: E402
 import cProfile  # noqa: E402
 import io  # noqa: E402
 import json  # noqa: E402
-import pstats  # noqa: E402
 import logging  # noqa: E402
+import pstats  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import torch  # noqa: E402
@@ -72,8 +72,14 @@ def main(argv: list[str] | None = None) -> int:
         text = io.StringIO()
         pstats.Stats(profiler, stream=text).sort_stats("cumulative").print_stats(40)
         args.profile.write_text(text.getvalue())
-    result = {"gpu": torch.cuda.get_device_name(0), "torch": torch.__version__, "packages": backend.packages_status,
-              "phases_s": phases, "window_ms": runtime.window_ms, "render_ms": runtime.render_ms}
+    result = {
+        "gpu": torch.cuda.get_device_name(0),
+        "torch": torch.__version__,
+        "packages": backend.packages_status,
+        "phases_s": phases,
+        "window_ms": runtime.window_ms,
+        "render_ms": runtime.render_ms,
+    }
     runtime.close()
     print("\n| phase | seconds |\n|---|---|")
     for name, seconds in phases.items():

@@ -108,10 +108,19 @@ def main(argv: list[str] | None = None) -> int:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(result, indent=2))
     few, many = args.steps
-    print(f"\n{few} vs {many} DDIM steps, same audio ({result['audio_seconds']:.2f} s, {result['frames']} frames) and seed")
+    print(
+        f"\n{few} vs {many} DDIM steps, same audio ({result['audio_seconds']:.2f} s, {result['frames']} frames) and "
+        "seed"
+    )
     mean = result["psnr_db"]["mean"]
-    print(f"frame PSNR, {few} against {many}: mean {mean if mean is None else round(mean, 2)} dB, min {result['psnr_db']['min']:.2f} dB")
-    print(f"driving keypoints: correlation over time {result['keypoint_correlation']:.4f}, max |diff| {result['keypoint_max_abs_diff']:.4f}")
+    print(
+        f"frame PSNR, {few} against {many}: mean {mean if mean is None else round(mean, 2)} dB, min "
+        f"{result['psnr_db']['min']:.2f} dB"
+    )
+    print(
+        f"driving keypoints: correlation over time {result['keypoint_correlation']:.4f}, max |diff| "
+        f"{result['keypoint_max_abs_diff']:.4f}"
+    )
     if not args.checkpoints:
         print(RANDOM_NOTE)
     return 0

@@ -38,7 +38,9 @@ def avatar_motion(seed: int, frames: int, device: torch.device) -> dict[str, tor
     return {k: v.to(device) for k, v in parts.items()}
 
 
-def tick(stitchers: list[MotionStitcher], driving: list[torch.Tensor], rows: torch.Tensor, batched: bool, stitch) -> None:
+def tick(
+    stitchers: list[MotionStitcher], driving: list[torch.Tensor], rows: torch.Tensor, batched: bool, stitch
+) -> None:
     """One tick's stitching of every session's frames."""
     if batched:
         stitch_posed([s.pose(d, rows) for s, d in zip(stitchers, driving)], stitch)
@@ -70,7 +72,12 @@ def measure(device: torch.device, sessions: int, frames: int, repeats: int, batc
             times.append((time.thread_time() - started) * 1000)
     times.sort()
     ops = sum(n for name, n in counter.ops.items() if name != "view")
-    return {"batched": batched, "ops_per_tick": ops, "cpu_ms_p50": round(times[len(times) // 2], 3), "cpu_ms_p90": round(times[int(len(times) * 0.9)], 3)}
+    return {
+        "batched": batched,
+        "ops_per_tick": ops,
+        "cpu_ms_p50": round(times[len(times) // 2], 3),
+        "cpu_ms_p90": round(times[int(len(times) * 0.9)], 3),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -83,13 +90,17 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     device = torch.device(args.device)
     threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # the loop thread's view: one thread launching ops (put back after: main may run in a test)
+    torch.set_num_threads(
+        1
+    )  # the loop thread's view: one thread launching ops (put back after: main may run in a test)
     try:
         runs = [measure(device, args.sessions, args.frames, args.repeats, batched) for batched in (False, True)]
     finally:
         torch.set_num_threads(threads)
     report = {
-        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or platform.machine(),
+        "device": torch.cuda.get_device_name(device)
+        if device.type == "cuda"
+        else platform.processor() or platform.machine(),
         "torch": torch.__version__,
         "sessions": args.sessions,
         "frames_per_session": args.frames,
@@ -102,7 +113,9 @@ def main(argv: list[str] | None = None) -> int:
     print("| stitching | ATen ops per tick | loop CPU ms per tick p50 | p90 |")
     print("|---|---|---|---|")
     for run in report["runs"]:
-        name = "all sessions in one call (stitch_posed)" if run["batched"] else "each session on its own (MotionStitcher)"
+        name = (
+            "all sessions in one call (stitch_posed)" if run["batched"] else "each session on its own (MotionStitcher)"
+        )
         print(f"| {name} | {run['ops_per_tick']} | {run['cpu_ms_p50']} | {run['cpu_ms_p90']} |")
     return 0
 

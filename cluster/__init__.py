@@ -1,1 +1,2 @@
-"""Past one GPU: one engine per GPU as Ray Serve replicas, sessions placed by the capacity each reports (``cluster.app``)."""
+"""Past one GPU: one engine per GPU as Ray Serve replicas, sessions placed by the capacity each reports
+(``cluster.app``)."""

@@ -61,7 +61,9 @@ def application(options: ClusterOptions):
     engine = serve.deployment(EngineReplica, name="engine").options(
         num_replicas=options.replicas,
         ray_actor_options={
-            "num_gpus": options.gpus_per_replica, "num_cpus": 0, "runtime_env": {"env_vars": NORMAL_PRIORITY}
+            "num_gpus": options.gpus_per_replica,
+            "num_cpus": 0,
+            "runtime_env": {"env_vars": NORMAL_PRIORITY},
         },
         max_ongoing_requests=64,
         health_check_period_s=options.health_period,
@@ -69,7 +71,9 @@ def application(options: ClusterOptions):
         graceful_shutdown_timeout_s=options.replica.drain_seconds + SHUTDOWN_MARGIN,
         request_router_config=RequestRouterConfig(request_routing_stats_period_s=options.routing_period, **router),
     )
-    ingress = serve.deployment(SessionsIngress, name="sessions").options(num_replicas=1, ray_actor_options={"num_cpus": 0})
+    ingress = serve.deployment(SessionsIngress, name="sessions").options(
+        num_replicas=1, ray_actor_options={"num_cpus": 0}
+    )
     return ingress.bind(engine.bind(asdict(options.replica)), options.replica.token, options.http, options.attempts)
 
 
@@ -87,14 +91,20 @@ def build(args: dict[str, Any]):
     service = {"device": "cuda", **{k: args[k] for k in SERVICE_ARGS if k in args}}
     health = float(args.get("health_timeout", default_health_timeout(service["device"])))
     replica = ReplicaConfig(
-        service=service, host=replica_host, token=token, drain_seconds=float(args.get("drain_seconds", DRAIN_SECONDS)),
+        service=service,
+        host=replica_host,
+        token=token,
+        drain_seconds=float(args.get("drain_seconds", DRAIN_SECONDS)),
         health_timeout=health,
     )
     gpus = 1.0 if service["device"] == "cuda" else 0.0
     return application(
         ClusterOptions(
-            replica=replica, replicas=int(args.get("replicas", 1)), gpus_per_replica=float(args.get("gpus_per_replica", gpus)),
-            http=(host, int(port)), health_period=float(args.get("health_period", HEALTH_PERIOD)),
+            replica=replica,
+            replicas=int(args.get("replicas", 1)),
+            gpus_per_replica=float(args.get("gpus_per_replica", gpus)),
+            http=(host, int(port)),
+            health_period=float(args.get("health_period", HEALTH_PERIOD)),
         )
     )
 
@@ -207,7 +217,8 @@ def stop(drain_seconds: float, signals: Signals) -> None:
             told = True
         elif not told and time.monotonic() >= countdown:
             left = max(0.0, deadline - time.monotonic())
-            print(f"stopping: draining, at most {left:.0f} s left (Ctrl-C again ends the sessions now)",
-                  file=sys.stderr)
+            print(
+                f"stopping: draining, at most {left:.0f} s left (Ctrl-C again ends the sessions now)", file=sys.stderr
+            )
             countdown += COUNTDOWN_PERIOD
         signals.wait(signals.count + 1, 0.5)

@@ -25,7 +25,6 @@ import json
 from typing import Any
 
 import aiohttp
-
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 
@@ -78,19 +77,28 @@ class SessionsIngress:
         path = request.url.path[len(request.scope.get("root_path", "")) :].rstrip("/") or "/"
         if path.startswith("/sessions") and not await self._started():
             return PlainTextResponse(
-                "the engine replicas are starting (each warms up its engine); try again shortly", status_code=503,
+                "the engine replicas are starting (each warms up its engine); try again shortly",
+                status_code=503,
                 headers={"Retry-After": str(WARMUP_RETRY_AFTER)},
             )
         if path == "/sessions" and request.method == "POST":
             return await self.create(await request.body())
         if path == "/sessions" and request.method == "GET":
             replicas = self.replicas()
-            return JSONResponse({"replicas": replicas, "capacity": cluster_capacity(replicas), "placed": self.placed, "refused": self.refused})
+            return JSONResponse(
+                {
+                    "replicas": replicas,
+                    "capacity": cluster_capacity(replicas),
+                    "placed": self.placed,
+                    "refused": self.refused,
+                }
+            )
         if path.startswith("/sessions/") and request.method in ("GET", "DELETE"):
             return await self.forward(request.method, path.removeprefix("/sessions/"))
         return PlainTextResponse(
             "the cluster answers POST and GET /sessions, GET and DELETE /sessions/{id}; a session's other routes "
-            "are on its replica (its urls)", status_code=404,
+            "are on its replica (its urls)",
+            status_code=404,
         )
 
     async def forward(self, method: str, session_id: str) -> Response:
@@ -132,7 +140,11 @@ class SessionsIngress:
                     if len(self.holders) > HOLDERS_KEPT:
                         del self.holders[next(iter(self.holders))]
                     return JSONResponse({**created, "replica": reply["replica"]}, status_code=201)
-                return Response(reply["body"], status_code=reply["status"], media_type="application/json" if reply["json"] else "text/plain")
+                return Response(
+                    reply["body"],
+                    status_code=reply["status"],
+                    media_type="application/json" if reply["json"] else "text/plain",
+                )
             self.refused += 1
             refusals[replica] = reply["capacity"]
         return PlainTextResponse(full_message({**self.replicas(), **refusals}), status_code=503)
@@ -176,7 +188,8 @@ def full_message(replicas: dict[str, dict[str, Any]]) -> str:
     """The 503 text: the cluster's capacity and each replica's, and what to do."""
     total = cluster_capacity(replicas)
     each = ", ".join(
-        f"{rid}: {r.get('live', 0)} of {r.get('admitted', 0)}{' (draining)' if r.get('draining') else ''}" for rid, r in sorted(replicas.items())
+        f"{rid}: {r.get('live', 0)} of {r.get('admitted', 0)}{' (draining)' if r.get('draining') else ''}"
+        for rid, r in sorted(replicas.items())
     )
     return (
         f"the cluster is full: {total['replicas']} engine replica(s) serve {total['live']} live session(s) of the "

@@ -101,7 +101,8 @@ class ReplicaConfig:
     """``serving.service.ServiceOptions`` fields (any of them: checkpoints, device, steps, plans, admission, workers,
     avatars, loopback_only, runtime...); the replica's WebRTC stays on loopback when its ``host`` is."""
     host: str = "127.0.0.1"
-    """Where the replica's HTTP server binds; 0.0.0.0 serves remote clients (then a token is required) at the node's IP."""
+    """Where the replica's HTTP server binds; 0.0.0.0 serves remote clients (then a token is required) at the node's
+    IP."""
     token: str | None = None
     notice: str = ""
     drain_seconds: float = DRAIN_SECONDS
@@ -158,7 +159,12 @@ class EngineReplica:
         try:
             async with self._http.post(f"{self._local}/sessions", data=body, headers=headers) as response:
                 text = await response.text()
-                return {"status": response.status, "body": text, "json": response.content_type == "application/json", **self.figures()}
+                return {
+                    "status": response.status,
+                    "body": text,
+                    "json": response.content_type == "application/json",
+                    **self.figures(),
+                }
         finally:
             self._answered += 1  # after the session counts in free (or was refused): what reports say with "answered"
 
@@ -178,7 +184,7 @@ class EngineReplica:
             try:
                 timeout = self.config.health_timeout
                 figures = await asyncio.wait_for(self.service.refresh(timeout), timeout + 1.0)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 self._fail(
                     f"replica {self.id}: its engine core did not answer for {self.config.health_timeout:g} s "
                     "(its loop stopped ticking); the replica is being replaced"
@@ -200,12 +206,18 @@ class EngineReplica:
             self.draining = True
             self.service.refusing = f"replica {self.id} is draining for removal; it admits no new session"
             deadline = time.monotonic() + self.config.drain_seconds
-            log.info("replica %s: draining %d live session(s), for at most %g s", self.id, self._live(), self.config.drain_seconds)
+            log.info(
+                "replica %s: draining %d live session(s), for at most %g s",
+                self.id,
+                self._live(),
+                self.config.drain_seconds,
+            )
             while self._live() and time.monotonic() < deadline and not stop_now_requested():
                 await asyncio.sleep(DRAIN_POLL)
             if self._live():
                 reason = (
-                    f"replica {self.id}: the service is stopping" if stop_now_requested()
+                    f"replica {self.id}: the service is stopping"
+                    if stop_now_requested()
                     else f"replica {self.id} was removed: its sessions had {self.config.drain_seconds:g} s to end "
                     "and did not"
                 )
@@ -243,6 +255,10 @@ class EngineReplica:
         self.service.abort(reason)
 
     async def _close_websockets(self, code: int, reason: str) -> None:
-        """Close every open push WebSocket saying why (clients see the code and the reason, not a dropped connection)."""
+        """Close every open push WebSocket saying why (clients see the code and the reason, not a dropped
+        connection)."""
         message = reason.encode()[:WEBSOCKET_REASON_BYTES]
-        await asyncio.gather(*(ws.close(code=code, message=message) for ws in list(self._sockets) if not ws.closed), return_exceptions=True)
+        await asyncio.gather(
+            *(ws.close(code=code, message=message) for ws in list(self._sockets) if not ws.closed),
+            return_exceptions=True,
+        )

@@ -47,7 +47,9 @@ class Sent:
         return max(0, self.count - (report.get("answered", 0) - self.answered))
 
 
-def placement_order(replicas: Sequence[Replica], free: Callable[[Replica], int], refused: Collection[str], key: Callable[[Replica], str]) -> list[Replica]:
+def placement_order(
+    replicas: Sequence[Replica], free: Callable[[Replica], int], refused: Collection[str], key: Callable[[Replica], str]
+) -> list[Replica]:
     """``replicas`` in the order a new session is offered to them: those that have not refused it yet first, each
     group by ``free`` room, most first."""
     return sorted(replicas, key=lambda r: (key(r) not in refused, free(r)), reverse=True)
@@ -80,7 +82,8 @@ class CapacityRouter(FIFOMixin, RequestRouter):
         reports.REPORTED.update({r.replica_id.unique_id: dict(r.routing_stats) for r in self.curr_replicas.values()})
 
     def free(self, replica: RunningReplica) -> int:
-        """Sessions ``replica`` can still take: its last report less what was sent to it that the report does not count."""
+        """Sessions ``replica`` can still take: its last report less what was sent to it that the report does not
+        count."""
         stats = replica.routing_stats
         if "free" not in stats:
             return 0  # not reported yet (just started): after every replica that has room

@@ -13,13 +13,21 @@ import multiprocessing
 import time
 from collections.abc import Iterable
 from concurrent.futures import ProcessPoolExecutor, as_completed
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import torch
 from tqdm import tqdm
 
-from engine.backends.aot_calls import PrepareCall, RenderCall, StepCall, module_tensors, prepare_inputs, render_inputs, step_inputs
+from engine.backends.aot_calls import (
+    PrepareCall,
+    RenderCall,
+    StepCall,
+    module_tensors,
+    prepare_inputs,
+    render_inputs,
+    step_inputs,
+)
 from engine.backends.torch_backend import TorchBackend
 from engine.diffusion.schedule import ddim_schedule
 from engine.networks import OFFICIAL_FILENAMES
@@ -70,8 +78,13 @@ def build_packages(
     wanted = [(call, b) for call in calls for b in sorted(set(render_buckets if call == "render" else window_buckets))]
     todo = [job for job in wanted if job not in kept]
     built: dict[tuple[str, int], Package] = {}
-    with tqdm(total=len(wanted), initial=len(wanted) - len(todo), desc=f"compiling packages for {target.device}",
-              unit="package", disable=not progress) as bar:
+    with tqdm(
+        total=len(wanted),
+        initial=len(wanted) - len(todo),
+        desc=f"compiling packages for {target.device}",
+        unit="package",
+        disable=not progress,
+    ) as bar:
         if jobs <= 1 or len(todo) <= 1:
             compiler = _Compiler(backend, steps, target)
             for call, batch in todo:
@@ -81,14 +94,16 @@ def build_packages(
         else:
             context = multiprocessing.get_context("spawn")  # CUDA cannot be forked
             setup = (checkpoints, str(backend.device), backend.dtype, networks, steps)
-            with ProcessPoolExecutor(min(jobs, len(todo)), mp_context=context, initializer=_start_worker, initargs=setup) as pool:
+            with ProcessPoolExecutor(
+                min(jobs, len(todo)), mp_context=context, initializer=_start_worker, initargs=setup
+            ) as pool:
                 futures = {pool.submit(_compile_in_worker, folder, call, batch): (call, batch) for call, batch in todo}
                 for future in as_completed(futures):
                     built[futures[future]] = future.result()
                     bar.set_postfix_str("{} x{}".format(*futures[future]))
                     bar.update()
     manifest.packages = [kept.get(job) or built[job] for job in wanted]
-    manifest.built_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    manifest.built_at = datetime.now(UTC).isoformat(timespec="seconds")
     (folder / MANIFEST_FILE).write_text(manifest.to_json())
     return manifest
 
@@ -114,7 +129,9 @@ class _Compiler:
             torch._inductor.aoti_compile_and_package(exported, package_path=str(path), inductor_configs=WEIGHTS_OUTSIDE)
             names = torch._inductor.aoti_load_package(str(path)).get_constant_fqns()
         seconds = round(time.perf_counter() - started, 1)
-        return Package(call, batch, path.name, file_sha256(path), seconds, weights_digest(module_tensors(module), names))
+        return Package(
+            call, batch, path.name, file_sha256(path), seconds, weights_digest(module_tensors(module), names)
+        )
 
 
 _WORKER: _Compiler | None = None

@@ -50,15 +50,15 @@ from engine.audio.hubert import OFFICIAL_FILE as HUBERT_FILE
 from engine.audio.hubert import find_official_hubert
 from engine.backends.base import BackendError
 from engine.backends.torch_backend import TorchBackend
-from engine.engine import models_dir
 from engine.buckets import RENDER_BUCKETS, WINDOW_BUCKETS
-from engine.timebase import DEFAULT_STEPS
+from engine.engine import models_dir
 from engine.networks import OFFICIAL_FILENAMES, CheckpointError, write_random_checkpoints
 from engine.plans import graphs
 from engine.plans.graphs import SPECS, GraphSpec
 from engine.plans.libraries import FULL, RTX, TensorRTUnavailable, import_builder, installed_builders
 from engine.plans.manifest import ONNX_DIR, GraphEntry, Manifest, ManifestError, file_sha256, read_manifest
 from engine.plans.targets import GpuInfo, parse_compute_capability, present_gpu
+from engine.timebase import DEFAULT_STEPS
 
 TIMING_CACHE = "timing.cache"
 FP16_SUFFIX = ".fp16"
@@ -78,33 +78,72 @@ def _parser() -> argparse.ArgumentParser:
         description="Export Ditto's networks to ONNX and build TensorRT plans (TensorRT-RTX: on any machine).",
     )
     add = parser.add_argument
-    add("--checkpoints", type=Path,
-        help="the official download (its ditto_pytorch/models) or a folder of the six .pth files")
-    add("--check", type=Path, metavar="PLANS",
-        help="say for each plan under PLANS whether it can run on this machine, and why not; builds nothing")
-    add("--networks", nargs="+", choices=sorted(SPECS),
+    add(
+        "--checkpoints",
+        type=Path,
+        help="the official download (its ditto_pytorch/models) or a folder of the six .pth files",
+    )
+    add(
+        "--check",
+        type=Path,
+        metavar="PLANS",
+        help="say for each plan under PLANS whether it can run on this machine, and why not; builds nothing",
+    )
+    add(
+        "--networks",
+        nargs="+",
+        choices=sorted(SPECS),
         help="graphs to build (default: the six networks; warp_decoder, the merged warp+decode graph, and hubert, "
-        "the published streaming HuBERT as a plan, only when named)")
+        "the published streaming HuBERT as a plan, only when named)",
+    )
     add("--out", type=Path, default=Path("plans"), help="output root (default: plans/)")
     add("--onnx-only", action="store_true", help="export the ONNX graphs only (no TensorRT, no GPU needed)")
-    add("--builder", choices=[*BUILDER_CHOICES, "auto"], default="rtx",
+    add(
+        "--builder",
+        choices=[*BUILDER_CHOICES, "auto"],
+        default="rtx",
         help="rtx: TensorRT-RTX, any machine (default); tensorrt: full TensorRT, on the GPU that runs the plans; "
-        "auto: TensorRT-RTX unless this GPU is one it cannot run on and full TensorRT is installed")
-    add("--arch", nargs="+", type=_arch,
+        "auto: TensorRT-RTX unless this GPU is one it cannot run on and full TensorRT is installed",
+    )
+    add(
+        "--arch",
+        nargs="+",
+        type=_arch,
         help="TensorRT-RTX: the compute capabilities to build for (default: sm_80 sm_86 sm_89 sm_120 sm_121); "
-        "full TensorRT: must be this machine's GPU unless --hardware-compat")
+        "full TensorRT: must be this machine's GPU unless --hardware-compat",
+    )
     add("--hardware-compat", choices=["ampere+"], help="full TensorRT: plans that run on any Ampere-or-newer GPU")
-    add("--grid-sample", choices=sorted(GRID_SAMPLE_OPSETS), default="gather",
-        help="5-D grid sample as standard gathers (default) or as opset 20's GridSample node")
-    add("--random-weights", action="store_true",
-        help="first write deterministic random checkpoints where files are missing (the pictures are not faces)")
+    add(
+        "--grid-sample",
+        choices=sorted(GRID_SAMPLE_OPSETS),
+        default="gather",
+        help="5-D grid sample as standard gathers (default) or as opset 20's GridSample node",
+    )
+    add(
+        "--random-weights",
+        action="store_true",
+        help="first write deterministic random checkpoints where files are missing (the pictures are not faces)",
+    )
     add("--opt-level", type=int, choices=range(6), help="builder optimisation level (default: the builder's)")
-    add("--aot", choices=("auto", "only", "no"), default="auto",
+    add(
+        "--aot",
+        choices=("auto", "only", "no"),
+        default="auto",
         help="the torch backend's ahead-of-time compiled packages for this machine's device (docs/startup.md): "
-        "auto: after the plans, when torch sees a CUDA GPU (default); only: just the packages (a CPU too); no: none")
-    add("--steps", type=int, default=DEFAULT_STEPS, help="DDIM steps the LMDM packages are compiled for (default: %(default)s)")
-    add("--aot-jobs", type=int, help="packages compiled at once, each in a process of its own (default: 3 on a GPU, where the build is "
-        "bound by compilation, not memory; 1 on the CPU; docs/startup.md)")
+        "auto: after the plans, when torch sees a CUDA GPU (default); only: just the packages (a CPU too); no: none",
+    )
+    add(
+        "--steps",
+        type=int,
+        default=DEFAULT_STEPS,
+        help="DDIM steps the LMDM packages are compiled for (default: %(default)s)",
+    )
+    add(
+        "--aot-jobs",
+        type=int,
+        help="packages compiled at once, each in a process of its own (default: 3 on a GPU, where the build is "
+        "bound by compilation, not memory; 1 on the CPU; docs/startup.md)",
+    )
     return parser
 
 
@@ -156,7 +195,11 @@ def _profiles_json(spec: GraphSpec, onnx_path: Path) -> dict[str, list[list[int]
 
 
 def export_all(
-    specs: Sequence[GraphSpec], checkpoints: Path, hashes: dict[str, str], out: Path, grid_sample: str,
+    specs: Sequence[GraphSpec],
+    checkpoints: Path,
+    hashes: dict[str, str],
+    out: Path,
+    grid_sample: str,
     hubert: Path | None,
 ) -> Manifest:
     """Export (or take, for HuBERT) every graph into ``out/onnx``, skipping those whose recipe is unchanged."""
@@ -164,8 +207,11 @@ def export_all(
     onnx_dir.mkdir(parents=True, exist_ok=True)
     previous = _previous(onnx_dir, "onnx")
     manifest = Manifest(
-        kind="onnx", checkpoints_dir=str(checkpoints), build_flags={"grid_sample": grid_sample},
-        graphs=dict(previous), created=now_iso(),
+        kind="onnx",
+        checkpoints_dir=str(checkpoints),
+        build_flags={"grid_sample": grid_sample},
+        graphs=dict(previous),
+        created=now_iso(),
     )
     for i, spec in enumerate(specs, 1):
         start = time.perf_counter()
@@ -191,8 +237,11 @@ def export_all(
             parts = (onnx_dir / "warp_network.onnx", onnx_dir / "decoder.onnx")
             path = merge_warp_decoder(*parts, onnx_dir / wanted.file)
         else:
-            _log(f"{prefix} exporting (opset {settings['opset']}"
-                 + (f", grid sample: {grid_sample}" if settings["grid_sample"] else "") + ") ...")
+            _log(
+                f"{prefix} exporting (opset {settings['opset']}"
+                + (f", grid sample: {grid_sample}" if settings["grid_sample"] else "")
+                + ") ..."
+            )
             path = export_network(spec.name, checkpoints, onnx_dir / wanted.file, grid_sample)
         wanted.sha256 = file_sha256(path)
         wanted.profiles = _profiles_json(spec, path)
@@ -221,9 +270,12 @@ def derive_fp16(specs: Sequence[GraphSpec], onnx: Manifest, out: Path, checkpoin
         prefix = f"[fp16 {i}/{len(wanted_specs)}] {spec.name}:"
         source = onnx.graphs[spec.name]
         settings = {
-            "derived_from": source.sha256, "converter_sha256": converter_sha256(),
-            "fp32_scopes": list(spec.fp32_scopes), "fp16_scopes": list(spec.fp16_scopes),
-            "half_io": list(spec.half_io), "tolerance": FP16_TOLERANCE,
+            "derived_from": source.sha256,
+            "converter_sha256": converter_sha256(),
+            "fp32_scopes": list(spec.fp32_scopes),
+            "fp16_scopes": list(spec.fp16_scopes),
+            "half_io": list(spec.half_io),
+            "tolerance": FP16_TOLERANCE,
         }
         wanted = GraphEntry(f"{spec.name}{FP16_SUFFIX}.onnx", "", source.checkpoints, "fp16", {}, settings)
         key = spec.name + FP16_SUFFIX
@@ -248,8 +300,10 @@ def derive_fp16(specs: Sequence[GraphSpec], onnx: Manifest, out: Path, checkpoin
         wanted.built_at, wanted.seconds = now_iso(), round(time.perf_counter() - start, 2)
         onnx.graphs[key] = wanted
         write_manifest(onnx_dir, onnx)
-        _log(f"{prefix} wrote {path} ({path.stat().st_size / 1e6:.1f} MB), relative error {summary} "
-             f"(tolerance {FP16_TOLERANCE:.0e}), {wanted.seconds:.1f} s")
+        _log(
+            f"{prefix} wrote {path} ({path.stat().st_size / 1e6:.1f} MB), relative error {summary} "
+            f"(tolerance {FP16_TOLERANCE:.0e}), {wanted.seconds:.1f} s"
+        )
     return onnx
 
 
@@ -259,7 +313,11 @@ def plan_source(spec: GraphSpec, onnx: Manifest) -> GraphEntry:
 
 
 def build_all(
-    specs: Sequence[GraphSpec], onnx: Manifest, out: Path, options: BuildOptions, grid_sample: str,
+    specs: Sequence[GraphSpec],
+    onnx: Manifest,
+    out: Path,
+    options: BuildOptions,
+    grid_sample: str,
     gpu: GpuInfo | None,
 ) -> Path:
     """Build a plan per graph into its plan directory under ``out``, skipping those whose recipe is unchanged."""
@@ -269,10 +327,16 @@ def build_all(
     plan_dir.mkdir(parents=True, exist_ok=True)
     previous = _previous(plan_dir, "plans")
     manifest = Manifest(
-        kind="plans", checkpoints_dir=onnx.checkpoints_dir, builder=options.builder, builder_version=version,
-        compute_capabilities=list(options.targets), gpu_name=gpu.name if options.builder == FULL and gpu else None,
-        hardware_compat=options.hardware_compat, build_flags={**options.flags(), "grid_sample": grid_sample},
-        graphs=dict(previous), created=now_iso(),
+        kind="plans",
+        checkpoints_dir=onnx.checkpoints_dir,
+        builder=options.builder,
+        builder_version=version,
+        compute_capabilities=list(options.targets),
+        gpu_name=gpu.name if options.builder == FULL and gpu else None,
+        hardware_compat=options.hardware_compat,
+        build_flags={**options.flags(), "grid_sample": grid_sample},
+        graphs=dict(previous),
+        created=now_iso(),
     )
     onnx_dir = out / ONNX_DIR
     timing_cache = plan_dir / TIMING_CACHE if options.builder == FULL else None
@@ -368,7 +432,9 @@ def run(args: argparse.Namespace) -> int:
     if "warp_decoder" in names:  # composed from these two graphs, which are exported (and built) first
         names = ["warp_network", "decoder"] + [n for n in names if n not in ("warp_network", "decoder")]
     if "hubert" in names and hubert is None:
-        raise CheckpointError(f"hubert: no {checkpoints.parent}/aux_models/{HUBERT_FILE} (the published streaming HuBERT)")
+        raise CheckpointError(
+            f"hubert: no {checkpoints.parent}/aux_models/{HUBERT_FILE} (the published streaming HuBERT)"
+        )
     specs = [SPECS[n] for n in names]
     hashes = _checkpoint_hashes(specs, checkpoints)
     onnx = export_all(specs, checkpoints, hashes, args.out, args.grid_sample, hubert)
@@ -394,8 +460,10 @@ def build_aot(checkpoints: Path, out: Path, steps: int, jobs: int | None = None)
     manifest = build_packages(backend, checkpoints, out, steps, WINDOW_BUCKETS, RENDER_BUCKETS, jobs=jobs)
     built = sum(p.seconds for p in manifest.packages)
     _log(
-        f"done: {len(manifest.packages)} compiled packages for {manifest.target.device} in {out / manifest.target.folder()} "
-        f"({time.perf_counter() - started:.0f} s; {built:.0f} s of it compiling); the torch backend uses them with plans={out}"
+        f"done: {len(manifest.packages)} compiled packages for {manifest.target.device} in "
+        f"{out / manifest.target.folder()} "
+        f"({time.perf_counter() - started:.0f} s; {built:.0f} s of it compiling); the torch backend uses them with "
+        f"plans={out}"
     )
 
 

@@ -108,8 +108,7 @@ def load_graph_networks(spec: GraphSpec, checkpoints_dir: str | Path) -> dict[st
     """The fp32 CPU modules a graph is made of, loaded from the official files with BatchNorm folded."""
     directory = Path(checkpoints_dir)
     return {
-        name: load_network(name, directory / OFFICIAL_FILENAMES[name], fold_batchnorm=True)
-        for name in spec.checkpoints
+        name: load_network(name, directory / OFFICIAL_FILENAMES[name], fold_batchnorm=True) for name in spec.checkpoints
     }
 
 
@@ -227,9 +226,7 @@ def export_graph(
     return _check_and_move(spec, tmp, path)
 
 
-def export_network(
-    spec_name: str, checkpoints_dir: str | Path, path: str | Path, grid_sample: str = "gather"
-) -> Path:
+def export_network(spec_name: str, checkpoints_dir: str | Path, path: str | Path, grid_sample: str = "gather") -> Path:
     """Load the graph's checkpoints from ``checkpoints_dir`` and export it to ``path``."""
     spec = SPECS[spec_name]
     return export_graph(spec, load_graph_networks(spec, checkpoints_dir), path, grid_sample)

@@ -30,9 +30,25 @@ NORMALIZATIONS = frozenset({"InstanceNormalization", "LayerNormalization", "Grou
 # Ops that only move or select values; they compute nothing, so they take their input's type.
 MOVEMENT = frozenset(
     {
-        "Reshape", "Transpose", "Concat", "Gather", "GatherElements", "GatherND", "Slice", "Split",
-        "Squeeze", "Unsqueeze", "Flatten", "Expand", "Tile", "Identity", "DepthToSpace",
-        "SpaceToDepth", "Pad", "Where", "Cast",
+        "Reshape",
+        "Transpose",
+        "Concat",
+        "Gather",
+        "GatherElements",
+        "GatherND",
+        "Slice",
+        "Split",
+        "Squeeze",
+        "Unsqueeze",
+        "Flatten",
+        "Expand",
+        "Tile",
+        "Identity",
+        "DepthToSpace",
+        "SpaceToDepth",
+        "Pad",
+        "Where",
+        "Cast",
     }
 )
 # Inputs that keep their own float type whatever the node computes in (ONNX requires float32 scales).

@@ -6,7 +6,7 @@ import json
 import os
 from collections.abc import Iterable
 from dataclasses import asdict
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from engine.plans.libraries import RTX
@@ -15,7 +15,7 @@ from engine.plans.manifest import MANIFEST_FILE, Manifest
 
 def now_iso() -> str:
     """The current UTC time, to the second, as ISO 8601."""
-    return datetime.now(timezone.utc).replace(microsecond=0).isoformat()
+    return datetime.now(UTC).replace(microsecond=0).isoformat()
 
 
 def plan_dir_name(

@@ -16,11 +16,11 @@ import torch
 
 from compile.export import GraphModule, example_inputs, load_graph_networks, symbol_sizes
 from compile.onnx_parity import FP16_TOLERANCE
-from engine.plans.graphs import SPECS
 from engine.backends.base import BackendError
 from engine.backends.tensorrt_backend import TensorRTBackend
 from engine.engine import models_dir
 from engine.networks import CheckpointError
+from engine.plans.graphs import SPECS
 
 # Relative error allowed per plan precision (fp32 plans are built without TF32); an fp16 plan is held
 # to what its FP16 graph met in onnxruntime before it was built.
@@ -70,8 +70,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             for output, error in compare_graph(backend, graph, checkpoints, batch, args.seed).items():
                 ok = error <= tolerance
                 failed |= not ok
-                print(f"{graph:22s} {output:12s} batch {batch}  rel err {error:.2e}  (tolerance {tolerance:.0e})  "
-                      + ("ok" if ok else "OVER"), flush=True)
+                print(
+                    f"{graph:22s} {output:12s} batch {batch}  rel err {error:.2e}  (tolerance {tolerance:.0e})  "
+                    + ("ok" if ok else "OVER"),
+                    flush=True,
+                )
     except (BackendError, CheckpointError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -75,7 +75,10 @@ def check_directory(directory: Path, gpu: GpuInfo | None, installed: Mapping[str
         return [f"{directory}: {exc}"], False
     if manifest.kind != "plans":
         build = rebuild_command(manifest, out=directory.parent)
-        return [f"{directory}: holds ONNX graphs, not plans; build plans from them: {build}, then --check {directory.parent}"], False
+        return [
+            f"{directory}: holds ONNX graphs, not plans; build plans from them: {build}, then --check "
+            f"{directory.parent}"
+        ], False
     title = BUILDER_TITLES[manifest.builder or FULL]
     targets = describe_all(manifest.compute_capabilities) if manifest.compute_capabilities else "an unrecorded GPU"
     lines = [f"{directory}: {title} {manifest.builder_version} plans for {targets}; built {manifest.created}"]

@@ -1,4 +1,5 @@
-"""Where the engine keeps what it makes once and reuses: the random stand-in weights, torch.compile's cache, the demo avatar."""
+"""Where the engine keeps what it makes once and reuses: the random stand-in weights, torch.compile's cache, the demo
+avatar."""
 
 from __future__ import annotations
 

@@ -16,7 +16,7 @@ import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Union
+from typing import Any
 
 import numpy as np
 import torch
@@ -43,12 +43,22 @@ MAX_TABLE_VALUE = 1e6
 inside float32, which the tables become on the device (a larger value turns to inf there and renders NaN)."""
 FADE_TARGETS = ("source", "first")
 WINDOW_CONTROLS = ("emotion", "fix_kp_cond", "fix_kp_cond_dims")
-STITCH_CONTROLS = ("pitch", "yaw", "roll", "pitch_scale", "yaw_scale", "roll_scale", "expression", "vad_alpha", "clip_range")
+STITCH_CONTROLS = (
+    "pitch",
+    "yaw",
+    "roll",
+    "pitch_scale",
+    "yaw_scale",
+    "roll_scale",
+    "expression",
+    "vad_alpha",
+    "clip_range",
+)
 BLINK_CONTROLS = ("blink", "blink_gaps", "blink_table")
 FADE_CONTROLS = ("fade_in", "fade_out", "fade_target", "fade_keys")
 
-Label = Union[int, str]
-EmotionSpec = Union[Label, tuple[Label, ...], tuple[tuple[Label, ...], ...], tuple[tuple[float, ...], ...]]
+Label = int | str
+EmotionSpec = Label | tuple[Label, ...] | tuple[tuple[Label, ...], ...] | tuple[tuple[float, ...], ...]
 
 
 class ControlError(ValueError):
@@ -100,7 +110,8 @@ class Controls:
     fix_kp_cond: int = 0
     """Every n-th window is conditioned on the avatar's own motion instead of the last frame (``fix_kp_cond``)."""
     fix_kp_cond_dims: tuple[int, int] | None = None
-    """With ``fix_kp_cond``: motion dims [start, stop) kept from the last frame on those windows (``fix_kp_cond_dim``)."""
+    """With ``fix_kp_cond``: motion dims [start, stop) kept from the last frame on those windows
+    (``fix_kp_cond_dim``)."""
 
     def __post_init__(self) -> None:
         for field in dataclasses.fields(self):
@@ -175,7 +186,9 @@ def _unit(name: str, value: Any) -> float:
 
 def _count(name: str, value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not 0 <= value <= MAX_FRAMES:
-        raise ControlError(f"{name} must be a whole number of frames in [0, {MAX_FRAMES}] (an hour at 25 fps), got {_shown(value)}")
+        raise ControlError(
+            f"{name} must be a whole number of frames in [0, {MAX_FRAMES}] (an hour at 25 fps), got {_shown(value)}"
+        )
     return int(value)
 
 
@@ -243,7 +256,11 @@ def _expression(name: str, value: Any) -> tuple[float, ...] | None:
 
 
 def _blink_table(name: str, value: Any) -> tuple[tuple[float, ...], ...] | None:
-    return None if value is None else _matrix(name, value, EXPRESSION_DIM, MAX_BLINK_ROWS, f"a (K,{EXPRESSION_DIM}) table, K ≥ 1")
+    return (
+        None
+        if value is None
+        else _matrix(name, value, EXPRESSION_DIM, MAX_BLINK_ROWS, f"a (K,{EXPRESSION_DIM}) table, K ≥ 1")
+    )
 
 
 def _clip_range(name: str, value: Any) -> tuple[tuple[float, ...], tuple[float, ...]] | None:
@@ -262,7 +279,10 @@ def _clip_range(name: str, value: Any) -> tuple[tuple[float, ...], tuple[float, 
 def _blink_gaps(name: str, value: Any) -> int | tuple[int, ...]:
     if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
         if value < 0:
-            raise ControlError(f"{name} must be 0 (random 60–100 frames), a gap > 0 or a list of gaps; to stop blinking set blink to false")
+            raise ControlError(
+                f"{name} must be 0 (random 60–100 frames), a gap > 0 or a list of gaps; to stop blinking set blink to "
+                "false"
+            )
         if value > MAX_FRAMES:
             raise ControlError(f"{name} must be at most {MAX_FRAMES} frames (an hour at 25 fps), got {_shown(value)}")
         return int(value)
@@ -286,7 +306,9 @@ def _fade_keys(name: str, value: Any) -> tuple[str, ...]:
     sized = isinstance(value, Sequence) and len(value) <= len(MOTION_KEYS)
     keys = (value,) if isinstance(value, str) else tuple(value) if sized else None
     if not keys or any(not isinstance(k, str) or k not in MOTION_KEYS for k in keys) or len(set(keys)) != len(keys):
-        raise ControlError(f"{name} must list distinct motion parts among {', '.join(MOTION_KEYS)}, got {_shown(value)}")
+        raise ControlError(
+            f"{name} must list distinct motion parts among {', '.join(MOTION_KEYS)}, got {_shown(value)}"
+        )
     return keys
 
 
@@ -295,14 +317,19 @@ def _kp_dims(name: str, value: Any) -> tuple[int, int] | None:
         return None
     if isinstance(value, Sequence) and not isinstance(value, str) and len(value) == 2:
         start, stop = value
-        if all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in (start, stop)) and 0 <= start < stop <= MOTION_DIM:
+        if (
+            all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in (start, stop))
+            and 0 <= start < stop <= MOTION_DIM
+        ):
             return int(start), int(stop)
     raise ControlError(f"{name} must be [start, stop) with 0 ≤ start < stop ≤ {MOTION_DIM}, got {_shown(value)}")
 
 
 def _label(name: str, value: Any) -> Label:
     try:
-        index = emotion_index(value.lower() if isinstance(value, str) else int(value) if isinstance(value, np.integer) else value)
+        index = emotion_index(
+            value.lower() if isinstance(value, str) else int(value) if isinstance(value, np.integer) else value
+        )
     except ValueError as exc:
         raise ControlError(f"{name}: {exc}") from exc
     return EMOTIONS[index] if isinstance(value, str) else index
@@ -315,15 +342,22 @@ def _emotion(name: str, value: Any) -> EmotionSpec:
     if isinstance(value, (str, int, np.integer)) and not isinstance(value, bool):
         return _label(name, value)
     if not isinstance(value, Sequence) or not value:
-        raise ControlError(f"{name} must be a name ({', '.join(EMOTIONS)}), an index 0..7, or a non-empty list, got {_shown(value)}")
+        raise ControlError(
+            f"{name} must be a name ({', '.join(EMOTIONS)}), an index 0..7, or a non-empty list, got {_shown(value)}"
+        )
     if len(value) > MAX_EMOTION_ROWS:
-        raise ControlError(f"{name} holds {len(value)} rows; at most {MAX_EMOTION_ROWS} (a table row or label set per frame, cycled)")
+        raise ControlError(
+            f"{name} holds {len(value)} rows; at most {MAX_EMOTION_ROWS} (a table row or label set per frame, cycled)"
+        )
     rows = list(value)
     if all(isinstance(row, Sequence) and not isinstance(row, str) for row in rows):
         if all(len(row) == EMOTION_DIM for row in rows):
             return _matrix(name, rows, EMOTION_DIM, MAX_EMOTION_ROWS, table)
         if any(len(row) == EMOTION_DIM for row in rows):
-            raise ControlError(f"{name}: rows of {EMOTION_DIM} values are a probability table and shorter rows label sets; do not mix them")
+            raise ControlError(
+                f"{name}: rows of {EMOTION_DIM} values are a probability table and shorter rows label sets; do not "
+                "mix them"
+            )
         return tuple(_label_set(name, row) for row in rows)
     return _label_set(name, rows)
 
@@ -383,7 +417,9 @@ def check_changes(changes: Any) -> dict[str, Any]:
 def stitch_controls(controls: Controls, device: torch.device | str | None = None) -> StitchControls:
     """The frame controls as the stitcher's device-side values."""
     exp = None if controls.expression is None else torch.tensor(controls.expression, dtype=torch.float32, device=device)
-    clip = None if controls.clip_range is None else torch.tensor(controls.clip_range, dtype=torch.float32, device=device)
+    clip = (
+        None if controls.clip_range is None else torch.tensor(controls.clip_range, dtype=torch.float32, device=device)
+    )
     return StitchControls(
         pose_offset=(controls.pitch, controls.yaw, controls.roll),
         pose_scale=(controls.pitch_scale, controls.yaw_scale, controls.roll_scale),

@@ -55,7 +55,9 @@ class Engine:
     place GPU work is launched from.
     """
 
-    def __init__(self, backend: Backend, hubert, steps: int = DEFAULT_STEPS, default_controls: Controls | None = None) -> None:
+    def __init__(
+        self, backend: Backend, hubert, steps: int = DEFAULT_STEPS, default_controls: Controls | None = None
+    ) -> None:
         self.backend = backend
         self.default_controls = default_controls or Controls()
         self.device = backend.device
@@ -66,7 +68,9 @@ class Engine:
         self._step_noise: dict[int, torch.Tensor] = {}
         with torch.inference_mode():
             silence = torch.zeros(1, CHUNK_SAMPLES)
-            self.silence_feature = valid_features(hubert.encode_batch(silence)).reshape(-1, 1024)[0].to(self.device).float()
+            self.silence_feature = (
+                valid_features(hubert.encode_batch(silence)).reshape(-1, 1024)[0].to(self.device).float()
+            )
 
     @classmethod
     def from_checkpoints(
@@ -99,7 +103,9 @@ class Engine:
             from engine.backends.tensorrt_backend import TensorRTBackend
 
             if plans is None:
-                raise BackendError("the tensorrt backend needs --plans DIR (build them with python -m compile.build_plans)")
+                raise BackendError(
+                    "the tensorrt backend needs --plans DIR (build them with python -m compile.build_plans)"
+                )
             nets = TensorRTBackend(plans, checkpoints=folder, device=device)
         else:
             raise BackendError(f"unknown backend {backend!r}: choose torch, tensorrt or auto")
@@ -107,7 +113,8 @@ class Engine:
         return cls(nets, hubert_runner(checkpoints, device), steps=steps, default_controls=defaults)
 
     def step_noise(self, seed: int) -> torch.Tensor:
-        """The per-step DDIM noise (S−1,1,80,265) of ``seed``, drawn once and reused for every window (as the reference does)."""
+        """The per-step DDIM noise (S−1,1,80,265) of ``seed``, drawn once and reused for every window (as the reference
+        does)."""
         if seed not in self._step_noise:
             self._step_noise[seed] = DDIMSampler(self.steps, seed=seed, device=self.device).step_noise
         return self._step_noise[seed]
@@ -123,7 +130,9 @@ class Engine:
                 (SEQ_FRAMES, MOTION_DIM),
                 lambda cond: self.backend.lmdm_prepare(cond, times),
             )
-        return BucketedSampler(self.schedule, denoiser_step(self.backend.lmdm), self.cond_width, (SEQ_FRAMES, MOTION_DIM))
+        return BucketedSampler(
+            self.schedule, denoiser_step(self.backend.lmdm), self.cond_width, (SEQ_FRAMES, MOTION_DIM)
+        )
 
 
 def hubert_runner(checkpoints: str | Path | None, device: torch.device):

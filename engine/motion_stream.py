@@ -86,7 +86,8 @@ class MotionStream:
         self.samples_in += samples.size
 
     def end(self) -> None:
-        """End of stream: the remaining audio becomes the last chunks, so that ceil(samples / 640) frames come out in all."""
+        """End of stream: the remaining audio becomes the last chunks, so that ceil(samples / 640) frames come out in
+        all."""
         self.ended = True
 
     def take_chunks(self, limit: int) -> tuple[np.ndarray, int]:
@@ -100,7 +101,9 @@ class MotionStream:
     @property
     def audio_pending(self) -> bool:
         """Whether committed audio still waits for encoding (a complete chunk, or the final ones after ``end``)."""
-        return self.chunker.complete_chunks > 0 or (self.ended and self.chunker.samples_pushed > self.chunker.frames_emitted * SAMPLES_PER_FRAME)
+        return self.chunker.complete_chunks > 0 or (
+            self.ended and self.chunker.samples_pushed > self.chunker.frames_emitted * SAMPLES_PER_FRAME
+        )
 
     def samples_for_frames(self, total: int) -> int:
         """Samples still to commit before ``total`` frames in all can come out of a stream that goes on (0: none).
@@ -141,15 +144,20 @@ class MotionStream:
             self._features = torch.cat([self._features, features.to(self.device, torch.float32)])
 
     def window_request(self) -> WindowRequest | None:
-        """The next window's inputs when the features cover it (at most one at a time: it conditions on the previous)."""
+        """The next window's inputs when the features cover it (at most one at a time: it conditions on the
+        previous)."""
         ended = self.ended and not self.audio_pending
         plan = self.windows.plan(self.features_available, ended)
         if plan is None:
             return None
         features = self._window_features(plan.start)
         cond = self._conditions(features[None], plan.start)[0]
-        noise = torch.randn(self.windows.seq_frames, self.windows.cond_frame.shape[0], generator=self._generator, device=self.device)
-        cond_frame = kp_cond_frame(self.windows.cond_frame, self._source, self.windows.windows_done, self.fix_kp_cond, self.fix_kp_cond_dims)
+        noise = torch.randn(
+            self.windows.seq_frames, self.windows.cond_frame.shape[0], generator=self._generator, device=self.device
+        )
+        cond_frame = kp_cond_frame(
+            self.windows.cond_frame, self._source, self.windows.windows_done, self.fix_kp_cond, self.fix_kp_cond_dims
+        )
         return WindowRequest(plan, cond_frame, cond, noise, self._step_noise[:, 0])
 
     def complete(self, window: torch.Tensor) -> torch.Tensor:
@@ -195,7 +203,9 @@ class MotionStream:
         if count == 0:
             return self._silence.expand(length, -1)
         first = start - self._offset
-        if first >= 0 and first + length <= count:  # all received (so all real: the offset is never negative): a plain slice
+        if (
+            first >= 0 and first + length <= count
+        ):  # all received (so all real: the offset is never negative): a plain slice
             return self._features[first : first + length]
         frames = torch.arange(start, start + length, device=self.device)
         rows = self._features[(frames - self._offset).clamp(0, count - 1)]

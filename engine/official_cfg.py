@@ -60,18 +60,29 @@ class CfgError(ValueError):
 
 
 class _Dtype:
-    """A numeric dtype named by a pickle, checked before numpy sees it (a crafted dtype state can read bytes as pointers)."""
+    """A numeric dtype named by a pickle, checked before numpy sees it (a crafted dtype state can read bytes as
+    pointers)."""
 
     def __init__(self, name: Any, align: Any = False, copy: Any = True) -> None:
         if not isinstance(name, str) or name not in NUMERIC_DTYPES:
-            raise CfgError(f"the cfg holds an array of dtype {name!r}; only numbers are read ({', '.join(sorted(NUMERIC_DTYPES))})")
+            raise CfgError(
+                f"the cfg holds an array of dtype {name!r}; only numbers are read ({', '.join(sorted(NUMERIC_DTYPES))})"
+            )
         self.name = name
         self.order: str | None = None
 
     def __setstate__(self, state: Any) -> None:
         """numpy's dtype state: (version, byte order, subarray, names, fields, ...); only plain numbers are accepted."""
-        if not isinstance(state, tuple) or len(state) < 5 or state[1] not in _BYTE_ORDERS or any(part is not None for part in state[2:5]):
-            raise CfgError(f"the cfg holds a {self.name} dtype with a subarray, fields or a bad byte order; only plain numbers are read")
+        if (
+            not isinstance(state, tuple)
+            or len(state) < 5
+            or state[1] not in _BYTE_ORDERS
+            or any(part is not None for part in state[2:5])
+        ):
+            raise CfgError(
+                f"the cfg holds a {self.name} dtype with a subarray, fields or a bad byte order; only plain numbers "
+                "are read"
+            )
         self.order = state[1]
 
     def numpy(self) -> np.dtype:
@@ -123,7 +134,9 @@ class _PlainData(pickle.Unpickler):
     def find_class(self, module: str, name: str) -> Any:
         target = self.globals.get((module, name))
         if target is None:
-            raise CfgError(f"the cfg refers to {module}.{name}, which is not plain data (dicts, lists, numpy arrays); not loaded")
+            raise CfgError(
+                f"the cfg refers to {module}.{name}, which is not plain data (dicts, lists, numpy arrays); not loaded"
+            )
         return target
 
     def spend(self, size: int) -> None:
@@ -140,7 +153,8 @@ class _PlainData(pickle.Unpickler):
         return text.encode("latin1")
 
     def reconstruct(self, cls: Any, shape: Any = (0,), typecode: Any = b"b") -> _Array:
-        """The empty array ``numpy._core.multiarray._reconstruct`` makes; its state fills it (``_Array.__setstate__``)."""
+        """The empty array ``numpy._core.multiarray._reconstruct`` makes; its state fills it
+        (``_Array.__setstate__``)."""
         if cls is not _NDARRAY:
             raise CfgError("the cfg rebuilds an array of a class other than numpy.ndarray; not loaded")
         return _Array(self)
@@ -162,7 +176,9 @@ class _PlainData(pickle.Unpickler):
             raise CfgError(f"the cfg holds an array of shape {shape!r}; a shape is up to {MAX_DIMS} sizes ≥ 0")
         size = kind.itemsize * math.prod(shape)
         if size > MAX_ARRAY_BYTES:
-            raise CfgError(f"the cfg holds a {shape} {kind} array of {size} bytes, over the limit of {MAX_ARRAY_BYTES >> 20} MB")
+            raise CfgError(
+                f"the cfg holds a {shape} {kind} array of {size} bytes, over the limit of {MAX_ARRAY_BYTES >> 20} MB"
+            )
         if not isinstance(raw, (bytes, bytearray)) or len(raw) != size:
             raise CfgError(f"the cfg holds a {shape} {kind} array whose data is not {size} bytes; not loaded")
         self.spend(size)
@@ -186,7 +202,9 @@ def _plain(value: Any, depth: int, count: list[int]) -> Any:
         return {_plain(k, depth + 1, count): _plain(v, depth + 1, count) for k, v in value.items()}
     if type(value) in (list, tuple):
         return type(value)(_plain(v, depth + 1, count) for v in value)
-    raise CfgError(f"the cfg holds a {type(value).__name__}, which is not plain data (dicts, lists, numbers, strings, arrays)")
+    raise CfgError(
+        f"the cfg holds a {type(value).__name__}, which is not plain data (dicts, lists, numbers, strings, arrays)"
+    )
 
 
 def read_cfg(path: str | Path) -> dict[str, Any]:
@@ -194,7 +212,9 @@ def read_cfg(path: str | Path) -> dict[str, Any]:
     try:
         size = Path(path).stat().st_size
         if size > MAX_CFG_BYTES:
-            raise CfgError(f"the cfg {path} is {size >> 20} MB, over the limit of {MAX_CFG_BYTES >> 20} MB; not a Ditto cfg")
+            raise CfgError(
+                f"the cfg {path} is {size >> 20} MB, over the limit of {MAX_CFG_BYTES >> 20} MB; not a Ditto cfg"
+            )
         data = _plain(_PlainData(Path(path).read_bytes()).load(), 0, [0])
     except CfgError:
         raise
@@ -231,7 +251,9 @@ def cfg_controls(default_kwargs: Mapping[str, Any], base: Controls | None = None
     if isinstance(fade, str) and fade in FADE_TYPES:
         changes["fade_target"] = FADE_TYPES[fade]
     elif fade is not None and not isinstance(fade, str):
-        log.warning("the official cfg's fade_type is left out: %s is not one of %s", _shown(fade), ", ".join(FADE_TYPES))
+        log.warning(
+            "the official cfg's fade_type is left out: %s is not one of %s", _shown(fade), ", ".join(FADE_TYPES)
+        )
     if default_kwargs.get("fade_out_keys") is not None:
         changes["fade_keys"] = default_kwargs["fade_out_keys"]
     if default_kwargs.get("v_min_max_for_clip") is not None:

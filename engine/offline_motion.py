@@ -55,8 +55,13 @@ def offline_motion(
     windows = len(window_starts(table.shape[0], overlap))
     with tqdm(total=windows, desc="motion", unit="window", disable=not progress) as bar:
         return sample_offline(
-            table, source_motion.to(table.device, torch.float32), overlap, sample,
-            on_window=bar.update, fix_kp_cond=fix_kp_cond, fix_kp_cond_dims=fix_kp_cond_dims,
+            table,
+            source_motion.to(table.device, torch.float32),
+            overlap,
+            sample,
+            on_window=bar.update,
+            fix_kp_cond=fix_kp_cond,
+            fix_kp_cond_dims=fix_kp_cond_dims,
         )
 
 
@@ -71,7 +76,9 @@ class PrecomputedMotion:
     def __init__(self, motion: torch.Tensor) -> None:
         """``motion`` (N,265), N >= 1, on the avatar's device."""
         if motion.ndim != 2 or motion.shape[1] != MOTION_DIM or motion.shape[0] == 0:
-            raise ValueError(f"precomputed motion must be (N,{MOTION_DIM}) with N >= 1, got shape {tuple(motion.shape)}")
+            raise ValueError(
+                f"precomputed motion must be (N,{MOTION_DIM}) with N >= 1, got shape {tuple(motion.shape)}"
+            )
         self._motion = motion
         self.anchor = motion[0]
         self.samples_in = 0

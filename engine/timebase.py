@@ -14,7 +14,8 @@ HOP_FRAMES = 5
 SEQ_FRAMES = 80
 """Frames in one motion-diffusion window (LMDM): the length the network was trained on."""
 DEFAULT_STEPS = 25
-"""DDIM steps per window unless asked otherwise (the reference's own default is 50; ``bench.steps`` compares the two)."""
+"""DDIM steps per window unless asked otherwise (the reference's own default is 50; ``bench.steps`` compares the
+two)."""
 MIN_INPUT_RATE = 8_000
 """The lowest sample rate accepted from a client or a file (telephone audio)."""
 MAX_INPUT_RATE = 192_000

@@ -89,8 +89,13 @@ def bot_app(service: str, avatar: str, token: str | None, size: tuple[int, int])
         transport = SmallWebRTCTransport(
             webrtc_connection=connection,
             params=TransportParams(
-                audio_in_enabled=True, audio_out_enabled=True, video_out_enabled=True, video_out_is_live=True,
-                video_out_width=size[0], video_out_height=size[1], video_out_framerate=25,
+                audio_in_enabled=True,
+                audio_out_enabled=True,
+                video_out_enabled=True,
+                video_out_is_live=True,
+                video_out_width=size[0],
+                video_out_height=size[1],
+                video_out_framerate=25,
             ),
         )
         video = DittoVideoService(url=service, avatar=avatar, token=token)

@@ -37,7 +37,8 @@ def metric(metrics: Metrics, name: str, **labels: str) -> float | None:
 
 
 def run_keeping_server_log(measure, args, prefix: str) -> dict:
-    """``asyncio.run(measure(args, folder))`` in a temporary folder; the server's log there is kept beside ``args.out``."""
+    """``asyncio.run(measure(args, folder))`` in a temporary folder; the server's log there is kept beside
+    ``args.out``."""
     with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
         try:
             return asyncio.run(measure(args, Path(tmp)))
@@ -76,7 +77,8 @@ class LiveServer:
             return None
 
     def wait_ready(self, timeout: float) -> Metrics:
-        """Wait until /metrics answers (the runtime is warm and the sessions are open); RuntimeError if the process dies."""
+        """Wait until /metrics answers (the runtime is warm and the sessions are open); RuntimeError if the process
+        dies."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:

@@ -56,8 +56,11 @@ class Utterance:
     marker_offsets: tuple[int, ...]
 
 
-def utterance(speech: np.ndarray, rate: int, first_number: int, seconds: float, chunk: int, shift: float = 0.0) -> Utterance:
-    """``seconds`` of quiet ``speech`` with a marker at its start and one ``shift`` s after its middle, on ``chunk`` boundaries.
+def utterance(
+    speech: np.ndarray, rate: int, first_number: int, seconds: float, chunk: int, shift: float = 0.0
+) -> Utterance:
+    """``seconds`` of quiet ``speech`` with a marker at its start and one ``shift`` s after its middle, on ``chunk``
+    boundaries.
 
     The first marker is pushed into an idle session (nothing pushed before it), the second in
     continuous speech (``shift`` moves it within the model's 200 ms hop); markers start on chunk
@@ -67,7 +70,9 @@ def utterance(speech: np.ndarray, rate: int, first_number: int, seconds: float, 
     middle = round((total / 2 + shift * rate) / chunk) * chunk
     room = (BURST_BASE + (CODES - 1) * BURST_STEP + QUIET) * rate
     if middle < room or total - middle < room:
-        raise ValueError(f"{seconds} s is too short for markers at 0 and {middle / rate:.2f} s (each needs {room / rate:.2f} s)")
+        raise ValueError(
+            f"{seconds} s is too short for markers at 0 and {middle / rate:.2f} s (each needs {room / rate:.2f} s)"
+        )
     peak = float(np.max(np.abs(speech))) or 1.0
     quiet = np.resize(speech * (SPEECH_PEAK / peak), total).astype(np.float32)
     offsets = (0, middle)
@@ -122,7 +127,9 @@ class OnsetDetector:
 def find_onsets(samples: np.ndarray, rate: int, start: float = 0.0) -> list[Onset]:
     """Every marker burst in one block of samples (a whole recording)."""
     detector = OnsetDetector(rate)
-    return detector.feed(samples, start) + detector.feed(np.zeros(math.ceil(QUIET * rate) + 1, np.float32), start + samples.size / rate)
+    return detector.feed(samples, start) + detector.feed(
+        np.zeros(math.ceil(QUIET * rate) + 1, np.float32), start + samples.size / rate
+    )
 
 
 def pair(onsets: Iterable[Onset], pushed: Sequence[float], arrived: Sequence[float]) -> list[int | None]:
@@ -143,4 +150,3 @@ def pair(onsets: Iterable[Onset], pushed: Sequence[float], arrived: Sequence[flo
         if match is not None:
             next_marker = match + 1
     return result
-

@@ -41,7 +41,9 @@ def find_nginx(bundle: Path = BUNDLE) -> NginxInstall:
         return NginxInstall(binary, SYSTEM_MODULE)
     if (bundle / "usr/sbin/nginx").exists() and (bundle / MODULE_IN_ROOT).exists():
         libraries = ":".join(str(bundle / d) for d in LIBRARY_DIRS)
-        return NginxInstall(bundle / "usr/sbin/nginx", bundle / MODULE_IN_ROOT, {"LD_LIBRARY_PATH": libraries}, f"bundle {bundle}")
+        return NginxInstall(
+            bundle / "usr/sbin/nginx", bundle / MODULE_IN_ROOT, {"LD_LIBRARY_PATH": libraries}, f"bundle {bundle}"
+        )
     raise FileNotFoundError(
         "nginx with the RTMP module was not found: apt-get install nginx libnginx-mod-rtmp, "
         f"or run bench/glass_bundle.sh here and carry .carry/glass (looked in {bundle})"
@@ -108,7 +110,15 @@ rtmp {{
     def start(self) -> NginxRtmp:
         """Start the server and wait until it listens."""
         self.process = subprocess.Popen(
-            [str(self.install.binary), "-p", str(self.directory), "-e", str(self.directory / "logs" / "error.log"), "-c", "nginx.conf"],
+            [
+                str(self.install.binary),
+                "-p",
+                str(self.directory),
+                "-e",
+                str(self.directory / "logs" / "error.log"),
+                "-c",
+                "nginx.conf",
+            ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
             start_new_session=True,

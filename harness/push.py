@@ -39,7 +39,8 @@ class Pusher:
                 self.errors.append(message.data)
 
     async def play(self, samples: np.ndarray, marks: Sequence[int] = ()) -> list[float]:
-        """Send ``samples`` (float, mono) chunk by chunk at real-time deadlines; the send time of each chunk starting at a mark."""
+        """Send ``samples`` (float, mono) chunk by chunk at real-time deadlines; the send time of each chunk starting at
+        a mark."""
         pcm = (np.clip(samples, -1, 1) * 32767).astype("<i2")
         wanted, sent_at = set(marks), {}
         if self._anchor is None:

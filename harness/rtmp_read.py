@@ -98,7 +98,9 @@ class RtmpPlayer:
         detector = OnsetDetector(AUDIO_RATE)
         priming = AAC_PRIMING / AUDIO_RATE
         try:
-            with av.open(self.url, format="flv", timeout=(self.open_timeout, self.read_timeout), options=OPEN_OPTIONS) as container:
+            with av.open(
+                self.url, format="flv", timeout=(self.open_timeout, self.read_timeout), options=OPEN_OPTIONS
+            ) as container:
                 video = container.streams.video[0]
                 video.codec_context.thread_count = 1
                 for packet in container.demux():
@@ -155,7 +157,9 @@ class RtmpPacketLog:
 
     def _run(self) -> None:
         try:
-            with av.open(self.url, format="flv", timeout=(self.open_timeout, self.read_timeout), options=OPEN_OPTIONS) as container:
+            with av.open(
+                self.url, format="flv", timeout=(self.open_timeout, self.read_timeout), options=OPEN_OPTIONS
+            ) as container:
                 for packet in container.demux():
                     if packet.pts is None or packet.size == 0:
                         continue

@@ -69,7 +69,8 @@ class ViewerLog:
     first_frame_at: float | None = None
 
     def frame_offset(self, rtmp_luma: dict[str, list[int]]) -> int | None:
-        """RTMP frame number minus this viewer's frame number, from the pictures whose hash occurs once in the RTMP stream."""
+        """RTMP frame number minus this viewer's frame number, from the pictures whose hash occurs once in the RTMP
+        stream."""
         votes = Counter(
             rtmp_luma[luma][0] - number for number, _, luma in self.frames if len(rtmp_luma.get(luma, ())) == 1
         )
@@ -251,7 +252,11 @@ class ChromiumViewer:
         }
         self._playwright = await async_playwright().start()
         self._browser = await self._playwright.chromium.launch(
-            executable_path=self.executable, headless=True, args=CHROMIUM_FLAGS, env=env, ignore_default_args=["--mute-audio"]
+            executable_path=self.executable,
+            headless=True,
+            args=CHROMIUM_FLAGS,
+            env=env,
+            ignore_default_args=["--mute-audio"],
         )
         self._page = await self._browser.new_page()
         await self._page.goto(f"{self.base_url}/?session=0")

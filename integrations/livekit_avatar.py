@@ -76,10 +76,12 @@ def _rgba(image: np.ndarray) -> rtc.VideoFrame:
 
 
 class DittoVideoGenerator(VideoGenerator):
-    """The avatar's video and audio for ``AvatarRunner``, from a live runtime session (or anything with its contract)."""
+    """The avatar's video and audio for ``AvatarRunner``, from a live runtime session (or anything with its
+    contract)."""
 
     def __init__(self, session: Session, portrait: np.ndarray, *, max_held_frames: int = 25) -> None:
-        """``session``: a live ``engine.runtime.session.Session``; ``portrait``: the avatar's (H, W, 3) uint8 frame, shown
+        """``session``: a live ``engine.runtime.session.Session``; ``portrait``: the avatar's (H, W, 3) uint8 frame,
+        shown
         until the session's first frame."""
         self.session = session
         self.size = (portrait.shape[1], portrait.shape[0])
@@ -212,14 +214,20 @@ class DittoAvatarRunner(AvatarRunner):
 def avatar_options(generator: DittoVideoGenerator) -> AvatarOptions:
     """The runner's track settings for ``generator``'s frames: their size, 25 fps, the session's audio rate, mono."""
     width, height = generator.size
-    return AvatarOptions(video_width=width, video_height=height, video_fps=FPS, audio_sample_rate=generator.audio_rate, audio_channels=1)
+    return AvatarOptions(
+        video_width=width, video_height=height, video_fps=FPS, audio_sample_rate=generator.audio_rate, audio_channels=1
+    )
 
 
-async def run_in_process(room: rtc.Room, runtime: Runtime, avatar: Avatar, **session_options: Any) -> tuple[QueueAudioOutput, DittoAvatarRunner]:
+async def run_in_process(
+    room: rtc.Room, runtime: Runtime, avatar: Avatar, **session_options: Any
+) -> tuple[QueueAudioOutput, DittoAvatarRunner]:
     """In-process mode, inside the agent's job: returns the ``QueueAudioOutput`` to set as the agent session's audio
     output (``session.output.audio = audio``) and the started runner publishing the avatar into ``room``
     (``await runner.aclose()`` ends both it and the runtime session)."""
-    session = await asyncio.to_thread(runtime.open_session, avatar, live=True, **session_options)  # it waits for the runtime's tick
+    session = await asyncio.to_thread(
+        runtime.open_session, avatar, live=True, **session_options
+    )  # it waits for the runtime's tick
     generator = DittoVideoGenerator(session, avatar.frames[0].cpu().numpy())
     audio = QueueAudioOutput()  # any rate: the session resamples, once
     runner = DittoAvatarRunner(room, audio_recv=audio, video_gen=generator, options=avatar_options(generator))
@@ -333,8 +341,11 @@ class DittoAvatarSession(AvatarSession):
                 raise RuntimeError(f"the Ditto service refused the avatar ({answer.status}): {reply.get('error')}")
         self.session_id = reply["id"]
         agent_session.output.audio = DittoAudioOutput(
-            room, destination_identity=self._identity, sample_rate=None,  # the TTS's own rate: the service resamples
-            wait_remote_track=rtc.TrackKind.KIND_VIDEO, wait_playback_start=True,
+            room,
+            destination_identity=self._identity,
+            sample_rate=None,  # the TTS's own rate: the service resamples
+            wait_remote_track=rtc.TrackKind.KIND_VIDEO,
+            wait_playback_start=True,
         )
 
     async def aclose(self) -> None:
@@ -356,7 +367,7 @@ def main(argv: list[str] | None = None) -> int:
     print(
         "python -m integrations.livekit_avatar is gone: LiveKit rooms are an output of the service. Run\n"
         "    python -m apps.serve --avatar PORTRAIT_OR_NAME --http HOST:PORT --token TOKEN\n"
-        "and in the agent: DittoAvatarSession(\"http://HOST:PORT\", token=TOKEN, livekit_url=..., api_key=..., "
+        'and in the agent: DittoAvatarSession("http://HOST:PORT", token=TOKEN, livekit_url=..., api_key=..., '
         "api_secret=...) (docs/voice-agents.md).",
         file=sys.stderr,
     )

@@ -83,7 +83,7 @@ class PushClient:
         await self._ws.send_json({"type": "end_of_segment"})
         try:
             return await asyncio.wait_for(self._segment_answers.get(), ANSWER_TIMEOUT_S)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             return None
 
     def settle(self, horizon: float) -> None:

@@ -4,7 +4,8 @@ public API as any remote client does: ``POST /sessions`` (with a preview), the p
 Which frames speak comes from the push socket's playback events, each applied at the picture the service showed
 when it sent it: a frame's release time on the bot's clock is the stream's origin plus its index, and an event
 arrives ``EVENT_LEAD_FRAMES`` before the pictures of its time do at best (the encoder, jitter buffer and decoder that
-the least-delayed frame still went through). Audio is emitted while a segment plays. After an interrupt the pictures in flight belong to the cut
+the least-delayed frame still went through). Audio is emitted while a segment plays. After an interrupt the pictures in
+flight belong to the cut
 speech, so the slots show the last idle picture until the service has answered the interrupt and no segment it cut
 still plays in the pictures (at most ``RESUME_TIMEOUT_S``), then take the stream again from what arrives next.
 """
@@ -37,7 +38,9 @@ class ServiceBackend:
     def __init__(self, url: str, avatar: str, token: str | None, options: dict[str, Any], max_held: int) -> None:
         self.url = url.rstrip("/")
         self.spec = {
-            "avatar": avatar, "preview": True, "end_on_disconnect": True,  # a bot that dies frees its session
+            "avatar": avatar,
+            "preview": True,
+            "end_on_disconnect": True,  # a bot that dies frees its session
             **{k: v for k, v in options.items() if v is not None},
         }
         self._headers = {"Authorization": f"Bearer {token}"} if token else {}
@@ -65,7 +68,7 @@ class ServiceBackend:
                 if answer.status != 201:
                     raise Refused(f"the service refused the session ({answer.status}): {(await answer.text()).strip()}")
                 session = await answer.json()
-        except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+        except (TimeoutError, aiohttp.ClientError) as exc:
             await self._http.close()
             raise Refused(f"the service at {self.url} could not be reached: {exc!r}") from exc
         except Refused:
@@ -75,7 +78,7 @@ class ServiceBackend:
         try:
             self.push = await PushClient.connect(self._http, session["urls"]["push"])
             self.receiver = await WhepReceiver.connect(self._http, f"{self.url}/whep/{self.session_id}")
-        except (aiohttp.ClientError, ConnectionError, asyncio.TimeoutError) as exc:
+        except (TimeoutError, aiohttp.ClientError, ConnectionError) as exc:
             await self.close()
             raise Refused(f"the service's session {session['id']} could not be joined: {exc!r}") from exc
         self._picker = SlotPicker(self.receiver, self._max_held)
@@ -122,7 +125,7 @@ class ServiceBackend:
                 try:
                     async with self._http.delete(f"{self.url}/sessions/{self.session_id}"):
                         pass
-                except (aiohttp.ClientError, asyncio.TimeoutError):
+                except (TimeoutError, aiohttp.ClientError):
                     pass  # the service is gone or busy: nothing more a client can do
             await self._http.close()
         self.receiver = self.push = self._picker = None

@@ -57,4 +57,3 @@ class SlotPicker:
     def held(self) -> int:
         """Frames taken from the session and not yet shown."""
         return len(self._held)
-

@@ -86,9 +86,7 @@ class WhepReceiver:
         pc.addTransceiver("video", direction="recvonly")
         pc.addTransceiver("audio", direction="recvonly")
         await pc.setLocalDescription(await pc.createOffer())  # aiortc gathers every candidate here: no trickle needed
-        async with http.post(
-            url, data=pc.localDescription.sdp, headers={"Content-Type": "application/sdp"}
-        ) as answer:
+        async with http.post(url, data=pc.localDescription.sdp, headers={"Content-Type": "application/sdp"}) as answer:
             if answer.status != 201:
                 await pc.close()
                 raise ConnectionError(f"WHEP {url} answered {answer.status}: {await answer.text()}")

@@ -27,6 +27,9 @@ echo "$here" > "$there/ditto-main-environment.pth"
 export DITTO_FACE_PYTHON
 DITTO_FACE_PYTHON=$("$python" -c 'import sys; print(sys.executable)')
 status=0
+# The tree's habits (pyproject.toml's [tool.ruff]): lint and format are checked before the tests, which run either way.
+"$python" -m ruff check . || status=$?
+"$python" -m ruff format --check . || status=$?
 "$python" -m pytest "$@" || status=$?
 # The same arguments for the integrations; conftest.py limits that run to tests/integrations. Its "no tests collected"
 # (5: the arguments named only other tests) is not a failure.

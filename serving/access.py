@@ -107,7 +107,9 @@ class Access:
         if self.hosts is not None and host not in self.hosts:
             return None
         return {
-            **cors, "Access-Control-Allow-Methods": CORS_METHODS, "Access-Control-Allow-Headers": CORS_HEADERS,
+            **cors,
+            "Access-Control-Allow-Methods": CORS_METHODS,
+            "Access-Control-Allow-Headers": CORS_HEADERS,
             "Access-Control-Max-Age": CORS_MAX_AGE,
         }
 

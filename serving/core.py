@@ -6,7 +6,8 @@ the runtime's loop; this process's main thread, answering the front end's reques
 session, pushed audio, controls, interrupt, end of a speech segment, end, close, stats) on a
 ROUTER socket; and the publisher, which takes every session's finished frames, scales them to the session's output
 size and converts them to I420 on the GPU straight into the session's shared-memory ring (``streaming.frame_ring``), and
-tells the session's output worker which frame is in which slot and which speech segments closed. No encoder, muxer, socket to a viewer
+tells the session's output worker which frame is in which slot and which speech segments closed. No encoder, muxer,
+socket to a viewer
 or HTTP handler shares this interpreter, so the loop's Python work never waits behind theirs.
 """
 
@@ -33,10 +34,36 @@ from engine.runtime import AdmissionError, AudioError, Backpressure, SessionClos
 from engine.runtime.session import Frame, Session
 from serving.ipc import send_nowait, socket
 from serving.protocol import (
-    AvatarInfo, CloseSession, ControlsApplied, CoreConfig, CoreReady, CoreReply, CoreRequest, CoreStats,
-    CoreStatsRequest, DescribeAvatar, Done, EndSegment, EndSession, FrameReady, Hello, Interrupt, OpenSession, Opened,
-    PushAudio, Refused, SegmentNumber, SegmentsClosed, SessionEnded, Shutdown, StreamEnded, StreamRing, UpdateControls,
-    decode, encode, from_argument,
+    AvatarInfo,
+    CloseSession,
+    ControlsApplied,
+    CoreConfig,
+    CoreReady,
+    CoreReply,
+    CoreRequest,
+    CoreStats,
+    CoreStatsRequest,
+    DescribeAvatar,
+    Done,
+    EndSegment,
+    EndSession,
+    FrameReady,
+    Hello,
+    Interrupt,
+    Opened,
+    OpenSession,
+    PushAudio,
+    Refused,
+    SegmentNumber,
+    SegmentsClosed,
+    SessionEnded,
+    Shutdown,
+    StreamEnded,
+    StreamRing,
+    UpdateControls,
+    decode,
+    encode,
+    from_argument,
 )
 from serving.timeline import process_started
 from streaming.encoders.colour import rgb_to_i420_batch
@@ -87,7 +114,9 @@ class Avatars:
 
         if name not in self.loaded:
             try:
-                self.loaded[name] = load_avatar(name, self.device, checkpoints=self.checkpoints, cache_dir=self.cache_dir)
+                self.loaded[name] = load_avatar(
+                    name, self.device, checkpoints=self.checkpoints, cache_dir=self.cache_dir
+                )
             except CacheError as exc:
                 raise LookupError(f"{exc}; avatars available: {', '.join(self.names()) or 'none'}") from exc
         return self.loaded[name]
@@ -252,7 +281,11 @@ class EngineCore:
             if request.controls:
                 controls = controls.replace(**request.controls)
             session = self.runtime.open_session(
-                avatar, live=True, overlap=request.overlap, seed=request.seed, controls=controls,
+                avatar,
+                live=True,
+                overlap=request.overlap,
+                seed=request.seed,
+                controls=controls,
                 latency=request.latency,
             )
         except AdmissionError as exc:
@@ -281,7 +314,9 @@ class EngineCore:
                     for core_session in list(self.sessions.values()):
                         sock = workers.get(core_session.worker)
                         if sock is None:
-                            sock = workers[core_session.worker] = socket(self.context, zmq.PUSH, core_session.worker, bind=False)
+                            sock = workers[core_session.worker] = socket(
+                                self.context, zmq.PUSH, core_session.worker, bind=False
+                            )
                         busy |= self._publish(core_session, sock, events, stream)
                     if not busy:
                         time.sleep(PUBLISH_POLL)
@@ -292,7 +327,9 @@ class EngineCore:
             for sock in (*workers.values(), events):
                 sock.close()
 
-    def _publish(self, core: CoreSession, worker: zmq.Socket, events: zmq.Socket, stream: torch.cuda.Stream | None) -> bool:
+    def _publish(
+        self, core: CoreSession, worker: zmq.Socket, events: zmq.Socket, stream: torch.cuda.Stream | None
+    ) -> bool:
         """Stage this session's ready frames, send the staged ones whose copy is done; True if anything moved."""
         if not core.announced:
             core.announced = send_nowait(
@@ -325,7 +362,7 @@ class EngineCore:
         if stream is None:
             images = scale_frames(torch.stack([f.image for f in frames]), ring.width, ring.height)
             pictures = rgb_to_i420_batch(images).numpy()
-            for frame, slot, picture in zip(frames, slots, pictures):
+            for _frame, slot, picture in zip(frames, slots, pictures):
                 ring.picture(slot)[:] = picture
             core.staged.append((None, frames, anchor))
             return
@@ -336,7 +373,9 @@ class EngineCore:
             images = scale_frames(torch.stack([f.image for f in frames]), ring.width, ring.height)
             pictures = rgb_to_i420_batch(images)
             for slot, picture in zip(slots, pictures):
-                host[slot, HEADER_BYTES : HEADER_BYTES + ring.picture_bytes].view(picture.shape).copy_(picture, non_blocking=True)
+                host[slot, HEADER_BYTES : HEADER_BYTES + ring.picture_bytes].view(picture.shape).copy_(
+                    picture, non_blocking=True
+                )
             done = torch.cuda.Event()
             done.record(stream)
         core.staged.append((done, frames, anchor))
@@ -348,7 +387,9 @@ class EngineCore:
             result = torch.cuda.cudart().cudaHostRegister(core.host.data_ptr(), core.host.numel(), 0)
             core.registered = int(result) == 0
             if not core.registered:
-                log.warning("core: could not page-lock session %s's ring (%s); its copies are synchronous", core.id, result)
+                log.warning(
+                    "core: could not page-lock session %s's ring (%s); its copies are synchronous", core.id, result
+                )
         return core.host
 
     def _send_staged(self, core: CoreSession, worker: zmq.Socket) -> bool:
@@ -362,7 +403,8 @@ class EngineCore:
         return sent
 
     def _finish(self, core: CoreSession, worker: zmq.Socket, events: zmq.Socket) -> None:
-        """The session has ended (or failed, or was closed) and every frame went out: tell its worker and the front end."""
+        """The session has ended (or failed, or was closed) and every frame went out: tell its worker and the front
+        end."""
         error = None
         try:
             core.session.next_frame(timeout=0)
@@ -397,7 +439,9 @@ def engine_runtime(config: CoreConfig, marks: dict[str, float] | None = None) ->
     random_weights = config.checkpoints is None
     device = torch.device(config.device)
     checkpoints = random_checkpoints() if random_weights else models_dir(Path(config.checkpoints))
-    hash_checkpoints_ahead(checkpoints)  # every avatar's load checks them (at start or a session's open): hashed meanwhile
+    hash_checkpoints_ahead(
+        checkpoints
+    )  # every avatar's load checks them (at start or a session's open): hashed meanwhile
     runtime_config = RuntimeConfig(admission=None if config.admission else False)
     runtime = Runtime.from_checkpoints(
         config.checkpoints, device=device, steps=config.steps, config=runtime_config, plans=config.plans

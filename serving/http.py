@@ -40,6 +40,7 @@ PAGE = files("serving").joinpath("web", "preview.html")
 REQUEST_TIMEOUT = 10.0
 """Seconds a connection has to send a whole request's headers (and may idle between requests) before it is closed."""
 
+
 class AsyncAudioSink(Protocol):
     """What the push WebSocket drives: a session's audio side, awaited (never parking a thread of the event loop's)."""
 
@@ -74,14 +75,19 @@ class Served(Protocol):
 
 
 STATUS = {
-    "admission": web.HTTPServiceUnavailable, "not_found": web.HTTPNotFound, "invalid": web.HTTPBadRequest,
-    "closed": web.HTTPConflict, "backpressure": web.HTTPServiceUnavailable, "internal": web.HTTPInternalServerError,
+    "admission": web.HTTPServiceUnavailable,
+    "not_found": web.HTTPNotFound,
+    "invalid": web.HTTPBadRequest,
+    "closed": web.HTTPConflict,
+    "backpressure": web.HTTPServiceUnavailable,
+    "internal": web.HTTPInternalServerError,
     "bad_gateway": web.HTTPBadGateway,
 }
 
 
 class ServiceCollector:
-    """/metrics of the service: every session's counters (the core's and its worker's), the runtime's figures, capacity."""
+    """/metrics of the service: every session's counters (the core's and its worker's), the runtime's figures,
+    capacity."""
 
     def __init__(self, service: Service) -> None:
         self.service = service
@@ -96,12 +102,16 @@ class ServiceCollector:
             for s in sessions
         }
         yield from stream_families(snapshots, sum(s.live for s in sessions), self.runtime)
-        degraded = GaugeMetricFamily("ditto_session_degraded", "1 while the session sheds more than a tenth of its frames", labels=["session"])
+        degraded = GaugeMetricFamily(
+            "ditto_session_degraded", "1 while the session sheds more than a tenth of its frames", labels=["session"]
+        )
         for s in sessions:
             if s.live:
                 degraded.add_metric([s.id], int(s.degraded))
         yield degraded
-        capacity = GaugeMetricFamily("ditto_capacity", "Live sessions served in real time: runtime, outputs, admitted", labels=["kind"])
+        capacity = GaugeMetricFamily(
+            "ditto_capacity", "Live sessions served in real time: runtime, outputs, admitted", labels=["kind"]
+        )
         for kind, value in self.service.capacity().items():
             if value is not None:
                 capacity.add_metric([kind], value)
@@ -109,7 +119,10 @@ class ServiceCollector:
 
 
 def create_service_app(
-    service: Service, token: str | None = None, notice: str = "", bound: tuple[str, int] | None = None,
+    service: Service,
+    token: str | None = None,
+    notice: str = "",
+    bound: tuple[str, int] | None = None,
     origins: tuple[str, ...] = (),
 ) -> web.Application:
     """The service's application: the session API, and the preview, push and /metrics routes over its sessions;
@@ -120,6 +133,7 @@ def create_service_app(
     collector = ServiceCollector(service)
     registry = CollectorRegistry(auto_describe=False)
     registry.register(collector)
+
     def live() -> dict[str, ServedSession]:
         return {s.id: s for s in service.sessions.values() if s.live}
 
@@ -128,7 +142,10 @@ def create_service_app(
     def urls(request: web.Request, session: ServedSession) -> dict[str, str]:
         base = f"{request.scheme}://{request.host}"
         suffix = f"&token={token}" if token else ""
-        found = {"self": f"{base}/sessions/{session.id}", "push": f"ws://{request.host}/push?session={session.id}{suffix}"}
+        found = {
+            "self": f"{base}/sessions/{session.id}",
+            "push": f"ws://{request.host}/push?session={session.id}{suffix}",
+        }
         if session.preview is not None:
             found["preview"] = f"{base}/?session={session.id}{suffix}"
         return found
@@ -167,7 +184,7 @@ def create_service_app(
             session = await service.delete(request.match_info["id"])
         except SessionError as exc:
             raise _http(exc) from exc
-        except asyncio.TimeoutError as exc:
+        except TimeoutError as exc:
             raise web.HTTPGatewayTimeout(text="the session's outputs did not close in time") from exc
         service.forget(session.id)
         return web.json_response(described(request, session))
@@ -238,7 +255,9 @@ def stream_app(
             return await push_handler(request, stream.audio_sink())
 
     async def metrics(request: web.Request) -> web.Response:
-        return web.Response(body=await asyncio.to_thread(render, registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
+        return web.Response(
+            body=await asyncio.to_thread(render, registry), headers={"Content-Type": CONTENT_TYPE_LATEST}
+        )
 
     app.router.add_get("/", page)
     app.router.add_get("/info", info)
@@ -249,7 +268,8 @@ def stream_app(
 
 
 def app_runner(app: web.Application, timeout: float = REQUEST_TIMEOUT) -> web.AppRunner:
-    """A runner for ``app`` that closes connections idle or half-sent (no complete request) ``timeout`` s after they open
+    """A runner for ``app`` that closes connections idle or half-sent (no complete request) ``timeout`` s after they
+    open
     or since their last answer (aiohttp's keep-alive timer, which also covers the first request), without access log."""
     return web.AppRunner(app, access_log=None, keepalive_timeout=timeout)
 
@@ -258,7 +278,7 @@ async def _refresh(service: Service, collector: ServiceCollector) -> None:
     """Fresh counters from the core (the workers report theirs every second on their own)."""
     try:
         collector.runtime = await service.refresh()
-    except (SessionError, asyncio.TimeoutError):
+    except (TimeoutError, SessionError):
         collector.runtime = {}
 
 

@@ -21,17 +21,31 @@ def stream_families(streams: Mapping[str, Mapping], live: int, runtime: Mapping 
     stats and ``viewers``: WebRTC viewers), ``live`` sessions being served, and the runtime's own figures."""
     sessions = GaugeMetricFamily("ditto_sessions", "Sessions being served")
     sessions.add_metric([], live)
-    encoded = CounterMetricFamily("ditto_frames_encoded", "Frames taken from the session and encoded", labels=["session", "encoder"])
-    released = CounterMetricFamily("ditto_frames_released", "Encoded frames released to the sinks at their slot", labels=["session"])
-    late = CounterMetricFamily("ditto_deadline_misses_output", "Frames released more than one frame late", labels=["session"])
-    repeated = CounterMetricFamily(
-        "ditto_frames_repeated", "Output slots filled with the last picture and silence: no frame was ready (shed)", labels=["session"]
+    encoded = CounterMetricFamily(
+        "ditto_frames_encoded", "Frames taken from the session and encoded", labels=["session", "encoder"]
     )
-    skipped = CounterMetricFamily("ditto_frames_skipped", "Frames let go to catch the output clock up after a repeat", labels=["session"])
-    encode_ms = GaugeMetricFamily("ditto_encode_milliseconds", "Per-frame encode time (video + Opus), recent", labels=["session", "quantile"])
+    released = CounterMetricFamily(
+        "ditto_frames_released", "Encoded frames released to the sinks at their slot", labels=["session"]
+    )
+    late = CounterMetricFamily(
+        "ditto_deadline_misses_output", "Frames released more than one frame late", labels=["session"]
+    )
+    repeated = CounterMetricFamily(
+        "ditto_frames_repeated",
+        "Output slots filled with the last picture and silence: no frame was ready (shed)",
+        labels=["session"],
+    )
+    skipped = CounterMetricFamily(
+        "ditto_frames_skipped", "Frames let go to catch the output clock up after a repeat", labels=["session"]
+    )
+    encode_ms = GaugeMetricFamily(
+        "ditto_encode_milliseconds", "Per-frame encode time (video + Opus), recent", labels=["session", "quantile"]
+    )
     sent = CounterMetricFamily("ditto_frames_sent", "Frames sent, per sink", labels=["session", "sink"])
     dropped = CounterMetricFamily("ditto_frames_dropped", "Frames dropped, per sink", labels=["session", "sink"])
-    reconnects = CounterMetricFamily("ditto_rtmp_reconnects", "RTMP reconnections after a lost connection", labels=["session"])
+    reconnects = CounterMetricFamily(
+        "ditto_rtmp_reconnects", "RTMP reconnections after a lost connection", labels=["session"]
+    )
     connected = GaugeMetricFamily("ditto_rtmp_connected", "1 while the RTMP connection is up", labels=["session"])
     viewers = GaugeMetricFamily("ditto_webrtc_viewers", "WebRTC preview viewers connected", labels=["session"])
     session_stats: dict[str, GaugeMetricFamily] = {}
@@ -54,12 +68,29 @@ def stream_families(streams: Mapping[str, Mapping], live: int, runtime: Mapping 
             viewers.add_metric([name], stream["viewers"])
         for key, value in numeric(stream.get("session", {})).items():
             metric = f"ditto_session_{re.sub(r'[^a-zA-Z0-9_]', '_', key)}"
-            family = session_stats.setdefault(metric, GaugeMetricFamily(metric, f"The runtime session's {key!r} statistic", labels=["session"]))
+            family = session_stats.setdefault(
+                metric, GaugeMetricFamily(metric, f"The runtime session's {key!r} statistic", labels=["session"])
+            )
             family.add_metric([name], value)
-    families: list[Metric] = [sessions, encoded, released, late, repeated, skipped, encode_ms, sent, dropped, reconnects, connected, viewers]
+    families: list[Metric] = [
+        sessions,
+        encoded,
+        released,
+        late,
+        repeated,
+        skipped,
+        encode_ms,
+        sent,
+        dropped,
+        reconnects,
+        connected,
+        viewers,
+    ]
     families += session_stats.values()
     for key, value in numeric(runtime or {}).items():
-        family = GaugeMetricFamily(f"ditto_runtime_{re.sub(r'[^a-zA-Z0-9_]', '_', key)}", f"The runtime's {key!r} figure")
+        family = GaugeMetricFamily(
+            f"ditto_runtime_{re.sub(r'[^a-zA-Z0-9_]', '_', key)}", f"The runtime's {key!r} figure"
+        )
         family.add_metric([], value)
         families.append(family)
     return families

@@ -408,18 +408,43 @@ class OutputsClosed:
 
 
 CoreRequest = (  # what the core's ROUTER receives, each answered with one CoreReply
-    Hello | CoreStatsRequest | Shutdown | DescribeAvatar | OpenSession | PushAudio | UpdateControls | Interrupt
-    | EndSegment | EndSession | CloseSession
+    Hello
+    | CoreStatsRequest
+    | Shutdown
+    | DescribeAvatar
+    | OpenSession
+    | PushAudio
+    | UpdateControls
+    | Interrupt
+    | EndSegment
+    | EndSession
+    | CloseSession
 )
 CoreReply = CoreReady | CoreStats | AvatarInfo | Opened | ControlsApplied | SegmentNumber | Done | Refused
 ToWorker = (
-    StreamRing | FrameReady | SegmentsClosed | StreamEnded | SessionOutputs | RequestKeyframe | PreviewWatched
-    | RemoveStream | MeasureCost | Shutdown
+    StreamRing
+    | FrameReady
+    | SegmentsClosed
+    | StreamEnded
+    | SessionOutputs
+    | RequestKeyframe
+    | PreviewWatched
+    | RemoveStream
+    | MeasureCost
+    | Shutdown
 )
 """What an output worker's inbox receives, from the core (a session's frames) and the front end (its outputs)."""
 Event = (
-    SessionEnded | WorkerReady | CostMeasured | WorkerStats | PreviewPacket | PreviewEnded | Playback | OutputFailed
-    | OutputsClosed | RoomJoined
+    SessionEnded
+    | WorkerReady
+    | CostMeasured
+    | WorkerStats
+    | PreviewPacket
+    | PreviewEnded
+    | Playback
+    | OutputFailed
+    | OutputsClosed
+    | RoomJoined
 )
 """What the front end's events socket receives, from the core and the workers."""
 Message = CoreRequest | CoreReply | ToWorker | Event

@@ -146,8 +146,16 @@ class RoomOutput:
         """Speech frames released per segment (written on the release thread)."""
         self._idle: Any = None
         self._closed = False
-        self.counters = {"frames_sent": 0, "speech_frames_sent": 0, "frames_dropped": 0, "frames_cut": 0, "clears": 0,
-                         "pauses": 0, "segments": 0, "playback_finished": 0}
+        self.counters = {
+            "frames_sent": 0,
+            "speech_frames_sent": 0,
+            "frames_dropped": 0,
+            "frames_cut": 0,
+            "clears": 0,
+            "pauses": 0,
+            "segments": 0,
+            "playback_finished": 0,
+        }
 
     # -- the agent's side (rooms loop) ------------------------------------------------------------------------------
 

@@ -121,7 +121,11 @@ async def serve(options: ServerOptions) -> int:
         listening.close()
         await service.close()
         return 1
-    app = create_service_app(service, token, RANDOM_WEIGHTS_NOTICE if random_weights else "", bound=(host, port),
+    app = create_service_app(
+        service,
+        token,
+        RANDOM_WEIGHTS_NOTICE if random_weights else "",
+        bound=(host, port),
         origins=options.allow_origins,
     )
     runner = app_runner(app)
@@ -215,7 +219,12 @@ def _audio_source(at_start: SessionsAtStart, session, demo_audio):
 
 
 def _announce(
-    at_start: SessionsAtStart | None, host: str, port: int, token: str | None, generated: bool, sessions: list,
+    at_start: SessionsAtStart | None,
+    host: str,
+    port: int,
+    token: str | None,
+    generated: bool,
+    sessions: list,
     service: Service,
 ) -> None:
     shown = f"[{host}]" if ":" in host else host

@@ -36,10 +36,34 @@ from serving.client import CoreClient
 from serving.core import resident_mb
 from serving.ipc import ServiceError, endpoint, send_nowait, socket
 from serving.protocol import (
-    CloseSession, CoreConfig, CoreReady, CoreStatsRequest, CostMeasured, DescribeAvatar, Event, Hello, MeasureCost,
-    OpenSession, OutputFailed, OutputsClosed, Playback, PreviewEnded, PreviewPacket, PreviewWatched, RemoveStream,
-    RequestKeyframe, RoomJoined, SessionEnded, SessionOutputs, Shutdown, ToWorker, WorkerConfig, WorkerReady,
-    WorkerStats, decode, to_argument,
+    CloseSession,
+    CoreConfig,
+    CoreReady,
+    CoreStatsRequest,
+    CostMeasured,
+    DescribeAvatar,
+    Event,
+    Hello,
+    MeasureCost,
+    OpenSession,
+    OutputFailed,
+    OutputsClosed,
+    Playback,
+    PreviewEnded,
+    PreviewPacket,
+    PreviewWatched,
+    RemoveStream,
+    RequestKeyframe,
+    RoomJoined,
+    SessionEnded,
+    SessionOutputs,
+    Shutdown,
+    ToWorker,
+    WorkerConfig,
+    WorkerReady,
+    WorkerStats,
+    decode,
+    to_argument,
 )
 from serving.sessions import RemoteSession, ServedSession, SessionError, SessionSpec
 from streaming.output import SILENCE, EncodedFrame
@@ -102,13 +126,15 @@ class ServiceOptions:
     cache_dir: str | None = None
     loopback_only: bool = True
     runtime: str | None = None
-    """``module:function`` building the core's runtime and avatars in place of the engine's (the tests' synthetic one)."""
+    """``module:function`` building the core's runtime and avatars in place of the engine's (the tests' synthetic
+    one)."""
     plans: str | None = None
     """Where the torch backend's compiled packages are (``docs/startup.md``): used when they match this GPU."""
     recordings: str | None = None
     """The folder sessions record their MP4 files into (created at start); None: this server records no files."""
     launched: float | None = None
-    """When the server process was launched (wall clock), the origin of the start-up timeline; None: when ``start`` is called."""
+    """When the server process was launched (wall clock), the origin of the start-up timeline; None: when ``start`` is
+    called."""
 
 
 class Service:
@@ -142,15 +168,24 @@ class Service:
     # -- start and stop ---------------------------------------------------------------------
 
     async def start(self) -> None:
-        """Start the core (it warms up: minutes with an empty compile cache) and the workers; return once all are ready."""
+        """Start the core (it warms up: minutes with an empty compile cache) and the workers; return once all are
+        ready."""
         launched = self.options.launched or time.time()
         self._loop = asyncio.get_running_loop()
         self._events = socket(self._context, zmq.PULL, endpoint(self._folder, "events"), bind=True)
         self._tasks.append(asyncio.ensure_future(self._read_events()))
         options = self.options
         config = CoreConfig(
-            endpoint(self._folder, "core"), endpoint(self._folder, "events"), options.device, options.checkpoints,
-            options.steps, options.plans, options.admission, options.avatars, options.cache_dir, options.runtime,
+            endpoint(self._folder, "core"),
+            endpoint(self._folder, "events"),
+            options.device,
+            options.checkpoints,
+            options.steps,
+            options.plans,
+            options.admission,
+            options.avatars,
+            options.cache_dir,
+            options.runtime,
         )
         spawned = time.time()
         self._core = subprocess.Popen([sys.executable, "-m", "serving.core", to_argument(config)])
@@ -194,7 +229,7 @@ class Service:
         elif self._core is not None and self._core.poll() is None:
             try:
                 await self.core.request(Shutdown(), timeout=5.0)
-            except (asyncio.TimeoutError, SessionError):
+            except (TimeoutError, SessionError):
                 pass
         for process in [self._core, *(w.process for w in self._workers)]:
             if process is None:
@@ -262,7 +297,7 @@ class Service:
             self._measuring[key] = (worker.index, self._loop.create_future())
         try:
             return await asyncio.wait_for(asyncio.shield(self._measuring[key][1]), COST_TIMEOUT)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             self._measuring.pop(key, None)
             raise SessionError(
                 f"measuring what a {width}x{height} {preset} stream costs took over {COST_TIMEOUT:.0f} s", "internal"
@@ -308,8 +343,15 @@ class Service:
         try:
             opened = await self.core.request(
                 OpenSession(
-                    session_id, spec.avatar, spec.overlap, spec.latency, spec.seed, spec.controls, worker.address,
-                    width, height,
+                    session_id,
+                    spec.avatar,
+                    spec.overlap,
+                    spec.latency,
+                    spec.seed,
+                    spec.controls,
+                    worker.address,
+                    width,
+                    height,
                 )
             )
         except BaseException:
@@ -328,7 +370,7 @@ class Service:
         try:
             joined = await asyncio.wait_for(asyncio.shield(session.joined), ROOM_JOIN_TIMEOUT)
             error = joined.error
-        except asyncio.TimeoutError:
+        except TimeoutError:
             error = f"the avatar did not join the LiveKit room within {ROOM_JOIN_TIMEOUT:g} s"
         except asyncio.CancelledError:  # the client left before the answer: nobody would ever delete the session
             asyncio.ensure_future(self._end_quietly(session))
@@ -338,7 +380,7 @@ class Service:
             return
         try:
             await self.delete(session.id)
-        except (SessionError, asyncio.TimeoutError) as exc:
+        except (TimeoutError, SessionError) as exc:
             log.warning("session %s did not end cleanly after its room failed: %s", session.id, exc)
         self.forget(session.id)
         raise SessionError(f"livekit: {error}", "bad_gateway")
@@ -364,7 +406,9 @@ class Service:
         if not send_nowait(worker.inbox, message):
             log.warning(
                 "worker %d is not taking messages; %s for session %s dropped",
-                worker.index, type(message).__name__, session.id,
+                worker.index,
+                type(message).__name__,
+                session.id,
             )
 
     def _live(self) -> list[ServedSession]:
@@ -388,8 +432,8 @@ class Service:
         await asyncio.sleep(END_ON_DISCONNECT_GRACE)
         if not session.live or session.pushers or session.audio.ending or session.state == "ending":
             return
-        log.info("session %s: its push client disconnected without \"end\"; ending it", session.id)
-        session.error = "push: the client disconnected without \"end\" (end_on_disconnect)"
+        log.info('session %s: its push client disconnected without "end"; ending it', session.id)
+        session.error = 'push: the client disconnected without "end" (end_on_disconnect)'
         await self._end_quietly(session)
 
     async def _end_quietly(self, session: ServedSession) -> None:
@@ -397,14 +441,16 @@ class Service:
         ``error`` saying why, until deleted or pruned."""
         try:
             await self.delete(session.id)
-        except (SessionError, asyncio.TimeoutError) as exc:
+        except (TimeoutError, SessionError) as exc:
             log.warning("session %s did not end cleanly: %s", session.id, exc)
 
     def get(self, session_id: str) -> ServedSession:
         """The session ``session_id``; SessionError(not_found) naming the ones there are."""
         session = self.sessions.get(session_id)
         if session is None:
-            raise SessionError(f"no session {session_id!r}; sessions: {', '.join(self.sessions) or 'none'}", "not_found")
+            raise SessionError(
+                f"no session {session_id!r}; sessions: {', '.join(self.sessions) or 'none'}", "not_found"
+            )
         return session
 
     def forget(self, session_id: str) -> None:
@@ -467,8 +513,14 @@ class Service:
             case PreviewPacket() if session.preview is not None:
                 session.preview.send(
                     EncodedFrame(
-                        message.index, message.width, message.height, message.video, message.keyframe, SILENCE,
-                        message.opus, message.speech,
+                        message.index,
+                        message.width,
+                        message.height,
+                        message.video,
+                        message.keyframe,
+                        SILENCE,
+                        message.opus,
+                        message.speech,
                     )
                 )
             case Playback(event=event, fields=fields):
@@ -511,7 +563,10 @@ class Service:
         if behind and not session.behind:
             log.warning(
                 "session %s is %.0f s behind real time: %s renders slower than real time, so what is pushed now is "
-                "shown that much later", session.id, seconds, self._device(),
+                "shown that much later",
+                session.id,
+                seconds,
+                self._device(),
             )
             session.audio.playback({"type": "behind_real_time", "seconds": seconds})
         elif session.behind and not behind and seconds is not None:
@@ -524,7 +579,11 @@ class Service:
             if degraded:
                 log.warning(
                     "session %s is shedding: %d of its last %d frames were repeats (its frames are not ready in time: "
-                    "more sessions than %s serves)", session.id, repeats, slots, self._device(),
+                    "more sessions than %s serves)",
+                    session.id,
+                    repeats,
+                    slots,
+                    self._device(),
                 )
             else:
                 log.info("session %s keeps up again", session.id)
@@ -540,7 +599,8 @@ class Service:
             del self.sessions[session_id]
 
     async def _watch(self) -> None:
-        """Notice a dead core (every session fails, the service stops) or a dead worker (its sessions fail; replaced)."""
+        """Notice a dead core (every session fails, the service stops) or a dead worker (its sessions fail;
+        replaced)."""
         while True:
             await asyncio.sleep(0.2)
             if self._closing:
@@ -603,5 +663,5 @@ class Service:
     async def _close_quietly(self, session_id: str) -> None:
         try:
             await self.core.request(CloseSession(session_id))
-        except (SessionError, asyncio.TimeoutError):
+        except (TimeoutError, SessionError):
             pass

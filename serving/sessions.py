@@ -35,7 +35,17 @@ PUSH_SPLIT_SECONDS = 1.0
 """Pushed audio goes to the core in pieces of at most this much, so no piece waits for more room than a session has."""
 BACKPRESSURE_WAIT = 0.05
 SPEC_FIELDS = (
-    "avatar", "rtmp", "srt", "mp4", "preview", "livekit", "latency", "overlap", "seed", "controls", "output",
+    "avatar",
+    "rtmp",
+    "srt",
+    "mp4",
+    "preview",
+    "livekit",
+    "latency",
+    "overlap",
+    "seed",
+    "controls",
+    "output",
     "end_on_disconnect",
 )
 """The fields of a ``POST /sessions`` body."""
@@ -93,7 +103,9 @@ class SessionSpec:
             raise SessionError(f"unknown field(s) {sorted(unknown)}; known: {', '.join(SPEC_FIELDS)}", "invalid")
         avatar = body.get("avatar")
         if not isinstance(avatar, str) or not AVATAR_NAME.fullmatch(avatar):
-            raise SessionError('"avatar" (a registered avatar\'s name: letters, digits, ".", "_", "-") is required', "invalid")
+            raise SessionError(
+                '"avatar" (a registered avatar\'s name: letters, digits, ".", "_", "-") is required', "invalid"
+            )
         try:
             rtmp = check_rtmp_urls(body.get("rtmp", []))
             mp4, recording = body.get("mp4"), None
@@ -147,8 +159,13 @@ def check_livekit(value: Any) -> tuple[str, str]:
         raise SessionError(f'"livekit": unknown field(s) {sorted(unknown)}; known: url, token', "invalid")
     url, token = value.get("url"), value.get("token")
     if (
-        not isinstance(url, str) or len(url) > MAX_LIVEKIT_URL or not url.isascii() or not url.isprintable()
-        or " " in url or urlsplit(url).scheme not in LIVEKIT_SCHEMES or not urlsplit(url).hostname
+        not isinstance(url, str)
+        or len(url) > MAX_LIVEKIT_URL
+        or not url.isascii()
+        or not url.isprintable()
+        or " " in url
+        or urlsplit(url).scheme not in LIVEKIT_SCHEMES
+        or not urlsplit(url).hostname
     ):
         raise SessionError('"livekit.url" is the LiveKit server\'s wss:// (or ws://, https://) URL', "invalid")
     if not isinstance(token, str) or len(token) > MAX_LIVEKIT_TOKEN or not JWT.fullmatch(token):
@@ -156,7 +173,8 @@ def check_livekit(value: Any) -> tuple[str, str]:
     if importlib.util.find_spec("livekit.agents") is None:
         raise SessionError(
             '"livekit": this server cannot join LiveKit rooms: install its livekit extra (pip install -e ".[livekit]") '
-            "where it runs", "invalid",
+            "where it runs",
+            "invalid",
         )
     return url, token
 
@@ -244,7 +262,8 @@ class ServedSession:
             "avatar": self.spec.avatar,
             "size": [self.width, self.height],
             "outputs": {
-                "rtmp": [masked_rtmp_url(url) for url in self.spec.rtmp], "mp4": self.spec.mp4,
+                "rtmp": [masked_rtmp_url(url) for url in self.spec.rtmp],
+                "mp4": self.spec.mp4,
                 "preview": self.spec.preview,
                 "livekit": None if self.spec.livekit is None else {"url": self.spec.livekit[0], **(self.room or {})},
             },
@@ -269,7 +288,9 @@ class RemoteSession:
     The session's playback events (``streaming.playback``) go to every subscribed listener.
     """
 
-    def __init__(self, core: CoreClient, session_id: str, loop: asyncio.AbstractEventLoop, latency: str = FAITHFUL.name) -> None:
+    def __init__(
+        self, core: CoreClient, session_id: str, loop: asyncio.AbstractEventLoop, latency: str = FAITHFUL.name
+    ) -> None:
         self._core, self.id, self._loop = core, session_id, loop
         self.latency = latency
         self._listeners: list[Callable[[dict[str, Any]], None]] = []

@@ -28,7 +28,9 @@ def add_whep_routes(app: web.Application, preview_for: Callable[[str], WebRtcPre
         name = request.match_info["session"]
         preview = preview_for(name)
         if request.content_type != SDP:
-            raise web.HTTPUnsupportedMediaType(text=f"POST the SDP offer as {SDP}, not {request.content_type or 'no type'}")
+            raise web.HTTPUnsupportedMediaType(
+                text=f"POST the SDP offer as {SDP}, not {request.content_type or 'no type'}"
+            )
         try:
             viewer, answer = await preview.join(await request.text())
         except ViewerRefused as exc:

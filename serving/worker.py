@@ -38,9 +38,30 @@ import zmq
 from engine.timebase import FPS
 from serving.ipc import send_nowait, socket
 from serving.protocol import (
-    CostMeasured, Event, FrameReady, MeasureCost, OutputFailed, OutputsClosed, Playback, PreviewEnded, PreviewPacket,
-    PreviewWatched, RemoveStream, RequestKeyframe, RoomJoined, SegmentsClosed, SessionOutputs, Shutdown, StreamEnded,
-    StreamRing, ToWorker, WorkerConfig, WorkerReady, WorkerStats, decode, from_argument,
+    CostMeasured,
+    Event,
+    FrameReady,
+    MeasureCost,
+    OutputFailed,
+    OutputsClosed,
+    Playback,
+    PreviewEnded,
+    PreviewPacket,
+    PreviewWatched,
+    RemoveStream,
+    RequestKeyframe,
+    RoomJoined,
+    SegmentsClosed,
+    SessionOutputs,
+    Shutdown,
+    StreamEnded,
+    StreamRing,
+    ToWorker,
+    WorkerConfig,
+    WorkerReady,
+    WorkerStats,
+    decode,
+    from_argument,
 )
 from serving.timeline import process_started
 from streaming.encoders.cost import stream_cost_ms
@@ -143,7 +164,10 @@ class PreviewRelay:
     name = "webrtc"
 
     def __init__(
-        self, session_id: str, send: Callable[[Event], bool], still: np.ndarray | None = None,
+        self,
+        session_id: str,
+        send: Callable[[Event], bool],
+        still: np.ndarray | None = None,
         settings: H264Settings | None = None,
     ) -> None:
         self.session_id, self._send = session_id, send
@@ -164,7 +188,13 @@ class PreviewRelay:
             if not self.watching:
                 return
             message = PreviewPacket(
-                self.session_id, frame.index, frame.width, frame.height, frame.video, frame.keyframe, tuple(frame.opus),
+                self.session_id,
+                frame.index,
+                frame.width,
+                frame.height,
+                frame.video,
+                frame.keyframe,
+                tuple(frame.opus),
                 frame.speech,
             )
             if self._send(message):
@@ -349,7 +379,9 @@ class Worker:
         channels = settings.audio_channels
         encoded = bool(spec.rtmp or spec.mp4 or spec.preview) or not spec.livekit  # LiveKit takes raw pictures
         output = SessionOutput(
-            stream.source, encoder="x264" if encoded else "raw", settings=settings.video(ring.width, ring.height),
+            stream.source,
+            encoder="x264" if encoded else "raw",
+            settings=settings.video(ring.width, ring.height),
             name=stream.id,
             on_sink_failed=lambda sink, message: self.emit(OutputFailed(stream.id, sink, message)),
         )

@@ -37,7 +37,9 @@ def i420_bytes(width: int, height: int) -> int:
 class FrameRing:
     """``slots`` frames of ``width`` x ``height`` in the shared-memory block ``name`` (created by the writer)."""
 
-    def __init__(self, name: str | None, width: int, height: int, slots: int = RING_SLOTS, create: bool = False) -> None:
+    def __init__(
+        self, name: str | None, width: int, height: int, slots: int = RING_SLOTS, create: bool = False
+    ) -> None:
         check_size(width, height)
         self.width, self.height, self.slots = width, height, slots
         self.picture_bytes = i420_bytes(width, height)
@@ -91,7 +93,8 @@ class FrameRing:
         self.commit(index)
 
     def read(self, index: int) -> tuple[np.ndarray, np.ndarray] | None:
-        """Copies of frame ``index``'s picture and audio, or None when its slot holds another frame (overwritten or not yet written)."""
+        """Copies of frame ``index``'s picture and audio, or None when its slot holds another frame (overwritten or not
+        yet written)."""
         slot = self.slot(index)
         if self._index[slot] != index:
             return None

@@ -21,7 +21,8 @@ from engine.timebase import FPS
 AUDIO_RATE = RuntimeConfig.audio_rate
 """The rate of the audio a frame carries (48 kHz, what the sinks encode), not the model's 16 kHz."""
 AUDIO_SAMPLES_PER_FRAME = AUDIO_RATE // FPS
-"""1920: the samples of a frame's own audio at ``AUDIO_RATE`` (the model hears ``engine.timebase.SAMPLES_PER_FRAME``)."""
+"""1920: the samples of a frame's own audio at ``AUDIO_RATE`` (the model hears
+``engine.timebase.SAMPLES_PER_FRAME``)."""
 
 
 class FrameLike(Protocol):
@@ -59,7 +60,9 @@ class AudioSink(Protocol):
 
     latency: LatencyMode
 
-    def push_audio(self, pcm: np.ndarray, sample_rate: int, channels: int | None = None, block: bool = False) -> None: ...
+    def push_audio(
+        self, pcm: np.ndarray, sample_rate: int, channels: int | None = None, block: bool = False
+    ) -> None: ...
 
     def update_controls(self, /, **changes) -> Controls: ...
 

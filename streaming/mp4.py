@@ -47,7 +47,9 @@ class Mp4Writer:
         if fps != FPS:
             raise ValueError(f"the writer's video runs at the engine's {FPS} fps, got {fps}")
         if audio_rate % fps:
-            raise ValueError(f"audio_rate must be a multiple of {fps} so each frame spans whole samples, got {audio_rate}")
+            raise ValueError(
+                f"audio_rate must be a multiple of {fps} so each frame spans whole samples, got {audio_rate}"
+            )
         self.path = Path(path)
         self.width, self.height, self.fps, self.audio_rate = width, height, fps, audio_rate
         self.frames_written = 0
@@ -109,7 +111,9 @@ class Mp4Writer:
     def __enter__(self) -> Mp4Writer:
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self.close()
 
     def _check_open(self) -> None:
@@ -137,7 +141,9 @@ class Mp4Writer:
         for encoded in packets:
             packet = av.Packet(encoded.data)
             packet.pts = packet.dts = encoded.index
-            packet.duration = 1  # explicit, so the last frame's length (and the track's) never rests on the muxer's guess
+            packet.duration = (
+                1  # explicit, so the last frame's length (and the track's) never rests on the muxer's guess
+            )
             packet.time_base = Fraction(1, self.fps)
             packet.is_keyframe = encoded.keyframe
             packet.stream = self._video

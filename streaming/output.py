@@ -209,7 +209,8 @@ class SessionOutput:
                 thread.join(timeout)
 
     def snapshot(self) -> dict[str, Any]:
-        """Plain counters for /metrics: frames in, released, late, repeated (shed), skipped, encode times, each sink's."""
+        """Plain counters for /metrics: frames in, released, late, repeated (shed), skipped, encode times, each
+        sink's."""
         stats = self.stats
         return {
             "encoder": self.encoder.name if self.encoder else None,
@@ -243,7 +244,12 @@ class SessionOutput:
                 self.stats.frames_in += 1
                 encoder = self.encoder or self._open_encoder(frame.image)
                 prepared = Prepared(
-                    frame.index, encoder.prepare(frame.image, frame.ready), frame.audio, frame.speech, self._due(frame.index), frame.segment
+                    frame.index,
+                    encoder.prepare(frame.image, frame.ready),
+                    frame.audio,
+                    frame.speech,
+                    self._due(frame.index),
+                    frame.segment,
                 )
                 with self._ready:
                     while len(self._prepared) >= MAX_PREPARED and not self._stop.is_set():
@@ -268,7 +274,9 @@ class SessionOutput:
         return anchor + index * PERIOD
 
     def _open_encoder(self, image: torch.Tensor) -> VideoEncoder:
-        height, width = image.shape[:2] if isinstance(image, torch.Tensor) else (image.shape[0] * 2 // 3, image.shape[1])
+        height, width = (
+            image.shape[:2] if isinstance(image, torch.Tensor) else (image.shape[0] * 2 // 3, image.shape[1])
+        )
         if self.encoder_kind == "raw":
             self.encoder, self.encoder_note = RawPictures(width, height), "encoder: none (raw pictures to the sinks)"
         else:
@@ -339,7 +347,8 @@ class SessionOutput:
         return packets
 
     def _match(self, packets: list[EncodedVideo], pending: deque) -> None:
-        """Pair each access unit with its slot (an encoder with output delay returns older slots' units), then send it."""
+        """Pair each access unit with its slot (an encoder with output delay returns older slots' units), then send
+        it."""
         for packet in packets:
             while pending and pending[0][0] < packet.index:
                 log.warning("output %s: the encoder returned no picture for slot %d", self.name, pending.popleft()[0])
@@ -350,8 +359,17 @@ class SessionOutput:
             encoder = self.encoder
             self._send(
                 EncodedFrame(
-                    slot, encoder.width, encoder.height, packet.data, packet.keyframe, audio, opus, speech, repeat,
-                    segment, picture,
+                    slot,
+                    encoder.width,
+                    encoder.height,
+                    packet.data,
+                    packet.keyframe,
+                    audio,
+                    opus,
+                    speech,
+                    repeat,
+                    segment,
+                    picture,
                 )
             )
 

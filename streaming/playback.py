@@ -67,14 +67,20 @@ class PlaybackEvents:
             self._flush()
 
     def stats(self) -> dict[str, int]:
-        return {"segments_started": self.started, "segments_finished": self.finished, "events_waiting": len(self._outbox)}
+        return {
+            "segments_started": self.started,
+            "segments_finished": self.finished,
+            "events_waiting": len(self._outbox),
+        }
 
     def _finish_below(self, segment: int) -> None:
         while self._next < segment:
             done = self._next
             position = self._spoken / FPS if self._started == done else 0.0
             interrupted = self._closed.pop(done, True)
-            self._outbox.append({"event": "playback_finished", "segment": done, "position": position, "interrupted": interrupted})
+            self._outbox.append(
+                {"event": "playback_finished", "segment": done, "position": position, "interrupted": interrupted}
+            )
             self.finished += 1
             self._next += 1
 

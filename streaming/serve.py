@@ -1,4 +1,5 @@
-"""``python -m streaming.serve``: the server app is ``apps/serve.py`` (``python -m apps.serve``); this hands over to it."""
+"""``python -m streaming.serve``: the server app is ``apps/serve.py`` (``python -m apps.serve``); this hands over to
+it."""
 
 import runpy
 

@@ -3,7 +3,8 @@
 A live stream's timestamps must advance at exactly 25 fps of wall time, whatever the GPU
 manages: a broadcast viewer's buffer drains if they fall behind. So the output numbers its
 frames by slot, not by the session's frame index. At each slot's deadline the frame whose due
-time is nearest that slot is released (the session's clock may sit anywhere between two slots); when none is there the last picture is repeated, with silence (shed: never a
+time is nearest that slot is released (the session's clock may sit anywhere between two slots); when none is there the
+last picture is repeated, with silence (shed: never a
 gap in the timeline, never a late clock). After a repeat the stream is a slot behind the
 session; it catches up by skipping one frame as soon as the source is on time again (the
 newest queued frame not yet due), never while the source itself is late, so an overloaded
@@ -53,5 +54,6 @@ def catch_up(deadline: float, dues: Sequence[float]) -> int:
 
 
 def fill(deadline: float, head_due: float | None) -> Fill:
-    """The oldest queued frame when this slot is the nearest to its due time or later, else a repeat of the last picture."""
+    """The oldest queued frame when this slot is the nearest to its due time or later, else a repeat of the last
+    picture."""
     return Fill.FRAME if head_due is not None and head_due <= deadline + HALF + EPSILON else Fill.REPEAT

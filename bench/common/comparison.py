@@ -15,10 +15,15 @@ from engine.assets import demo_audio
 from engine.engine import Engine
 from engine.runtime import Runtime, RuntimeConfig
 
-def session_frames(engine: Engine, avatar, audio: np.ndarray, rate: int, warm: Callable[[], None] | None = None, **session) -> list:
+
+def session_frames(
+    engine: Engine, avatar, audio: np.ndarray, rate: int, warm: Callable[[], None] | None = None, **session
+) -> list:
     """Every frame of one offline session speaking ``audio`` (``session``: ``open_session``'s keywords); ``warm`` is
     called once the runtime has warmed up, before the session opens."""
-    with Runtime(engine, RuntimeConfig(progress=False, admission=False, max_lead_seconds=len(audio) / rate + 1)) as runtime:
+    with Runtime(
+        engine, RuntimeConfig(progress=False, admission=False, max_lead_seconds=len(audio) / rate + 1)
+    ) as runtime:
         if warm is not None:
             warm()
         handle = runtime.open_session(avatar, live=False, **session)
@@ -35,13 +40,16 @@ def add_comparison_arguments(parser: argparse.ArgumentParser, cpu_seconds: float
     parser.add_argument("--checkpoints", type=Path, help="official checkpoints (default: random weights)")
     parser.add_argument("--avatar", help="cached avatar name or folder (default: register the astronaut)")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument("--seconds", type=float, help=f"the first S seconds of the bundled speech (default all; CPU {cpu_seconds})")
+    parser.add_argument(
+        "--seconds", type=float, help=f"the first S seconds of the bundled speech (default all; CPU {cpu_seconds})"
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, help="also write the JSON result here")
 
 
 def comparison_inputs(parser: argparse.ArgumentParser, args: argparse.Namespace, cpu_seconds: float):
-    """(device, audio, rate, avatar) of a comparison: the bundled speech, cut to ``--seconds`` (``cpu_seconds`` on the CPU)."""
+    """(device, audio, rate, avatar) of a comparison: the bundled speech, cut to ``--seconds`` (``cpu_seconds`` on the
+    CPU)."""
     if args.checkpoints and not args.avatar:
         parser.error("--checkpoints needs --avatar: an avatar registered with those weights")
     device = torch.device(args.device)

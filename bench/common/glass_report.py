@@ -26,7 +26,8 @@ before a frame boundary is taken to start there."""
 
 
 def rest_ms(latency_ms: float, shown_ms: float, release_ms: float = RELEASE_MS) -> float:
-    """What a path adds after the session's clock showed the speech and the output released it: transport + player buffer."""
+    """What a path adds after the session's clock showed the speech and the output released it: transport + player
+    buffer."""
     return latency_ms - shown_ms - release_ms
 
 
@@ -38,7 +39,7 @@ def analyse(rtmp: PlayerLog, viewers: list[ViewerLog], pushed: list[float], metr
         rtmp_luma.setdefault(picture.luma, []).append(number)
 
     frame_of: dict[int, int] = {}
-    for (onset, arrived), n in _paired(rtmp.onsets, pushed):
+    for (onset, _arrived), n in _paired(rtmp.onsets, pushed):
         frame = math.floor((onset.time + ONSET_SLACK) * FPS)
         frame_of[n] = frame
         entry = markers[n]
@@ -51,7 +52,7 @@ def analyse(rtmp: PlayerLog, viewers: list[ViewerLog], pushed: list[float], metr
     viewer_notes: dict = {}
     for log in viewers:
         viewer_notes[log.name] = log.stats
-        for (onset, arrived), n in _paired(log.onsets, pushed):
+        for (_onset, arrived), n in _paired(log.onsets, pushed):
             markers[n][f"{log.name}_audio_ms"] = round((arrived - pushed[n]) * 1000, 1)
             if log.shown:
                 before = [t for t in log.shown if t <= arrived]
@@ -74,7 +75,10 @@ def analyse(rtmp: PlayerLog, viewers: list[ViewerLog], pushed: list[float], metr
         "aiortc_audio_ms": "WebRTC, aiortc viewer (not a browser): the burst decoded",
     }
     compute = {q: _ms(metric(metrics, f"ditto_runtime_tick_wall_ms_{q}")) for q in ("p50", "p99")}
-    encode = {q: _ms(metric(metrics, "ditto_encode_milliseconds", quantile=v, session="0")) for q, v in (("p50", "0.5"), ("p99", "0.99"))}
+    encode = {
+        q: _ms(metric(metrics, "ditto_encode_milliseconds", quantile=v, session="0"))
+        for q, v in (("p50", "0.5"), ("p99", "0.99"))
+    }
     shown = metric(metrics, "ditto_session_speech_latency_ms", session="0")
     results = {}
     for key, label in paths.items():
@@ -95,15 +99,22 @@ def analyse(rtmp: PlayerLog, viewers: list[ViewerLog], pushed: list[float], metr
         "paths": results,
         "split": {
             "shown_after_push_ms": shown,
-            "shown_after_push": "push -> shown on the session's clock, by construction: speech depth (485 ms at overlap 75) "
+            "shown_after_push": "push -> shown on the session's clock, by construction: speech depth (485 ms at "
+            "overlap 75) "
             "+ the lead (GPU time of a hop at the load + min_lead_frames)",
             "release_ms": RELEASE_MS,
             "compute_tick_wall_ms": compute,
             "encode_ms": encode,
-            "rest": "latency - shown after push - release = transport + player buffer (compute and encode happen before the release)",
+            "rest": "latency - shown after push - release = transport + player buffer (compute and encode happen "
+            "before the release)",
         },
         "viewers": viewer_notes,
-        "rtmp_reader": {"size": rtmp.size, "pictures": len(rtmp.pictures), "onsets": len(rtmp.onsets), "error": rtmp.error},
+        "rtmp_reader": {
+            "size": rtmp.size,
+            "pictures": len(rtmp.pictures),
+            "onsets": len(rtmp.onsets),
+            "error": rtmp.error,
+        },
         "server_metrics": {
             name: metric(metrics, f"ditto_session_{name}", session="0")
             for name in ("deadline_misses", "frames_dropped", "resyncs", "idle_hops", "frames_generated")
@@ -136,7 +147,10 @@ def table(result: dict) -> str:
     ]
     if "notice" in result:
         lines.append(result["notice"])
-    lines += ["| path | markers | p50 ms | p99 ms | max ms | first push ms | rest p50 ms |", "|---|---|---|---|---|---|---|"]
+    lines += [
+        "| path | markers | p50 ms | p99 ms | max ms | first push ms | rest p50 ms |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for path in result["paths"].values():
         lines.append(
             f"| {path['label']} | {path['n']} | {path['p50_ms']} | {path['p99_ms']} | {path['max_ms']} | "
@@ -144,8 +158,10 @@ def table(result: dict) -> str:
         )
     split = result["split"]
     lines.append(
-        f"split: shown on the session's clock {split['shown_after_push_ms']} ms after the push (speech depth + lead, by construction)"
-        f" + release {split['release_ms']:.0f} ms + rest (transport, player buffer); computed meanwhile: tick wall p50/p99"
+        f"split: shown on the session's clock {split['shown_after_push_ms']} ms after the push (speech depth + lead, "
+        "by construction)"
+        f" + release {split['release_ms']:.0f} ms + rest (transport, player buffer); computed meanwhile: tick wall "
+        "p50/p99"
         f" {split['compute_tick_wall_ms']['p50']}/{split['compute_tick_wall_ms']['p99']} ms, encode p50/p99"
         f" {split['encode_ms']['p50']}/{split['encode_ms']['p99']} ms"
     )
@@ -156,10 +172,14 @@ def table(result: dict) -> str:
         if s.get("jitterBufferEmittedCount")
     }
     if buffers:
-        lines.append("Chromium jitter buffer (getStats mean): " + ", ".join(f"{k} {v:.0f} ms" for k, v in sorted(buffers.items())))
+        lines.append(
+            "Chromium jitter buffer (getStats mean): "
+            + ", ".join(f"{k} {v:.0f} ms" for k, v in sorted(buffers.items()))
+        )
     start = result.get("start", {})
     lines.append(
-        f"start: /metrics answered {start.get('metrics_answer_s')} s after launch, first RTMP picture {start.get('first_rtmp_picture_s')} s; "
+        f"start: /metrics answered {start.get('metrics_answer_s')} s after launch, first RTMP picture "
+        f"{start.get('first_rtmp_picture_s')} s; "
         f"server: {result['server_metrics']}"
     )
     return "\n".join(lines)

@@ -104,7 +104,9 @@ def count_inductor(variant: Variant, inputs: tuple) -> dict[str, int]:
     torch._dynamo.reset()
     with torch.inference_mode():
         # A denoiser takes the step's first four arguments.
-        outputs, sources = run_and_get_code(torch.compile(variant.compiled), *(inputs if variant.around is None else inputs[:4]))
+        outputs, sources = run_and_get_code(
+            torch.compile(variant.compiled), *(inputs if variant.around is None else inputs[:4])
+        )
     eager = 0 if variant.around is None else count_aten(variant.around(lambda *args: outputs), inputs)["ops"]
     calls = "\n".join(_call_body(source) for source in sources)
     kernels = len(re.findall(r"^\s*(?:cpp_fused_\w+|triton_\w+)(?:\.run)?\(", calls, flags=re.M))

@@ -1,4 +1,5 @@
-"""The suite's registry: every module of ``bench`` with a ``main`` is a benchmark, described by its docstring's first line.
+"""The suite's registry: every module of ``bench`` with a ``main`` is a benchmark, described by its docstring's first
+line.
 
 Read from the sources (no imports), so listing the suite needs none of the benchmarks' dependencies.
 """

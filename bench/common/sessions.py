@@ -28,7 +28,8 @@ def speech(seconds: float) -> tuple[np.ndarray, int]:
 
 
 def push_schedule(sessions: int, pushes: int, stagger: bool) -> list[tuple[float, int, int]]:
-    """(seconds from the start, hop k, session i) of every push, in time order; staggered, session i runs i/sessions of a hop late."""
+    """(seconds from the start, hop k, session i) of every push, in time order; staggered, session i runs i/sessions of
+    a hop late."""
     offsets = [i * HOP / sessions if stagger else 0.0 for i in range(sessions)]
     return sorted((k * HOP + offsets[i], k, i) for k in range(pushes) for i in range(sessions))
 
@@ -64,5 +65,7 @@ def load_bench_avatar(name: str | None, device: torch.device):
     from engine.engine import random_checkpoints
 
     folder = Path(tempfile.mkdtemp())
-    cache = register(write_demo_portrait(folder), "bench", random_checkpoints(), device=device, cache_dir=folder, random_weights=True)
+    cache = register(
+        write_demo_portrait(folder), "bench", random_checkpoints(), device=device, cache_dir=folder, random_weights=True
+    )
     return load_avatar(cache, device)

@@ -12,7 +12,8 @@ import torch
 
 
 def summary(ms: Sequence[float], digits: int = 3) -> dict[str, float | int | None]:
-    """n, p50, p90, p99, min and max of milliseconds (numpy's linear percentiles), rounded to ``digits``; None when empty."""
+    """n, p50, p90, p99, min and max of milliseconds (numpy's linear percentiles), rounded to ``digits``; None when
+    empty."""
     if not len(ms):
         return {"n": 0, "p50_ms": None, "p90_ms": None, "p99_ms": None, "min_ms": None, "max_ms": None}
     values = np.asarray(ms, np.float64)
@@ -40,7 +41,8 @@ def psnr(a: np.ndarray | torch.Tensor, b: np.ndarray | torch.Tensor, peak: float
 
 
 def wall_times(fn: Callable[[], object], device: torch.device, runs: int, warmup: int = 3) -> list[float]:
-    """Wall milliseconds per call of ``fn``, synchronized on ``device`` (works on the CPU too), after ``warmup`` calls."""
+    """Wall milliseconds per call of ``fn``, synchronized on ``device`` (works on the CPU too), after ``warmup``
+    calls."""
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     for _ in range(warmup):
         fn()

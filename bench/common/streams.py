@@ -48,7 +48,9 @@ def stream_report(log: PacketLog, start: float, end: float) -> dict:
         "fps": round((len(video) - 1) / float(at[-1] - at[0]), 3),
         "timeline_fps": round((len(video) - 1) / float(pts[-1] - pts[0]), 3) if pts[-1] > pts[0] else None,
         "drift_ms": round(float(np.median(last) - np.median(first)) * 1000, 1),
-        "drift_slope_ms_per_min": round(float(np.polyfit((at - at[0]) / 60, lag, 1)[0]) * 1000, 2) if minutes * 60 >= 2 * EDGE_SECONDS else None,
+        "drift_slope_ms_per_min": round(float(np.polyfit((at - at[0]) / 60, lag, 1)[0]) * 1000, 2)
+        if minutes * 60 >= 2 * EDGE_SECONDS
+        else None,
         "lag_spread_ms": round(float(np.percentile(lag, 99) - np.percentile(lag, 1)) * 1000, 1),
         "timestamp_gaps": int(np.sum(steps != 1)),
         "frames_missing": int(np.sum(np.clip(steps - 1, 0, None))),

@@ -7,6 +7,7 @@ RENDER_MS_PER_FRAME = 2.0
 AVATAR_LOAD_MS = 10.0
 """Loading a cached image avatar onto the GPU (ms)."""
 GLASS_P99_MS = {"faithful": {"rtmp": 600.0, "webrtc": 560.0}, "low": {"rtmp": 400.0, "webrtc": 350.0}}
-"""Glass-to-glass p99 on loopback per latency mode and path: a marker pushed -> the frame that speaks it, decoded (ms)."""
+"""Glass-to-glass p99 on loopback per latency mode and path: a marker pushed -> the frame that speaks it, decoded
+(ms)."""
 FIRST_PUSH_MS = {"low": 400.0}
 """The first push into an idle session -> its first speech frame decoded, where a target is set (ms)."""

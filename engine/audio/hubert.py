@@ -288,7 +288,9 @@ def encode_chunks(runner: HubertRunner, chunks: np.ndarray, current: int = HOP_F
 def encodings(runner: HubertRunner, chunks: np.ndarray) -> torch.Tensor:
     """Chunks (k, 6480) -> their encodings (k, T, 1024) on ``runner.device``, in batches of up to MAX_BATCH."""
     if chunks.shape[0] == 0:
-        return torch.empty(0, ROWS_PER_FRAME * (PAST_FRAMES + HOP_FRAMES + FUTURE_FRAMES), FEATURE_DIM, device=runner.device)
+        return torch.empty(
+            0, ROWS_PER_FRAME * (PAST_FRAMES + HOP_FRAMES + FUTURE_FRAMES), FEATURE_DIM, device=runner.device
+        )
     tensor = torch.from_numpy(chunks)
     return torch.cat([runner.encode_batch(tensor[i : i + MAX_BATCH]) for i in range(0, chunks.shape[0], MAX_BATCH)])
 
@@ -340,7 +342,9 @@ def offline_chunks(samples: np.ndarray) -> np.ndarray:
     a chunk every 5 frames. Chunk starts are computed as the reference does, int(i · 0.04 · 16000), which falls
     one sample short at some frames (1615 is the first)."""
     if not isinstance(samples, np.ndarray) or samples.ndim != 1 or samples.size == 0:
-        raise ValueError(f"samples must be a non-empty 1-D array of 16 kHz audio, got {getattr(samples, 'shape', type(samples))}")
+        raise ValueError(
+            f"samples must be a non-empty 1-D array of 16 kHz audio, got {getattr(samples, 'shape', type(samples))}"
+        )
     count = offline_frame_count(samples.size)
     zeros = np.zeros(OFFLINE_LEAD_ZEROS, np.float32)
     padded = np.concatenate([zeros, samples.astype(np.float32, copy=False), np.zeros(CHUNK_SAMPLES, np.float32)])

@@ -216,7 +216,10 @@ class HubertWeightsError(ValueError):
     """The ONNX file's initializers do not fill the assumed architecture."""
 
 
-WEIGHT_NORM_PAIRS = (("weight_g", "weight_v"), ("parametrizations.weight.original0", "parametrizations.weight.original1"))
+WEIGHT_NORM_PAIRS = (
+    ("weight_g", "weight_v"),
+    ("parametrizations.weight.original0", "parametrizations.weight.original1"),
+)
 
 
 class _Graph:
@@ -273,7 +276,8 @@ class _Graph:
 
 
 def onnx_state_dict(model: onnx.ModelProto, expected: Mapping[str, tuple[int, ...]]) -> dict[str, torch.Tensor]:
-    """The tensors for ``expected`` (state-dict key -> shape) found in the model, or HubertWeightsError saying what is wrong."""
+    """The tensors for ``expected`` (state-dict key -> shape) found in the model, or HubertWeightsError saying what is
+    wrong."""
     import onnx
 
     graph = _Graph(model)
@@ -294,7 +298,9 @@ def onnx_state_dict(model: onnx.ModelProto, expected: Mapping[str, tuple[int, ..
 
     found = {key: array for key, shape in expected.items() if (array := find(key, shape)) is not None}
     missing = [prefix + k for k in expected if k not in found]
-    mismatched = [f"{prefix + k}: file {tuple(v.shape)}, model {expected[k]}" for k, v in found.items() if v.shape != expected[k]]
+    mismatched = [
+        f"{prefix + k}: file {tuple(v.shape)}, model {expected[k]}" for k, v in found.items() if v.shape != expected[k]
+    ]
     unexpected = [
         name
         for name, init in graph.initializers.items()

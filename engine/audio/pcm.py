@@ -66,7 +66,10 @@ def channel_axis(shape: tuple[int, ...], channels: int | None = None) -> int:
 def to_float_mono(pcm: np.ndarray, channels: int | None = None) -> np.ndarray:
     """Scale integer or float PCM to float32 in full-scale units and downmix channels by their mean."""
     if not isinstance(pcm, np.ndarray):
-        raise PcmError(f"PCM must be a numpy array, got {type(pcm).__name__}; convert with np.asarray(..., dtype=np.int16 or np.float32)")
+        raise PcmError(
+            f"PCM must be a numpy array, got {type(pcm).__name__}; convert with np.asarray(..., dtype=np.int16 or "
+            "np.float32)"
+        )
     if pcm.dtype in _FULL_SCALE:
         samples = pcm.astype(np.float32) / np.float32(_FULL_SCALE[pcm.dtype])
     elif pcm.dtype in _FLOATS:

@@ -69,7 +69,8 @@ def build_standin(seed: int = 0) -> StandInHubert:
 
 
 def export_standin_onnx(path: str | Path, seed: int = 0) -> Path:
-    """Write the stand-in as ONNX with the official I/O: ``input_values`` (1, N dynamic) -> ``encoding_out`` (T, 1024)."""
+    """Write the stand-in as ONNX with the official I/O: ``input_values`` (1, N dynamic) -> ``encoding_out`` (T,
+    1024)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     example = torch.zeros(1, CHUNK_SAMPLES)

@@ -75,7 +75,11 @@ def module_tensors(module: nn.Module) -> Mapping[str, torch.Tensor]:
     tensor attributes, under every path by which a shared one is reached."""
     tensors = {}
     for prefix, sub in module.named_modules(remove_duplicate=False):
-        held = {**{k: v for k, v in vars(sub).items() if isinstance(v, torch.Tensor)}, **sub._parameters, **sub._buffers}
+        held = {
+            **{k: v for k, v in vars(sub).items() if isinstance(v, torch.Tensor)},
+            **sub._parameters,
+            **sub._buffers,
+        }
         tensors.update({f"{prefix}.{name}" if prefix else name: t for name, t in held.items() if t is not None})
     return tensors
 
@@ -86,7 +90,14 @@ def step_inputs(fused: FusedLMDMStep, schedule: DDIMSchedule, batch: int, cond_w
     window = fused.prepare_window(torch.zeros(batch, SEQ_FRAMES, cond_width, device=device), schedule.times)
     x = torch.zeros(batch, SEQ_FRAMES, MOTION_DIM, device=device)
     time_cond = schedule.times[0].expand(batch)
-    inputs = (x, torch.zeros(batch, MOTION_DIM, device=device), *window, time_cond, schedule.coefficients[0], torch.zeros_like(x))
+    inputs = (
+        x,
+        torch.zeros(batch, MOTION_DIM, device=device),
+        *window,
+        time_cond,
+        schedule.coefficients[0],
+        torch.zeros_like(x),
+    )
     return contiguous(inputs)
 
 
@@ -96,7 +107,8 @@ ALIGNMENT = 16
 
 def contiguous(tensors: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
     """The tensors in the dense row-major layout a package is exported with (its kernels assume the strides they saw),
-    each starting on an ``ALIGNMENT``-byte boundary (a view into the middle of a buffer, such as one DDIM time, is copied)."""
+    each starting on an ``ALIGNMENT``-byte boundary (a view into the middle of a buffer, such as one DDIM time, is
+    copied)."""
     dense = (t.contiguous() for t in tensors)
     return tuple(t if t.data_ptr() % ALIGNMENT == 0 else t.clone() for t in dense)
 
@@ -106,7 +118,9 @@ def prepare_inputs(schedule: DDIMSchedule, batch: int, cond_width: int) -> tuple
     return torch.zeros(batch, SEQ_FRAMES, cond_width, device=schedule.times.device), schedule.times
 
 
-def render_inputs(batch: int, device: torch.device, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def render_inputs(
+    batch: int, device: torch.device, dtype: torch.dtype
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Example inputs of ``RenderCall`` for ``batch`` frames."""
     kp = torch.zeros(batch, *KEYPOINTS, device=device, dtype=dtype)
     return torch.zeros(batch, *FEATURE_SHAPE, device=device, dtype=dtype), kp, kp.clone()

@@ -72,7 +72,8 @@ class Backend(ABC):
 
     @abstractmethod
     def motion(self, image: torch.Tensor) -> dict[str, torch.Tensor]:
-        """Motion extractor: RGB (B,3,256,256) -> dict pitch, yaw, roll (B,66), t (B,3), exp (B,63), scale (B,1), kp (B,63)."""
+        """Motion extractor: RGB (B,3,256,256) -> dict pitch, yaw, roll (B,66), t (B,3), exp (B,63), scale (B,1), kp
+        (B,63)."""
 
     def render(self, feature_3d: torch.Tensor, kp_source: torch.Tensor, kp_driving: torch.Tensor) -> torch.Tensor:
         """Warp then decode; backends with a merged graph override this."""

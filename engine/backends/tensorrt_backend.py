@@ -1,4 +1,5 @@
-"""The TensorRT backend: runs the plans of ``compile.build_plans`` (format: ``engine.plans``) on the engine's own device tensors.
+"""The TensorRT backend: runs the plans of ``compile.build_plans`` (format: ``engine.plans``) on the engine's own device
+tensors.
 
 It picks, among the plan directories it is given, the one that can run on this GPU with the
 TensorRT libraries installed here, deciding from the manifests alone, so an unsupported GPU
@@ -106,8 +107,10 @@ def check_contract(spec: GraphSpec, io: PlanIO, where: str | Path) -> None:
         if len(low) != len(tensor.shape):
             problems.append(f"has no rank-{len(tensor.shape)} profile for {tensor.name}")
         elif tensor.shape[0] == BATCH and (low[0], high[0]) != (spec.ranges[BATCH][0], spec.ranges[BATCH][2]):
-            problems.append(f"accepts batch {low[0]}..{high[0]} for {tensor.name}, expected "
-                            f"{spec.ranges[BATCH][0]}..{spec.ranges[BATCH][2]} (engine/plans/graphs.py)")
+            problems.append(
+                f"accepts batch {low[0]}..{high[0]} for {tensor.name}, expected "
+                f"{spec.ranges[BATCH][0]}..{spec.ranges[BATCH][2]} (engine/plans/graphs.py)"
+            )
     if problems:
         raise PlanMismatch(f"{where}: " + "; ".join(problems) + ": rebuild the plan")
 

@@ -58,7 +58,8 @@ class TorchBackend(Backend):
         networks: tuple[str, ...] = tuple(OFFICIAL_FILENAMES),
         compile_networks: bool = True,
     ) -> None:
-        """``compile_networks``: on CUDA, fuse the LMDM, warp and decoder with torch.compile (about a minute at start)."""
+        """``compile_networks``: on CUDA, fuse the LMDM, warp and decoder with torch.compile (about a minute at
+        start)."""
         self.device = torch.device(device) if device is not None else default_device()
         if self.device.type == "cuda" and not torch.cuda.is_available():
             raise BackendError("the torch backend was asked for CUDA, but torch sees no CUDA device")
@@ -87,8 +88,13 @@ class TorchBackend(Backend):
             fused = self._fused = FusedLMDMStep(self._nets["lmdm"], self.dtype)
             self._lmdm_step, self._lmdm_prepare = fused.ddim_step, fused.prepare_window
             if self.device.type == "cuda" and compile_networks:
-                self._lmdm_step, self._lmdm_prepare = CompiledOnFirstCall(self._lmdm_step), CompiledOnFirstCall(self._lmdm_prepare)
-        log.debug("the fused LMDM step set up in %.2f s (torch.compile waits for a first call)", time.perf_counter() - started)
+                self._lmdm_step, self._lmdm_prepare = (
+                    CompiledOnFirstCall(self._lmdm_step),
+                    CompiledOnFirstCall(self._lmdm_prepare),
+                )
+        log.debug(
+            "the fused LMDM step set up in %.2f s (torch.compile waits for a first call)", time.perf_counter() - started
+        )
         self.cond_width = self._nets["lmdm"].cond_dim if "lmdm" in self._nets else 0
         self.capabilities = Capabilities(
             fused_ddim_step=self._lmdm_step is not None,
@@ -101,7 +107,11 @@ class TorchBackend(Backend):
         self.package_calls = 0
         """Calls served by a compiled package (the rest ran torch's own path)."""
         compiled = self.device.type == "cuda" and compile_networks
-        self.packages_status = "torch.compile at warm-up (no compiled packages asked for)" if compiled else "eager (no compiled packages asked for)"
+        self.packages_status = (
+            "torch.compile at warm-up (no compiled packages asked for)"
+            if compiled
+            else "eager (no compiled packages asked for)"
+        )
 
     def _load(self, name: str) -> torch.nn.Module:
         """Network ``name`` from its checkpoint, on this backend's device in the layout its calls run fastest in."""
@@ -109,7 +119,9 @@ class TorchBackend(Backend):
         # fp32 where fp16 breaks the numbers: the motion extractor's LayerNorm/GRN statistics overflow, and the
         # LMDM's last DDIM steps multiply its noise prediction's error about 24 times.
         dtype_for = torch.float32 if name in ("motion_extractor", "lmdm", "stitch_network") else self.dtype
-        net = load_network(name, self._checkpoints / OFFICIAL_FILENAMES[name], self.device, dtype_for, fold_batchnorm=True)
+        net = load_network(
+            name, self._checkpoints / OFFICIAL_FILENAMES[name], self.device, dtype_for, fold_batchnorm=True
+        )
         if name == "warp_network" and self.device.type == "cuda":
             net.dense_motion_network.use_depth_planes()
         if name == "decoder" and self.device.type == "cuda":
@@ -129,7 +141,8 @@ class TorchBackend(Backend):
 
     def load_packages(self, plans: str | Path, steps: int) -> str:
         """Use the ahead-of-time compiled packages under ``plans`` for this device (``compile.aot_build``) when they
-        match this process, these checkpoints and ``steps``; otherwise keep torch.compile. Returns what was used, and why."""
+        match this process, these checkpoints and ``steps``; otherwise keep torch.compile. Returns what was used, and
+        why."""
         target = Target.here(self.device, self.dtype)
         files = {name: self._checkpoints / OFFICIAL_FILENAMES[name] for name in self._nets}
         try:
@@ -144,7 +157,8 @@ class TorchBackend(Backend):
         return self.packages_status
 
     def _call_weights(self, call: str) -> Mapping[str, torch.Tensor]:
-        """The tensors a package of ``call`` runs on, named as its module was exported (``engine.backends.aot_calls``)."""
+        """The tensors a package of ``call`` runs on, named as its module was exported
+        (``engine.backends.aot_calls``)."""
         if call == "render":
             return module_tensors(RenderCall(self._nets["warp_network"], self._nets["decoder"]))
         return module_tensors(PrepareCall(self._fused) if call == "lmdm_prepare" else StepCall(self._fused))
@@ -161,7 +175,8 @@ class TorchBackend(Backend):
 
     @torch.inference_mode()
     def lmdm_prepare(self, cond: torch.Tensor, times: torch.Tensor) -> FusedWindow:
-        """Encode a window's condition once for all its denoiser calls at ``times`` (see ``FusedLMDMStep.prepare_window``)."""
+        """Encode a window's condition once for all its denoiser calls at ``times`` (see
+        ``FusedLMDMStep.prepare_window``)."""
         package = self._packages.get(("lmdm_prepare", cond.shape[0]))
         if package is not None:
             self.package_calls += 1
@@ -172,7 +187,8 @@ class TorchBackend(Backend):
 
     @torch.inference_mode()
     def lmdm_step(self, x, cond_frame, prepared: FusedWindow, time_cond, coefficients, noise):
-        """One DDIM step (``ddim.DDIMStep``) of a window encoded by ``lmdm_prepare``: ``lmdm`` plus the update, fused."""
+        """One DDIM step (``ddim.DDIMStep``) of a window encoded by ``lmdm_prepare``: ``lmdm`` plus the update,
+        fused."""
         package = self._packages.get(("lmdm_step", x.shape[0]))
         if package is not None and noise.shape == x.shape:
             self.package_calls += 1
@@ -204,7 +220,8 @@ class TorchBackend(Backend):
 
     @torch.inference_mode()
     def render(self, feature_3d, kp_source, kp_driving):
-        """Warp+decode; in the smallest captured bucket that holds the batch (its output is valid until the next render)."""
+        """Warp+decode; in the smallest captured bucket that holds the batch (its output is valid until the next
+        render)."""
         batch = kp_source.shape[0]
         bucket = next((b for b in sorted(self._graphs) if b >= batch), None)
         if bucket is not None:
@@ -270,7 +287,8 @@ def _to_channels_last(net: torch.nn.Module) -> None:
 
 
 class _GraphedRender:
-    """Warp+decode for one bucket, captured once into a CUDA graph with static buffers; rows past the batch are padding."""
+    """Warp+decode for one bucket, captured once into a CUDA graph with static buffers; rows past the batch are
+    padding."""
 
     def __init__(self, backend: TorchBackend, batch: int, pool: GraphPool) -> None:
         dev, dt = backend.device, backend.dtype

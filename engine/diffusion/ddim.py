@@ -27,7 +27,9 @@ the update into its denoiser's compiled step; ``denoiser_step`` composes it from
 """
 
 
-def ddim_update(x_start: torch.Tensor, pred_noise: torch.Tensor, noise: torch.Tensor, coefficients: torch.Tensor) -> torch.Tensor:
+def ddim_update(
+    x_start: torch.Tensor, pred_noise: torch.Tensor, noise: torch.Tensor, coefficients: torch.Tensor
+) -> torch.Tensor:
     """The DDIM update, the one place it is written: x0, ε̂ and the step's noise weighed by ``coefficients`` (3,)."""
     return x_start * coefficients[0] + pred_noise * coefficients[1] + noise * coefficients[2]
 
@@ -50,7 +52,8 @@ def ddim_loop(
     schedule: DDIMSchedule,
     step_noise: torch.Tensor,
 ) -> torch.Tensor:
-    """Run the S DDIM steps of ``denoiser`` from x_T (B,L,265) and return x0 of the last; ``step_noise`` is (S−1, 1|B, L, 265)."""
+    """Run the S DDIM steps of ``denoiser`` from x_T (B,L,265) and return x0 of the last; ``step_noise`` is (S−1, 1|B,
+    L, 265)."""
     return ddim_steps(denoiser_step(denoiser), x, cond_frame, cond, schedule, step_noise)
 
 
@@ -62,7 +65,8 @@ def ddim_steps(
     schedule: DDIMSchedule,
     step_noise: torch.Tensor,
 ) -> torch.Tensor:
-    """The S DDIM steps from x_T, each one ``step`` call (update included); the last step's weights (1, 0, 0) return x0."""
+    """The S DDIM steps from x_T, each one ``step`` call (update included); the last step's weights (1, 0, 0) return
+    x0."""
     batch = x.shape[0]
     for i in range(schedule.steps):
         noise = step_noise[min(i, schedule.steps - 2)] if schedule.steps > 1 else torch.zeros_like(x)

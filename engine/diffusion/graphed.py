@@ -90,7 +90,9 @@ class _Captured:
         with pool.capture(self.graph), torch.inference_mode():
             self.out = run()
 
-    def __call__(self, x: torch.Tensor, cond_frame: torch.Tensor, cond: torch.Tensor, step_noise: torch.Tensor) -> torch.Tensor:
+    def __call__(
+        self, x: torch.Tensor, cond_frame: torch.Tensor, cond: torch.Tensor, step_noise: torch.Tensor
+    ) -> torch.Tensor:
         n = x.shape[0]
         self.x[:n].copy_(x)
         self.cond_frame[:n].copy_(cond_frame)

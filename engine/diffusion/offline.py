@@ -97,7 +97,9 @@ def sample_offline(
     for done, start in enumerate(window_starts(num_frames, overlap), 1):
         prediction = sample(cond_frame, window_conditions(conditions, start))
         history = append_window(history, prediction, overlap, smooth_k)
-        cond_frame = kp_cond_frame(next_cond_frame(history, overlap), source_motion, done, fix_kp_cond, fix_kp_cond_dims)
+        cond_frame = kp_cond_frame(
+            next_cond_frame(history, overlap), source_motion, done, fix_kp_cond, fix_kp_cond_dims
+        )
         if on_window is not None:
             on_window()
     return finish_sequence(history, num_frames, smooth_k)

@@ -14,7 +14,8 @@ ETA = 1.0
 
 
 def cosine_betas(steps: int = TRAIN_STEPS, offset: float = COSINE_OFFSET) -> torch.Tensor:
-    """β_i = clip(1 − ᾱ'(i+1)/ᾱ'(i), 0, 0.999) with ᾱ'(i) = cos²((i/T + s)/(1 + s)·π/2), computed in float64, returned float32 (T,)."""
+    """β_i = clip(1 − ᾱ'(i+1)/ᾱ'(i), 0, 0.999) with ᾱ'(i) = cos²((i/T + s)/(1 + s)·π/2), computed in float64, returned
+    float32 (T,)."""
     f = torch.cos((torch.arange(steps + 1, dtype=torch.float64) / steps + offset) / (1 + offset) * math.pi / 2) ** 2
     return (1 - f[1:] / f[:-1]).clamp(0.0, MAX_BETA).to(torch.float32)
 
@@ -74,7 +75,9 @@ def ddim_schedule(sampling_steps: int, device: torch.device | str | None = None)
     sigma = ETA * ((1 - now / nxt) * (1 - nxt) / (1 - now)).sqrt()
     c = (1 - nxt - sigma**2).clamp(min=0.0).sqrt()
     # Built here, not per loop: a CUDA graph capture cannot copy from the host.
-    coefficients = torch.cat((torch.stack((nxt.sqrt(), c, sigma), dim=-1), torch.tensor([[1.0, 0.0, 0.0]], dtype=torch.float64)))
+    coefficients = torch.cat(
+        (torch.stack((nxt.sqrt(), c, sigma), dim=-1), torch.tensor([[1.0, 0.0, 0.0]], dtype=torch.float64))
+    )
     return DDIMSchedule(
         time_pairs=tuple(pairs),
         times=torch.tensor([t for t, _ in pairs], dtype=torch.int64, device=device),

@@ -27,7 +27,8 @@ SMOOTH_FRAMES = 3
 
 
 def fuse_windows(history: torch.Tensor, prediction: torch.Tensor, valid: int, fuse: int) -> torch.Tensor:
-    """Cross-fade the last ``fuse`` frames of history (N,D) with the prediction (L,D) linearly, then append its last ``valid`` frames."""
+    """Cross-fade the last ``fuse`` frames of history (N,D) with the prediction (L,D) linearly, then append its last
+    ``valid`` frames."""
     length = prediction.shape[-2]
     kept = history.shape[-2] - fuse
     weight = (torch.arange(fuse, device=history.device, dtype=history.dtype) / max(fuse, 1)).unsqueeze(-1)
@@ -37,7 +38,8 @@ def fuse_windows(history: torch.Tensor, prediction: torch.Tensor, valid: int, fu
 
 
 def continue_from(history: torch.Tensor, prediction: torch.Tensor, valid: int, fuse: int) -> torch.Tensor:
-    """Append the prediction's (L,D) last ``valid`` frames to history (N,D), shifted so that they start from history's last
+    """Append the prediction's (L,D) last ``valid`` frames to history (N,D), shifted so that they start from history's
+    last
     frame: the offset between it and the prediction's frame before them fades out linearly over ``fuse`` frames."""
     length = prediction.shape[-2]
     new = prediction[..., length - valid :, :]
@@ -48,7 +50,8 @@ def continue_from(history: torch.Tensor, prediction: torch.Tensor, valid: int, f
 
 
 def smooth_frames(sequence: torch.Tensor, start: int, stop: int, k: int = SMOOTH_FRAMES) -> torch.Tensor:
-    """Frames [start, stop) of (..., N, 265): dims [0:202] replaced by their centred mean over ±k//2 frames (clipped at the ends)."""
+    """Frames [start, stop) of (..., N, 265): dims [0:202] replaced by their centred mean over ±k//2 frames (clipped at
+    the ends)."""
     half = k // 2
     frames = sequence.shape[-2]
     start, stop = max(start, 0), min(stop, frames)
@@ -66,7 +69,8 @@ def smooth_frames(sequence: torch.Tensor, start: int, stop: int, k: int = SMOOTH
 
 @dataclass(frozen=True)
 class WindowPlan:
-    """One window to sample: its stream frames [start, start+80) and the frames it makes final, [emit_start, emit_stop)."""
+    """One window to sample: its stream frames [start, start+80) and the frames it makes final, [emit_start,
+    emit_stop)."""
 
     index: int
     start: int
@@ -87,7 +91,8 @@ class MotionWindows:
         seq_frames: int = SEQ_FRAMES,
         early_release: bool = False,
     ) -> None:
-        """``source_motion`` (265,): the avatar's motion vector, the first window's cond_frame; ``overlap`` O in [0, 80);
+        """``source_motion`` (265,): the avatar's motion vector, the first window's cond_frame; ``overlap`` O in [0,
+        80);
         ``early_release``: a window's frames are final at once (see the module's docstring)."""
         if not 0 <= overlap < seq_frames:
             raise ValueError(f"overlap must be in [0, {seq_frames}), got {overlap}")
@@ -130,12 +135,15 @@ class MotionWindows:
         return self._pending
 
     def push(self, prediction: torch.Tensor) -> torch.Tensor:
-        """The sampled window (80,265) of the last plan -> its final frames (emit_stop − emit_start, 265); updates cond_frame."""
+        """The sampled window (80,265) of the last plan -> its final frames (emit_stop − emit_start, 265); updates
+        cond_frame."""
         plan = self._pending
         if plan is None:
             raise RuntimeError("push() needs a window from plan() first")
         if prediction.shape != (self.seq_frames, MOTION_DIM):
-            raise ValueError(f"a window prediction must be ({self.seq_frames},{MOTION_DIM}), got {tuple(prediction.shape)}")
+            raise ValueError(
+                f"a window prediction must be ({self.seq_frames},{MOTION_DIM}), got {tuple(prediction.shape)}"
+            )
         if self._history is None:
             history = smooth_frames(prediction, 0, self.seq_frames, self.smooth_k)
             self.anchor = history[0]
@@ -156,9 +164,12 @@ class MotionWindows:
         return self._take(plan.emit_stop)
 
     def finish(self, total: int) -> torch.Tensor:
-        """End of stream with ``total`` real frames, once ``plan(total, ended=True)`` is None: the frames not yet emitted."""
+        """End of stream with ``total`` real frames, once ``plan(total, ended=True)`` is None: the frames not yet
+        emitted."""
         if self.plan(total, ended=True) is not None:
-            raise RuntimeError("windows remain before the end of the stream: sample what plan(total, ended=True) returns first")
+            raise RuntimeError(
+                "windows remain before the end of the stream: sample what plan(total, ended=True) returns first"
+            )
         self._pending = None
         frames = self._take(total) if self._history is not None and not self.finished else self._empty()
         self.finished = True

@@ -46,7 +46,8 @@ def emotion_vector(labels: Label | Sequence[Label], device: torch.device | str |
 
 
 def emotion_table(emotion: Emotion, device: torch.device | str | None = None) -> torch.Tensor:
-    """Any accepted emotion form -> (m,8): a label or label set gives m=1; a list of label sets or an (m,8) tensor one row per frame."""
+    """Any accepted emotion form -> (m,8): a label or label set gives m=1; a list of label sets or an (m,8) tensor one
+    row per frame."""
     if isinstance(emotion, torch.Tensor):
         if emotion.ndim != 2 or emotion.shape[1] != EMOTION_DIM or emotion.shape[0] == 0:
             raise ValueError(f"an emotion tensor must be (m,{EMOTION_DIM}), got shape {tuple(emotion.shape)}")
@@ -83,7 +84,8 @@ class ConditionBuilder:
             raise ValueError(
                 f"the LMDM checkpoint expects {width}-wide conditions, but the engine builds {CONDITION_DIM} = "
                 f"hubert {HUBERT_DIM} + emotion {EMOTION_DIM} + eye_open {EYE_OPEN_DIM} + eye_ball {EYE_BALL_DIM} "
-                f"+ keypoints {KEYPOINT_DIM}; use the official lmdm_v0.4_hubert checkpoint (cond_projection (512, 1103))"
+                f"+ keypoints {KEYPOINT_DIM}; use the official lmdm_v0.4_hubert checkpoint (cond_projection (512, "
+                "1103))"
             )
         self.device = keypoints.device
         self.keypoints = _rows(keypoints, KEYPOINT_DIM, "keypoints")

@@ -15,7 +15,8 @@ def transform_keypoints(
     scale: torch.Tensor,
     t: torch.Tensor,
 ) -> torch.Tensor:
-    """Canonical kp (B,63)|(B,21,3), R (B,3,3), exp (B,63), scale (B,1), t (B,3) -> posed keypoints (B,21,3); t_z is ignored."""
+    """Canonical kp (B,63)|(B,21,3), R (B,3,3), exp (B,63), scale (B,1), t (B,3) -> posed keypoints (B,21,3); t_z is
+    ignored."""
     kp = _as_points(kp, "kp")
     exp = _as_points(exp, "exp")
     posed = (kp @ rotation + exp) * scale.reshape(-1, 1, 1)
@@ -37,4 +38,6 @@ def _as_points(values: torch.Tensor, name: str) -> torch.Tensor:
         return values.unflatten(-1, (NUM_KEYPOINTS, 3))
     if values.shape[-2:] == (NUM_KEYPOINTS, 3):
         return values
-    raise ValueError(f"{name} must be (B,{3 * NUM_KEYPOINTS}) or (B,{NUM_KEYPOINTS},3), got shape {tuple(values.shape)}")
+    raise ValueError(
+        f"{name} must be (B,{3 * NUM_KEYPOINTS}) or (B,{NUM_KEYPOINTS},3), got shape {tuple(values.shape)}"
+    )

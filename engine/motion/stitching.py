@@ -66,7 +66,8 @@ def expression_weights(
 
 
 def drive_weights(driven_keys: Sequence[str], expression: torch.Tensor) -> torch.Tensor:
-    """(265,) share of the driving motion per motion dim: 1 on driven keys, ``expression`` (63,) on a driven exp, else 0.
+    """(265,) share of the driving motion per motion dim: 1 on driven keys, ``expression`` (63,) on a driven exp, else
+    0.
 
     The mix is then one sum, source + (driving − anchor)·w: a driven key is the source moved by the relative
     motion (the reference's relative mode), and exp is the source's with the driven keypoints moved.
@@ -94,7 +95,8 @@ def gaze_delta(yaw_delta: torch.Tensor, pitch_delta: torch.Tensor, weights: torc
 
 
 def pose_angle(part: torch.Tensor) -> torch.Tensor:
-    """A pose part in degrees (B,): logits (B,66) are decoded, angles (B,) pass through (the reference's bin66_to_degree)."""
+    """A pose part in degrees (B,): logits (B,66) are decoded, angles (B,) pass through (the reference's
+    bin66_to_degree)."""
     return part if part.ndim == 1 else bins_to_degrees(part)
 
 
@@ -115,7 +117,8 @@ def fade(parts: Motion, target: Motion, alpha: torch.Tensor, keys: Sequence[str]
 
 @dataclass(frozen=True)
 class StitchControls:
-    """The per-frame controls in the stitcher's terms (one session's, vectorised over its frames); defaults change nothing."""
+    """The per-frame controls in the stitcher's terms (one session's, vectorised over its frames); defaults change
+    nothing."""
 
     pose_offset: tuple[float, float, float] = (0.0, 0.0, 0.0)
     """Degrees added to pitch, yaw, roll (the reference's delta_pitch/yaw/roll)."""
@@ -191,7 +194,8 @@ def join_frames(parts: Sequence[torch.Tensor]) -> torch.Tensor:
 def fade_alphas(
     frame_index: torch.Tensor, fade_in: int = 0, fade_out: int = 0, total_frames: int | None = None
 ) -> torch.Tensor:
-    """Fade weight per output frame (B,): i/fade_in over the first frames, falling to 0 over the last fade_out+1, else 1."""
+    """Fade weight per output frame (B,): i/fade_in over the first frames, falling to 0 over the last fade_out+1, else
+    1."""
     index = frame_index.to(torch.float32)
     alpha = torch.ones_like(index)
     if fade_in > 0:
@@ -287,7 +291,8 @@ class MotionStitcher:
         self.set_fade(fade_target, fade_keys)
 
     def set_blinks(self, table: torch.Tensor | None, indices: torch.Tensor | None) -> None:
-        """Blink with ``table`` (K,63) rows picked by ``indices`` (n,) at frame ``frames_done % n`` (None, None: no blinks)."""
+        """Blink with ``table`` (K,63) rows picked by ``indices`` (n,) at frame ``frames_done % n`` (None, None: no
+        blinks)."""
         if (table is None) != (indices is None):
             raise ValueError("blink_table and blink_indices go together: pass both or neither")
         self.blink_table = table
@@ -328,7 +333,8 @@ class MotionStitcher:
         source_index: torch.Tensor | None = None,
         fade_alpha: torch.Tensor | None = None,
     ) -> Posed:
-        """The per-session steps of ``__call__`` (same arguments); ``stitch_posed`` finishes them, with other sessions'."""
+        """The per-session steps of ``__call__`` (same arguments); ``stitch_posed`` finishes them, with other
+        sessions'."""
         if driving.ndim != 2 or driving.shape[1] != MOTION_DIM:
             raise ValueError(f"driving motion must be (B,{MOTION_DIM}), got shape {tuple(driving.shape)}")
         batch = driving.shape[0]
@@ -344,7 +350,9 @@ class MotionStitcher:
         mixed = source + (driving - (anchor if self.relative else source)) * self.drive
         if self.blink_table is not None:
             frame = torch.arange(self.frames_done, self.frames_done + batch, device=driving.device)
-            mixed[:, MOTION_SLICES["exp"]] += self.blink_table[self.blink_indices[frame % self.blink_indices.shape[0]]] * self.blink_weight
+            mixed[:, MOTION_SLICES["exp"]] += (
+                self.blink_table[self.blink_indices[frame % self.blink_indices.shape[0]]] * self.blink_weight
+            )
         parts = control_motion(split_motion(mixed), source[:, MOTION_SLICES["exp"]], controls)
         if self.fade_target == "first" and self.first is None:
             self.first = {k: v[:1].clone() for k, v in parts.items()}
@@ -353,7 +361,9 @@ class MotionStitcher:
             parts = fade(parts, target, fade_alpha, self.fade_keys)
         angles = pose_angles(parts)
         if self.drive_eye:
-            parts["exp"] = parts["exp"] + gaze_delta(angles[:, 1] - self.source_yaw, angles[:, 0] - self.source_pitch, self.gaze)
+            parts["exp"] = parts["exp"] + gaze_delta(
+                angles[:, 1] - self.source_yaw, angles[:, 0] - self.source_pitch, self.gaze
+            )
         self.frames_done += batch
         kp = _rows(self.source["kp"], rows).expand(batch, 3 * NUM_KEYPOINTS)
         x_s = _rows(self.source_keypoints, rows).expand(batch, NUM_KEYPOINTS, 3)

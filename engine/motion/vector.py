@@ -29,14 +29,17 @@ MOTION_KEYS = tuple(MOTION_SLICES)
 def split_motion(vector: torch.Tensor) -> dict[str, torch.Tensor]:
     """Motion vectors (..., 265) -> named parts (..., width); ``scale`` gets its +1 back."""
     if vector.shape[-1] != MOTION_DIM:
-        raise ValueError(f"motion vectors must have {MOTION_DIM} values in the last axis, got shape {tuple(vector.shape)}")
+        raise ValueError(
+            f"motion vectors must have {MOTION_DIM} values in the last axis, got shape {tuple(vector.shape)}"
+        )
     parts = {key: vector[..., part] for key, part in MOTION_SLICES.items()}
     parts["scale"] = parts["scale"] + 1
     return parts
 
 
 def join_motion(parts: dict[str, torch.Tensor]) -> torch.Tensor:
-    """Named parts (..., width) -> motion vectors (..., 265), storing ``scale`` as scale-1; extra keys (kp) are ignored."""
+    """Named parts (..., width) -> motion vectors (..., 265), storing ``scale`` as scale-1; extra keys (kp) are
+    ignored."""
     missing = [key for key in MOTION_KEYS if key not in parts]
     if missing:
         raise ValueError(f"motion parts lack {missing}; need {list(MOTION_KEYS)}")
@@ -45,12 +48,16 @@ def join_motion(parts: dict[str, torch.Tensor]) -> torch.Tensor:
         value = parts[key]
         width = part.stop - part.start
         if value.shape[-1] != width:
-            raise ValueError(f"motion part {key!r} must have {width} values in the last axis, got shape {tuple(value.shape)}")
+            raise ValueError(
+                f"motion part {key!r} must have {width} values in the last axis, got shape {tuple(value.shape)}"
+            )
         pieces.append(value - 1 if key == "scale" else value)
     return torch.cat(_broadcast_leading(pieces), dim=-1)
 
 
 def _broadcast_leading(pieces: list[torch.Tensor]) -> list[torch.Tensor]:
     """Broadcast all leading axes (not the last) to a common shape so the parts can be concatenated."""
-    lead = np.broadcast_shapes(*(tuple(p.shape[:-1]) for p in pieces))  # torch's imports sympy (0.5 s) at its first call
+    lead = np.broadcast_shapes(
+        *(tuple(p.shape[:-1]) for p in pieces)
+    )  # torch's imports sympy (0.5 s) at its first call
     return [p.expand(*lead, p.shape[-1]) for p in pieces]

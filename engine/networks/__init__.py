@@ -63,7 +63,9 @@ def load_network(
     return net.to(device=device, dtype=dtype).eval()
 
 
-def write_random_checkpoints(directory: str | Path, seed: int = 0, names: tuple[str, ...] = NETWORK_NAMES) -> dict[str, Path]:
+def write_random_checkpoints(
+    directory: str | Path, seed: int = 0, names: tuple[str, ...] = NETWORK_NAMES
+) -> dict[str, Path]:
     """Write deterministic random weights for the networks, in the official file names and layouts.
 
     These stand in for the official weights, which cannot be downloaded here: every code path

@@ -71,9 +71,7 @@ class AppearanceFeatureExtractor(nn.Module):
         self.image_channels = image_channels
         self.volume = volume
         self.first = ConvBnRelu(image_channels, widths[0], pool=False)
-        self.down_blocks = nn.ModuleList(
-            ConvBnRelu(cin, cout, pool=True) for cin, cout in zip(widths[:-1], widths[1:])
-        )
+        self.down_blocks = nn.ModuleList(ConvBnRelu(cin, cout, pool=True) for cin, cout in zip(widths[:-1], widths[1:]))
         self.second = nn.Conv2d(widths[-1], volume[0] * volume[1], kernel_size=1)
         self.resblocks_3d = nn.Sequential()
         for i in range(num_resblocks):
@@ -81,7 +79,12 @@ class AppearanceFeatureExtractor(nn.Module):
 
     def forward(self, image: torch.Tensor) -> torch.Tensor:
         factor = 2 ** len(self.down_blocks)
-        if image.dim() != 4 or image.shape[1] != self.image_channels or image.shape[2] % factor or image.shape[3] % factor:
+        if (
+            image.dim() != 4
+            or image.shape[1] != self.image_channels
+            or image.shape[2] % factor
+            or image.shape[3] % factor
+        ):
             raise ValueError(
                 f"appearance extractor expects an RGB batch (B,{self.image_channels},H,W) with H and W "
                 f"divisible by {factor} (the official size is 256x256), got {tuple(image.shape)}"

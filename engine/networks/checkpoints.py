@@ -89,10 +89,13 @@ def load_strict(module: nn.Module, state_dict: Mapping[str, torch.Tensor], name:
     if missing or unexpected:
         parts = []
         if missing:
-            parts.append(f"missing key(s) {missing[:5]}" + (f" and {len(missing) - 5} more" if len(missing) > 5 else ""))
+            parts.append(
+                f"missing key(s) {missing[:5]}" + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
+            )
         if unexpected:
             parts.append(
-                f"unexpected key(s) {unexpected[:5]}" + (f" and {len(unexpected) - 5} more" if len(unexpected) > 5 else "")
+                f"unexpected key(s) {unexpected[:5]}"
+                + (f" and {len(unexpected) - 5} more" if len(unexpected) > 5 else "")
             )
         raise CheckpointError(f"{name}: {path} does not fit the network: {'; '.join(parts)}")
     for key, tensor in state_dict.items():

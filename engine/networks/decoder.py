@@ -62,7 +62,9 @@ class SpectralNormConv2d(nn.Module):
     def fold(self) -> nn.Conv2d:
         """A plain convolution computing the same function, with the normalised weight baked in."""
         out_channels, in_channels, kernel_size, _ = self.weight_orig.shape
-        with without_random_init():  # every tensor is set below (torch's skip_init builds on the meta device: 0.7 s of imports)
+        with (
+            without_random_init()
+        ):  # every tensor is set below (torch's skip_init builds on the meta device: 0.7 s of imports)
             conv = nn.Conv2d(
                 in_channels,
                 out_channels,
@@ -161,7 +163,8 @@ class SPADEDecoder(nn.Module):
         return torch.sigmoid(self.conv_img(F.leaky_relu(x, LEAKY_SLOPE)))
 
     def segmaps(self, feature: torch.Tensor) -> list[torch.Tensor]:
-        """What the SPADEs at 64, 128 and 256 read: the feature resized once per resolution, or once fused, their hidden maps."""
+        """What the SPADEs at 64, 128 and 256 read: the feature resized once per resolution, or once fused, their hidden
+        maps."""
         if self.shared_hidden is not None:
             return self.shared_hidden(feature)
         return [feature, *(F.interpolate(feature, scale_factor=s, mode="nearest") for s in (2, 4))]

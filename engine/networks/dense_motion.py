@@ -84,7 +84,8 @@ def motion_features(
 
 
 def blend_motions(mask_logits: torch.Tensor, motions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Softmax ``mask_logits`` (B,1+K,D,H,W) over the groups; the deformation (B,D,H,W,3) is the mask-weighted motion sum."""
+    """Softmax ``mask_logits`` (B,1+K,D,H,W) over the groups; the deformation (B,D,H,W,3) is the mask-weighted motion
+    sum."""
     mask = torch.softmax(mask_logits, dim=1)
     return mask, (mask.unsqueeze(-1) * motions).sum(dim=1)
 
@@ -184,7 +185,8 @@ class DenseMotion(NamedTuple):
 
 
 class DenseMotionNetwork(nn.Module):
-    """Appearance volume + keypoints -> blend mask, deformation grid and occlusion map (keys ``dense_motion_network.*``)."""
+    """Appearance volume + keypoints -> blend mask, deformation grid and occlusion map (keys
+    ``dense_motion_network.*``)."""
 
     def __init__(
         self,

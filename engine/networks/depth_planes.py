@@ -51,7 +51,9 @@ def column_stack(x: torch.Tensor, k: int) -> torch.Tensor:
     """(N,C,H,W) -> (N,k·C,H,W): channel block j is x shifted by j−k//2 columns, zeros outside."""
     width = x.shape[-1]
     padded = F.pad(x, (k // 2, k // 2))
-    return torch.cat([padded[..., j : j + width] for j in range(k)], dim=1).contiguous(memory_format=torch.channels_last)
+    return torch.cat([padded[..., j : j + width] for j in range(k)], dim=1).contiguous(
+        memory_format=torch.channels_last
+    )
 
 
 def column_weight(weight: torch.Tensor) -> torch.Tensor:
@@ -61,7 +63,8 @@ def column_weight(weight: torch.Tensor) -> torch.Tensor:
 
 
 def shifted_sum(y: torch.Tensor, batch: int, k: int, stacked: int, out_channels: int) -> torch.Tensor:
-    """Per-plane contributions (B·D, k·stacked, H, W) -> (B, out_channels, D, H, W): plane d sums slice dz of plane d+dz−k//2."""
+    """Per-plane contributions (B·D, k·stacked, H, W) -> (B, out_channels, D, H, W): plane d sums slice dz of plane
+    d+dz−k//2."""
     planes, _, height, width = y.shape
     depth = planes // batch
     y = y.permute(0, 2, 3, 1).reshape(batch, depth, height, width, k, stacked)
@@ -79,14 +82,23 @@ class PlanesConv3d(nn.Module):
     def __init__(self, conv: nn.Conv3d) -> None:
         super().__init__()
         k = conv.kernel_size[0]
-        if conv.kernel_size != (k, k, k) or conv.padding != (k // 2,) * 3 or conv.stride != (1, 1, 1) or conv.groups != 1:
+        if (
+            conv.kernel_size != (k, k, k)
+            or conv.padding != (k // 2,) * 3
+            or conv.stride != (1, 1, 1)
+            or conv.groups != 1
+        ):
             raise ValueError(f"only cubic, stride-1, same-padded convolutions go to depth planes, got {conv}")
         self.k = k
         self.out_channels = conv.out_channels
         self.in_padded = _round_up(conv.in_channels, INPUT_MULTIPLE)
         self.stacked = _round_up(conv.out_channels, OUTPUT_MULTIPLE)
         weight = stacked_weight(conv.weight.detach(), self.stacked, self.in_padded)
-        bias = conv.bias.detach() if conv.bias is not None else torch.zeros(conv.out_channels, device=weight.device, dtype=weight.dtype)
+        bias = (
+            conv.bias.detach()
+            if conv.bias is not None
+            else torch.zeros(conv.out_channels, device=weight.device, dtype=weight.dtype)
+        )
         self.register_buffer("weight", _fast_layout(weight), persistent=False)
         self.register_buffer("bias", bias.clone(), persistent=False)
 
@@ -101,8 +113,14 @@ class PlanesHeads(nn.Module):
     def __init__(self, mask: nn.Conv3d, occlusion: nn.Conv2d, depth: int) -> None:
         super().__init__()
         k = mask.kernel_size[0]
-        if occlusion.out_channels != 1 or occlusion.kernel_size != (k, k) or occlusion.in_channels != mask.in_channels * depth:
-            raise ValueError("the occlusion head must be a single-output k×k convolution over the mask input's C·D channels")
+        if (
+            occlusion.out_channels != 1
+            or occlusion.kernel_size != (k, k)
+            or occlusion.in_channels != mask.in_channels * depth
+        ):
+            raise ValueError(
+                "the occlusion head must be a single-output k×k convolution over the mask input's C·D channels"
+            )
         self.k = k
         self.depth = depth
         self.mask_channels = mask.out_channels

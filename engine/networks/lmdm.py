@@ -215,7 +215,10 @@ class LMDM(MotionDecoder):
         h = self._project_input(x.to(dtype), cond_frame.to(dtype)).repeat(2, 1, 1)
         rows = h.shape[0]
         memory_kv = [
-            (torch.cat((k, tk[step].expand(rows, -1, -1)), dim=-2), torch.cat((v, tv[step].expand(rows, -1, -1)), dim=-2))
+            (
+                torch.cat((k, tk[step].expand(rows, -1, -1)), dim=-2),
+                torch.cat((v, tv[step].expand(rows, -1, -1)), dim=-2),
+            )
             for (k, v), (tk, tv) in zip(prepared.memory_kv, prepared.time_kv)
         ]
         out = self.final_layer(self.seqTransDecoder(h, memory_kv, prepared.modulation[step].squeeze(0)))
@@ -255,7 +258,9 @@ class LMDM(MotionDecoder):
                     f"(B windows of {SEQ_FRAMES} frames, motion {MOTION_DIM}, condition {self.cond_dim})"
                 )
         if time_cond.dtype.is_floating_point or time_cond.dtype == torch.bool:
-            raise ValueError(f"LMDM: time_cond must hold integer timesteps 0..{DIFFUSION_STEPS - 1}, got {time_cond.dtype}")
+            raise ValueError(
+                f"LMDM: time_cond must hold integer timesteps 0..{DIFFUSION_STEPS - 1}, got {time_cond.dtype}"
+            )
 
 
 def build(state_dict: dict[str, torch.Tensor] | None = None) -> LMDM:

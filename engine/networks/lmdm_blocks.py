@@ -111,7 +111,8 @@ class RotaryAttention(nn.Module):
         return self._attend(q, k, v)
 
     def project_memory(self, rotated_memory: torch.Tensor, memory: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Cross-attention keys (from ``rotated_memory``) and values (from ``memory``); row-wise, so rows can be projected apart."""
+        """Cross-attention keys (from ``rotated_memory``) and values (from ``memory``); row-wise, so rows can be
+        projected apart."""
         d = memory.shape[-1]
         k = F.linear(rotated_memory, self.in_proj_weight[d : 2 * d], self.in_proj_bias[d : 2 * d])
         v = F.linear(memory, self.in_proj_weight[2 * d :], self.in_proj_bias[2 * d :])
@@ -131,7 +132,8 @@ class RotaryAttention(nn.Module):
 
 
 class DenseFiLM(nn.Module):
-    """FiLM generator: Mish then Linear(d -> 2d) of t, the (scale, shift) halves; called as ``block`` (checkpoint keys)."""
+    """FiLM generator: Mish then Linear(d -> 2d) of t, the (scale, shift) halves; called as ``block`` (checkpoint
+    keys)."""
 
     def __init__(self, dim: int) -> None:
         super().__init__()
@@ -177,7 +179,9 @@ class FiLMDecoderLayer(nn.Module):
         """The three FiLM generators' outputs for time vectors t (...,d): (...,3,2d) of (scale, shift) pairs."""
         return torch.stack([generator.block(t) for generator in (self.film1, self.film2, self.film3)], dim=-2)
 
-    def forward(self, x: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, modulation: torch.Tensor) -> torch.Tensor:
+    def forward(
+        self, x: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, modulation: torch.Tensor
+    ) -> torch.Tensor:
         """``keys``/``values``: the memory projected by this layer's cross-attention (``project_memory``);
         ``modulation`` (B,3,2d): this layer's ``modulation(t)``, computable before the step."""
         film1, film2, film3 = (m.unsqueeze(1).chunk(2, dim=-1) for m in modulation.unbind(-2))
@@ -196,7 +200,9 @@ class DecoderStack(nn.Module):
         super().__init__()
         self.stack = nn.ModuleList(layers)
 
-    def project_memory(self, rotated_memory: torch.Tensor, memory: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    def project_memory(
+        self, rotated_memory: torch.Tensor, memory: torch.Tensor
+    ) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """Every layer's cross-attention keys and values of the memory rows."""
         return [layer.multihead_attn.project_memory(rotated_memory, memory) for layer in self.stack]
 

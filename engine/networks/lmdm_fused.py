@@ -51,7 +51,6 @@ from engine.networks.lmdm import (
 from engine.networks.lmdm_blocks import FiLMDecoderLayer, attention_dtype
 from engine.timebase import SEQ_FRAMES
 
-
 MERGED_PROJECTION_ROWS = 640
 """Up to this many rows (4 guided windows of 80 frames) the self-attention's q/k and v products run as one: they are
 launch-bound there, so one launch of twice the FLOPs beats two; from 8 windows on, two separate products are faster."""
@@ -77,7 +76,11 @@ def pair_swap(x: torch.Tensor) -> torch.Tensor:
 
 
 def norm_rotary(
-    x: torch.Tensor, norm: nn.LayerNorm, swapped: tuple[torch.Tensor, torch.Tensor], cos: torch.Tensor, signed_sin: torch.Tensor
+    x: torch.Tensor,
+    norm: nn.LayerNorm,
+    swapped: tuple[torch.Tensor, torch.Tensor],
+    cos: torch.Tensor,
+    signed_sin: torch.Tensor,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(rotary(LN(x)), LN(x)) from one mean/variance of x; ``swapped`` is LN's (γ, β) pair-swapped."""
     var, mean = torch.var_mean(x, dim=-1, keepdim=True, correction=0)
@@ -88,7 +91,11 @@ def norm_rotary(
 
 
 def norm_then_rotary(
-    x: torch.Tensor, norm: nn.LayerNorm, swapped: tuple[torch.Tensor, torch.Tensor], cos: torch.Tensor, signed_sin: torch.Tensor
+    x: torch.Tensor,
+    norm: nn.LayerNorm,
+    swapped: tuple[torch.Tensor, torch.Tensor],
+    cos: torch.Tensor,
+    signed_sin: torch.Tensor,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``norm_rotary`` in the fewest eager operators: the layer norm, then the rotation of its output."""
     plain = norm(x)
@@ -98,7 +105,9 @@ def norm_then_rotary(
 class FusedLayer(nn.Module):
     """One ``FiLMDecoderLayer`` over prepared cross-attention keys/values and tabulated FiLM parameters."""
 
-    def __init__(self, layer: FiLMDecoderLayer, cos: torch.Tensor, signed_sin: torch.Tensor, matmul_dtype: torch.dtype) -> None:
+    def __init__(
+        self, layer: FiLMDecoderLayer, cos: torch.Tensor, signed_sin: torch.Tensor, matmul_dtype: torch.dtype
+    ) -> None:
         super().__init__()
         self.layer = layer
         self.register_buffer("cos", cos.clone(), persistent=False)
@@ -134,9 +143,13 @@ class FusedLayer(nn.Module):
         """
         weight = getattr(self, f"{name}_weight")
         rows = x.to(weight.dtype).flatten(0, -2)
-        return torch._addmm_activation(getattr(self, f"{name}_bias"), rows, weight.t(), use_gelu=True).unflatten(0, x.shape[:-1])
+        return torch._addmm_activation(getattr(self, f"{name}_bias"), rows, weight.t(), use_gelu=True).unflatten(
+            0, x.shape[:-1]
+        )
 
-    def _self_projections(self, rotated: torch.Tensor, plain: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def _self_projections(
+        self, rotated: torch.Tensor, plain: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Self-attention q, k (of the rotated rows) and v (of the plain rows). Up to ``MERGED_PROJECTION_ROWS`` rows
         one product of both inputs stacked by all three weights, the unwanted half discarded; above it two products."""
         d = plain.shape[-1]
@@ -147,8 +160,11 @@ class FusedLayer(nn.Module):
         q, k = both[: len(plain), :, : 2 * d].chunk(2, dim=-1)
         return q, k, both[len(plain) :, :, 2 * d :]
 
-    def forward(self, x: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, modulation: torch.Tensor) -> torch.Tensor:
-        """``keys``/``values`` (2B,heads,82,hd) in the attention dtype; ``modulation`` (2B,3,2d) of (scale + 1, shift)."""
+    def forward(
+        self, x: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, modulation: torch.Tensor
+    ) -> torch.Tensor:
+        """``keys``/``values`` (2B,heads,82,hd) in the attention dtype; ``modulation`` (2B,3,2d) of (scale + 1,
+        shift)."""
         layer = self.layer
         heads = layer.self_attn.heads
         # One reduction per norm for the compiler; eagerly (the CPU path) fewer operators.
@@ -166,7 +182,8 @@ class FusedLayer(nn.Module):
 
 
 class AlignedLinear(nn.Module):
-    """``linear`` in ``dtype`` with its weight and bias zero-padded to multiples of 8 input and output features: cuBLAS's
+    """``linear`` in ``dtype`` with its weight and bias zero-padded to multiples of 8 input and output features:
+    cuBLAS's
     tensor-core kernels want 16-byte aligned rows, and the LMDM's 530 inputs and 265 outputs are not."""
 
     def __init__(self, linear: nn.Linear, dtype: torch.dtype) -> None:
@@ -195,7 +212,8 @@ def _attend(heads: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> to
 
 
 class FusedLMDMStep(nn.Module):
-    """``prepare_window(cond, times)`` once per window, then ``ddim_step`` per step: the LMDM's DDIM loop, fewer kernels."""
+    """``prepare_window(cond, times)`` once per window, then ``ddim_step`` per step: the LMDM's DDIM loop, fewer
+    kernels."""
 
     def __init__(self, lmdm: LMDM, matmul_dtype: torch.dtype | None = None) -> None:
         """``matmul_dtype``: the decoder layers' products (None: the module's own dtype)."""
@@ -219,7 +237,9 @@ class FusedLMDMStep(nn.Module):
         condition = torch.stack([torch.stack(kv) for kv in window.memory_kv])
         rows = condition.shape[3]
         head_dim = condition.shape[-1] // NUM_HEADS
-        cross_kv = torch.empty(*condition.shape[:3], NUM_HEADS, rows + TIME_TOKENS, head_dim, dtype=dtype, device=cond.device)
+        cross_kv = torch.empty(
+            *condition.shape[:3], NUM_HEADS, rows + TIME_TOKENS, head_dim, dtype=dtype, device=cond.device
+        )
         cross_kv[..., :rows, :] = condition.unflatten(-1, (NUM_HEADS, -1)).transpose(-2, -3)
         time_kv = torch.stack([torch.stack(kv, dim=1) for kv in window.time_kv], dim=1)
         time_kv = time_kv.unflatten(-1, (NUM_HEADS, -1)).transpose(-2, -3).unsqueeze(3).to(dtype)

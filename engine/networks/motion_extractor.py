@@ -24,7 +24,9 @@ HEAD_NAMES: tuple[str, ...] = ("pitch", "yaw", "roll", "t", "exp", "scale", "kp"
 MotionOutputs = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
 
 
-def layer_norm_channels_first(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float = EPS) -> torch.Tensor:
+def layer_norm_channels_first(
+    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float = EPS
+) -> torch.Tensor:
     """LayerNorm over dim 1 of (N,C,H,W): (x - mean) / sqrt(biased var + eps) * weight + bias."""
     x32 = x.float()
     mean = x32.mean(1, keepdim=True)
@@ -122,7 +124,8 @@ class ConvNeXtV2Detector(nn.Module):
 
 
 class MotionExtractor(nn.Module):
-    """RGB image (B,3,256,256) in [0,1] -> (pitch, yaw, roll logits (B,66), t (B,3), exp (B,63), scale (B,1), kp (B,63))."""
+    """RGB image (B,3,256,256) in [0,1] -> (pitch, yaw, roll logits (B,66), t (B,3), exp (B,63), scale (B,1), kp
+    (B,63))."""
 
     def __init__(self, detector: ConvNeXtV2Detector | None = None) -> None:
         super().__init__()

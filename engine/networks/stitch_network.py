@@ -34,9 +34,7 @@ class StitchingNetwork(nn.Module):
     def forward(self, kp_source: torch.Tensor, kp_driving: torch.Tensor) -> torch.Tensor:
         for name, kp in (("kp_source", kp_source), ("kp_driving", kp_driving)):
             if kp.dim() != 3 or tuple(kp.shape[1:]) != (NUM_KEYPOINTS, 3):
-                raise ValueError(
-                    f"stitch_network: {name} must have shape (B,{NUM_KEYPOINTS},3), got {tuple(kp.shape)}"
-                )
+                raise ValueError(f"stitch_network: {name} must have shape (B,{NUM_KEYPOINTS},3), got {tuple(kp.shape)}")
         if kp_source.shape[0] != kp_driving.shape[0]:
             raise ValueError(
                 "stitch_network: kp_source and kp_driving batch sizes differ "

@@ -10,8 +10,15 @@ import torch
 from torch.nn import init
 
 RANDOM_FILLS = (
-    "uniform_", "normal_", "trunc_normal_", "kaiming_uniform_", "kaiming_normal_", "xavier_uniform_", "xavier_normal_",
-    "orthogonal_", "sparse_",
+    "uniform_",
+    "normal_",
+    "trunc_normal_",
+    "kaiming_uniform_",
+    "kaiming_normal_",
+    "xavier_uniform_",
+    "xavier_normal_",
+    "orthogonal_",
+    "sparse_",
 )
 """The ``torch.nn.init`` functions that draw random numbers (the constant fills cost nothing and stay)."""
 
@@ -26,7 +33,8 @@ def _leave_as_allocated(tensor: torch.Tensor, *args: object, **kwargs: object) -
 def without_random_init() -> Iterator[None]:
     """While a network is built, ``torch.nn.init``'s random fills leave tensors as allocated: drawing them is a
     large share of loading the networks (bench/results/2026-12-02_h200_start_with_packages.json), and a strict load
-    then writes every parameter and persistent buffer anyway. The switch is process-wide while it lasts, so builds take turns."""
+    then writes every parameter and persistent buffer anyway. The switch is process-wide while it lasts, so builds take
+    turns."""
     with _BUILDING:
         saved = {name: getattr(init, name) for name in RANDOM_FILLS}
         for name in RANDOM_FILLS:

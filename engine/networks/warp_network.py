@@ -121,7 +121,8 @@ def build(state_dict: Mapping[str, torch.Tensor] | None = None) -> WarpingNetwor
 
 @torch.no_grad()
 def randomize(module: WarpingNetwork, generator: torch.Generator) -> None:
-    """He-initialised convs, trained-looking BatchNorm statistics; mask and occlusion heads scaled to stay unsaturated."""
+    """He-initialised convs, trained-looking BatchNorm statistics; mask and occlusion heads scaled to stay
+    unsaturated."""
     dense = module.dense_motion_network
     gains = {dense.mask: _MASK_GAIN, dense.occlusion: _OCCLUSION_GAIN}
     for sub in module.modules():

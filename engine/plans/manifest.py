@@ -137,9 +137,11 @@ def read_manifest(directory: str | Path) -> Manifest:
         raise ManifestError(f"{path} is not readable JSON ({exc}); delete {directory} and rebuild") from exc
     _check_fields(path, "the manifest", raw, _TOP_TYPES)
     if not _printable(raw["checkpoints_dir"]):
-        raise ManifestError(f"{path}: field 'checkpoints_dir' is {_shown(raw['checkpoints_dir'])}, not a printable path")
+        raise ManifestError(f"{path}: field 'checkpoints_dir' is {_shown(raw['checkpoints_dir'])}, not a printable "
+                            "path")
     if not isinstance(raw["build_flags"].get("grid_sample"), (str, type(None))):
-        raise ManifestError(f"{path}: field 'build_flags' has grid_sample {_shown(raw['build_flags']['grid_sample'])}, not a name")
+        raise ManifestError(f"{path}: field 'build_flags' has grid_sample "
+                            f"{_shown(raw['build_flags']['grid_sample'])}, not a name")
     if raw["format"] != FORMAT_VERSION:
         raise ManifestError(f"{path} has format {raw['format']}, this code reads format {FORMAT_VERSION}; rebuild")
     if raw["kind"] not in KINDS:
@@ -158,7 +160,8 @@ def read_manifest(directory: str | Path) -> Manifest:
     graphs = {}
     for name, entry in raw["graphs"].items():
         if not re.fullmatch(r"[A-Za-z0-9_]+(\.[A-Za-z0-9_]+)?", name) or len(name) > 64:
-            raise ManifestError(f"{path}: graph {_shown(name)} is not a graph name (letters, digits, '_', one '.': decoder.fp16)")
+            raise ManifestError(f"{path}: graph {_shown(name)} is not a graph name (letters, digits, '_', one '.': "
+                                "decoder.fp16)")
         _check_fields(path, f"graph {name!r}", entry, _ENTRY_TYPES)
         _check_entry(path, f"graph {name!r}", entry, raw["kind"])
         graphs[name] = GraphEntry(**entry)
@@ -187,10 +190,12 @@ def _check_entry(path: Path, what: str, entry: dict[str, Any], kind: str) -> Non
         "onnx_sha256": (entry["onnx_sha256"] is None or _HEX64.match(entry["onnx_sha256"]) is not None, "64 hex digits or null"),
         "checkpoints": (all(_printable(k) and isinstance(v, str) and _HEX64.match(v) for k, v in entry["checkpoints"].items()),
                         "checkpoint file names mapped to 64 hex digits"),
-        "precision": (_printable(entry["precision"]) and len(entry["precision"]) <= 32, "a precision name such as fp16"),
+        "precision": (_printable(entry["precision"]) and len(entry["precision"]) <= 32, "a precision name such as "
+                                                                                        "fp16"),
         "profiles": (all(_printable(k) and _shapes(v, 3) for k, v in entry["profiles"].items()),
                      "input names mapped to [min, opt, max] shapes of whole numbers"),
-        "io": (_io(entry["io"]), f"{{inputs, outputs}}: lists of {{name, shape, dtype}}, dtype one of {', '.join(TENSOR_DTYPES)}"),
+        "io": (_io(entry["io"]), f"{{inputs, outputs}}: lists of {{name, shape, dtype}}, dtype one of "
+                                 f"{', '.join(TENSOR_DTYPES)}"),
         "built_at": (_printable(entry["built_at"]) and len(entry["built_at"]) <= 64, "a printable time stamp"),
         "seconds": (math.isfinite(entry["seconds"]) and entry["seconds"] >= 0, "seconds ≥ 0"),
     }

@@ -39,7 +39,8 @@ MAX_MANIFEST_BYTES = 1 << 20
 
 
 class StalePackages(BackendError):
-    """Packages that are missing, do not fit this process or these checkpoints, or were altered: the reason says which."""
+    """Packages that are missing, do not fit this process or these checkpoints, or were altered: the reason says
+    which."""
 
 
 @dataclass(frozen=True)
@@ -108,7 +109,8 @@ class PackageManifest:
             raise StalePackages(f"{where}: nested more than {MAX_DEPTH} deep, not a package manifest: rebuild them")
         try:
             if raw.get("format") != FORMAT:
-                raise StalePackages(f"{where}: format {raw.get('format')!r}, this engine reads format {FORMAT}: rebuild the packages")
+                raise StalePackages(f"{where}: format {raw.get('format')!r}, this engine reads format {FORMAT}: "
+                                    "rebuild the packages")
             packages = [Package(**p) for p in raw["packages"]]
             for p in packages:
                 if p.call not in CALLS or not isinstance(p.batch, int) or Path(p.file).name != p.file or not p.file.endswith(".pt2"):
@@ -117,14 +119,16 @@ class PackageManifest:
         except StalePackages:
             raise
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
-            raise StalePackages(f"{where}: not a package manifest ({type(exc).__name__}: {exc}): rebuild the packages") from exc
+            raise StalePackages(f"{where}: not a package manifest ({type(exc).__name__}: {exc}): rebuild the "
+                                "packages") from exc
 
 
 def read_manifest(folder: Path) -> PackageManifest:
     """The manifest of a packages folder, or ``StalePackages`` saying why there is none to use."""
     path = folder / MANIFEST_FILE
     if not path.is_file():
-        raise StalePackages(f"no compiled packages for {folder.name.removeprefix('torch-aot-')} in {folder.parent} (build them: python -m compile.build_plans --aot)")
+        raise StalePackages(f"no compiled packages for {folder.name.removeprefix('torch-aot-')} in {folder.parent} "
+                            "(build them: python -m compile.build_plans --aot)")
     if path.stat().st_size > MAX_MANIFEST_BYTES:
         raise StalePackages(f"{path}: larger than any package manifest: refused")
     return PackageManifest.from_json(path.read_text(), path)
@@ -137,7 +141,8 @@ def check_manifest(manifest: PackageManifest, target: Target, steps: int, checkp
         if built != here:
             raise StalePackages(f"{where}: built for {name} {built}, this process has {here}: rebuild the packages")
     if manifest.steps != steps:
-        raise StalePackages(f"{where}: built for {manifest.steps} DDIM steps, this engine samples {steps}: rebuild with --steps {steps}")
+        raise StalePackages(f"{where}: built for {manifest.steps} DDIM steps, this engine samples {steps}: rebuild "
+                            f"with --steps {steps}")
     for name, digest in checkpoints.items():
         if manifest.checkpoints.get(name) != digest:
             raise StalePackages(f"{where}: built from another {name} checkpoint: rebuild the packages")
@@ -165,9 +170,11 @@ def load_packages(
     needed = {name for p in manifest.packages for name in networks_of(p.call)}
     missing = needed - set(checkpoint_files)
     if missing:
-        raise StalePackages(f"{folder}: packages need the {', '.join(sorted(missing))} network(s), which this backend did not load")
+        raise StalePackages(f"{folder}: packages need the {', '.join(sorted(missing))} network(s), which this backend "
+                            "did not load")
     check_manifest(manifest, target, steps, {name: sha256_of(checkpoint_files[name]) for name in sorted(needed)}, folder)
-    weights = {call: weights_of(call) for call in {p.call for p in manifest.packages}}  # one map per call, not per bucket
+    # one map per call, not per bucket
+    weights = {call: weights_of(call) for call in {p.call for p in manifest.packages}}
     loaded = {(p.call, p.batch): _load_one(folder, p, target, weights[p.call]) for p in manifest.packages}
     log.info("loaded %d compiled packages from %s", len(loaded), folder)
     return loaded
@@ -180,7 +187,8 @@ def _load_one(folder: Path, package: Package, target: Target, weights: Mapping[s
         raise StalePackages(f"{path}: named by the manifest but missing: rebuild the packages")
     started = time.perf_counter()
     if file_sha256(path) != package.sha256:
-        raise StalePackages(f"{path}: its sha256 is not the manifest's (altered or replaced): refused; rebuild the packages")
+        raise StalePackages(f"{path}: its sha256 is not the manifest's (altered or replaced): refused; rebuild the "
+                            "packages")
     verified = time.perf_counter()
     try:
         # Single-threaded: the runtime calls each from its one GPU loop, and the container's pool of models would
@@ -191,14 +199,18 @@ def _load_one(folder: Path, package: Package, target: Target, weights: Mapping[s
     names = loaded.get_constant_fqns()
     missing = sorted(set(names) - set(weights))
     if missing:
-        raise StalePackages(f"{path}: runs on weights this backend does not hold ({', '.join(missing[:3])}): rebuild the packages")
+        raise StalePackages(f"{path}: runs on weights this backend does not hold ({', '.join(missing[:3])}): rebuild "
+                            "the packages")
     if weights_digest(weights, names) != package.weights:
-        raise StalePackages(f"{path}: compiled for another layout of its weights (shapes, dtypes or strides): rebuild the packages")
+        raise StalePackages(f"{path}: compiled for another layout of its weights (shapes, dtypes or strides): rebuild "
+                            "the packages")
     try:
         loaded.load_constants({n: weights[n] for n in names}, check_full_update=True, user_managed=True)
     except Exception as exc:  # an older torch without user-managed weights, or a device the tensors are not on
-        raise StalePackages(f"{path}: could not be given its weights ({type(exc).__name__}: {exc}): rebuild the packages") from exc
-    log.debug("%s: sha256 checked in %.2f s, loaded in %.2f s", package.file, verified - started, time.perf_counter() - verified)
+        raise StalePackages(f"{path}: could not be given its weights ({type(exc).__name__}: {exc}): rebuild the "
+                            "packages") from exc
+    log.debug("%s: sha256 checked in %.2f s, loaded in %.2f "
+              "s", package.file, verified - started, time.perf_counter() - verified)
     return loaded
 
 

@@ -1,4 +1,5 @@
-"""``python -m engine.render``: the render app is ``apps/render.py`` (``python -m apps.render``); this hands over to it."""
+"""``python -m engine.render``: the render app is ``apps/render.py`` (``python -m apps.render``); this hands over to
+it."""
 
 import runpy
 

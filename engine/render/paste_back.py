@@ -16,8 +16,11 @@ CROP_SIZE = 512
 MASK_RATIO = 0.9
 
 
-def feather_mask(size: int = CROP_SIZE, ratio: float = MASK_RATIO, device: torch.device | str | None = None) -> torch.Tensor:
-    """(size,size) float32: 1 inside the central ratio·size square, linear ramps to 0 over the margins, round corners."""
+def feather_mask(
+    size: int = CROP_SIZE, ratio: float = MASK_RATIO, device: torch.device | str | None = None
+) -> torch.Tensor:
+    """(size,size) float32: 1 inside the central ratio·size square, linear ramps to 0 over the margins, round
+    corners."""
     inner = int(size * ratio)
     before = (size - inner) // 2
     after = size - before - inner
@@ -33,7 +36,8 @@ def feather_mask(size: int = CROP_SIZE, ratio: float = MASK_RATIO, device: torch
 
 
 def sampling_grid(crop_to_original: torch.Tensor, rows: range, cols: range, crop_size: int) -> torch.Tensor:
-    """Where output pixels rows×cols of the full frame sample the crop: a float64 grid_sample grid (h,w,2), align_corners=True."""
+    """Where output pixels rows×cols of the full frame sample the crop: a float64 grid_sample grid (h,w,2),
+    align_corners=True."""
     inverse = torch.linalg.inv(crop_to_original.to(torch.float64))[:2]
     ys = torch.arange(rows.start, rows.stop, dtype=torch.float64, device=inverse.device)
     xs = torch.arange(cols.start, cols.stop, dtype=torch.float64, device=inverse.device)
@@ -52,7 +56,9 @@ class PasteBack:
         if frames.ndim != 4 or frames.shape[-1] != 3 or frames.dtype != torch.uint8:
             raise ValueError(f"frames must be (N,H,W,3) uint8, got {tuple(frames.shape)} {frames.dtype}")
         if crop_to_original.shape != (frames.shape[0], 3, 3):
-            raise ValueError(f"crop_to_original must be ({frames.shape[0]},3,3), one per frame, got {tuple(crop_to_original.shape)}")
+            raise ValueError(
+                f"crop_to_original must be ({frames.shape[0]},3,3), one per frame, got {tuple(crop_to_original.shape)}"
+            )
         device = frames.device
         mask = feather_mask() if mask is None else mask
         if mask.ndim != 2 or mask.shape[0] != mask.shape[1]:
@@ -62,7 +68,10 @@ class PasteBack:
         height, width = frames.shape[1:3]
         self.rows, self.cols = _reach(crop_to_original, self.crop_size, height, width)
         if not self.rows or not self.cols:
-            raise ValueError("the crops lie entirely outside the avatar frames: check crop_to_original (it maps crop to frame pixels)")
+            raise ValueError(
+                "the crops lie entirely outside the avatar frames: check crop_to_original (it maps crop to frame "
+                "pixels)"
+            )
         mask = mask.to(device=device, dtype=torch.float64)[None, None]
         grids, masks = [], []
         for matrix in crop_to_original.to(device):
@@ -73,7 +82,8 @@ class PasteBack:
         self.masks = torch.stack(masks)
 
     def __call__(self, render: torch.Tensor, index: torch.Tensor | None = None) -> torch.Tensor:
-        """Renders (B,3,S,S) in [0,1] (any float dtype) and avatar frame per render (B,) int64 (None: frame 0) -> (B,H,W,3) uint8."""
+        """Renders (B,3,S,S) in [0,1] (any float dtype) and avatar frame per render (B,) int64 (None: frame 0) ->
+        (B,H,W,3) uint8."""
         batch = render.shape[0]
         if render.shape[1:] != (3, self.crop_size, self.crop_size):
             raise ValueError(f"render must be (B,3,{self.crop_size},{self.crop_size}), got {tuple(render.shape)}")
@@ -89,14 +99,18 @@ class PasteBack:
 
 
 def _sample(image: torch.Tensor, grid: torch.Tensor) -> torch.Tensor:
-    """Bilinear sampling with zeros outside, pixel centres on the grid's ±1 ends (cv2's INTER_LINEAR, constant 0 border)."""
+    """Bilinear sampling with zeros outside, pixel centres on the grid's ±1 ends (cv2's INTER_LINEAR, constant 0
+    border)."""
     return F.grid_sample(image, grid, mode="bilinear", padding_mode="zeros", align_corners=True)
 
 
 def _reach(crop_to_original: torch.Tensor, crop_size: int, height: int, width: int) -> tuple[range, range]:
-    """Rows and columns of the full frame that any crop can touch: the box around the crops' corners, ±1 pixel, clipped."""
+    """Rows and columns of the full frame that any crop can touch: the box around the crops' corners, ±1 pixel,
+    clipped."""
     edge = float(crop_size)
-    corners = torch.tensor([[-1.0, -1.0, 1.0], [edge, -1.0, 1.0], [-1.0, edge, 1.0], [edge, edge, 1.0]], dtype=torch.float64)
+    corners = torch.tensor(
+        [[-1.0, -1.0, 1.0], [edge, -1.0, 1.0], [-1.0, edge, 1.0], [edge, edge, 1.0]], dtype=torch.float64
+    )
     mapped = corners @ crop_to_original.to(torch.float64).cpu().transpose(-1, -2)
     xs, ys = mapped[..., 0], mapped[..., 1]
     rows = range(max(int(ys.min().floor()) - 1, 0), min(int(ys.max().ceil()) + 2, height))

@@ -1,15 +1,21 @@
 """The serving runtime: one loop owns the GPU and batches the work of every session.
 
-    from engine.runtime import Runtime
-    runtime = Runtime.from_checkpoints(None)          # random weights; warms up, starts the loop
-    session = runtime.open_session(avatar, live=True)
+from engine.runtime import Runtime
+runtime = Runtime.from_checkpoints(None)          # random weights; warms up, starts the loop
+session = runtime.open_session(avatar, live=True)
 """
 
 from engine.runtime.config import RuntimeConfig
 from engine.runtime.errors import AdmissionError, AudioError, Backpressure, OutOfMemoryAtStart, SessionClosed
 
 __all__ = [
-    "AdmissionError", "AudioError", "Backpressure", "OutOfMemoryAtStart", "Runtime", "RuntimeConfig", "SessionClosed",
+    "AdmissionError",
+    "AudioError",
+    "Backpressure",
+    "OutOfMemoryAtStart",
+    "Runtime",
+    "RuntimeConfig",
+    "SessionClosed",
 ]
 
 

@@ -9,8 +9,11 @@ HOP_SECONDS = HOP_FRAMES / FPS
 MAX_SESSIONS = 256
 
 
-def hop_cost(sessions: int, overlap: int, window_ms: dict[int, float], render_ms: dict[int, float], seq_frames: int = SEQ_FRAMES) -> float:
-    """GPU milliseconds per 200 ms hop for ``sessions`` live sessions at ``overlap`` (windows every 80 − overlap frames)."""
+def hop_cost(
+    sessions: int, overlap: int, window_ms: dict[int, float], render_ms: dict[int, float], seq_frames: int = SEQ_FRAMES
+) -> float:
+    """GPU milliseconds per 200 ms hop for ``sessions`` live sessions at ``overlap`` (windows every 80 − overlap
+    frames)."""
     return load_cost({seq_frames - overlap: sessions}, window_ms, render_ms)
 
 

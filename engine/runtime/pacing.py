@@ -1,4 +1,5 @@
-"""The live clock: which frames are due, how far ahead of it a live session works, where new speech goes. Pure functions.
+"""The live clock: which frames are due, how far ahead of it a live session works, where new speech goes. Pure
+functions.
 
 A live session's timeline is continuous: frame i is shown at ``anchor + i/25``. Pushed speech
 can only be appended to the audio already committed, and a frame is final only once the audio
@@ -27,7 +28,8 @@ from engine.timebase import FPS, HOP_FRAMES, SAMPLES_PER_FRAME
 LOOKAHEAD_FRAMES = (CHUNK_SAMPLES - LEAD_ZEROS - HOP_SAMPLES) / SAMPLES_PER_FRAME
 """2.125: the audio after a hop that its HuBERT chunk needs (2 frames and 80 samples)."""
 RESYNC_FRAMES = 25
-"""A live clock more than this many frames behind (an overloaded GPU, a CPU) restarts from the next frame instead of bursting."""
+"""A live clock more than this many frames behind (an overloaded GPU, a CPU) restarts from the next frame instead of
+bursting."""
 
 
 def frames_due(now: float, anchor: float | None, fps: int = FPS) -> float:

@@ -18,16 +18,31 @@ import torch
 from engine.audio.hubert import HOP_SAMPLES
 from engine.controls import BLINK_CONTROLS, FADE_CONTROLS, FIELD_NAMES, STITCH_CONTROLS, Controls, stitch_controls
 from engine.motion.conditions import ConditionBuilder, mirror_index
-from engine.motion.stitching import DRIVEN_KEYS_IMAGE, DRIVEN_KEYS_VIDEO, MotionStitcher, Posed, blink_schedule, fade_alphas
+from engine.motion.stitching import (
+    DRIVEN_KEYS_IMAGE,
+    DRIVEN_KEYS_VIDEO,
+    MotionStitcher,
+    Posed,
+    blink_schedule,
+    fade_alphas,
+)
 from engine.motion.vector import MOTION_DIM
 from engine.motion_source import MotionSource
 from engine.motion_stream import MotionStream, WindowRequest
 from engine.runtime.avatars import LoadedAvatar
 from engine.runtime.config import RuntimeConfig
-from engine.runtime.pacing import (
-    RESYNC_FRAMES, Lead, frame_deadline, frames_due, needs_idle, on_grid, speech_depth, speech_start, window_due,
-)
 from engine.runtime.loop_side import SessionLoopSide
+from engine.runtime.pacing import (
+    RESYNC_FRAMES,
+    Lead,
+    frame_deadline,
+    frames_due,
+    needs_idle,
+    on_grid,
+    speech_depth,
+    speech_start,
+    window_due,
+)
 from engine.runtime.session import Frame
 from engine.timebase import FPS, SAMPLE_RATE, SAMPLES_PER_FRAME
 
@@ -63,7 +78,13 @@ class SessionPipeline:
         self.device = avatar.f_s.device
         self.conditions = ConditionBuilder(avatar.canonical_kp, avatar.eye_open, avatar.eye_ball, cond_width)
         self.motion: MotionSource = motion or MotionStream(
-            self.conditions, avatar.source_motion, silence_feature, session.overlap, step_noise, session.seed, session.latency
+            self.conditions,
+            avatar.source_motion,
+            silence_feature,
+            session.overlap,
+            step_noise,
+            session.seed,
+            session.latency,
         )
         self.hop = session.latency.hop_frames
         """Video frames per HuBERT hop: the granularity of its audio and of the silence committed while idle."""
@@ -79,7 +100,8 @@ class SessionPipeline:
         self.backlog = torch.zeros(0, MOTION_DIM, device=self.device)
         self.backlog_start = 0
         self.discard = 0
-        """Stream frames still to drop before the backlog, so that an interrupt keeps the windows' phase (``_interrupt``)."""
+        """Stream frames still to drop before the backlog, so that an interrupt keeps the windows' phase
+        (``_interrupt``)."""
         self.sink_per_frame = session.audio_rate // FPS
         self.sink_ratio = session.audio_rate // SAMPLE_RATE if session.audio_rate % SAMPLE_RATE == 0 else None
         self.audio = np.zeros(0, np.float32)
@@ -109,7 +131,8 @@ class SessionPipeline:
     # -- audio ----------------------------------------------------------------------------
 
     def intake(self, now: float) -> bool:
-        """Commit what the session queued, handle its commands, and add idle silence if live and short; True if anything changed."""
+        """Commit what the session queued, handle its commands, and add idle silence if live and short; True if anything
+        changed."""
         intake = self.session.collect()
         self.generation = intake.generation
         self.segment = intake.segment
@@ -139,7 +162,8 @@ class SessionPipeline:
         return changed
 
     def _due(self, now: float) -> float:
-        """Frames the live clock has shown by ``now``; a clock far behind what is produced restarts from the next frame."""
+        """Frames the live clock has shown by ``now``; a clock far behind what is produced restarts from the next
+        frame."""
         produced = self.produced
         if self.anchor is not None and frames_due(now, self.anchor) - produced > RESYNC_FRAMES:
             self._start_clock(now - produced / FPS)
@@ -164,7 +188,8 @@ class SessionPipeline:
             self._commit(np.zeros(gap, np.float32), None, False, ((gap, segment),))
 
     def _idle(self, now: float) -> bool:
-        """Commit the silence a live session needs now to keep its final frames ``lead`` ahead of its clock; True if any.
+        """Commit the silence a live session needs now to keep its final frames ``lead`` ahead of its clock; True if
+        any.
 
         Only as much as makes the next frames final (none while a hop of final motion still waits
         for the renderer: more silence would not help), so that speech pushed next is not queued behind it.
@@ -185,7 +210,9 @@ class SessionPipeline:
             self.session.count("idle_hops", math.ceil(samples / (self.hop * SAMPLES_PER_FRAME)))
         return drained or samples > 0
 
-    def _commit(self, model: np.ndarray, sink: np.ndarray | None, speech: bool, segments: tuple[tuple[int, int], ...]) -> None:
+    def _commit(
+        self, model: np.ndarray, sink: np.ndarray | None, speech: bool, segments: tuple[tuple[int, int], ...]
+    ) -> None:
         """Commit ``model`` (and its sink-rate audio; None: silence), whose (samples, segment) runs are ``segments``."""
         start = self.motion.samples_in
         if sink is None:
@@ -205,7 +232,11 @@ class SessionPipeline:
         self.session.set_committed(self.motion.samples_in)
 
     def _sink_samples(self, model_samples: int) -> int:
-        return model_samples * self.sink_ratio if self.sink_ratio else round(model_samples * self.session.audio_rate / SAMPLE_RATE)
+        return (
+            model_samples * self.sink_ratio
+            if self.sink_ratio
+            else round(model_samples * self.session.audio_rate / SAMPLE_RATE)
+        )
 
     def _align_sink(self, model_position: int) -> None:
         """Make the sink-rate audio end exactly where the model-rate audio does (resampler delays differ slightly)."""
@@ -262,7 +293,8 @@ class SessionPipeline:
         self.controls = controls
 
     def _set_blinks(self, controls: Controls) -> None:
-        """A fresh schedule from the session's seed (open-ended, cycled), continuing from the frames already stitched."""
+        """A fresh schedule from the session's seed (open-ended, cycled), continuing from the frames already
+        stitched."""
         if not controls.blink or controls.blink_table is None or not self.stitcher.drive_eye:
             self.stitcher.set_blinks(None, None)
             return
@@ -285,7 +317,8 @@ class SessionPipeline:
     # -- motion ---------------------------------------------------------------------------
 
     def window_request(self) -> WindowRequest | None:
-        """This session's next window, if its features cover one (kept until completed, so a failed batch retries it)."""
+        """This session's next window, if its features cover one (kept until completed, so a failed batch retries
+        it)."""
         if self.request is None:
             self.request = self.motion.window_request()
         return self.request
@@ -344,17 +377,22 @@ class SessionPipeline:
 
     def pose(self, count: int) -> tuple[torch.Tensor, torch.Tensor, Posed]:
         """The next ``count`` backlog frames -> (motion, avatar rows, their per-session stitching steps done);
-        ``stitch_posed`` finishes them (x_s, x_d), batched with other sessions'. The frames leave the backlog on delivery."""
+        ``stitch_posed`` finishes them (x_s, x_d), batched with other sessions'. The frames leave the backlog on
+        delivery."""
         motion = self.backlog[:count]
         if self.blend_left:
             motion = self._blend(motion)
-        rows = mirror_index(torch.arange(self.out_next, self.out_next + count, device=self.device), self.avatar.num_frames)
+        rows = mirror_index(
+            torch.arange(self.out_next, self.out_next + count, device=self.device), self.avatar.num_frames
+        )
         return motion, rows, self.stitcher.pose(motion, rows, self._fade_alpha(count))
 
     def _blend(self, motion: torch.Tensor) -> torch.Tensor:
         steps = min(self.blend_left, motion.shape[0])
         done = BLEND_FRAMES - self.blend_left
-        weight = (torch.arange(done + 1, done + steps + 1, device=self.device, dtype=motion.dtype) / (BLEND_FRAMES + 1))[:, None]
+        weight = (
+            torch.arange(done + 1, done + steps + 1, device=self.device, dtype=motion.dtype) / (BLEND_FRAMES + 1)
+        )[:, None]
         blended = motion.clone()
         blended[:steps] = self.blend_from * (1 - weight) + motion[:steps] * weight
         self.blend_left -= steps
@@ -378,7 +416,9 @@ class SessionPipeline:
     def _frame_audio(self, motion_index: int) -> np.ndarray:
         lo = motion_index * self.sink_per_frame - self.audio_start
         chunk = self.audio[max(lo, 0) : max(lo + self.sink_per_frame, 0)]
-        return np.pad(chunk, (0, self.sink_per_frame - chunk.size)) if chunk.size < self.sink_per_frame else chunk.copy()
+        return (
+            np.pad(chunk, (0, self.sink_per_frame - chunk.size)) if chunk.size < self.sink_per_frame else chunk.copy()
+        )
 
     def _segment_of(self, motion_index: int) -> tuple[bool, int]:
         """Whether stream frame ``motion_index`` speaks, and its segment: its speech's, else that of its last sample."""
@@ -406,7 +446,8 @@ class SessionPipeline:
     # -- the clock ------------------------------------------------------------------------
 
     def check_deadlines(self, now: float) -> None:
-        """Note which rendered frames are ready by ``now``; set the clock's anchor at the first; count frames ready after their deadline."""
+        """Note which rendered frames are ready by ``now``; set the clock's anchor at the first; count frames ready
+        after their deadline."""
         while self.in_flight:
             ready, first, count = self.in_flight[0]
             if ready is not None and not ready.query():

@@ -66,7 +66,12 @@ class Runtime:
     """
 
     def __init__(
-        self, engine: Engine, config: RuntimeConfig | None = None, *, start: bool = True, clock: Callable[[], float] = time.monotonic
+        self,
+        engine: Engine,
+        config: RuntimeConfig | None = None,
+        *,
+        start: bool = True,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.engine = engine
         self.device = engine.device
@@ -119,7 +124,9 @@ class Runtime:
         compile_networks: bool = True,
     ) -> Runtime:
         """Load the networks (official checkpoints, or random stand-ins when None), warm up, start the loop."""
-        engine = Engine.from_checkpoints(checkpoints, device=device, backend=backend, steps=steps, plans=plans, compile_networks=compile_networks)
+        engine = Engine.from_checkpoints(
+            checkpoints, device=device, backend=backend, steps=steps, plans=plans, compile_networks=compile_networks
+        )
         return cls(engine, config)
 
     @property
@@ -141,7 +148,9 @@ class Runtime:
         if self.device.type == "cuda":
             pool = GraphPool(self.device)
             steps = self.warmup_steps()
-            with tqdm(steps, desc="warming up (compile + capture)", unit="bucket", disable=not self.config.progress) as bar:
+            with tqdm(
+                steps, desc="warming up (compile + capture)", unit="bucket", disable=not self.config.progress
+            ) as bar:
                 for kind, bucket in bar:
                     bar.set_postfix_str(f"{kind} x{bucket}")
                     if kind == "LMDM windows":
@@ -171,7 +180,8 @@ class Runtime:
         return render + [("LMDM windows", b) for b in sorted(self.config.window_buckets, reverse=True)]
 
     def capacity(self, overlap: int = LIVE_OVERLAP) -> int | None:
-        """Live sessions this runtime can serve in real time at ``overlap`` (None where nothing was measured: the CPU)."""
+        """Live sessions this runtime can serve in real time at ``overlap`` (None where nothing was measured: the
+        CPU)."""
         if not self.window_ms or not self.render_ms:
             return None
         compute = admission.capacity(overlap, self.window_ms, self.render_ms, self.config.utilization)
@@ -238,9 +248,13 @@ class Runtime:
         if not 0 <= overlap < SEQ_FRAMES:
             raise ValueError(f"overlap must be in [0, {SEQ_FRAMES}), got {overlap}")
         if motion is not None and live:
-            raise ValueError("a session fed precomputed motion renders a file, it cannot be live: open it with live=False")
+            raise ValueError(
+                "a session fed precomputed motion renders a file, it cannot be live: open it with live=False"
+            )
         if live and not self.config.live:
-            raise ValueError("this runtime renders files only (RuntimeConfig(live=False)): open the session with live=False")
+            raise ValueError(
+                "this runtime renders files only (RuntimeConfig(live=False)): open the session with live=False"
+            )
         controls = self.default_controls if controls is None else controls
         if not isinstance(controls, Controls):
             raise TypeError(f"controls must be an engine.controls.Controls, got {type(controls).__name__}")
@@ -257,8 +271,14 @@ class Runtime:
             shared = self.avatars.acquire(avatar)
             try:
                 pipeline = SessionPipeline(
-                    session, shared, self.engine.backend.stitch, self.engine.silence_feature,
-                    self.engine.step_noise(seed), self.engine.cond_width, controls, self.config,
+                    session,
+                    shared,
+                    self.engine.backend.stitch,
+                    self.engine.silence_feature,
+                    self.engine.step_noise(seed),
+                    self.engine.cond_width,
+                    controls,
+                    self.config,
                     None if motion is None else PrecomputedMotion(motion.to(shared.f_s.device, torch.float32)),
                 )
             except BaseException:
@@ -288,12 +308,23 @@ class Runtime:
             shared = self.avatars.acquire(avatar)
             try:
                 conditions = ConditionBuilder(
-                    shared.canonical_kp, shared.eye_open, shared.eye_ball, self.engine.cond_width, controls.emotion_rows(self.device)
+                    shared.canonical_kp,
+                    shared.eye_open,
+                    shared.eye_ball,
+                    self.engine.cond_width,
+                    controls.emotion_rows(self.device),
                 )
                 sample = window_sampler(self.sampler, self.engine.step_noise(seed), seed)
                 return offline_motion(
-                    self.engine.hubert, conditions, shared.source_motion, samples, overlap, sample, self.config.progress,
-                    controls.fix_kp_cond, controls.fix_kp_cond_dims,
+                    self.engine.hubert,
+                    conditions,
+                    shared.source_motion,
+                    samples,
+                    overlap,
+                    sample,
+                    self.config.progress,
+                    controls.fix_kp_cond,
+                    controls.fix_kp_cond_dims,
                 )
             finally:
                 self.avatars.release(shared)
@@ -322,9 +353,11 @@ class Runtime:
         if not admission.fits(groups, self.window_ms, self.render_ms, self.config.utilization):
             name = torch.cuda.get_device_name(self.device) if self.device.type == "cuda" else str(self.device)
             raise AdmissionError(
-                f"this runtime serves at most {self.capacity(overlap)} live session(s) in real time at overlap {overlap} "
+                f"this runtime serves at most {self.capacity(overlap)} live session(s) in real time at overlap "
+                f"{overlap} "
                 f"({mode.name} latency) on {name} (measured at warm-up: {self.window_ms} ms per LMDM window batch, "
-                f"{self.render_ms} ms per render batch); {live} are open: close one, use a longer hop (faithful latency, "
+                f"{self.render_ms} ms per render batch); {live} are open: close one, use a longer hop (faithful "
+                "latency, "
                 f"a lower overlap), or serve it from another GPU's runtime"
             )
 
@@ -365,7 +398,8 @@ class Runtime:
     # -- metrics ----------------------------------------------------------------------------
 
     def metrics(self) -> dict[str, Any]:
-        """Sessions, capacity, tick times (wall, the loop thread's CPU, GPU), GPU busy share, compiles after warm-up, errors,
+        """Sessions, capacity, tick times (wall, the loop thread's CPU, GPU), GPU busy share, compiles after warm-up,
+        errors,
         per-session totals. A tick whose wall time far exceeds its CPU time waited: for the GIL, or for the GPU."""
         pipelines = list(self._pipelines.values())
         totals: dict[str, float] = {}
@@ -489,7 +523,9 @@ class Runtime:
     def _run(self) -> None:
         try:
             if self.device.type == "cuda":
-                torch.cuda.set_device(self.device.index if self.device.index is not None else torch.cuda.current_device())
+                torch.cuda.set_device(
+                    self.device.index if self.device.index is not None else torch.cuda.current_device()
+                )
             while not self._stopping:
                 if not self._tick():
                     self._wake.wait(IDLE_WAIT)

@@ -13,8 +13,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from engine.motion_stream import WindowRequest
 from engine.buckets import chunk_sizes
+from engine.motion_stream import WindowRequest
 from engine.runtime.config import RuntimeConfig
 from engine.runtime.pipeline import SessionPipeline
 
@@ -42,14 +42,16 @@ class FrameJob(NamedTuple):
 
 
 class Scheduler:
-    """Plans each stage of a tick across sessions; ``batched``: sessions share calls (see ``RuntimeConfig.batch_sessions``)."""
+    """Plans each stage of a tick across sessions; ``batched``: sessions share calls (see
+    ``RuntimeConfig.batch_sessions``)."""
 
     def __init__(self, config: RuntimeConfig, batched: bool) -> None:
         self.config = config
         self.batched = batched
 
     def chunks(self, pipelines: list[SessionPipeline]) -> list[list[ChunkJob]]:
-        """Every session's complete HuBERT chunks (up to the per-tick limit), one encoder call for all (or one per session)."""
+        """Every session's complete HuBERT chunks (up to the per-tick limit), one encoder call for all (or one per
+        session)."""
         jobs = []
         for pipeline in pipelines:
             chunks, keep = pipeline.motion.take_chunks(self.config.hubert_chunks_per_tick)
@@ -58,13 +60,16 @@ class Scheduler:
         return self._group(jobs)
 
     def windows(self, pipelines: list[SessionPipeline], now: float, costs: dict[int, float]) -> list[list[WindowJob]]:
-        """Every due window (one per session) in bucket-sized sampler calls, earliest deadline first; ``costs``: ms per bucket.
+        """Every due window (one per session) in bucket-sized sampler calls, earliest deadline first; ``costs``: ms per
+        bucket.
 
         When sessions are batched, a live session's window waits until it falls due (see ``engine.runtime.pacing``):
         their clocks share one grid, so every session's window of a hop runs in the same call.
         """
         jobs = [
-            WindowJob(p, r) for p in pipelines if (not self.batched or p.window_due(now)) and (r := p.window_request()) is not None
+            WindowJob(p, r)
+            for p in pipelines
+            if (not self.batched or p.window_due(now)) and (r := p.window_request()) is not None
         ]
         if not jobs:
             return []
@@ -78,7 +83,8 @@ class Scheduler:
         return batches
 
     def frames(self, pipelines: list[SessionPipeline]) -> list[list[FrameJob]]:
-        """Due frames across sessions, earliest deadline first, grouped into one render job for all (or one per session).
+        """Due frames across sessions, earliest deadline first, grouped into one render job for all (or one per
+        session).
 
         The per-tick frame budget is shared by all sessions when they are batched; otherwise each session
         has it to itself, so how its frames are grouped never depends on the other sessions.

@@ -149,7 +149,12 @@ class Session:
     # -- audio in (any thread) -------------------------------------------------------------
 
     def push_audio(
-        self, pcm: np.ndarray, sample_rate: int, channels: int | None = None, block: bool = False, timeout: float | None = None
+        self,
+        pcm: np.ndarray,
+        sample_rate: int,
+        channels: int | None = None,
+        block: bool = False,
+        timeout: float | None = None,
     ) -> None:
         """Queue PCM at any common rate and layout; returns at once (or, with ``block``, once the lead allows it).
 
@@ -171,14 +176,17 @@ class Session:
                     break
                 if not block:
                     raise Backpressure(
-                        f"session {self.id} already holds {self._lead_seconds():.2f} s of audio (limit {self._max_lead} s); "
+                        f"session {self.id} already holds {self._lead_seconds():.2f} s of audio (limit "
+                        f"{self._max_lead} s); "
                         "push less at a time, wait for frames to be taken, or push with block=True"
                     )
                 left = None if deadline is None else deadline - time.monotonic()
                 if left is not None and left <= 0:
                     raise Backpressure(f"session {self.id}: no room for {seconds:.2f} s of audio within {timeout} s")
                 self._changed.wait(left if left is not None else 0.1)
-            if self._format != fmt:  # a new format, or the loop drained the resamplers (speech ended) since the check above
+            if (
+                self._format != fmt
+            ):  # a new format, or the loop drained the resamplers (speech ended) since the check above
                 self._flush_resamplers()
                 self._to_model, self._to_sink = fresh or self._resamplers(fmt)
                 self._format = fmt
@@ -275,7 +283,8 @@ class Session:
     # -- frames out (any thread) -----------------------------------------------------------
 
     def next_frame(self, timeout: float | None = None) -> Frame | None:
-        """The next frame, once the GPU has finished it; None after ``end`` once all are taken. TimeoutError on timeout."""
+        """The next frame, once the GPU has finished it; None after ``end`` once all are taken. TimeoutError on
+        timeout."""
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._changed:
             while not self._queue:
@@ -370,7 +379,8 @@ class Session:
         return intake
 
     def deliver(self, frames: list[Frame], drop_oldest: bool, generation: int) -> None:
-        """Queue rendered frames (unless an interrupt came since the loop collected); a live session drops its oldest beyond the bound."""
+        """Queue rendered frames (unless an interrupt came since the loop collected); a live session drops its oldest
+        beyond the bound."""
         with self._changed:
             if self._close or generation != self._generation:
                 return
@@ -395,9 +405,9 @@ class Session:
         """Add ``n`` to one of the session's ``counters``."""
         self.counters[counter] += n
 
-
     def drain_resamplers(self) -> tuple[np.ndarray, np.ndarray] | None:
-        """The samples the resamplers still hold, when no newer audio waits (speech ended: idle follows); None otherwise."""
+        """The samples the resamplers still hold, when no newer audio waits (speech ended: idle follows); None
+        otherwise."""
         with self._changed:
             if self._model_parts or self._to_model is None:
                 return None

@@ -40,7 +40,8 @@ def deliver_frames(batch: list[PosedJob], rendered: Rendered) -> None:
 
 
 def settle(pipelines: list[SessionPipeline], now: float) -> list[SessionPipeline]:
-    """Note the frames ready by ``now`` (clocks, deadline misses); finish the sessions that are done and return their pipelines."""
+    """Note the frames ready by ``now`` (clocks, deadline misses); finish the sessions that are done and return their
+    pipelines."""
     finished = []
     for pipeline in pipelines:
         pipeline.check_deadlines(now)

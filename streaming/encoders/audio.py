@@ -48,7 +48,8 @@ class AudioBlocks:
         return [self._frame(np.pad(rest, (0, self.size - rest.size)) if pad else rest)]
 
     def skip_to(self, sample: int) -> list[av.AudioFrame]:
-        """Close the partial block (zero-padded) and continue at ``sample``: a gap in the input, kept in the timeline."""
+        """Close the partial block (zero-padded) and continue at ``sample``: a gap in the input, kept in the
+        timeline."""
         frames = self.flush(pad=True)
         self._next_pts = max(sample, self._next_pts)
         return frames

@@ -2,7 +2,8 @@
 
 BT.709 is the matrix for HD video and what browsers and broadcast players assume for it; the
 encoders also write it into the stream's VUI, so no player has to guess. Limited range means
-Y in [16, 235] and Cb/Cr in [16, 240]. Chroma is the mean of each 2x2 block (centre siting); values are rounded (+0.5, then truncated).
+Y in [16, 235] and Cb/Cr in [16, 240]. Chroma is the mean of each 2x2 block (centre siting); values are rounded (+0.5,
+then truncated).
 The output is one contiguous (H * 3/2, W) uint8 tensor: I420 (Y, then U, then V planes) for
 libx264, NV12 (Y, then interleaved UV) for NVENC.
 """
@@ -46,7 +47,8 @@ def _yuv(images: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def _packed(planes: list[torch.Tensor], height: int, width: int) -> torch.Tensor:
-    """Float planes of N images -> one contiguous (N, H * 3/2, W) uint8 tensor, clamped and truncated (after the +0.5: rounded)."""
+    """Float planes of N images -> one contiguous (N, H * 3/2, W) uint8 tensor, clamped and truncated (after the +0.5:
+    rounded)."""
     count = planes[0].shape[0]
     flat = torch.cat([plane.reshape(count, -1) for plane in planes], dim=1)
     return flat.clamp_(0, 255).to(torch.uint8).view(count, height * 3 // 2, width)

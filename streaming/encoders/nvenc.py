@@ -20,8 +20,8 @@ import torch
 
 from engine.timebase import FPS
 from streaming.encoders.colour import rgb_to_nv12
-from streaming.encoders.ordering import order_after
 from streaming.encoders.h264 import EncodedVideo, H264Settings, KeyframeRequests, is_idr
+from streaming.encoders.ordering import order_after
 from streaming.frames import check_size
 
 NO_NVENC_GPUS = "data-centre GPUs (A100, H100, H200, ...) have no NVENC"
@@ -40,7 +40,8 @@ def load_pynvvideocodec() -> ModuleType:
     except RuntimeError as exc:
         first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise NvencUnavailable(
-            f"PyNvVideoCodec cannot load the NVIDIA encoder library: {first_line} (no NVIDIA driver with video capability here)"
+            f"PyNvVideoCodec cannot load the NVIDIA encoder library: {first_line} (no NVIDIA driver with video "
+            "capability here)"
         ) from exc
     return PyNvVideoCodec
 
@@ -84,13 +85,16 @@ class NvencEncoder:
             )
         except Exception as exc:
             name = torch.cuda.get_device_name(device)
-            raise NvencUnavailable(f"NVENC could not open an encode session on {name}: {exc} ({NO_NVENC_GPUS})") from exc
+            raise NvencUnavailable(
+                f"NVENC could not open an encode session on {name}: {exc} ({NO_NVENC_GPUS})"
+            ) from exc
         flags = self._nvc.NV_ENC_PIC_FLAGS
         self._force_idr = int(flags.FORCEIDR) | int(flags.OUTPUT_SPSPPS)
 
     def encode(self, image: torch.Tensor, index: int, ready: torch.cuda.Event | None = None) -> list[EncodedVideo]:
         """Encode frame ``index``; NVENC may hand back earlier frames' packets (its output delay). ``ready``: the
-        event after which the image is complete (a runtime frame's); without it, the current stream's work is waited for."""
+        event after which the image is complete (a runtime frame's); without it, the current stream's work is waited
+        for."""
         if tuple(image.shape[:2]) != (self.height, self.width):
             raise ValueError(f"this encoder takes {self.width}x{self.height} frames, got {tuple(image.shape)}")
         image = image.to(self.device)
@@ -103,7 +107,9 @@ class NvencEncoder:
             params.encodePicFlags = self._force_idr if self.keyframes.take(index) else 0
             return self._packets(self._encoder.Encode(nv12, params))
 
-    def prepare(self, image: torch.Tensor, ready: torch.cuda.Event | None = None) -> tuple[torch.Tensor, torch.cuda.Event | None]:
+    def prepare(
+        self, image: torch.Tensor, ready: torch.cuda.Event | None = None
+    ) -> tuple[torch.Tensor, torch.cuda.Event | None]:
         """The encoder's input for one frame: the device image and its event (converted when encoded)."""
         return image, ready
 

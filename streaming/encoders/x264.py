@@ -85,14 +85,17 @@ class X264Encoder:
         (an (H * 3/2, W) uint8 array that already is one is taken as it is)."""
         if isinstance(image, np.ndarray):
             if image.shape != (self.height * 3 // 2, self.width) or image.dtype != np.uint8:
-                raise ValueError(f"this encoder takes {self.width}x{self.height} I420 pictures, got {image.shape} {image.dtype}")
+                raise ValueError(
+                    f"this encoder takes {self.width}x{self.height} I420 pictures, got {image.shape} {image.dtype}"
+                )
             return image
         if tuple(image.shape[:2]) != (self.height, self.width):
             raise ValueError(f"this encoder takes {self.width}x{self.height} frames, got {tuple(image.shape)}")
         return self._i420_on_host(image, ready).copy()
 
     def encode_picture(self, picture: np.ndarray, index: int) -> list[EncodedVideo]:
-        """Encode a prepared picture as frame ``index`` (the same picture again repeats it: the shed frame's stand-in)."""
+        """Encode a prepared picture as frame ``index`` (the same picture again repeats it: the shed frame's
+        stand-in)."""
         frame = av.VideoFrame.from_numpy_buffer(picture, format="yuv420p")
         frame.pts = index
         frame.time_base = self._context.time_base

@@ -40,17 +40,22 @@ class _AVIOContext(ctypes.Structure):
 
 
 class _FFmpeg:
-    """The few libavformat and libavutil functions used here (and by ``streaming.protocols``), with their C signatures."""
+    """The few libavformat and libavutil functions used here (and by ``streaming.protocols``), with their C
+    signatures."""
 
     def __init__(self) -> None:
         fmt, util = _loaded("avformat"), _loaded("avutil")
         pointer = ctypes.POINTER(ctypes.c_void_p)
-        self.open = _function(fmt.avio_open2, ctypes.c_int, pointer, ctypes.c_char_p, ctypes.c_int, ctypes.c_void_p, pointer)
+        self.open = _function(
+            fmt.avio_open2, ctypes.c_int, pointer, ctypes.c_char_p, ctypes.c_int, ctypes.c_void_p, pointer
+        )
         self.write = _function(fmt.avio_write, None, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int)
         self.flush = _function(fmt.avio_flush, None, ctypes.c_void_p)
         self.close = _function(fmt.avio_closep, ctypes.c_int, pointer)
         self.enum_protocols = _function(fmt.avio_enum_protocols, ctypes.c_char_p, pointer, ctypes.c_int)
-        self.dict_set = _function(util.av_dict_set, ctypes.c_int, pointer, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_int)
+        self.dict_set = _function(
+            util.av_dict_set, ctypes.c_int, pointer, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_int
+        )
         self.dict_free = _function(util.av_dict_free, None, pointer)
         self.strerror = _function(util.av_strerror, ctypes.c_int, ctypes.c_int, ctypes.c_char_p, ctypes.c_size_t)
 

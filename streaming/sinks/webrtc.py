@@ -58,7 +58,10 @@ def restrict_ice_to_loopback() -> None:
 
 def loopback_candidates(sdp: str) -> str:
     """The SDP without the ICE candidates not on 127.0.0.1 (a loopback server must not reach other addresses)."""
-    return "\r\n".join(line for line in sdp.splitlines() if not line.startswith("a=candidate") or _on_loopback(line)) + "\r\n"
+    return (
+        "\r\n".join(line for line in sdp.splitlines() if not line.startswith("a=candidate") or _on_loopback(line))
+        + "\r\n"
+    )
 
 
 def _on_loopback(candidate: str) -> bool:
@@ -213,7 +216,8 @@ class WebRtcPreview:
 
     async def join(self, sdp: str) -> tuple[str, str]:
         """Accept a viewer's SDP offer: its id (for ``leave``) and the SDP answer; once connected the viewer gets
-        video from an IDR it asks the shared encoder for. ViewerRefused when full or ended, ValueError for a bad offer."""
+        video from an IDR it asks the shared encoder for. ViewerRefused when full or ended, ValueError for a bad
+        offer."""
         if self._closed:
             raise ViewerRefused("the stream has ended")
         if len(self._viewers) >= self.max_viewers:
@@ -245,7 +249,9 @@ class WebRtcPreview:
             await pc.setLocalDescription(await pc.createAnswer())
         except Exception as exc:
             await pc.close()
-            raise ValueError(f"the offer cannot be answered ({type(exc).__name__}: {exc}); send the browser's own SDP offer") from exc
+            raise ValueError(
+                f"the offer cannot be answered ({type(exc).__name__}: {exc}); send the browser's own SDP offer"
+            ) from exc
         self._viewers.add(viewer)
         self.viewers_total += 1
         if len(self._viewers) == 1 and self._on_watching is not None:

@@ -27,7 +27,9 @@ class MicrophoneUnavailable(RuntimeError):
 class MicrophoneSource:
     """Capture ``device`` (name or index; None: the default input) at ``rate`` and push it into ``session``."""
 
-    def __init__(self, session: AudioSink, device: str | int | None = None, rate: int = 48_000, channels: int = 1) -> None:
+    def __init__(
+        self, session: AudioSink, device: str | int | None = None, rate: int = 48_000, channels: int = 1
+    ) -> None:
         self.session, self.device, self.rate, self.channels = session, device, rate, channels
         self.blocks_pushed = 0
         self.blocks_dropped = 0
@@ -40,7 +42,9 @@ class MicrophoneSource:
         try:
             import sounddevice
         except OSError as exc:
-            raise MicrophoneUnavailable(f"PortAudio is not installed ({exc}); on Debian: apt-get install libportaudio2") from exc
+            raise MicrophoneUnavailable(
+                f"PortAudio is not installed ({exc}); on Debian: apt-get install libportaudio2"
+            ) from exc
         try:
             self._stream = sounddevice.InputStream(
                 samplerate=self.rate,

@@ -219,7 +219,9 @@ async def _handle(ws: web.WebSocketResponse, message, session, state: PushState)
             await _reply(ws, {"type": "ended"})
             await ws.close()
         else:
-            raise ProtocolError(f"unknown message type {kind!r}; expected format, controls, end_of_segment, interrupt or end")
+            raise ProtocolError(
+                f"unknown message type {kind!r}; expected format, controls, end_of_segment, interrupt or end"
+            )
     elif message.type == WSMsgType.ERROR:
         log.warning("push: connection error: %s", ws.exception())
 

@@ -38,7 +38,13 @@ def test_the_astronaut_registers_from_the_command_line(
     assert torch.isfinite(avatar.f_s).all() and avatar.f_s.std() > 0
     shapes = {k: tuple(getattr(avatar, k).shape) for k in ("pitch", "yaw", "roll", "t", "exp", "scale", "kp")}
     assert shapes == {
-        "pitch": (1, 66), "yaw": (1, 66), "roll": (1, 66), "t": (1, 3), "exp": (1, 63), "scale": (1, 1), "kp": (1, 63)
+        "pitch": (1, 66),
+        "yaw": (1, 66),
+        "roll": (1, 66),
+        "t": (1, 3),
+        "exp": (1, 63),
+        "scale": (1, 1),
+        "kp": (1, 63),
     }
     assert torch.equal(avatar.sc, avatar.kp[0])
     assert torch.equal(avatar.frames[0], torch.from_numpy(astronaut))

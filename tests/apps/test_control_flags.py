@@ -1,4 +1,5 @@
-"""The control flags of both CLIs: single flags and a JSON file, checked at parse time, applied over the engine's defaults."""
+"""The control flags of both CLIs: single flags and a JSON file, checked at parse time, applied over the engine's
+defaults."""
 
 from __future__ import annotations
 
@@ -14,13 +15,32 @@ from engine.controls import Controls
 
 def test_flags_set_the_controls_they_name_and_nothing_else() -> None:
     args = render_args(
-        ["--demo", "--pitch", "-8", "--yaw-scale", "0.5", "--emotion", "happy,surprise", "--no-blink", "--blink-gaps", "30,80"]
+        [
+            "--demo",
+            "--pitch",
+            "-8",
+            "--yaw-scale",
+            "0.5",
+            "--emotion",
+            "happy,surprise",
+            "--no-blink",
+            "--blink-gaps",
+            "30,80",
+        ]
         + ["--fade-in", "10", "--fade-out", "12", "--fade-target", "first", "--vad-alpha", "0.4"]
         + ["--fix-kp-cond", "1", "--fix-kp-cond-dims", "0:202"]
     )
     assert args.control_changes == {
-        "pitch": -8.0, "yaw_scale": 0.5, "blink": False, "fade_in": 10, "fade_out": 12, "fade_target": "first",
-        "vad_alpha": 0.4, "fix_kp_cond": 1, "emotion": ("happy", "surprise"), "blink_gaps": (30, 80),
+        "pitch": -8.0,
+        "yaw_scale": 0.5,
+        "blink": False,
+        "fade_in": 10,
+        "fade_out": 12,
+        "fade_target": "first",
+        "vad_alpha": 0.4,
+        "fix_kp_cond": 1,
+        "emotion": ("happy", "surprise"),
+        "blink_gaps": (30, 80),
         "fix_kp_cond_dims": (0, 202),
     }
     assert render_args(["--demo"]).control_changes == {}

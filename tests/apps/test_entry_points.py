@@ -20,7 +20,9 @@ LIBRARIES = ("engine", "compile", "streaming", "serving", "avatars", "integratio
 )
 def test_an_old_command_hands_over_to_its_app(old: str, app: str) -> None:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, (str(ROOT), os.environ.get("PYTHONPATH"))))}
-    run = subprocess.run([sys.executable, "-m", old, "--help"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    run = subprocess.run(
+        [sys.executable, "-m", old, "--help"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
+    )
     assert run.returncode == 0, run.stderr
     assert run.stdout.startswith(f"usage: python -m {app} "), run.stdout[:200]
 

@@ -203,6 +203,7 @@ def _set(dotted: str, value):
         for parent in parents:
             manifest = manifest.setdefault(parent, {})
         manifest[key] = value
+
     return edit
 
 
@@ -265,7 +266,9 @@ def test_a_deeply_nested_or_huge_manifest_is_a_clear_error(saved: tuple[Path, di
         ("mask_crop", lambda a: a["mask_crop"].__setitem__((3, 3), 1.5)),
     ],
 )
-def test_tensor_values_that_would_render_garbage_are_refused(saved: tuple[Path, dict[str, np.ndarray]], key: str, edit) -> None:
+def test_tensor_values_that_would_render_garbage_are_refused(
+    saved: tuple[Path, dict[str, np.ndarray]], key: str, edit
+) -> None:
     path, _ = saved
     rewrite(path, tensor_edit=edit)
     with pytest.raises(CacheError, match=f"tensor '{key}'"):
@@ -321,7 +324,9 @@ def test_a_load_checks_the_checkpoint_hashes_started_ahead(checkpoint_dir, tmp_p
     hash_checkpoints_ahead(folder)
     expected = {name: hashlib.sha256(path.read_bytes()).hexdigest() for name, path in checkpoint_files(folder).items()}
     assert checkpoint_hashes(folder) == expected
-    hash_checkpoints_ahead(tmp_path)  # no checkpoints there: nothing to start, and nothing raised before a load reports it
+    hash_checkpoints_ahead(
+        tmp_path
+    )  # no checkpoints there: nothing to start, and nothing raised before a load reports it
 
 
 def outcome_within(call, seconds: float = 10.0) -> BaseException | None:

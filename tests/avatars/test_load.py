@@ -1,4 +1,5 @@
-"""The demo avatar: registered once into the engine's cache, loaded from it after, registered again when it cannot be."""
+"""The demo avatar: registered once into the engine's cache, loaded from it after, registered again when it cannot
+be."""
 
 from __future__ import annotations
 

@@ -23,12 +23,12 @@ from engine.runtime.session import Frame
 from engine.timebase import FPS
 from harness.live_server import LiveServer
 from harness.nginx import wait_listening
-from tests.serving.inprocess import Stream, create_app
 from serving.server import numbered
 from streaming.frames import AUDIO_RATE, AUDIO_SAMPLES_PER_FRAME
 from streaming.output import SessionOutput
 from streaming.sinks.rtmp import RtmpSink
 from streaming.sinks.webrtc import WebRtcPreview
+from tests.serving.inprocess import Stream, create_app
 from tests.streaming.synthetic import picture
 
 DELAY_FRAMES = 5
@@ -95,7 +95,8 @@ class EchoSession:
 
 
 class EchoServer(LiveServer):
-    """LiveServer's interface over echo sessions, served in this process (``--rtmp``, ``--webrtc``, ``--sessions`` from the args)."""
+    """LiveServer's interface over echo sessions, served in this process (``--rtmp``, ``--webrtc``, ``--sessions`` from
+    the args)."""
 
     def __init__(self, args: list[str], http_port: int, log: Path) -> None:
         super().__init__(args, http_port, log)

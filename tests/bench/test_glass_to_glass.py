@@ -17,7 +17,9 @@ def test_the_rest_is_what_a_path_adds_after_the_clock_showed_the_speech_and_the_
 
 def test_a_viewer_frame_number_maps_to_the_rtmp_frame_with_the_same_picture() -> None:
     rtmp = {"a": [40], "b": [41], "c": [42], "same": [43, 44]}
-    log = ViewerLog("aiortc", frames=[(0, 1.0, "a"), (1, 1.04, "b"), (2, 1.08, "c"), (3, 1.12, "same"), (4, 1.16, "zzz")])
+    log = ViewerLog(
+        "aiortc", frames=[(0, 1.0, "a"), (1, 1.04, "b"), (2, 1.08, "c"), (3, 1.12, "same"), (4, 1.16, "zzz")]
+    )
     assert log.frame_offset(rtmp) == 40
     assert ViewerLog("aiortc", frames=[(0, 1.0, "same")]).frame_offset(rtmp) is None
 
@@ -36,7 +38,8 @@ def test_viewers_default_to_chromium_where_installed_else_aiortc(monkeypatch: py
 
 @pytest.mark.slow
 def test_the_harness_finds_every_marker_on_rtmp_in_chromium_and_in_the_aiortc_viewer(tmp_path, monkeypatch) -> None:
-    """The whole measurement against an echo server whose delay is known (the model is far too slow on a CPU for this)."""
+    """The whole measurement against an echo server whose delay is known (the model is far too slow on a CPU for
+    this)."""
     import asyncio
 
     import bench.glass_to_glass as glass
@@ -47,8 +50,10 @@ def test_the_harness_finds_every_marker_on_rtmp_in_chromium_and_in_the_aiortc_vi
     if chromium_path() is None or not SYSTEM_MODULE.exists():
         pytest.skip("needs chromium and nginx with libnginx-mod-rtmp (scripts/install_system_deps.sh)")
     monkeypatch.setattr(glass, "LiveServer", EchoServer)
-    args = parse_args(["--avatar", "echo", "--device", "cpu", "--utterances", "2", "--duration", "1.2", "--wait", "5"]
-                      + ["--viewer", "chromium", "aiortc", "--out", str(tmp_path / "out.json")])
+    args = parse_args(
+        ["--avatar", "echo", "--device", "cpu", "--utterances", "2", "--duration", "1.2", "--wait", "5"]
+        + ["--viewer", "chromium", "aiortc", "--out", str(tmp_path / "out.json")]
+    )
     result = asyncio.run(glass.measure(args, tmp_path))
     assert result["markers_pushed"] == 4
     paths = result["paths"]

@@ -7,7 +7,8 @@ import pytest
 
 @pytest.mark.slow
 def test_two_echo_sessions_stream_at_25_fps_without_drift_and_are_read_back(tmp_path, monkeypatch) -> None:
-    """The benchmark's harness (nginx, pushers, readers, /metrics, the report) over echo sessions (the model is too slow here)."""
+    """The benchmark's harness (nginx, pushers, readers, /metrics, the report) over echo sessions (the model is too slow
+    here)."""
     import asyncio
 
     import bench.rtmp_sessions as sessions
@@ -17,7 +18,9 @@ def test_two_echo_sessions_stream_at_25_fps_without_drift_and_are_read_back(tmp_
     if not SYSTEM_MODULE.exists():
         pytest.skip("needs nginx with libnginx-mod-rtmp (scripts/install_system_deps.sh)")
     monkeypatch.setattr(sessions, "LiveServer", EchoServer)
-    args = sessions.parse_args(["--avatar", "echo", "--device", "cpu", "--sessions", "2", "--minutes", "0.1", "--out", "x.json"])
+    args = sessions.parse_args(
+        ["--avatar", "echo", "--device", "cpu", "--sessions", "2", "--minutes", "0.1", "--out", "x.json"]
+    )
     result = asyncio.run(sessions.measure(args, tmp_path))
     assert [s["session"] for s in result["streams"]] == [0, 1] and result["push_errors"] == []
     for stream in result["streams"]:

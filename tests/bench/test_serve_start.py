@@ -1,4 +1,5 @@
-"""bench.serve_start over an echo server: each start timed to /metrics and to its first RTMP picture, with its timeline."""
+"""bench.serve_start over an echo server: each start timed to /metrics and to its first RTMP picture, with its
+timeline."""
 
 from __future__ import annotations
 
@@ -25,7 +26,9 @@ def test_every_start_is_timed_to_its_first_picture_and_keeps_the_servers_timelin
             return self
 
     monkeypatch.setattr(serve_start, "LiveServer", LoggingEcho)
-    args = serve_start.parse_args(["--starts", "2", "--device", "cpu", "--wait", "30", "--out", str(tmp_path / "start.json")])
+    args = serve_start.parse_args(
+        ["--starts", "2", "--device", "cpu", "--wait", "30", "--out", str(tmp_path / "start.json")]
+    )
     args.device = "cpu"
     result = asyncio.run(serve_start.measure(args, tmp_path))
     assert len(result["starts"]) == 2 and result["command"] == "apps.serve --demo"

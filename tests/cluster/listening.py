@@ -30,7 +30,7 @@ def descendants(root: int) -> set[int]:
 def listening(pids: set[int]) -> list[tuple[int, str, int]]:
     """(pid, address, port) of every TCP socket (IPv4 and IPv6) these processes listen on."""
     sockets: dict[str, tuple[str, int]] = {}
-    for table, width in (("/proc/net/tcp", 4), ("/proc/net/tcp6", 16)):
+    for table, _width in (("/proc/net/tcp", 4), ("/proc/net/tcp6", 16)):
         try:
             lines = Path(table).read_text().splitlines()[1:]
         except OSError:

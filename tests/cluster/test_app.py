@@ -39,12 +39,22 @@ DRAIN_SECONDS = 30.0
 def config(port: int, replicas: int = 2) -> dict:
     """A serve config (as cluster/serve.yaml) for two CPU replicas of the synthetic runtime on loopback."""
     args = {
-        "http": f"127.0.0.1:{port}", "device": "cpu", "workers": 1, "runtime": RUNTIME, "replicas": 2,
-        "drain_seconds": DRAIN_SECONDS, "health_timeout": 2, "health_period": 1,
+        "http": f"127.0.0.1:{port}",
+        "device": "cpu",
+        "workers": 1,
+        "runtime": RUNTIME,
+        "replicas": 2,
+        "drain_seconds": DRAIN_SECONDS,
+        "health_timeout": 2,
+        "health_period": 1,
     }
     app = {
-        "name": APP_NAME, "route_prefix": "/", "import_path": "cluster.app:build", "args": args,
-        "runtime_env": {"env_vars": {"PYTHONPATH": str(ROOT)}}, "deployments": [{"name": "engine", "num_replicas": replicas}],
+        "name": APP_NAME,
+        "route_prefix": "/",
+        "import_path": "cluster.app:build",
+        "args": args,
+        "runtime_env": {"env_vars": {"PYTHONPATH": str(ROOT)}},
+        "deployments": [{"name": "engine", "num_replicas": replicas}],
     }
     return {"http_options": {"host": "127.0.0.1", "port": port}, "applications": [app]}
 
@@ -53,7 +63,12 @@ def deploy(tmp: Path, dashboard: str, port: int, replicas: int) -> None:
     """``serve deploy`` of ``config`` (JSON is YAML), through the dashboard's REST API as an operator would."""
     path = tmp / f"serve-{replicas}.yaml"
     path.write_text(json.dumps(config(port, replicas)))
-    subprocess.run([sys.executable, "-m", "ray.serve.scripts", "deploy", str(path), "-a", dashboard], check=True, timeout=90, capture_output=True)
+    subprocess.run(
+        [sys.executable, "-m", "ray.serve.scripts", "deploy", str(path), "-a", dashboard],
+        check=True,
+        timeout=90,
+        capture_output=True,
+    )
 
 
 def running() -> bool:
@@ -67,7 +82,12 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     deployed from a serve config; the proxy's base URL and how to deploy again."""
     dashboard_port, port = free_port(), free_port()
     context = ray.init(
-        num_cpus=2, num_gpus=2, include_dashboard=True, dashboard_host="127.0.0.1", dashboard_port=dashboard_port, logging_level="WARNING"
+        num_cpus=2,
+        num_gpus=2,
+        include_dashboard=True,
+        dashboard_host="127.0.0.1",
+        dashboard_port=dashboard_port,
+        logging_level="WARNING",
     )
     dashboard = f"http://{context.dashboard_url}"
     tmp = tmp_path_factory.mktemp("serve")
@@ -114,7 +134,7 @@ async def state(http: aiohttp.ClientSession, session: dict) -> str | None:
     try:
         async with http.get(session["urls"]["self"], timeout=aiohttp.ClientTimeout(total=3)) as response:
             return (await response.json())["state"] if response.status == 200 else None
-    except (aiohttp.ClientError, asyncio.TimeoutError):
+    except (TimeoutError, aiohttp.ClientError):
         return None
 
 
@@ -161,7 +181,12 @@ def test_sessions_are_placed_by_capacity_stick_to_their_replica_and_the_cap_hold
             assert len(per_replica) == 2, "sessions were not spread over both replicas"
             reported = (await (await http.get(f"{cluster.base}/sessions")).json())["replicas"]
             for replica_id, sessions in per_replica.items():
-                assert len(sessions) == reported.get(replica_id, {}).get("admitted"), (replica_id, len(sessions), reported, body)
+                assert len(sessions) == reported.get(replica_id, {}).get("admitted"), (
+                    replica_id,
+                    len(sessions),
+                    reported,
+                    body,
+                )
                 assert f"{replica_id}: {len(sessions)} of {len(sessions)}" in body
             for session in made:
                 assert session["urls"]["push"].startswith(session["replica"]["url"].replace("http://", "ws://"))
@@ -265,7 +290,9 @@ def test_killing_a_replica_ends_only_its_sessions_and_serve_replaces_it(cluster:
                 await push_ready(ws_b)
                 os.kill(a["replica"]["pid"], signal.SIGKILL)
                 message = await ws_a.receive(timeout=15)
-                assert message.type in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSED, aiohttp.WSMsgType.ERROR), message
+                assert message.type in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSED, aiohttp.WSMsgType.ERROR), (
+                    message
+                )
                 await still_served(http, ws_b, b)
                 await until(lambda: asyncio.sleep(0, not alive(core)), 10, "the killed replica's engine core exits")
                 shutil.rmtree(folder)  # a process killed outright cannot remove its folder (Ray kills its whole group)
@@ -276,7 +303,9 @@ def test_killing_a_replica_ends_only_its_sessions_and_serve_replaces_it(cluster:
     run(scenario())
 
 
-def test_a_replica_whose_core_stops_fails_its_health_check_ends_its_sessions_saying_why_and_is_replaced(cluster: Cluster) -> None:
+def test_a_replica_whose_core_stops_fails_its_health_check_ends_its_sessions_saying_why_and_is_replaced(
+    cluster: Cluster,
+) -> None:
     async def scenario() -> None:
         async with aiohttp.ClientSession() as http:
             a, b = await two_sessions(http, cluster.base)

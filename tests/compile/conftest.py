@@ -66,8 +66,16 @@ def rtx_build(onnx_build: OnnxBuild, tmp_path_factory: pytest.TempPathFactory) -
         (out / "onnx" / f"{name}.onnx").symlink_to(onnx_build.onnx_dir / f"{name}.onnx")
     shutil.copy(onnx_build.onnx_dir / "manifest.json", out / "onnx" / "manifest.json")
     status, log = run_build(
-        "--checkpoints", str(onnx_build.checkpoints), "--out", str(out), "--networks", *RTX_PLANS,
-        "--builder", "rtx", "--arch", *RTX_TARGETS,
+        "--checkpoints",
+        str(onnx_build.checkpoints),
+        "--out",
+        str(out),
+        "--networks",
+        *RTX_PLANS,
+        "--builder",
+        "rtx",
+        "--arch",
+        *RTX_TARGETS,
     )
     assert status == 0, log
     (plan_dir,) = [d for d in out.iterdir() if d.name.startswith("rtx")]

@@ -47,7 +47,9 @@ def built(checkpoint_dir: Callable[..., Path], tmp_path_factory: pytest.TempPath
     checkpoints = checkpoint_dir("lmdm")
     plans = tmp_path_factory.mktemp("aot-plans")
     backend = TorchBackend(checkpoints, device="cpu", networks=("lmdm",))
-    manifest = build_packages(backend, checkpoints, plans, STEPS, window_buckets=(1,), render_buckets=(), calls=LMDM_CALLS, progress=False)
+    manifest = build_packages(
+        backend, checkpoints, plans, STEPS, window_buckets=(1,), render_buckets=(), calls=LMDM_CALLS, progress=False
+    )
     return Built(checkpoints, plans, plans / Target.here(torch.device("cpu"), torch.float32).folder(), manifest)
 
 
@@ -63,7 +65,9 @@ def backend_with(built: Built, plans: Path, steps: int = STEPS) -> TorchBackend:
     return backend
 
 
-def test_the_build_writes_one_package_per_call_and_bucket_and_a_manifest_naming_each_file_and_its_hash(built: Built) -> None:
+def test_the_build_writes_one_package_per_call_and_bucket_and_a_manifest_naming_each_file_and_its_hash(
+    built: Built,
+) -> None:
     manifest = json.loads((built.folder / MANIFEST_FILE).read_text())
     assert {(p["call"], p["batch"]) for p in manifest["packages"]} == {("lmdm_prepare", 1), ("lmdm_step", 1)}
     assert manifest["target"]["device"] == "cpu" and manifest["target"]["torch"] == torch.__version__
@@ -80,8 +84,11 @@ def test_a_package_holds_no_weights_of_its_own_so_every_bucket_runs_on_the_backe
 
 
 @pytest.mark.parametrize("loader", ["torch's C++ loader", "the public loader, where the C++ one has another shape"])
-def test_the_backend_runs_the_packages_with_the_results_of_its_own_calls(built: Built, loader: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_backend_runs_the_packages_with_the_results_of_its_own_calls(
+    built: Built, loader: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     if loader.startswith("the public"):
+
         def another_shape(loader: object) -> None:
             raise TypeError("this torch's loader takes other arguments")
 
@@ -110,14 +117,37 @@ def test_the_backend_runs_the_packages_with_the_results_of_its_own_calls(built: 
 def test_a_second_build_keeps_what_did_not_change(built: Built, tmp_path: Path) -> None:
     plans = copy_of(built, tmp_path)
     backend = TorchBackend(built.checkpoints, device="cpu", networks=("lmdm",))
-    again = build_packages(backend, built.checkpoints, plans, STEPS, window_buckets=(1,), render_buckets=(), calls=LMDM_CALLS, progress=False)
-    assert [(p.file, p.sha256, p.seconds) for p in again.packages] == [(p.file, p.sha256, p.seconds) for p in built.manifest.packages]
+    again = build_packages(
+        backend,
+        built.checkpoints,
+        plans,
+        STEPS,
+        window_buckets=(1,),
+        render_buckets=(),
+        calls=LMDM_CALLS,
+        progress=False,
+    )
+    assert [(p.file, p.sha256, p.seconds) for p in again.packages] == [
+        (p.file, p.sha256, p.seconds) for p in built.manifest.packages
+    ]
 
 
 def test_packages_built_in_two_processes_are_the_ones_one_process_builds(built: Built, tmp_path: Path) -> None:
     backend = TorchBackend(built.checkpoints, device="cpu", networks=("lmdm",))
-    apart = build_packages(backend, built.checkpoints, tmp_path, STEPS, window_buckets=(1,), render_buckets=(), calls=LMDM_CALLS, progress=False, jobs=2)
-    assert [(p.call, p.batch, p.file, p.weights) for p in apart.packages] == [(p.call, p.batch, p.file, p.weights) for p in built.manifest.packages]
+    apart = build_packages(
+        backend,
+        built.checkpoints,
+        tmp_path,
+        STEPS,
+        window_buckets=(1,),
+        render_buckets=(),
+        calls=LMDM_CALLS,
+        progress=False,
+        jobs=2,
+    )
+    assert [(p.call, p.batch, p.file, p.weights) for p in apart.packages] == [
+        (p.call, p.batch, p.file, p.weights) for p in built.manifest.packages
+    ]
     assert backend_with(built, tmp_path).packages_status.startswith("2 compiled packages for cpu")
 
 
@@ -127,21 +157,31 @@ def test_packages_built_in_two_processes_are_the_ones_one_process_builds(built: 
         (lambda m, folder: m["target"].update(torch="2.0.0"), "built for torch 2.0.0"),
         (lambda m, folder: m.update(steps=25), f"built for 25 DDIM steps, this engine samples {STEPS}"),
         (lambda m, folder: m["checkpoints"].update(lmdm="0" * 64), "built from another lmdm checkpoint"),
-        (lambda m, folder: (folder / m["packages"][0]["file"]).open("ab").write(b"\0"), "its sha256 is not the manifest's"),
+        (
+            lambda m, folder: (folder / m["packages"][0]["file"]).open("ab").write(b"\0"),
+            "its sha256 is not the manifest's",
+        ),
         (lambda m, folder: (folder / m["packages"][1]["file"]).unlink(), "named by the manifest but missing"),
         (lambda m, folder: m["packages"][0].update(weights="0" * 64), "compiled for another layout of its weights"),
-        (lambda m, folder: m["packages"][0].update(file="../../elsewhere.pt2"), "a package entry is not one this engine makes"),
+        (
+            lambda m, folder: m["packages"][0].update(file="../../elsewhere.pt2"),
+            "a package entry is not one this engine makes",
+        ),
     ],
     ids=["torch release", "steps", "checkpoint", "altered file", "missing file", "weights layout", "path outside"],
 )
-def test_a_package_that_does_not_fit_is_refused_saying_why_and_the_backend_keeps_its_own_path(built: Built, tmp_path: Path, spoil, reason: str) -> None:
+def test_a_package_that_does_not_fit_is_refused_saying_why_and_the_backend_keeps_its_own_path(
+    built: Built, tmp_path: Path, spoil, reason: str
+) -> None:
     plans = copy_of(built, tmp_path)
     folder = plans / built.folder.name
     manifest = json.loads((folder / MANIFEST_FILE).read_text())
     spoil(manifest, folder)
     (folder / MANIFEST_FILE).write_text(json.dumps(manifest))
     backend = backend_with(built, plans)
-    assert backend.packages_status.startswith("compiled packages not used") and reason in backend.packages_status, backend.packages_status
+    assert backend.packages_status.startswith("compiled packages not used") and reason in backend.packages_status, (
+        backend.packages_status
+    )
     with torch.inference_mode():
         backend.lmdm_prepare(torch.zeros(1, 80, backend.cond_width), ddim_schedule(STEPS, torch.device("cpu")).times)
     assert backend.package_calls == 0
@@ -169,13 +209,20 @@ print(backend.package_calls, "torch._dynamo" in sys.modules, "torch._inductor" i
 
 
 def test_a_start_on_packages_never_imports_the_compiler(built: Built) -> None:
-    run = subprocess.run([sys.executable, "-c", LOAD_AND_RUN, str(built.checkpoints), str(built.plans), str(STEPS)],
-                         capture_output=True, text=True, timeout=300, check=True)
+    run = subprocess.run(
+        [sys.executable, "-c", LOAD_AND_RUN, str(built.checkpoints), str(built.plans), str(STEPS)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    )
     status, counts = run.stdout.strip().splitlines()[-2:]
     assert status.startswith("2 compiled packages"), status
     assert counts == "1 False False", "one call served by a package, and neither dynamo nor inductor imported"
 
 
-def test_an_engine_made_with_plans_checks_and_loads_the_packages(built: Built, checkpoint_dir: Callable[..., Path]) -> None:
+def test_an_engine_made_with_plans_checks_and_loads_the_packages(
+    built: Built, checkpoint_dir: Callable[..., Path]
+) -> None:
     engine = Engine.from_checkpoints(checkpoint_dir(), device="cpu", steps=STEPS, plans=built.plans)
     assert engine.backend.packages_status.startswith("2 compiled packages for cpu"), engine.backend.packages_status

@@ -12,9 +12,9 @@ import torch
 
 from compile import build_plans
 from compile.build_plans import main
+from engine.networks import OFFICIAL_FILENAMES, write_random_checkpoints
 from engine.plans.graphs import HUBERT_SAMPLES, RENDER_BATCH
 from engine.plans.manifest import file_sha256, read_manifest
-from engine.networks import OFFICIAL_FILENAMES, write_random_checkpoints
 from tests.compile.conftest import run_build
 
 NETWORKS = ("appearance_extractor", "motion_extractor", "warp_network", "decoder", "stitch_network", "lmdm")
@@ -52,8 +52,13 @@ def test_merged_warp_decoder_is_composed_from_the_exported_parts(onnx_build, tmp
         (onnx_dir / f"{name}.onnx").symlink_to(onnx_build.onnx_dir / f"{name}.onnx")
     shutil.copy(onnx_build.onnx_dir / "manifest.json", onnx_dir / "manifest.json")
     status, log = run_build(
-        "--checkpoints", str(onnx_build.checkpoints), "--out", str(tmp_path / "plans"), "--onnx-only",
-        "--networks", "warp_decoder",
+        "--checkpoints",
+        str(onnx_build.checkpoints),
+        "--out",
+        str(tmp_path / "plans"),
+        "--onnx-only",
+        "--networks",
+        "warp_decoder",
     )
     assert status == 0
     assert "warp_network: unchanged, skipped" in log and "decoder: unchanged, skipped" in log
@@ -88,8 +93,14 @@ def test_random_weights_fill_in_only_missing_checkpoints(tmp_path: Path) -> None
     write_random_checkpoints(checkpoints, seed=0, names=tuple(n for n in NETWORKS if n != "stitch_network"))
     kept = {f.name: f.stat().st_mtime_ns for f in checkpoints.iterdir()}
     status, log = run_build(
-        "--checkpoints", str(checkpoints), "--out", str(tmp_path / "plans"), "--onnx-only",
-        "--random-weights", "--networks", "stitch_network",
+        "--checkpoints",
+        str(checkpoints),
+        "--out",
+        str(tmp_path / "plans"),
+        "--onnx-only",
+        "--random-weights",
+        "--networks",
+        "stitch_network",
     )
     assert status == 0 and "writing random checkpoints for stitch_network" in log and "not faces" in log
     assert (checkpoints / OFFICIAL_FILENAMES["stitch_network"]).is_file()
@@ -114,13 +125,24 @@ def test_download_root_is_accepted_and_hubert_onnx_taken_as_published(tmp_path: 
     aux.mkdir()
     hubert = aux / "hubert_streaming_fix_kv.onnx"
     torch.onnx.export(
-        _AudioEncoderStandIn(), (torch.zeros(1, 6480),), str(hubert), dynamo=False, opset_version=17,
-        input_names=["input_values"], output_names=["encoding_out"],
+        _AudioEncoderStandIn(),
+        (torch.zeros(1, 6480),),
+        str(hubert),
+        dynamo=False,
+        opset_version=17,
+        input_names=["input_values"],
+        output_names=["encoding_out"],
         dynamic_axes={"input_values": {1: "samples"}, "encoding_out": {0: "frames"}},
     )
     status, log = run_build(  # the root of the official download, as huggingface-cli writes it
-        "--checkpoints", str(tmp_path), "--out", str(tmp_path / "plans"), "--onnx-only",
-        "--networks", "stitch_network", "hubert",
+        "--checkpoints",
+        str(tmp_path),
+        "--out",
+        str(tmp_path / "plans"),
+        "--onnx-only",
+        "--networks",
+        "stitch_network",
+        "hubert",
     )
     assert status == 0 and "hubert: taken as published" in log
     entry = read_manifest(tmp_path / "plans" / "onnx").graphs["hubert"]
@@ -140,7 +162,9 @@ def test_full_tensorrt_build_without_tensorrt_says_so_before_exporting(tmp_path:
 @no_tensorrt
 def test_aot_only_builds_the_torch_packages_without_asking_for_a_tensorrt_builder(tmp_path: Path, monkeypatch) -> None:
     built = []  # the packages' build itself is tests/compile/test_aot_build.py's; here only what --aot only asks for
-    monkeypatch.setattr(build_plans, "build_aot", lambda checkpoints, out, steps, jobs: built.append((out, steps, jobs)))
+    monkeypatch.setattr(
+        build_plans, "build_aot", lambda checkpoints, out, steps, jobs: built.append((out, steps, jobs))
+    )
     args = ["--checkpoints", str(tmp_path / "models"), "--random-weights", "--out", str(tmp_path / "plans")]
     assert main([*args, "--aot", "only", "--builder", "tensorrt", "--steps", "7", "--aot-jobs", "2"]) == 0
     assert built == [(tmp_path / "plans", 7, 2)]
@@ -191,7 +215,9 @@ def test_check_of_an_onnx_folder_says_how_to_build_plans_from_it(tmp_path: Path,
     from engine.plans.manifest import Manifest
 
     (tmp_path / "onnx").mkdir()
-    write_manifest(tmp_path / "onnx", Manifest(kind="onnx", checkpoints_dir="/ckpt", created="2026-01-01T00:00:00+00:00"))
+    write_manifest(
+        tmp_path / "onnx", Manifest(kind="onnx", checkpoints_dir="/ckpt", created="2026-01-01T00:00:00+00:00")
+    )
     assert main(["--check", str(tmp_path / "onnx")]) == 1
     out = capsys.readouterr().out
     assert f"python -m compile.build_plans --checkpoints /ckpt --out {tmp_path}" in out

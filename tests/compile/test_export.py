@@ -25,8 +25,7 @@ from compile.export import (
     symbol_sizes,
 )
 from compile.profiles import profile_shapes
-from engine.plans.graphs import LMDM_BATCH, RENDER_BATCH, SPECS
-from engine.plans.graphs import GRID_SAMPLE_SCOPE
+from engine.plans.graphs import GRID_SAMPLE_SCOPE, LMDM_BATCH, RENDER_BATCH, SPECS
 from tests.compile.precision import Evaluation, evaluate, relative_error
 
 pytestmark = pytest.mark.slow  # the shared export of all six graphs takes about a minute

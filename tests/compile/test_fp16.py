@@ -65,8 +65,12 @@ class _Geometry(nn.Module):
 
 
 TINY = GraphSpec(
-    "tiny", (), (TensorSpec("image", ("batch", 3, 8, 8)), TensorSpec("offset", ("batch", 1))),
-    (TensorSpec("out", ("batch", 4, 16, 16)),), fp32_scopes=("geometry/",), half_io=("image", "out"),
+    "tiny",
+    (),
+    (TensorSpec("image", ("batch", 3, 8, 8)), TensorSpec("offset", ("batch", 1))),
+    (TensorSpec("out", ("batch", 4, 16, 16)),),
+    fp32_scopes=("geometry/",),
+    half_io=("image", "out"),
 )
 
 
@@ -79,8 +83,13 @@ def tiny(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, nn.Modul
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the TorchScript exporter's notices, as in compile.export
         torch.onnx.export(
-            module, (torch.rand(1, 3, 8, 8), torch.rand(1, 1)), str(fp32), dynamo=False, opset_version=17,
-            input_names=["image", "offset"], output_names=["out"],
+            module,
+            (torch.rand(1, 3, 8, 8), torch.rand(1, 1)),
+            str(fp32),
+            dynamo=False,
+            opset_version=17,
+            input_names=["image", "offset"],
+            output_names=["out"],
             dynamic_axes={n: {0: "batch"} for n in ("image", "offset", "out")},
         )
     model = to_mixed_fp16(onnx.load(str(fp32)), lambda n: keeps_fp32(n.name, n.op_type, TINY), TINY.half_io)

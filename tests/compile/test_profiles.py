@@ -19,11 +19,18 @@ def test_render_graph_profile_spans_the_render_batch_range() -> None:
 
 
 def test_static_graph_gets_a_fixed_profile() -> None:
-    assert profile_shapes(SPECS["appearance_extractor"], {"image": (1, 3, 256, 256)}) == {"image": ((1, 3, 256, 256),) * 3}
+    assert profile_shapes(SPECS["appearance_extractor"], {"image": (1, 3, 256, 256)}) == {
+        "image": ((1, 3, 256, 256),) * 3
+    }
 
 
 def test_lmdm_condition_width_comes_from_the_graph() -> None:
-    graph = {"x": ("batch", 80, 265), "cond_frame": ("batch", 265), "cond": ("batch", 80, 1103), "time_cond": ("batch",)}
+    graph = {
+        "x": ("batch", 80, 265),
+        "cond_frame": ("batch", 265),
+        "cond": ("batch", 80, 1103),
+        "time_cond": ("batch",),
+    }
     shapes = profile_shapes(SPECS["lmdm"], graph)
     assert shapes["cond"] == tuple((b, 80, 1103) for b in LMDM_BATCH)
     assert shapes["time_cond"] == tuple((b,) for b in LMDM_BATCH)
@@ -41,8 +48,11 @@ def test_hubert_profile_pins_its_batch_and_ranges_its_samples() -> None:
         ("decoder", {"feature": ("batch", 256, 64)}, "rank 3, expected 4"),
         ("decoder", {"feature": ("batch", 128, 64, 64)}, "has size 128 in the graph, expected 256"),
         ("decoder", {"feature": (1, 256, 64, 64)}, "fixed (1) in the graph but dynamic"),
-        ("lmdm", {"x": ("b", 80, 265), "cond_frame": ("b", 265), "cond": ("b", 80, "d"), "time_cond": ("b",)},
-         "the checkpoint fixes its size"),
+        (
+            "lmdm",
+            {"x": ("b", 80, 265), "cond_frame": ("b", 265), "cond": ("b", 80, "d"), "time_cond": ("b",)},
+            "the checkpoint fixes its size",
+        ),
     ],
 )
 def test_a_graph_that_does_not_fit_its_spec_is_refused(name, graph, message) -> None:

@@ -71,12 +71,16 @@ def test_each_plan_binds_what_the_backend_passes(rtx_build) -> None:
     manifest = read_manifest(rtx_build.plan_dir)
     for name, entry in manifest.graphs.items():
         check_contract(SPECS[name], PlanIO.from_manifest(entry), rtx_build.plan_dir / entry.file)
-    io = {name: {t["name"]: (t["shape"], t["dtype"]) for t in [*e.io["inputs"], *e.io["outputs"]]}
-          for name, e in manifest.graphs.items()}
+    io = {
+        name: {t["name"]: (t["shape"], t["dtype"]) for t in [*e.io["inputs"], *e.io["outputs"]]}
+        for name, e in manifest.graphs.items()
+    }
     assert io["decoder"] == {"feature": ([-1, 256, 64, 64], "float16"), "output": ([-1, 3, 512, 512], "float16")}
     assert io["warp_network"] == {
-        "feature_3d": ([-1, 32, 16, 64, 64], "float16"), "kp_source": ([-1, 21, 3], "float32"),
-        "kp_driving": ([-1, 21, 3], "float32"), "out": ([-1, 256, 64, 64], "float16"),
+        "feature_3d": ([-1, 32, 16, 64, 64], "float16"),
+        "kp_source": ([-1, 21, 3], "float32"),
+        "kp_driving": ([-1, 21, 3], "float32"),
+        "out": ([-1, 256, 64, 64], "float16"),
     }
     assert io["lmdm"]["time_cond"] == ([-1], "int64") and io["lmdm"]["x_start"] == ([-1, 80, 265], "float32")
 
@@ -87,9 +91,15 @@ def test_a_plan_that_binds_otherwise_is_refused(rtx_build) -> None:
     wrong.dtypes["feature"] = torch.float32
     with pytest.raises(BackendError, match=r"binds feature as torch.float32, expected torch.float16"):
         check_contract(SPECS["decoder"], wrong, "decoder.plan")
-    narrow = PlanIO(wrong.inputs, wrong.outputs, PlanIO.from_manifest(entry).dtypes,
-                    {"feature": ((1, 256, 64, 64), (4, 256, 64, 64), (8, 256, 64, 64))})
-    with pytest.raises(BackendError, match=rf"accepts batch 1\.\.8 for feature, expected 1\.\.{SPECS['decoder'].ranges[BATCH][2]}\b"):
+    narrow = PlanIO(
+        wrong.inputs,
+        wrong.outputs,
+        PlanIO.from_manifest(entry).dtypes,
+        {"feature": ((1, 256, 64, 64), (4, 256, 64, 64), (8, 256, 64, 64))},
+    )
+    with pytest.raises(
+        BackendError, match=rf"accepts batch 1\.\.8 for feature, expected 1\.\.{SPECS['decoder'].ranges[BATCH][2]}\b"
+    ):
         check_contract(SPECS["decoder"], narrow, "decoder.plan")
 
 
@@ -100,7 +110,8 @@ def test_headers_read_as_tensorrt_rtx_plans_and_a_damaged_one_does_not(rtx_build
         header = (rtx_build.plan_dir / f"{name}.plan").read_bytes()[:4096]
         if not torch.cuda.is_available():
             assert header_verdict(tensorrt_rtx, header, None) == (
-                False, "reads as a TensorRT-RTX plan; only a GPU can tell whether it runs"
+                False,
+                "reads as a TensorRT-RTX plan; only a GPU can tell whether it runs",
             )
         damaged = bytes([header[0] ^ 0xFF]) + header[1:]
         ok, said = header_verdict(tensorrt_rtx, damaged, None)
@@ -131,8 +142,16 @@ def test_check_names_a_plan_file_that_changed(rtx_build, tmp_path, capsys) -> No
 
 def test_a_second_build_redoes_nothing(rtx_build) -> None:
     status, log = run_build(
-        "--checkpoints", str(rtx_build.checkpoints), "--out", str(rtx_build.out), "--networks", *RTX_PLANS,
-        "--builder", "rtx", "--arch", *RTX_TARGETS,
+        "--checkpoints",
+        str(rtx_build.checkpoints),
+        "--out",
+        str(rtx_build.out),
+        "--networks",
+        *RTX_PLANS,
+        "--builder",
+        "rtx",
+        "--arch",
+        *RTX_TARGETS,
     )
     assert status == 0 and log.count("unchanged, skipped") == 3 + 2 + 3  # graphs, FP16 graphs, plans
     assert "building" not in log and "proving" not in log

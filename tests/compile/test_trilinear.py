@@ -49,8 +49,13 @@ def test_exports_without_gridsample_op_and_runs_in_onnxruntime_with_any_batch(tm
     path = tmp_path / "sampler.onnx"
     volume, grid = torch.randn(1, 4, 6, 8, 10), torch.rand(1, 5, 6, 7, 3) * 2.4 - 1.2
     torch.onnx.export(
-        TrilinearGridSample(), (volume, grid), str(path), dynamo=False, opset_version=17,
-        input_names=["volume", "grid"], output_names=["out"],
+        TrilinearGridSample(),
+        (volume, grid),
+        str(path),
+        dynamo=False,
+        opset_version=17,
+        input_names=["volume", "grid"],
+        output_names=["out"],
         dynamic_axes={"volume": {0: "batch"}, "grid": {0: "batch"}, "out": {0: "batch"}},
     )
     ops = {node.op_type for node in onnx.load(str(path)).graph.node}

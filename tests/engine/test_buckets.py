@@ -1,4 +1,5 @@
-"""Buckets: every batch pads to a captured size; larger batches split at the least padding or the least measured cost."""
+"""Buckets: every batch pads to a captured size; larger batches split at the least padding or the least measured
+cost."""
 
 from __future__ import annotations
 

@@ -30,7 +30,9 @@ def test_the_defaults_are_the_reference_codes_and_change_nothing() -> None:
     assert (controls.pitch_scale, controls.yaw_scale, controls.roll_scale) == (1.0, 1.0, 1.0)
     assert controls.expression is None and controls.vad_alpha == 1.0 and controls.clip_range is None
     assert controls.emotion == "neutral"  # emo = 4
-    assert controls.blink and controls.blink_gaps == 0 and controls.blink_table is None  # delta_eye_open_n 0, no delta_eye_arr
+    assert (
+        controls.blink and controls.blink_gaps == 0 and controls.blink_table is None
+    )  # delta_eye_open_n 0, no delta_eye_arr
     assert (controls.fade_in, controls.fade_out, controls.fade_keys) == (0, 0, ("exp",))
     assert (controls.fix_kp_cond, controls.fix_kp_cond_dims) == (0, None)
     assert stitch_controls(controls) == StitchControls()
@@ -120,15 +122,27 @@ def test_the_clip_range_keeps_rows_zero_and_one_as_the_reference_does() -> None:
 @pytest.mark.parametrize(
     "field, value, message",
     [
-        ("blink_table", np.zeros((251, 63)), "blink_table must be a (K,63) table, K ≥ 1, at most 250 rows of 63; it holds more than 15750 values"),
+        (
+            "blink_table",
+            np.zeros((251, 63)),
+            "blink_table must be a (K,63) table, K ≥ 1, at most 250 rows of 63; it holds more than 15750 values",
+        ),
         ("blink_table", [[0.0] * 63] * 65_000, "it holds more than 15750 values"),
         ("blink_table", [[0.0] * 10_000_000], "it holds more than 15750 values"),
         ("blink_table", [[]] * 1_000_000, "it holds more than 15750 values"),
-        ("emotion", np.zeros((9001, 8)), "emotion must be an (m,8) table, at most 9000 rows of 8; it holds more than 72000 values"),
+        (
+            "emotion",
+            np.zeros((9001, 8)),
+            "emotion must be an (m,8) table, at most 9000 rows of 8; it holds more than 72000 values",
+        ),
         ("emotion", [[0.125] * 8] * 9001, "emotion holds 9001 rows; at most 9000"),
         ("emotion", [["happy"]] * 9001, "emotion holds 9001 rows; at most 9000"),
         ("blink_gaps", [60] * 1001, "blink_gaps holds 1001 gaps; at most 1000"),
-        ("expression", [0.0] * 10_000_000, "expression must be 63 values (21 keypoints × xyz); it holds more than 63 values"),
+        (
+            "expression",
+            [0.0] * 10_000_000,
+            "expression must be 63 values (21 keypoints × xyz); it holds more than 63 values",
+        ),
         ("clip_range", np.zeros((17, 265)), "at most 16 rows of 265; it holds more than 4240 values"),
         ("fade_keys", ["exp"] * 1_000_000, "fade_keys must list distinct motion parts"),
     ],

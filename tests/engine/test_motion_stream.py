@@ -34,7 +34,9 @@ class Driven:
 
     def __init__(self, engine: Engine, overlap: int) -> None:
         g = torch.Generator().manual_seed(1)
-        conditions = ConditionBuilder(torch.randn(63, generator=g) * 0.3, torch.rand(2, generator=g), torch.randn(6, generator=g) * 0.01, 1103)
+        conditions = ConditionBuilder(
+            torch.randn(63, generator=g) * 0.3, torch.rand(2, generator=g), torch.randn(6, generator=g) * 0.01, 1103
+        )
         source = torch.randn(265, generator=g) * 0.5
         self.engine = engine
         self.sampler = engine.sampler()
@@ -56,7 +58,9 @@ class Driven:
             request = self.stream.window_request()
             if request is None:
                 break
-            window = self.sampler(request.noise[None], request.cond_frame[None], request.cond[None], request.step_noise[:, None])
+            window = self.sampler(
+                request.noise[None], request.cond_frame[None], request.cond[None], request.step_noise[:, None]
+            )
             parts.append(self.stream.complete(window[0]))
         if self.stream.can_finish:
             parts.append(self.stream.finish())
@@ -73,7 +77,9 @@ def make_stream(engine: Engine, overlap: int) -> Driven:
 def speech(seconds: float, seed: int = 0) -> np.ndarray:
     rng = np.random.default_rng(seed)
     t = np.arange(int(seconds * SR)) / SR
-    return (0.3 * np.sin(2 * np.pi * 180 * t) * (1 + np.sin(2 * np.pi * 3 * t)) + 0.05 * rng.standard_normal(t.size)).astype(np.float32)
+    return (
+        0.3 * np.sin(2 * np.pi * 180 * t) * (1 + np.sin(2 * np.pi * 3 * t)) + 0.05 * rng.standard_normal(t.size)
+    ).astype(np.float32)
 
 
 @pytest.mark.parametrize("overlap", [75, 10])
@@ -180,7 +186,9 @@ def reference_kp_cond(last: torch.Tensor, source: torch.Tensor, clip_idx: int, e
     return last
 
 
-def test_fixed_kp_conditioning_restarts_every_nth_window_from_the_avatar_from_the_next_window_on(engine: Engine) -> None:
+def test_fixed_kp_conditioning_restarts_every_nth_window_from_the_avatar_from_the_next_window_on(
+    engine: Engine,
+) -> None:
     stream = make_stream(engine, 75)
     seen = []  # (windows done, the policy of the moment, cond_frame sampled with, the windows' last frame)
     request = stream.stream.window_request
@@ -189,7 +197,9 @@ def test_fixed_kp_conditioning_restarts_every_nth_window_from_the_avatar_from_th
         made = request()
         if made is not None:
             policy = (stream.fix_kp_cond, stream.fix_kp_cond_dims)
-            seen.append((stream.windows.windows_done, policy, made.cond_frame.clone(), stream.windows.cond_frame.clone()))
+            seen.append(
+                (stream.windows.windows_done, policy, made.cond_frame.clone(), stream.windows.cond_frame.clone())
+            )
         return made
 
     stream.stream.window_request = recording

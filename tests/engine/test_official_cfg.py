@@ -22,7 +22,11 @@ def official_layout(root, default_kwargs: dict, name: str = "v0.4_hubert_cfg_pyt
     models = root / "ditto_pytorch" / "models"
     models.mkdir(parents=True)
     (root / "ditto_cfg").mkdir()
-    cfg = {"base_cfg": {"decoder_cfg": {"model_path": "decoder.pth"}}, "audio2motion_cfg": {"seq_frames": 80}, "default_kwargs": default_kwargs}
+    cfg = {
+        "base_cfg": {"decoder_cfg": {"model_path": "decoder.pth"}},
+        "audio2motion_cfg": {"seq_frames": 80},
+        "default_kwargs": default_kwargs,
+    }
     (root / "ditto_cfg" / name).write_bytes(pickle.dumps(cfg, protocol=protocol))
     return models
 
@@ -32,11 +36,22 @@ def test_the_cfgs_controls_become_the_session_defaults(tmp_path) -> None:
     emo = rng.random((600, 8)).astype(np.float32)
     blink = (rng.standard_normal((15, 63)) * 0.01).astype(np.float32)
     clip = np.stack([-np.ones(265), np.ones(265), np.zeros(265), np.zeros(265)]).astype(np.float32)
-    models = official_layout(tmp_path, {
-        "emo": emo, "delta_eye_arr": blink, "delta_eye_open_n": 0, "v_min_max_for_clip": clip,
-        "fix_kp_cond": 1, "fix_kp_cond_dim": [0, 202], "overall_ctrl_info": {"delta_pitch": 2},
-        "overlap_v2": 70, "sampling_timesteps": 10, "fade_type": "", "fade_out_keys": ("exp",),
-    })
+    models = official_layout(
+        tmp_path,
+        {
+            "emo": emo,
+            "delta_eye_arr": blink,
+            "delta_eye_open_n": 0,
+            "v_min_max_for_clip": clip,
+            "fix_kp_cond": 1,
+            "fix_kp_cond_dim": [0, 202],
+            "overall_ctrl_info": {"delta_pitch": 2},
+            "overlap_v2": 70,
+            "sampling_timesteps": 10,
+            "fade_type": "",
+            "fade_out_keys": ("exp",),
+        },
+    )
     assert find_official_cfg(models) == tmp_path / "ditto_cfg" / "v0.4_hubert_cfg_pytorch.pkl"
     controls = official_controls(models)
     np.testing.assert_allclose(controls.emotion_rows().numpy(), emo)
@@ -48,7 +63,9 @@ def test_the_cfgs_controls_become_the_session_defaults(tmp_path) -> None:
 
 def test_no_cfg_or_a_bad_value_leaves_the_reference_code_defaults(tmp_path, caplog) -> None:
     assert official_controls(tmp_path) == Controls()
-    models = official_layout(tmp_path, {"emo": 9, "delta_eye_open_n": -1, "fade_type": "d0", "overall_ctrl_info": {"delta_yaw": 3.5}})
+    models = official_layout(
+        tmp_path, {"emo": 9, "delta_eye_open_n": -1, "fade_type": "d0", "overall_ctrl_info": {"delta_yaw": 3.5}}
+    )
     controls = official_controls(models)
     assert controls == Controls(blink=False, fade_target="first", yaw=3.5)
     assert "emotion" in caplog.text and "left out" in caplog.text
@@ -83,11 +100,17 @@ def test_numpy_1_pickles_of_the_reference_era_are_read(tmp_path) -> None:
 def test_arrays_scalars_and_nested_dicts_are_rebuilt_at_every_protocol(tmp_path, protocol: int) -> None:
     from collections import OrderedDict
 
-    cfg = {"default_kwargs": {
-        "delta_eye_arr": np.arange(126, dtype=np.float32).reshape(2, 63), "fortran": np.asfortranarray(np.eye(3, 2)),
-        "big_endian": np.arange(4, dtype=">i4"), "flags": np.array([True, False]), "scalar": np.float64(0.25),
-        "nested": OrderedDict(a=[1, (2.5, "x")], b=None), "raw": b"\x00\xff",
-    }}
+    cfg = {
+        "default_kwargs": {
+            "delta_eye_arr": np.arange(126, dtype=np.float32).reshape(2, 63),
+            "fortran": np.asfortranarray(np.eye(3, 2)),
+            "big_endian": np.arange(4, dtype=">i4"),
+            "flags": np.array([True, False]),
+            "scalar": np.float64(0.25),
+            "nested": OrderedDict(a=[1, (2.5, "x")], b=None),
+            "raw": b"\x00\xff",
+        }
+    }
     (tmp_path / "cfg.pkl").write_bytes(pickle.dumps(cfg, protocol=protocol))
     read = read_cfg(tmp_path / "cfg.pkl")["default_kwargs"]
     for key in ("delta_eye_arr", "fortran", "big_endian", "flags"):
@@ -114,7 +137,9 @@ class _Reduced:
 
 def test_a_crafted_dtype_that_reads_bytes_as_pointers_is_refused_and_the_process_survives(tmp_path) -> None:
     """numpy's own reconstruction reads the raw bytes as object pointers and the process segfaults."""
-    array = _Reduced((np._core.multiarray._reconstruct, (np.ndarray, (0,), b"b"), (1, (4,), _PointerDtype(), False, b"\x41" * 32)))
+    array = _Reduced(
+        (np._core.multiarray._reconstruct, (np.ndarray, (0,), b"b"), (1, (4,), _PointerDtype(), False, b"\x41" * 32))
+    )
     path = tmp_path / "crash.pkl"
     path.write_bytes(pickle.dumps({"default_kwargs": {"delta_eye_arr": array}}, protocol=4))
     code = (
@@ -129,7 +154,9 @@ def test_a_crafted_dtype_that_reads_bytes_as_pointers_is_refused_and_the_process
 
 def test_an_array_over_the_size_limit_is_refused(tmp_path) -> None:
     rows = MAX_ARRAY_BYTES // (63 * 4) + 1
-    (tmp_path / "cfg.pkl").write_bytes(pickle.dumps({"default_kwargs": {"delta_eye_arr": np.zeros((rows, 63), np.float32)}}))
+    (tmp_path / "cfg.pkl").write_bytes(
+        pickle.dumps({"default_kwargs": {"delta_eye_arr": np.zeros((rows, 63), np.float32)}})
+    )
     with pytest.raises(CfgError, match="over the limit"):
         read_cfg(tmp_path / "cfg.pkl")
 
@@ -143,12 +170,15 @@ def test_a_small_pickle_that_repeats_one_row_a_million_times_is_refused(tmp_path
         read_cfg(tmp_path / "cfg.pkl")
 
 
-@pytest.mark.parametrize("value, message", [
-    (np.array(["a", "b"]), "dtype"),
-    (np.array([object()], dtype=object)[:0], "dtype"),
-    (np.zeros(2, dtype=[("a", "f4"), ("b", "i4")]), "dtype"),
-    ({1, 2}, "not plain data"),
-])
+@pytest.mark.parametrize(
+    "value, message",
+    [
+        (np.array(["a", "b"]), "dtype"),
+        (np.array([object()], dtype=object)[:0], "dtype"),
+        (np.zeros(2, dtype=[("a", "f4"), ("b", "i4")]), "dtype"),
+        ({1, 2}, "not plain data"),
+    ],
+)
 def test_arrays_of_non_numbers_and_other_types_are_refused(tmp_path, value, message: str) -> None:
     (tmp_path / "cfg.pkl").write_bytes(pickle.dumps({"default_kwargs": {"x": value}}, protocol=4))
     with pytest.raises(CfgError, match=message):
@@ -163,21 +193,24 @@ def test_deep_nesting_is_refused_with_a_clear_error(tmp_path) -> None:
         read_cfg(tmp_path / "cfg.pkl")
 
 
-@pytest.mark.parametrize("kwargs, field", [
-    ({"fade_type": []}, "fade_type"),
-    ({"fade_type": {"s": 1}}, "fade_type"),
-    ({"fix_kp_cond_dim": 5}, "fix_kp_cond_dims"),
-    ({"fix_kp_cond_dim": "ab"}, "fix_kp_cond_dims"),
-    ({"overall_ctrl_info": [1, 2]}, "overall_ctrl_info"),
-    ({"overall_ctrl_info": 5}, "overall_ctrl_info"),
-    ({"overall_ctrl_info": {"delta_yaw": "3"}}, "yaw"),
-    ({"emo": [[["happy"]]]}, "emotion"),
-    ({"emo": {"happy": 1}}, "emotion"),
-    ({"delta_eye_open_n": [[1]]}, "blink_gaps"),
-    ({"delta_eye_arr": 7}, "blink_table"),
-    ({"v_min_max_for_clip": "x"}, "clip_range"),
-    ({"fade_out_keys": 5}, "fade_keys"),
-])
+@pytest.mark.parametrize(
+    "kwargs, field",
+    [
+        ({"fade_type": []}, "fade_type"),
+        ({"fade_type": {"s": 1}}, "fade_type"),
+        ({"fix_kp_cond_dim": 5}, "fix_kp_cond_dims"),
+        ({"fix_kp_cond_dim": "ab"}, "fix_kp_cond_dims"),
+        ({"overall_ctrl_info": [1, 2]}, "overall_ctrl_info"),
+        ({"overall_ctrl_info": 5}, "overall_ctrl_info"),
+        ({"overall_ctrl_info": {"delta_yaw": "3"}}, "yaw"),
+        ({"emo": [[["happy"]]]}, "emotion"),
+        ({"emo": {"happy": 1}}, "emotion"),
+        ({"delta_eye_open_n": [[1]]}, "blink_gaps"),
+        ({"delta_eye_arr": 7}, "blink_table"),
+        ({"v_min_max_for_clip": "x"}, "clip_range"),
+        ({"fade_out_keys": 5}, "fade_keys"),
+    ],
+)
 def test_a_cfg_value_of_the_wrong_type_is_left_out_by_name(kwargs: dict, field: str, caplog) -> None:
     """The value is logged by name and left out; the cfg's other values are still applied."""
     overall = {"overall_ctrl_info": {"delta_pitch": 4}} if "overall_ctrl_info" not in kwargs else {}

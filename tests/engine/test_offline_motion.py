@@ -23,8 +23,8 @@ from engine.motion.conditions import ConditionBuilder, emotion_table, mirror_ind
 from engine.motion.stitching import DRIVEN_KEYS_IMAGE, DRIVEN_KEYS_VIDEO, MotionStitcher
 from engine.motion.vector import MOTION_KEYS, join_motion
 from engine.offline_motion import PrecomputedMotion, offline_motion, window_sampler
-from tests.engine.networks.reference import reference_module
 from tests.engine.diffusion.toy_lmdm import toy_lmdm
+from tests.engine.networks.reference import reference_module
 
 L, D, COND = 80, 265, 1103
 SR = 16_000
@@ -66,7 +66,9 @@ def our_conditions(source: dict, emotion) -> tuple[ConditionBuilder, torch.Tenso
 def speech(num_samples: int, seed: int = 0) -> np.ndarray:
     g = np.random.default_rng(seed)
     t = np.arange(num_samples) / SR
-    return (0.3 * np.sin(2 * np.pi * 180 * t) * (1 + np.sin(2 * np.pi * 3 * t)) + 0.02 * g.standard_normal(num_samples)).astype(np.float32)
+    return (
+        0.3 * np.sin(2 * np.pi * 180 * t) * (1 + np.sin(2 * np.pi * 3 * t)) + 0.02 * g.standard_normal(num_samples)
+    ).astype(np.float32)
 
 
 # -- without the reference ---------------------------------------------------------------
@@ -118,14 +120,18 @@ def test_the_clip_is_conditioned_from_its_first_frame(hubert) -> None:
     emotion = torch.eye(8)[[0, 1, 2, 3, 5]]
     conditions, source_motion = our_conditions(source, emotion)
     calls: list = []
-    motion = offline_motion(hubert, conditions, source_motion, speech(4480), 10, torch_sampler(toy_lmdm(COND, 0.05), calls))
+    motion = offline_motion(
+        hubert, conditions, source_motion, speech(4480), 10, torch_sampler(toy_lmdm(COND, 0.05), calls)
+    )
     assert motion.shape == (8, D), "4480 samples are 8 frames in the reference's count"
     assert len(calls) == 1
     cond_frame, cond = calls[0]
     np.testing.assert_array_equal(cond_frame, source_motion.numpy())
     frames = np.minimum(np.arange(L), 7)
     np.testing.assert_array_equal(cond[:, 1024:1032], emotion_table(emotion).numpy()[frames % 5])
-    np.testing.assert_array_equal(cond[:, 1032:1034], source["eye_open"][mirror_index(torch.from_numpy(frames), 3).numpy()])
+    np.testing.assert_array_equal(
+        cond[:, 1032:1034], source["eye_open"][mirror_index(torch.from_numpy(frames), 3).numpy()]
+    )
 
 
 # -- against the reference's own modules --------------------------------------------------
@@ -149,8 +155,11 @@ class ReferenceLMDM:
 
 
 def reference_offline(samples: np.ndarray, source: dict, emotion, overlap: int, hubert, predict):
-    """The reference's offline audio-to-motion on ``samples``: (motion (N,265), avatar frame per output frame, LMDM calls)."""
-    pipeline = reference_module("stream_pipeline_offline", "librosa", "filetype", "pyximport", "cv2", "imageio", "scipy", "skimage")
+    """The reference's offline audio-to-motion on ``samples``: (motion (N,265), avatar frame per output frame, LMDM
+    calls)."""
+    pipeline = reference_module(
+        "stream_pipeline_offline", "librosa", "filetype", "pyximport", "cv2", "imageio", "scipy", "skimage"
+    )
     wav2feat = reference_module("core.atomic_components.wav2feat", "librosa")
     audio2motion = reference_module("core.atomic_components.audio2motion")
     conditions = reference_module("core.atomic_components.condition_handler", "scipy")
@@ -197,7 +206,9 @@ def reference_offline(samples: np.ndarray, source: dict, emotion, overlap: int, 
     ("num_samples", "overlap", "avatar_frames"),
     [(3 * SR + 333, 10, 1), (4480, 10, 5), (141 * 640, 10, 5), (2 * SR + 17, 50, 1)],
 )
-def test_offline_motion_equals_the_reference_pipeline(hubert, num_samples: int, overlap: int, avatar_frames: int) -> None:
+def test_offline_motion_equals_the_reference_pipeline(
+    hubert, num_samples: int, overlap: int, avatar_frames: int
+) -> None:
     source = avatar_source(avatar_frames, seed=num_samples)
     emotion = [[4], [3], [3, 4], [6]]
     samples = speech(num_samples, seed=overlap)
@@ -215,14 +226,21 @@ def test_offline_motion_equals_the_reference_pipeline(hubert, num_samples: int, 
         np.testing.assert_allclose(cond, ref_cond, rtol=1e-5, atol=1e-5)
         np.testing.assert_allclose(cond_frame, ref_frame, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(motion.numpy(), ref_motion, rtol=1e-5, atol=1e-5)
-    assert mirror_index(torch.arange(len(ref_rows)), avatar_frames).tolist() == ref_rows, "the avatar frame of each output frame"
+    assert mirror_index(torch.arange(len(ref_rows)), avatar_frames).tolist() == ref_rows, (
+        "the avatar frame of each output frame"
+    )
 
     stitch = reference_module("core.atomic_components.motion_stitch", "scipy")
     is_image = avatar_frames == 1
     ref_stitch = object.__new__(stitch.MotionStitch)
-    ref_stitch.setup(is_image_flag=is_image, x_s_info={k: source[k][:1] for k in (*MOTION_KEYS, "kp")}, flag_stitching=False)
+    ref_stitch.setup(
+        is_image_flag=is_image, x_s_info={k: source[k][:1] for k in (*MOTION_KEYS, "kp")}, flag_stitching=False
+    )
     shown = min(6, len(ref_rows))
-    ref_x_d = [ref_stitch({k: source[k][r : r + 1] for k in (*MOTION_KEYS, "kp")}, dict(ref_infos[i]))[1] for i, r in enumerate(ref_rows[:shown])]
+    ref_x_d = [
+        ref_stitch({k: source[k][r : r + 1] for k in (*MOTION_KEYS, "kp")}, dict(ref_infos[i]))[1]
+        for i, r in enumerate(ref_rows[:shown])
+    ]
     ours = MotionStitcher(
         {k: torch.from_numpy(source[k]) for k in (*MOTION_KEYS, "kp")},
         stitch=None,

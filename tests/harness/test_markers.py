@@ -1,4 +1,5 @@
-"""Latency markers: loud bursts in quiet speech, found again at the right sample, through AAC too, and paired with what was pushed."""
+"""Latency markers: loud bursts in quiet speech, found again at the right sample, through AAC too, and paired with what
+was pushed."""
 
 from __future__ import annotations
 
@@ -74,7 +75,9 @@ def test_a_burst_survives_aac_in_flv_and_comes_out_exactly_the_encoder_delay_lat
     frames = audio.size // AUDIO_SAMPLES_PER_FRAME
     encoder, _ = open_video_encoder("x264", 64, 64, torch.device("cpu"), None)
     muxer = Muxer(str(tmp_path / "marker.flv"), "flv", 64, 64)
-    units = [u for i in range(frames) for u in encoder.encode(torch.zeros(64, 64, 3, dtype=torch.uint8), i)] + encoder.flush()
+    units = [
+        u for i in range(frames) for u in encoder.encode(torch.zeros(64, 64, 3, dtype=torch.uint8), i)
+    ] + encoder.flush()
     for unit in units:
         own = audio[unit.index * AUDIO_SAMPLES_PER_FRAME : (unit.index + 1) * AUDIO_SAMPLES_PER_FRAME]
         muxer.write(EncodedFrame(unit.index, 64, 64, unit.data, unit.keyframe, own, (), False))
@@ -84,14 +87,20 @@ def test_a_burst_survives_aac_in_flv_and_comes_out_exactly_the_encoder_delay_lat
     with av.open(str(tmp_path / "marker.flv")) as container:
         decoded = np.concatenate([f.to_ndarray().reshape(-1) for f in container.decode(audio=0)])
     found = find_onsets(decoded, AUDIO_RATE)
-    expected = [(10 * AUDIO_SAMPLES_PER_FRAME + 700 + offset + AAC_PRIMING) / AUDIO_RATE for offset in spoken.marker_offsets]
+    expected = [
+        (10 * AUDIO_SAMPLES_PER_FRAME + 700 + offset + AAC_PRIMING) / AUDIO_RATE for offset in spoken.marker_offsets
+    ]
     assert [o.time for o in found] == pytest.approx(expected, abs=0.0002)
     assert [o.code for o in found] == [1, 2]
 
 
 def test_pairing_survives_a_lost_marker_and_never_pairs_an_onset_heard_before_its_push() -> None:
     pushed = [10.0, 11.0, 12.0, 13.0, 14.0]
-    heard = [Onset(0.0, burst_seconds(0)), Onset(2.0, burst_seconds(2)), Onset(3.0, burst_seconds(3)), Onset(4.0, burst_seconds(4))]
+    heard = [
+        Onset(0.0, burst_seconds(0)),
+        Onset(2.0, burst_seconds(2)),
+        Onset(3.0, burst_seconds(3)),
+        Onset(4.0, burst_seconds(4)),
+    ]
     assert pair(heard, pushed, [10.5, 12.5, 13.5, 14.5]) == [0, 2, 3, 4]
     assert pair(heard[:1], pushed, [9.0]) == [None]
-

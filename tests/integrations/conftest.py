@@ -13,7 +13,9 @@ from pathlib import Path
 
 import pytest
 
-INTEGRATIONS_HINT = "install the extras: pip install -e '.[pipecat,livekit]' (scripts/test.sh runs these tests in .venv-integrations)"
+INTEGRATIONS_HINT = (
+    "install the extras: pip install -e '.[pipecat,livekit]' (scripts/test.sh runs these tests in .venv-integrations)"
+)
 REPO = Path(__file__).resolve().parents[2]
 REGISTER = """
 import sys
@@ -50,7 +52,11 @@ def registered_avatar(checkpoint_dir, tmp_path_factory):
     folder = tmp_path_factory.mktemp("integration-avatar")
     done = subprocess.run(
         [os.environ.get("DITTO_FACE_PYTHON", sys._base_executable), "-c", REGISTER, str(folder), str(checkpoint_dir())],
-        cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True, timeout=300,
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert done.returncode == 0, done.stderr[-2000:]
     return load_avatar(done.stdout.strip().splitlines()[-1], "cpu")

@@ -29,8 +29,11 @@ async def run(url: str, token: str) -> None:
     await task.queue_frames([TTSStartedFrame(), TTSAudioRawFrame(pcm, RATE, 1), TTSStoppedFrame()])
     while video.stats.segments_stopped == 0 or video.backend.session_id is None:
         await asyncio.sleep(0.05)
-    report = {"session": video.backend.session_id, "torch": "torch" in sys.modules,
-              "engine_runtime": "engine.runtime" in sys.modules}
+    report = {
+        "session": video.backend.session_id,
+        "torch": "torch" in sys.modules,
+        "engine_runtime": "engine.runtime" in sys.modules,
+    }
     print(json.dumps(report), flush=True)
     await runner
 

@@ -41,7 +41,9 @@ async def serve(port: int, token: str) -> None:
     await service.close()
 
 
-def start(command: list[str], url: str, env: dict[str, str], ready_s: float, headers: dict[str, str]) -> subprocess.Popen:
+def start(
+    command: list[str], url: str, env: dict[str, str], ready_s: float, headers: dict[str, str]
+) -> subprocess.Popen:
     """Start a service process (this module, or ``apps.serve``) and wait until its session API answers."""
     process = subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + ready_s

@@ -168,7 +168,9 @@ def test_a_thousand_segments_with_random_interruptions_each_get_exactly_one_play
                 try:
                     await asyncio.wait_for(audio.wait_for_playout(), 2.0)
                 except TimeoutError:
-                    pytest.fail(f"segment {k} ({kind}) got no playback_finished within 2 s (the agent's clear_buffer_timeout)")
+                    pytest.fail(
+                        f"segment {k} ({kind}) got no playback_finished within 2 s (the agent's clear_buffer_timeout)"
+                    )
                 assert len(finished(audio)) == k + 1, f"segment {k} ({kind}): {len(finished(audio))} playback_finished"
             await asyncio.sleep(0.05)
         finally:
@@ -178,12 +180,17 @@ def test_a_thousand_segments_with_random_interruptions_each_get_exactly_one_play
         assert len(events) == 1000, "exactly one playback_finished per segment, none extra afterwards"
         for k, (want, (_, position, interrupted)) in enumerate(zip(expected, events)):
             if want != "either":
-                assert interrupted == (want == "interrupted"), f"segment {k}: expected {want}, got interrupted={interrupted}"
+                assert interrupted == (want == "interrupted"), (
+                    f"segment {k}: expected {want}, got interrupted={interrupted}"
+                )
             if want == "natural":
                 assert position > 0
         assert generator.clears >= expected.count("interrupted")
         assert session.interrupts == generator.clears
-        print(f"1000 segments in {elapsed:.1f} s, {expected.count('interrupted')} interrupted, {runner._av_sync.video} pictures")
+        print(
+            f"1000 segments in {elapsed:.1f} s, {expected.count('interrupted')} interrupted, {runner._av_sync.video} "
+            "pictures"
+        )
 
     asyncio.run(scenario())
 
@@ -238,7 +245,9 @@ def test_the_avatar_token_joins_only_its_room_and_publishes_on_behalf_of_the_age
 
 
 @pytest.mark.slow
-def test_in_process_mode_pushes_into_a_real_runtime_session_and_a_clear_interrupts_it_with_one_event(cpu_runtime, registered_avatar) -> None:
+def test_in_process_mode_pushes_into_a_real_runtime_session_and_a_clear_interrupts_it_with_one_event(
+    cpu_runtime, registered_avatar
+) -> None:
     """The in-process mode over the real runtime: the agent's 24 kHz TTS reaches the session (resampled there), a clear
     before any of it was shown interrupts the session and answers the agent once. (The room never connects: the
     pictures wait to be published, the audio path and the events do not.)"""

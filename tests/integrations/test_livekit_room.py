@@ -24,7 +24,10 @@ from tests.integrations.conftest import INTEGRATIONS_HINT, REPO
 
 pytest.importorskip("livekit.agents", reason=INTEGRATIONS_HINT)
 if not os.environ.get("LIVEKIT_URL"):
-    pytest.skip("LIVEKIT_URL is not set: run `livekit-server --dev` and set LIVEKIT_URL=ws://127.0.0.1:7880", allow_module_level=True)
+    pytest.skip(
+        "LIVEKIT_URL is not set: run `livekit-server --dev` and set LIVEKIT_URL=ws://127.0.0.1:7880",
+        allow_module_level=True,
+    )
 
 import aiohttp
 from livekit import api, rtc
@@ -71,8 +74,11 @@ def test_an_agent_talks_through_the_service_s_avatar_in_a_livekit_room(service_u
     async def scenario() -> None:
         room_name = f"ditto-{secrets.token_hex(3)}"
         token = (
-            api.AccessToken(KEY, SECRET).with_identity("agent").with_kind("agent")
-            .with_grants(api.VideoGrants(room_join=True, room=room_name, room_admin=True)).to_jwt()
+            api.AccessToken(KEY, SECRET)
+            .with_identity("agent")
+            .with_kind("agent")
+            .with_grants(api.VideoGrants(room_join=True, room=room_name, room_admin=True))
+            .to_jwt()
         )
         room = rtc.Room()
         frames_seen = asyncio.Event()
@@ -80,6 +86,7 @@ def test_an_agent_talks_through_the_service_s_avatar_in_a_livekit_room(service_u
         @room.on("track_subscribed")
         def on_track(track, publication, participant) -> None:
             if track.kind == rtc.TrackKind.KIND_VIDEO and participant.identity == "ditto-avatar":
+
                 async def read() -> None:
                     count = 0
                     async for event in rtc.VideoStream(track):
@@ -88,6 +95,7 @@ def test_an_agent_talks_through_the_service_s_avatar_in_a_livekit_room(service_u
                         if count >= 10:
                             frames_seen.set()
                             return
+
                 asyncio.ensure_future(read())
 
         await room.connect(URL, token)

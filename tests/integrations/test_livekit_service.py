@@ -242,7 +242,9 @@ def test_exactly_one_playback_finished_per_segment_under_random_interruptions(tm
             _, agent, room = await h.open()
             expected = []
             for k in range(24):
-                kind = rng.choice(["natural", "clear", "clear_mid_capture", "clear_twice", "pause_resume", "pause_clear"])
+                kind = rng.choice(
+                    ["natural", "clear", "clear_mid_capture", "clear_twice", "pause_resume", "pause_clear"]
+                )
 
                 async def segment(kind: str = kind) -> None:
                     frames = speech(rng.uniform(0.04, 0.4))

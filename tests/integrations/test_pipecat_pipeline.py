@@ -73,7 +73,11 @@ class Recorder(FrameProcessor):
 def tts(seconds: float) -> list[Frame]:
     step = TTS_RATE // 50
     pcm = np.full(int(seconds * TTS_RATE), 8000, np.int16)
-    return [TTSStartedFrame(), *(TTSAudioRawFrame(pcm[i : i + step].tobytes(), TTS_RATE, 1) for i in range(0, pcm.size, step)), TTSStoppedFrame()]
+    return [
+        TTSStartedFrame(),
+        *(TTSAudioRawFrame(pcm[i : i + step].tobytes(), TTS_RATE, 1) for i in range(0, pcm.size, step)),
+        TTSStoppedFrame(),
+    ]
 
 
 def is_speech(image: OutputImageRawFrame) -> bool:
@@ -81,7 +85,7 @@ def is_speech(image: OutputImageRawFrame) -> bool:
     return np.frombuffer(image.image, np.uint8).reshape(SIZE, SIZE, 3)[0, 0, 1] == 255
 
 
-def test_pictures_flow_before_tts_speech_carries_its_audio_a_fast_tts_is_held_back_and_an_interruption_ends_speech() -> None:
+def test_pictures_flow_before_tts_speech_has_its_audio_fast_tts_is_held_back_and_interruptions_end_speech() -> None:
     async def scenario() -> None:
         runtime = FastRuntime(max_lead=1.0)
         service, recorder = DittoVideoService(runtime, Avatar()), Recorder()
@@ -97,13 +101,17 @@ def test_pictures_flow_before_tts_speech_carries_its_audio_a_fast_tts_is_held_ba
             await task.queue_frames(tts(0.4))
             await asyncio.sleep(0.8)
             speech = [f for _, f in recorder.images if is_speech(f)]
-            assert len(speech) == 10 and len(recorder.audio) == 10, "0.4 s of TTS: 10 speech frames, each with its audio"
+            assert len(speech) == 10 and len(recorder.audio) == 10, (
+                "0.4 s of TTS: 10 speech frames, each with its audio"
+            )
             assert all(a.sample_rate == 48_000 and a.num_frames == 1920 for _, a in recorder.audio)
             assert recorder.stopped == 1
 
             await task.queue_frames(tts(6.0))  # far faster than real time, more than the session's 1 s lead
             await asyncio.sleep(1.0)
-            assert session.pending <= 1.0 + 1e-9 and service.stats.audio_seconds_in < 0.4 + 2.5, "held back, not buffered"
+            assert session.pending <= 1.0 + 1e-9 and service.stats.audio_seconds_in < 0.4 + 2.5, (
+                "held back, not buffered"
+            )
             await task.queue_frame(InterruptionFrame())
             while service.stats.interrupts == 0:
                 await asyncio.sleep(0.005)

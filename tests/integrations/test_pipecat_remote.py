@@ -68,7 +68,9 @@ def synthetic_service() -> Iterator[Service]:
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    process = start([sys.executable, "-m", "tests.integrations.synthetic_service", str(port), TOKEN], url, env, 60, AUTH)
+    process = start(
+        [sys.executable, "-m", "tests.integrations.synthetic_service", str(port), TOKEN], url, env, 60, AUTH
+    )
     yield Service(url, process)
     stop(process)
 
@@ -300,18 +302,36 @@ def cpu_service(tmp_path_factory) -> Iterator[Service]:
     folder = tmp_path_factory.mktemp("remote-avatars")
     env = {**os.environ, "PYTHONPATH": str(REPO), "DITTO_AVATAR_DIR": str(folder / "avatars")}
     face = os.environ.get("DITTO_FACE_PYTHON", sys._base_executable)
-    portrait = ("from PIL import Image; from skimage import data; "
-                "Image.fromarray(data.astronaut()[:320, 64:384]).save('{}')")
+    portrait = (
+        "from PIL import Image; from skimage import data; Image.fromarray(data.astronaut()[:320, 64:384]).save('{}')"
+    )
     subprocess.run([face, "-c", portrait.format(folder / "face.png")], check=True, timeout=60)
     registered = subprocess.run(
         [face, "-m", "apps.avatars", "register", str(folder / "face.png"), "--name", "anchor"],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=300,
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert registered.returncode == 0, registered.stderr[-2000:]
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    command = [sys.executable, "-m", "apps.serve", "--device", "cpu", "--steps", "2", "--output-workers", "1",
-               "--http", f"127.0.0.1:{port}", "--token", TOKEN]
+    command = [
+        sys.executable,
+        "-m",
+        "apps.serve",
+        "--device",
+        "cpu",
+        "--steps",
+        "2",
+        "--output-workers",
+        "1",
+        "--http",
+        f"127.0.0.1:{port}",
+        "--token",
+        TOKEN,
+    ]
     process = start(command, url, env, 120, AUTH)
     yield Service(url, process)
     stop(process)
@@ -369,8 +389,12 @@ def test_the_example_bot_in_headless_chromium_shows_the_avatar_moving_and_speaki
     example = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(example)
     home = tmp_path / "home"
-    env = {**os.environ, "HOME": str(home), "XDG_CONFIG_HOME": str(home / ".config"),
-           "XDG_CACHE_HOME": str(home / ".cache")}
+    env = {
+        **os.environ,
+        "HOME": str(home),
+        "XDG_CONFIG_HOME": str(home / ".config"),
+        "XDG_CACHE_HOME": str(home / ".cache"),
+    }
 
     async def scenario() -> None:
         runner = aiohttp.web.AppRunner(example.bot_app(synthetic_service.url, "anchor", TOKEN, SIZE))

@@ -35,7 +35,8 @@ from tests.streaming.conftest import INSTALL_HINT, free_port
 
 pytestmark = pytest.mark.slow
 TTS_RATE = 24_000
-PAGE = """<!doctype html><html><body><video id="v" autoplay playsinline muted></video><audio id="a" autoplay></audio><script>
+PAGE = """<!doctype html><html><body>
+<video id="v" autoplay playsinline muted></video><audio id="a" autoplay></audio><script>
 const pc = new RTCPeerConnection({iceServers: []});
 pc.addTransceiver('audio', {direction: 'recvonly'});
 pc.addTransceiver('video', {direction: 'recvonly'});
@@ -70,7 +71,9 @@ async function connect() {
 window.stats = async () => {
   const s = {framesDecoded: 0, frameWidth: 0, audioSamples: 0, ice: pc.iceConnectionState};
   (await pc.getStats()).forEach((r) => {
-    if (r.type === 'inbound-rtp' && r.kind === 'video') { s.framesDecoded = r.framesDecoded || 0; s.frameWidth = r.frameWidth || 0; }
+    if (r.type === 'inbound-rtp' && r.kind === 'video') {
+      s.framesDecoded = r.framesDecoded || 0; s.frameWidth = r.frameWidth || 0;
+    }
     if (r.type === 'inbound-rtp' && r.kind === 'audio') s.audioSamples = r.totalSamplesReceived || 0;
   });
   if (s.framesDecoded > 0 && window.firstFrameAt === null) window.firstFrameAt = Date.now();
@@ -91,7 +94,9 @@ def tts_frames(seconds: float) -> list:
     return [TTSStartedFrame(), *chunks, TTSStoppedFrame()]
 
 
-def test_the_browser_sees_the_avatar_before_any_tts_and_no_speech_frame_after_an_interruption(cpu_runtime, registered_avatar, tmp_path) -> None:
+def test_the_browser_sees_the_avatar_before_any_tts_and_no_speech_frame_after_an_interruption(
+    cpu_runtime, registered_avatar, tmp_path
+) -> None:
     chromium = chromium_path()
     if chromium is None:
         pytest.skip(f"chromium is not installed ({INSTALL_HINT})")
@@ -100,7 +105,13 @@ def test_the_browser_sees_the_avatar_before_any_tts_and_no_speech_frame_after_an
     runtime, avatar = cpu_runtime, registered_avatar
     home = tmp_path / "home"
     home.mkdir()
-    env = {**os.environ, "HOME": str(home), "TMPDIR": str(tmp_path), "XDG_CONFIG_HOME": str(home / ".config"), "XDG_CACHE_HOME": str(home / ".cache")}
+    env = {
+        **os.environ,
+        "HOME": str(home),
+        "TMPDIR": str(tmp_path),
+        "XDG_CONFIG_HOME": str(home / ".config"),
+        "XDG_CACHE_HOME": str(home / ".cache"),
+    }
 
     async def scenario() -> None:
         restrict_ice_to_loopback()
@@ -116,8 +127,12 @@ def test_the_browser_sees_the_avatar_before_any_tts_and_no_speech_frame_after_an
             transport = SmallWebRTCTransport(
                 webrtc_connection=connection,
                 params=TransportParams(
-                    audio_out_enabled=True, video_out_enabled=True, video_out_is_live=True,
-                    video_out_width=width, video_out_height=height, video_out_framerate=25,
+                    audio_out_enabled=True,
+                    video_out_enabled=True,
+                    video_out_is_live=True,
+                    video_out_width=width,
+                    video_out_height=height,
+                    video_out_framerate=25,
                 ),
             )
             task = PipelineTask(Pipeline([transport.input(), service, transport.output()]), params=PipelineParams())
@@ -134,24 +149,35 @@ def test_the_browser_sees_the_avatar_before_any_tts_and_no_speech_frame_after_an
         await web.TCPSite(runner, "127.0.0.1", port).start()
         try:
             async with async_playwright() as playwright:
-                browser = await playwright.chromium.launch(executable_path=chromium, headless=True, args=CHROMIUM_FLAGS, env=env)
+                browser = await playwright.chromium.launch(
+                    executable_path=chromium, headless=True, args=CHROMIUM_FLAGS, env=env
+                )
                 try:
                     page = await browser.new_page()
                     opened = time.time()
                     await page.goto(f"http://127.0.0.1:{port}/")
                     first = await poll(page, "s.framesDecoded > 0 && s.frameWidth > 0", 30)
                     assert first["frameWidth"] == width
-                    assert service.stats.audio_seconds_in == 0 and service.stats.segments_started == 0, "no TTS audio yet"
-                    print(f"first picture in the browser {first['firstFrameAt'] / 1000 - opened:.2f} s after the page opened")
+                    assert service.stats.audio_seconds_in == 0 and service.stats.segments_started == 0, (
+                        "no TTS audio yet"
+                    )
+                    print(
+                        f"first picture in the browser {first['firstFrameAt'] / 1000 - opened:.2f} s after the page "
+                        "opened"
+                    )
 
                     await pipelines[0].queue_frames(tts_frames(1.6))
                     pushed = time.monotonic()
                     deadline = pushed + 400
                     while not any(r.speech for r in service.stats.log):
-                        assert time.monotonic() < deadline, f"no speech frame within 400 s: {service.backend.session.stats()}"
+                        assert time.monotonic() < deadline, (
+                            f"no speech frame within 400 s: {service.backend.session.stats()}"
+                        )
                         await asyncio.sleep(0.02)
                     first_speech = next(r for r in service.stats.log if r.speech)
-                    await asyncio.sleep(0.5)  # the rest of its hop is shown and heard; the utterance's next frames are still rendering
+                    await asyncio.sleep(
+                        0.5
+                    )  # the rest of its hop is shown and heard; the utterance's next frames are still rendering
                     heard = await poll(page, "true", 5)
                     await pipelines[0].queue_frame(InterruptionFrame())
                     queued = time.monotonic()
@@ -167,10 +193,13 @@ def test_the_browser_sees_the_avatar_before_any_tts_and_no_speech_frame_after_an
             late = [r for r in speech if r.emitted_at > interrupted]
             print(
                 f"first speech frame emitted {first_speech.emitted_at - pushed:.1f} s after the TTS audio; "
-                f"{len(speech) - len(late)} speech frames before the interruption, {len(late)} after it; peak RMS heard {heard['peakRms']:.3f}; "
+                f"{len(speech) - len(late)} speech frames before the interruption, {len(late)} after it; peak RMS "
+                f"heard {heard['peakRms']:.3f}; "
                 f"the interruption reached the service {1000 * (interrupted - queued):.1f} ms after it was queued"
             )
-            assert not [r for r in late if r.emitted_at > interrupted + 0.2], "no speech frame more than 200 ms after the interruption"
+            assert not [r for r in late if r.emitted_at > interrupted + 0.2], (
+                "no speech frame more than 200 ms after the interruption"
+            )
             assert after["framesDecoded"] - before["framesDecoded"] >= 25, "pictures go on after the interruption"
             assert first["peakRms"] < 0.01, "silence before any speech"
             assert heard["peakRms"] > 0.05, f"the speech frames' tone was heard in the browser: {heard}"

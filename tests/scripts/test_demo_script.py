@@ -13,7 +13,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def run_demo(tmp_path: Path, gpu: bool) -> tuple[list[str], str]:
-    """demo.sh with stand-ins for python3 (no torch installed) and, when ``gpu``, nvidia-smi; their calls and the output."""
+    """demo.sh with stand-ins for python3 (no torch installed) and, when ``gpu``, nvidia-smi; their calls and the
+    output."""
     bin_dir, calls = tmp_path / "bin", tmp_path / "calls"
     bin_dir.mkdir()
     (bin_dir / "python3").write_text(
@@ -24,8 +25,13 @@ def run_demo(tmp_path: Path, gpu: bool) -> tuple[list[str], str]:
         (bin_dir / "nvidia-smi").write_text("#!/bin/sh\necho 'GPU 0: NVIDIA H200'\n")
         (bin_dir / "nvidia-smi").chmod(0o755)
     (bin_dir / "dirname").symlink_to(shutil.which("dirname"))
-    run = subprocess.run([shutil.which("bash"), str(ROOT / "scripts" / "demo.sh")], env={**os.environ, "PATH": str(bin_dir)},
-                         capture_output=True, text=True, timeout=60)
+    run = subprocess.run(
+        [shutil.which("bash"), str(ROOT / "scripts" / "demo.sh")],
+        env={**os.environ, "PATH": str(bin_dir)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert run.returncode == 0, run.stderr
     return calls.read_text().splitlines(), run.stdout + run.stderr
 

@@ -90,7 +90,8 @@ def create_app(
 
 
 class StreamCollector(Collector):
-    """Metric families for the in-process streams ``streams()`` returns at scrape time, and the runtime's own figures."""
+    """Metric families for the in-process streams ``streams()`` returns at scrape time, and the runtime's own
+    figures."""
 
     def __init__(self, streams: Callable[[], Sequence[Stream]], runtime: Callable[[], dict] | None = None) -> None:
         self._streams = streams

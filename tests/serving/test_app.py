@@ -10,11 +10,11 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.serving.inprocess import Stream, create_app
 from serving.http import app_runner, create_service_app
 from streaming.output import SessionOutput
 from streaming.sinks.rtmp import RtmpSink
 from streaming.sinks.webrtc import WebRtcPreview
+from tests.serving.inprocess import Stream, create_app
 from tests.streaming.conftest import free_port
 from tests.streaming.synthetic import SyntheticSession
 from tests.streaming.test_output import Recorder
@@ -164,15 +164,24 @@ def test_host_must_be_a_bound_name_and_origin_an_allowed_host() -> None:
         local = {"Host": "127.0.0.1:8080"}
         response = await client.post("/whep/0", data="v=0", headers={**local, **SDP, "Origin": "http://evil.example"})
         assert response.status == 403 and "Origin" in await response.text()
-        response = await client.get("/push?session=0", headers={**local, "Origin": "http://evil.example", "Connection": "Upgrade", "Upgrade": "websocket"})
+        response = await client.get(
+            "/push?session=0",
+            headers={**local, "Origin": "http://evil.example", "Connection": "Upgrade", "Upgrade": "websocket"},
+        )
         assert response.status == 403
-        response = await client.get("/push?session=0", headers={**local, "Origin": "null", "Connection": "Upgrade", "Upgrade": "websocket"})
+        response = await client.get(
+            "/push?session=0", headers={**local, "Origin": "null", "Connection": "Upgrade", "Upgrade": "websocket"}
+        )
         assert response.status == 403
         for origin in ("http://127.0.0.1:8080", "http://localhost:8080"):
             response = await client.post("/whep/0", data="v=0", headers={**local, **SDP, "Origin": origin})
             assert response.status == 404, origin  # past the check: this stream has no preview
-        assert (await client.post("/whep/0", data="v=0", headers={**local, **SDP})).status == 404, "no Origin: not a browser"
-        assert (await client.get("/info", headers={**local, "Origin": "http://evil.example"})).status == 200, "reads are CORS's"
+        assert (await client.post("/whep/0", data="v=0", headers={**local, **SDP})).status == 404, (
+            "no Origin: not a browser"
+        )
+        assert (await client.get("/info", headers={**local, "Origin": "http://evil.example"})).status == 200, (
+            "reads are CORS's"
+        )
 
     serve(app, scenario)
 
@@ -184,9 +193,13 @@ def test_bound_to_every_interface_any_host_with_a_token_but_origin_is_same_origi
     async def scenario(client: TestClient) -> None:
         auth = {"Authorization": "Bearer s3cret"}
         assert (await client.get("/info", headers={**auth, "Host": "box.lan:8080"})).status == 200
-        response = await client.post("/whep/0", data="v=0", headers={**auth, **SDP, "Host": "box.lan:8080", "Origin": "http://box.lan:8080"})
+        response = await client.post(
+            "/whep/0", data="v=0", headers={**auth, **SDP, "Host": "box.lan:8080", "Origin": "http://box.lan:8080"}
+        )
         assert response.status == 404
-        response = await client.post("/whep/0", data="v=0", headers={**auth, **SDP, "Host": "box.lan:8080", "Origin": "http://evil.example"})
+        response = await client.post(
+            "/whep/0", data="v=0", headers={**auth, **SDP, "Host": "box.lan:8080", "Origin": "http://evil.example"}
+        )
         assert response.status == 403
 
     serve(app, scenario)
@@ -281,7 +294,8 @@ def test_an_allowed_origins_whep_player_gets_cors_answers_and_any_other_origin_n
         await client.start_server()
         local, auth = {"Host": "127.0.0.1:8080"}, {"Authorization": "Bearer s3cret"}
         asked = {
-            "Access-Control-Request-Method": "POST", "Access-Control-Request-Headers": "authorization,content-type"
+            "Access-Control-Request-Method": "POST",
+            "Access-Control-Request-Headers": "authorization,content-type",
         }
         try:
             response = await client.options("/whep/0", headers={**local, **asked, "Origin": PLAYER})
@@ -296,7 +310,9 @@ def test_an_allowed_origins_whep_player_gets_cors_answers_and_any_other_origin_n
             assert response.status == 400, "the access rules let the player's offer in (and it is a bad one)"
             assert response.headers["Access-Control-Allow-Origin"] == PLAYER
             assert "Location" in response.headers["Access-Control-Expose-Headers"]
-            response = await client.post("/whep/0", data="v=0", headers={**local, **auth, **SDP, "Origin": "http://evil.example"})
+            response = await client.post(
+                "/whep/0", data="v=0", headers={**local, **auth, **SDP, "Origin": "http://evil.example"}
+            )
             assert response.status == 403 and "Access-Control-Allow-Origin" not in response.headers
             response = await client.post("/whep/0", data="v=0", headers={**local, **SDP, "Origin": PLAYER})
             assert response.status == 401 and response.headers["Access-Control-Allow-Origin"] == PLAYER, "it reads why"
@@ -309,7 +325,9 @@ def test_an_allowed_origins_whep_player_gets_cors_answers_and_any_other_origin_n
 
 def test_every_error_answer_is_json_naming_the_error() -> None:
     session = SyntheticSession(64, 64, frames=1)
-    app = create_app([Stream("0", session, SessionOutput(session), push=True)], token="s3cret", bound=("127.0.0.1", 8080))
+    app = create_app(
+        [Stream("0", session, SessionOutput(session), push=True)], token="s3cret", bound=("127.0.0.1", 8080)
+    )
 
     async def scenario(client: TestClient) -> None:
         local, auth = {"Host": "127.0.0.1:8080"}, {"Authorization": "Bearer s3cret"}

@@ -46,7 +46,9 @@ def test_a_1080p_session_streams_h264_high_at_its_bitrate_in_closed_2_s_gops(tmp
         assert (video.codec_context.width, video.codec_context.height) == (1920, 1080)
         assert video.codec_context.profile == "High"
         assert (audio.codec_context.name, audio.codec_context.sample_rate, audio.codec_context.channels) == (
-            "aac", 48000, 2,
+            "aac",
+            48000,
+            2,
         ), "stereo AAC at 48 kHz by default"
         sizes, keys = [], []
         for packet in container.demux(video):

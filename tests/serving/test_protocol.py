@@ -28,8 +28,11 @@ def test_a_message_comes_back_as_it_was_sent(message: protocol.Message) -> None:
 
 
 def test_every_message_is_a_frozen_value_with_a_name_of_its_own() -> None:
-    kinds = [cls for group in (protocol.CoreRequest, protocol.CoreReply, protocol.ToWorker, protocol.Event)
-             for cls in group.__args__]
+    kinds = [
+        cls
+        for group in (protocol.CoreRequest, protocol.CoreReply, protocol.ToWorker, protocol.Event)
+        for cls in group.__args__
+    ]
     assert len({cls.__name__ for cls in kinds}) == len(set(kinds))
     for cls in kinds:
         assert dataclasses.is_dataclass(cls) and cls.__dataclass_params__.frozen and hasattr(cls, "__slots__")

@@ -17,9 +17,9 @@ import pytest
 import serving.server as server_module
 from apps.serve import parse_args, server_options
 from serving.server import ServerOptions, numbered
+from tests.serving.test_service import RUNTIME
 from tests.streaming.conftest import free_port
 from tests.streaming.media import LiveReader
-from tests.serving.test_service import RUNTIME
 
 
 def synthetic(argv: list[str], runtime: str = RUNTIME) -> ServerOptions:
@@ -41,8 +41,30 @@ def test_serve_opens_its_sessions_through_the_service_and_ends_with_them(nginx_r
     controls from the flags; ending both ends the server."""
     port = free_port()
     options = synthetic(
-        ["--avatar", "anna.png", "--sessions", "2", "--listen", "--encoder", "x264", "--device", "cpu", "--no-admission"]
-        + ["--rtmp", nginx_rtmp.url("show"), "--http", f"127.0.0.1:{port}", "--yaw", "-4", "--emotion", "happy", "--output-workers", "1"]
+        [
+            "--avatar",
+            "anna.png",
+            "--sessions",
+            "2",
+            "--listen",
+            "--encoder",
+            "x264",
+            "--device",
+            "cpu",
+            "--no-admission",
+        ]
+        + [
+            "--rtmp",
+            nginx_rtmp.url("show"),
+            "--http",
+            f"127.0.0.1:{port}",
+            "--yaw",
+            "-4",
+            "--emotion",
+            "happy",
+            "--output-workers",
+            "1",
+        ]
     )
     readers = []
 
@@ -80,14 +102,17 @@ def test_serve_opens_its_sessions_through_the_service_and_ends_with_them(nginx_r
     assert 'ditto_frames_sent_total{session="1",sink="rtmp"}' in result["metrics"]
     assert 'ditto_capacity{kind="runtime"} 4.0' in result["metrics"]
     sessions = result["listing"]["sessions"]
-    assert [s["id"] for s in sessions] == ["0", "1"] and sessions[1]["outputs"]["rtmp"] == [nginx_rtmp.url("show-1").rsplit("/", 1)[0] + "/***"]
+    assert [s["id"] for s in sessions] == ["0", "1"] and sessions[1]["outputs"]["rtmp"] == [
+        nginx_rtmp.url("show-1").rsplit("/", 1)[0] + "/***"
+    ]
     got = readers[0].join()
     assert got.size == (128, 128) and len(got.indices) >= 20, got.error
     assert got.indices == list(range(got.indices[0], got.indices[0] + len(got.indices)))
 
 
 @pytest.mark.parametrize(
-    "runtime, while_", [(RUNTIME + "_slowly", "warming up"), (RUNTIME, "serving"), (RUNTIME[: -len("build")] + "build_busy", "serving")]
+    "runtime, while_",
+    [(RUNTIME + "_slowly", "warming up"), (RUNTIME, "serving"), (RUNTIME[: -len("build")] + "build_busy", "serving")],
 )
 def test_ctrl_c_stops_the_server_within_seconds(runtime: str, while_: str) -> None:
     """Issue 28: Ctrl-C was ignored for 40 s or more during start-up and took 60-110 s after it."""
@@ -108,7 +133,8 @@ def test_ctrl_c_stops_the_server_within_seconds(runtime: str, while_: str) -> No
 
 
 def test_duration_counts_from_the_first_frame_out() -> None:
-    """Issue 28: the CPU demo's 20 s were counted from start-up, so they were over before its first frame (136 s later)."""
+    """Issue 28: the CPU demo's 20 s were counted from start-up, so they were over before its first frame (136 s
+    later)."""
     session = types.SimpleNamespace(output_stats={})
     service = types.SimpleNamespace(sessions={"0": session})
 
@@ -132,12 +158,15 @@ def test_a_busy_port_fails_in_one_line_before_the_engine_starts(capsys: pytest.C
         assert asyncio.run(server_module.serve(options)) == 1
         assert time.monotonic() - started < 2, "no engine was started to find out"
     errors = [line for line in capsys.readouterr().err.splitlines() if "error" in line]
-    assert errors == [f"error: cannot serve on 127.0.0.1:{port}: Address already in use (another server there? use --http)"]
+    assert errors == [
+        f"error: cannot serve on 127.0.0.1:{port}: Address already in use (another server there? use --http)"
+    ]
 
 
 def test_a_given_token_and_a_stream_key_are_never_printed(capsys: pytest.CaptureFixture) -> None:
     service = types.SimpleNamespace(
-        core_info=types.SimpleNamespace(device="cpu"), options=types.SimpleNamespace(device="cpu"),
+        core_info=types.SimpleNamespace(device="cpu"),
+        options=types.SimpleNamespace(device="cpu"),
         capacity=lambda: {"admitted": 1, "runtime": 1, "outputs": 4},
     )
     session = types.SimpleNamespace(id="0", preview=object(), push=True)

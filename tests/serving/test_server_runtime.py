@@ -1,4 +1,5 @@
-"""End to end on the CPU: the server over the real runtime and networks (random weights) speaks a file into RTMP and MP4.
+"""End to end on the CPU: the server over the real runtime and networks (random weights) speaks a file into RTMP and
+MP4.
 
 The RTMP sink's own stream is checked frame by frame in tests/streaming/sinks; here the recorded MP4 shows what the
 runtime made of the file, and the run shows the RTMP sink did not get in the way of ending.
@@ -42,7 +43,16 @@ def test_a_spoken_file_reaches_rtmp_and_mp4_with_its_audio(tmp_path, checkpoint_
     samples = write_wav(tmp_path / "speech.wav", 0.12)
     out = tmp_path / "live.mp4"
     args = parse_args(
-        ["--avatar", str(avatar), "--audio", str(tmp_path / "speech.wav"), "--mp4", str(out), "--rtmp", nginx_rtmp.url("e2e")]
+        [
+            "--avatar",
+            str(avatar),
+            "--audio",
+            str(tmp_path / "speech.wav"),
+            "--mp4",
+            str(out),
+            "--rtmp",
+            nginx_rtmp.url("e2e"),
+        ]
         + ["--encoder", "x264", "--device", "cpu", "--steps", "2", "--http", f"127.0.0.1:{free_port()}"]
     )
     assert asyncio.run(asyncio.wait_for(server_module.serve(server_options(args)), 900)) == 0

@@ -36,7 +36,9 @@ async def running(
 ) -> AsyncIterator[tuple[Service, aiohttp.ClientSession, str]]:
     """A started service with its HTTP API on a free port, and a client; everything stopped on the way out.
     ``recordings``: the folder sessions record their MP4 names into (None: the server records no files)."""
-    options = ServiceOptions(workers=workers, admission=admission, runtime=RUNTIME, recordings=recordings and str(recordings))
+    options = ServiceOptions(
+        workers=workers, admission=admission, runtime=RUNTIME, recordings=recordings and str(recordings)
+    )
     service = Service(options)
     await service.start()
     runner = web.AppRunner(create_service_app(service))
@@ -70,7 +72,12 @@ def test_sessions_of_two_avatars_come_and_go_through_the_api(tmp_path: Path, cap
     async def scenario() -> None:
         async with running(recordings=tmp_path) as (service, http, base):
             timeline = next(r.getMessage() for r in caplog.records if r.getMessage().startswith("service ready"))
-            assert "engine core spawned" in timeline and "imported" in timeline and timeline.endswith("s") and "2 output worker(s) ready" in timeline
+            assert (
+                "engine core spawned" in timeline
+                and "imported" in timeline
+                and timeline.endswith("s")
+                and "2 output worker(s) ready" in timeline
+            )
             assert (await (await http.get(f"{base}/sessions")).json())["sessions"] == []
             made = []
             for avatar in ("anna", "ben"):
@@ -127,7 +134,9 @@ def test_bad_requests_get_clear_answers_and_capacity_is_a_503() -> None:
             assert (await http.get(f"{base}/sessions/nope")).status == 404
             low = await (await http.post(f"{base}/sessions", json={"avatar": "anna", "latency": "low"})).json()
             shown = await (await http.get(f"{base}/sessions/{low['id']}")).json()
-            assert (shown["latency"], shown["overlap"]) == ("low", 77), "the low-latency mode's own overlap unless given one"
+            assert (shown["latency"], shown["overlap"]) == ("low", 77), (
+                "the low-latency mode's own overlap unless given one"
+            )
             async with http.ws_connect(f"{base}/push?session={low['id']}") as ws:
                 await ws.send_json({"type": "format", "sample_rate": 16000})
                 assert (await ws.receive_json(timeout=5))["latency"] == "low", "the pusher is told the session's mode"
@@ -162,7 +171,10 @@ def test_hostile_session_requests_get_a_400_naming_the_field_and_record_only_new
                 ([{"avatar": "anna"}], "JSON object"),
             ]:
                 response = await http.post(f"{base}/sessions", json=body)
-                assert response.status == 400 and text in (await response.json())["error"], (body, await response.text())
+                assert response.status == 400 and text in (await response.json())["error"], (
+                    body,
+                    await response.text(),
+                )
             response = await http.post(f"{base}/sessions", data=deep, headers={"Content-Type": "application/json"})
             assert response.status == 400 and "nested" in await response.text()
             assert (tmp_path / "taken.mp4").read_bytes() == b"someone's file"
@@ -302,7 +314,11 @@ def test_a_dead_output_worker_fails_only_its_sessions() -> None:
                 failed = await ws.receive_json(timeout=5)
                 assert failed["type"] == "session_failed" and "output worker" in failed["message"]
                 closing = await ws.receive(timeout=5)
-                assert closing.type == aiohttp.WSMsgType.CLOSE and closing.data == 1011 and "output worker" in closing.extra
+                assert (
+                    closing.type == aiohttp.WSMsgType.CLOSE
+                    and closing.data == 1011
+                    and "output worker" in closing.extra
+                )
             await until(lambda: _state(http, base, first, "failed"))
             body = await (await http.get(f"{base}/sessions/{first}")).json()
             assert "output worker" in body["error"]
@@ -322,7 +338,9 @@ async def _state(http: aiohttp.ClientSession, base: str, session_id: str, state:
 def test_a_dead_core_fails_every_session_and_the_service_says_so() -> None:
     async def scenario() -> None:
         async with running(workers=1) as (service, http, base):
-            ids = [(await (await http.post(f"{base}/sessions", json={"avatar": "anna"})).json())["id"] for _ in range(2)]
+            ids = [
+                (await (await http.post(f"{base}/sessions", json={"avatar": "anna"})).json())["id"] for _ in range(2)
+            ]
             os.kill(service._core.pid, signal.SIGKILL)
             await asyncio.wait_for(service.failed.wait(), 5)
             for session_id in ids:
@@ -339,9 +357,14 @@ def test_one_long_push_waits_for_room_without_holding_up_any_other_session() -> 
 
     async def scenario() -> None:
         async with running(workers=1) as (service, http, base):
-            long_id, other_id = [(await (await http.post(f"{base}/sessions", json={"avatar": "anna"})).json())["id"] for _ in range(2)]
+            long_id, other_id = [
+                (await (await http.post(f"{base}/sessions", json={"avatar": "anna"})).json())["id"] for _ in range(2)
+            ]
             fmt = {"type": "format", "sample_rate": 16000, "channels": 1, "encoding": "s16le"}
-            async with http.ws_connect(f"{base}/push?session={long_id}") as long_ws, http.ws_connect(f"{base}/push?session={other_id}") as ws:
+            async with (
+                http.ws_connect(f"{base}/push?session={long_id}") as long_ws,
+                http.ws_connect(f"{base}/push?session={other_id}") as ws,
+            ):
                 for socket in (long_ws, ws):
                     await socket.send_json(fmt)
                     assert (await socket.receive_json(timeout=5))["type"] == "ready"
@@ -350,11 +373,15 @@ def test_one_long_push_waits_for_room_without_holding_up_any_other_session() -> 
                 for i in range(6):
                     await ws.send_bytes(b"\x00\x01" * 1600)
                     await ws.send_json({"type": "controls", "yaw": i})
-                    assert (await ws.receive_json(timeout=1))["type"] == "controls", "the other session is answered at once"
+                    assert (await ws.receive_json(timeout=1))["type"] == "controls", (
+                        "the other session is answered at once"
+                    )
                 reply = await long_ws.receive_json(timeout=10)
                 while reply["type"].startswith("playback_"):  # its speech is being shown meanwhile
                     reply = await long_ws.receive_json(timeout=10)
-                assert reply == {"type": "controls", "applied": {"yaw": 1.0}}, "the long push went in once there was room"
+                assert reply == {"type": "controls", "applied": {"yaw": 1.0}}, (
+                    "the long push went in once there was room"
+                )
             body = await (await http.get(f"{base}/sessions/{long_id}")).json()
             assert body["counters"]["pushed_seconds"] == 8.0
 
@@ -374,10 +401,14 @@ def test_sessions_created_and_deleted_leave_the_workers_memory_flat(tmp_path: Pa
             for i in range(51):
                 if i in (30, 50):  # after the first sessions' allocations have settled
                     sizes.append(resident_mb(pid))
-                session = await service.create(SessionSpec("anna", mp4=f"{i}.mp4", recording=str(tmp_path / f"{i}.mp4")))
+                session = await service.create(
+                    SessionSpec("anna", mp4=f"{i}.mp4", recording=str(tmp_path / f"{i}.mp4"))
+                )
                 deadline = time.monotonic() + 30
                 while not session.output_stats.get("frames_released"):
-                    assert time.monotonic() < deadline, f"session {i} released no frame within 30 s: {session.output_stats}"
+                    assert time.monotonic() < deadline, (
+                        f"session {i} released no frame within 30 s: {session.output_stats}"
+                    )
                     await asyncio.sleep(0.02)
                 await service.delete(session.id)
                 service.forget(session.id)
@@ -392,7 +423,6 @@ def test_the_push_websocket_tells_when_each_segment_is_shown_and_when_it_ends_or
         async with running(workers=1) as (service, http, base):
             session_id = (await (await http.post(f"{base}/sessions", json={"avatar": "anna"})).json())["id"]
             async with http.ws_connect(f"{base}/push?session={session_id}") as ws:
-
                 backlog: list[dict] = []
 
                 async def next_of(kind: str) -> dict:
@@ -407,14 +437,21 @@ def test_the_push_websocket_tells_when_each_segment_is_shown_and_when_it_ends_or
                 await ws.send_json({"type": "end_of_segment"})
                 assert await next_of("end_of_segment") == {"type": "end_of_segment", "segment": 0}
                 assert await next_of("playback_started") == {"type": "playback_started", "segment": 0}
-                assert await next_of("playback_finished") == {"type": "playback_finished", "segment": 0, "position": 0.4, "interrupted": False}
+                assert await next_of("playback_finished") == {
+                    "type": "playback_finished",
+                    "segment": 0,
+                    "position": 0.4,
+                    "interrupted": False,
+                }
 
                 await ws.send_bytes(b"\x00\x10" * 32000)  # 2 s, cut after it starts
                 assert await next_of("playback_started") == {"type": "playback_started", "segment": 1}
                 await ws.send_json({"type": "interrupt"})
                 assert await next_of("interrupted") == {"type": "interrupted", "segment": 1}
                 await ws.send_json({"type": "interrupt"})
-                assert await next_of("interrupted") == {"type": "interrupted", "segment": None}, "nothing open: no segment"
+                assert await next_of("interrupted") == {"type": "interrupted", "segment": None}, (
+                    "nothing open: no segment"
+                )
                 finished = await next_of("playback_finished")
                 assert finished["segment"] == 1 and finished["interrupted"] and 0 < finished["position"] < 2.0, finished
                 await ws.send_bytes(b"\x00\x10" * 1600)

@@ -16,7 +16,8 @@ def test_the_line_names_each_core_step_and_the_workers_span() -> None:
     core = {"spawned": 102.1, "imported": 104.0, "networks loaded": 106.5, "warmed up": 110.0, "ready": 110.1}
     line = describe(100.0, 114.2, core, [{"ready": 106.2}, {"imported": 103.0}, {"ready": 105.0}])
     assert line == (
-        "service ready 14.2 s after launch: engine core spawned 2.1, imported 4.0, networks loaded 6.5, warmed up 10.0, "
+        "service ready 14.2 s after launch: engine core spawned 2.1, imported 4.0, networks loaded 6.5, warmed up "
+        "10.0, "
         "ready 10.1; 2 output worker(s) ready 5.0-6.2 s"
     )
     assert describe(100.0, 101.0, {}, []) == "service ready 1.0 s after launch: engine core no steps reported"

@@ -31,7 +31,13 @@ def test_two_chromium_viewers_over_whep_and_a_player_that_says_goodbye(tmp_path:
 
     home = tmp_path / "home"
     home.mkdir()
-    env = {**os.environ, "HOME": str(home), "TMPDIR": str(tmp_path), "XDG_CONFIG_HOME": str(home / ".config"), "XDG_CACHE_HOME": str(home / ".cache")}
+    env = {
+        **os.environ,
+        "HOME": str(home),
+        "TMPDIR": str(tmp_path),
+        "XDG_CONFIG_HOME": str(home / ".config"),
+        "XDG_CACHE_HOME": str(home / ".cache"),
+    }
 
     async def scenario() -> None:
         # "crawl" makes a frame every 2 s, as the engine on a CPU (9-22 s): a viewer's IDR must come from the
@@ -49,11 +55,15 @@ def test_two_chromium_viewers_over_whep_and_a_player_that_says_goodbye(tmp_path:
                 created = await (await http.post(f"{base}/sessions", json={"avatar": "crawl", "preview": True})).json()
                 session_id, page_url = created["id"], created["urls"]["preview"]
                 await until(lambda: service.sessions[session_id].output_stats.get("frames_released", 0) > 25)
-                sent = (await (await http.get(f"{base}/sessions/{session_id}")).json())["sinks"]["webrtc"]["frames_sent"]
+                sent = (await (await http.get(f"{base}/sessions/{session_id}")).json())["sinks"]["webrtc"][
+                    "frames_sent"
+                ]
                 assert sent == 0, "no viewer: the worker sends the front end no preview packet"
 
                 async with async_playwright() as playwright:
-                    browser = await playwright.chromium.launch(executable_path=chromium, headless=True, args=CHROMIUM_FLAGS, env=env)
+                    browser = await playwright.chromium.launch(
+                        executable_path=chromium, headless=True, args=CHROMIUM_FLAGS, env=env
+                    )
                     try:
                         first = await browser.new_page()
                         await first.goto(page_url)
@@ -74,7 +84,9 @@ def test_two_chromium_viewers_over_whep_and_a_player_that_says_goodbye(tmp_path:
                         await second.close()
                         before = (await poll(first, "true", 1))["framesDecoded"]
                         await asyncio.sleep(0.5)
-                        assert (await poll(first, "true", 1))["framesDecoded"] - before >= 8, "the first viewer plays on"
+                        assert (await poll(first, "true", 1))["framesDecoded"] - before >= 8, (
+                            "the first viewer plays on"
+                        )
                         await first.close()  # the page DELETEs its Location and closes its connection on the way out
                         await until(lambda: service.sessions[session_id].preview.viewers == 0)
                     finally:
@@ -123,7 +135,8 @@ async function play(whep, token) {
 
 
 def test_a_whep_player_on_an_allowed_origins_page_plays_and_another_origins_cannot(tmp_path: Path) -> None:
-    """A browser's own CORS: the page of an allowed origin (another port) plays over WHEP; a refused one gets nothing."""
+    """A browser's own CORS: the page of an allowed origin (another port) plays over WHEP; a refused one gets
+    nothing."""
     chromium = chromium_path()
     if chromium is None:
         pytest.skip(f"chromium is not installed ({INSTALL_HINT})")
@@ -131,7 +144,13 @@ def test_a_whep_player_on_an_allowed_origins_page_plays_and_another_origins_cann
 
     home = tmp_path / "home"
     home.mkdir()
-    env = {**os.environ, "HOME": str(home), "TMPDIR": str(tmp_path), "XDG_CONFIG_HOME": str(home / ".config"), "XDG_CACHE_HOME": str(home / ".cache")}
+    env = {
+        **os.environ,
+        "HOME": str(home),
+        "TMPDIR": str(tmp_path),
+        "XDG_CONFIG_HOME": str(home / ".config"),
+        "XDG_CACHE_HOME": str(home / ".cache"),
+    }
 
     async def scenario() -> None:
         allowed_port, refused_port, port = free_port(), free_port(), free_port()
@@ -153,19 +172,29 @@ def test_a_whep_player_on_an_allowed_origins_page_plays_and_another_origins_cann
         base = f"http://127.0.0.1:{port}"
         try:
             async with aiohttp.ClientSession(headers={"Authorization": "Bearer s3cret"}) as http:
-                session_id = (await (await http.post(f"{base}/sessions", json={"avatar": "anna", "preview": True})).json())["id"]
+                session_id = (
+                    await (await http.post(f"{base}/sessions", json={"avatar": "anna", "preview": True})).json()
+                )["id"]
                 async with async_playwright() as playwright:
-                    browser = await playwright.chromium.launch(executable_path=chromium, headless=True, args=CHROMIUM_FLAGS, env=env)
+                    browser = await playwright.chromium.launch(
+                        executable_path=chromium, headless=True, args=CHROMIUM_FLAGS, env=env
+                    )
                     try:
                         player = await browser.new_page()
                         await player.goto(origin)
-                        assert await player.evaluate("([w, t]) => play(w, t)", [f"{base}/whep/{session_id}", "s3cret"]) == 201
-                        assert (await player.evaluate("window.location_")).startswith(f"/whep/{session_id}/"), "Location is exposed"
+                        assert (
+                            await player.evaluate("([w, t]) => play(w, t)", [f"{base}/whep/{session_id}", "s3cret"])
+                            == 201
+                        )
+                        assert (await player.evaluate("window.location_")).startswith(f"/whep/{session_id}/"), (
+                            "Location is exposed"
+                        )
                         await player.wait_for_function("video.videoWidth > 0 && video.currentTime > 0.2", timeout=20000)
                         other = await browser.new_page()
                         await other.goto(f"http://127.0.0.1:{refused_port}")
                         refused = await other.evaluate(
-                            "([w, t]) => play(w, t).then(String, (e) => e.name)", [f"{base}/whep/{session_id}", "s3cret"]
+                            "([w, t]) => play(w, t).then(String, (e) => e.name)",
+                            [f"{base}/whep/{session_id}", "s3cret"],
                         )
                         assert refused == "TypeError", "the browser refuses the answer: no CORS for that origin"
                         assert service.sessions[session_id].preview.viewers == 1
@@ -197,7 +226,10 @@ def test_the_preview_shows_the_avatars_portrait_until_the_first_frame(tmp_path: 
     home = tmp_path / "home"
     home.mkdir()
     env = {
-        **os.environ, "HOME": str(home), "TMPDIR": str(tmp_path), "XDG_CONFIG_HOME": str(home / ".config"),
+        **os.environ,
+        "HOME": str(home),
+        "TMPDIR": str(tmp_path),
+        "XDG_CONFIG_HOME": str(home / ".config"),
         "XDG_CACHE_HOME": str(home / ".cache"),
     }
 

@@ -50,7 +50,9 @@ class Decoded:
         """For each flash picture, its distance to the nearest audio burst (seconds)."""
         onsets = np.array(self.burst_onsets())
         flashes = [pts for pts, _, flash in self.video if flash]
-        return [float(np.min(np.abs(onsets - pts))) for pts in flashes] if onsets.size else [float("inf")] * len(flashes)
+        return (
+            [float(np.min(np.abs(onsets - pts))) for pts in flashes] if onsets.size else [float("inf")] * len(flashes)
+        )
 
 
 def decode(container: av.container.InputContainer, result: Decoded, last_index: int | None = None) -> None:
@@ -93,7 +95,9 @@ class LiveReader:
 
     def _run(self) -> None:
         try:
-            with av.open(self.url, format="flv", timeout=(20, self.read_timeout), options={"rtmp_live": "live"}) as container:
+            with av.open(
+                self.url, format="flv", timeout=(20, self.read_timeout), options={"rtmp_live": "live"}
+            ) as container:
                 decode(container, self.result, self.last_index)
         except av.error.FFmpegError as exc:
             self.result.error = f"{type(exc).__name__}: {exc}"

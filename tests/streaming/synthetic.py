@@ -72,7 +72,8 @@ def sound(index: int) -> np.ndarray:
 
 
 class SyntheticSession:
-    """Live frames at 25 fps on the session's clock (``lead`` s ahead), until ``frames`` or ``end()``; records pushes."""
+    """Live frames at 25 fps on the session's clock (``lead`` s ahead), until ``frames`` or ``end()``; records
+    pushes."""
 
     def __init__(self, width: int = 256, height: int = 256, frames: int | None = None, lead: float = 0.2) -> None:
         self.width, self.height, self.lead = width, height, lead

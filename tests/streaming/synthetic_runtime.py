@@ -29,7 +29,11 @@ from serving.protocol import CoreConfig
 from tests.streaming.synthetic import picture, sound
 
 AVATARS = {
-    "anna": (64, 64), "ben": (96, 64), "slow": (64, 64), "crawl": (128, 128), "late": (128, 128),
+    "anna": (64, 64),
+    "ben": (96, 64),
+    "slow": (64, 64),
+    "crawl": (128, 128),
+    "late": (128, 128),
     "anchor1080": (1920, 1080),
 }
 LEAD = 0.2
@@ -162,7 +166,11 @@ class FakeSession:
             raise SessionClosed("this session has ended")
 
     def stats(self) -> dict[str, float]:
-        return {"frames_generated": self.next_index, "pushed_seconds": round(self.pushed_seconds, 3), "interrupts": self.interrupts}
+        return {
+            "frames_generated": self.next_index,
+            "pushed_seconds": round(self.pushed_seconds, 3),
+            "interrupts": self.interrupts,
+        }
 
 
 class FakeRuntime:
@@ -179,7 +187,13 @@ class FakeRuntime:
         return CAPACITY
 
     def open_session(
-        self, avatar: FakeAvatar, live: bool, overlap: int | None, seed: int, controls: Controls, latency: str = "faithful"
+        self,
+        avatar: FakeAvatar,
+        live: bool,
+        overlap: int | None,
+        seed: int,
+        controls: Controls,
+        latency: str = "faithful",
     ) -> FakeSession:
         live_sessions = [s for s in self.sessions if not s.finished]
         if self.admission and len(live_sessions) >= CAPACITY:

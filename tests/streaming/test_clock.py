@@ -44,4 +44,6 @@ def test_far_behind_a_source_clock_re_anchors_too() -> None:
     pacer = Pacer(delay=0.0, resync_after=0.2)
     assert pacer.deadline(1.0, now=101.5, source=100.0) == pytest.approx(101.5)
     assert pacer.resyncs == 1
-    assert pacer.deadline(1.04, now=101.5, source=100.0) == pytest.approx(101.54), "the new anchor holds until the source moves"
+    assert pacer.deadline(1.04, now=101.5, source=100.0) == pytest.approx(101.54), (
+        "the new anchor holds until the source moves"
+    )

@@ -100,7 +100,8 @@ def test_bad_inputs_are_rejected(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("order", ["audio_first", "video_first", "per_frame"])
 def test_a_short_file_reads_25_fps_whatever_reaches_the_muxer_first(tmp_path: Path, order: str) -> None:
-    """10 frames and 0.41 s of audio (a CPU demo render): 25 fps on average, 10 frames, 0.4 s, each frame 1/25 s; several runs."""
+    """10 frames and 0.41 s of audio (a CPU demo render): 25 fps on average, 10 frames, 0.4 s, each frame 1/25 s;
+    several runs."""
     audio = (0.3 * np.sin(np.arange(int(0.41 * AUDIO_RATE)) / 10)).astype(np.float32)
     frames = np.stack([colour(i) for i in range(10)])
     for run in range(3):

@@ -102,7 +102,9 @@ def test_a_keyframe_request_is_honoured_within_the_lead() -> None:
     output.start()
     deadline = time.monotonic() + 10
     while len(sink.frames) < 20:
-        assert time.monotonic() < deadline, f"only {len(sink.frames)} of the first 20 frames reached the sink within 10 s"
+        assert time.monotonic() < deadline, (
+            f"only {len(sink.frames)} of the first 20 frames reached the sink within 10 s"
+        )
         time.sleep(0.01)
     asked_at = sink.frames[-1].index
     output.request_keyframe()

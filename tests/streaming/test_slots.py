@@ -14,7 +14,9 @@ def run(arrivals: dict[int, float], slots: int, dues: dict[int, float] | None = 
     out = []
     for slot in range(slots):
         deadline = slot_time(0.0, slot)
-        queue += sorted(i for i, t in arrivals.items() if t <= deadline and i not in queue and all(i != o for _, o in out))
+        queue += sorted(
+            i for i, t in arrivals.items() if t <= deadline and i not in queue and all(i != o for _, o in out)
+        )
         for _ in range(catch_up(deadline, [dues[i] for i in queue])):
             out.append(("skip", queue.pop(0)))
         if fill(deadline, dues[queue[0]] if queue else None) is Fill.FRAME:

@@ -8,12 +8,12 @@ from pathlib import Path
 import pytest
 
 from streaming.targets import (
-    masked_rtmp_url,
     MAX_RTMP_OUTPUTS,
     MAX_URL_LENGTH,
     TargetError,
     check_rtmp_url,
     check_rtmp_urls,
+    masked_rtmp_url,
     resolve_mp4_target,
 )
 

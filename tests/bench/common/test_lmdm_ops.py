@@ -28,7 +28,9 @@ def counts() -> dict[str, dict]:
 
 def test_at_one_window_the_fused_step_runs_one_q_k_v_product_per_layer_instead_of_two(counts) -> None:
     assert counts["plain"]["matmuls"] == 58, "7 per decoder layer, the input projection and the final layer"
-    assert counts["fused"]["matmuls"] == 50, "6 per decoder layer (q/k and v as one), the input projection and the final layer"
+    assert counts["fused"]["matmuls"] == 50, (
+        "6 per decoder layer (q/k and v as one), the input projection and the final layer"
+    )
     assert counts["fused"]["by_name"]["_addmm_activation"] == 8, "ff1 with its GELU in the product's epilogue"
     assert all(count["attention"] == 16 for count in counts.values())
 

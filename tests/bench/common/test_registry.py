@@ -21,10 +21,14 @@ def test_every_module_with_a_main_is_listed_with_its_docstrings_first_line() -> 
 
 
 def test_python_m_bench_lists_the_suite_and_runs_one_by_name() -> None:
-    listing = subprocess.run([sys.executable, "-m", "bench"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    listing = subprocess.run(
+        [sys.executable, "-m", "bench"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout
     for benchmark in benchmarks():
         assert f"{benchmark.name} " in listing and benchmark.summary in listing
-    run = subprocess.run([sys.executable, "-m", "bench", "latency", "--help"], cwd=ROOT, capture_output=True, text=True, check=True)
+    run = subprocess.run(
+        [sys.executable, "-m", "bench", "latency", "--help"], cwd=ROOT, capture_output=True, text=True, check=True
+    )
     assert "usage: python -m bench.latency" in run.stdout and "--no-compute" in run.stdout
     unknown = subprocess.run([sys.executable, "-m", "bench", "nothing"], cwd=ROOT, capture_output=True, text=True)
     assert unknown.returncode == 2 and "no benchmark 'nothing'" in unknown.stderr

@@ -1,4 +1,5 @@
-"""bench.common.sessions: the push clock of the benchmarks that drive live sessions; every session pushes every hop, together or on its own phase."""
+"""bench.common.sessions: the push clock of the benchmarks that drive live sessions; every session pushes every hop,
+together or on its own phase."""
 
 from __future__ import annotations
 

@@ -13,9 +13,21 @@ from bench.common.stats import psnr, summary
 
 def test_summary_reports_linear_percentiles_in_milliseconds_rounded() -> None:
     assert summary([100.0, 200.0, 300.0], digits=1) == {
-        "n": 3, "p50_ms": 200.0, "p90_ms": 280.0, "p99_ms": 298.0, "min_ms": 100.0, "max_ms": 300.0
+        "n": 3,
+        "p50_ms": 200.0,
+        "p90_ms": 280.0,
+        "p99_ms": 298.0,
+        "min_ms": 100.0,
+        "max_ms": 300.0,
     }
-    assert summary([1.23456]) == {"n": 1, "p50_ms": 1.235, "p90_ms": 1.235, "p99_ms": 1.235, "min_ms": 1.235, "max_ms": 1.235}
+    assert summary([1.23456]) == {
+        "n": 1,
+        "p50_ms": 1.235,
+        "p90_ms": 1.235,
+        "p99_ms": 1.235,
+        "min_ms": 1.235,
+        "max_ms": 1.235,
+    }
 
 
 def test_summary_of_nothing_is_empty_not_an_error() -> None:

@@ -23,7 +23,9 @@ def packets(seconds: float, rate: float, skip: set[int] = frozenset(), audio_lea
 def test_a_steady_stream_runs_at_25_fps_with_no_drift_and_audio_level_with_video() -> None:
     report = stream_report(packets(60, 25.0), 0, 1e9)
     assert report["frames"] == 1500 and report["fps"] == pytest.approx(25.0)
-    assert report["drift_ms"] == pytest.approx(0, abs=0.1) and report["drift_slope_ms_per_min"] == pytest.approx(0, abs=0.1)
+    assert report["drift_ms"] == pytest.approx(0, abs=0.1) and report["drift_slope_ms_per_min"] == pytest.approx(
+        0, abs=0.1
+    )
     assert report["timestamp_gaps"] == 0 and report["av_offset_range_ms"] == pytest.approx([0, 0], abs=0.1)
 
 

@@ -13,12 +13,12 @@ from onnx import TensorProto, helper
 from engine.assets import demo_audio
 from engine.audio.hubert import (
     CHUNK_SAMPLES,
-    AudioChunker,
     FEATURE_DIM,
+    OFFLINE_LEAD_ZEROS,
+    AudioChunker,
     HubertFeatureStream,
     OnnxHubertRunner,
     TorchHubertRunner,
-    OFFLINE_LEAD_ZEROS,
     extract_features,
     offline_chunks,
     offline_features,
@@ -166,7 +166,9 @@ def test_uneven_pushes_give_the_same_features_as_one_push() -> None:
     assert whole.shape == (38, FEATURE_DIM)
     torch.testing.assert_close(pieces, whole, rtol=0, atol=1e-5)
     probe = SampleProbeRunner()
-    assert torch.equal(push_in_pieces(HubertFeatureStream(probe), ramp(24000), [5, 3201, 999]), extract_features(probe, ramp(24000)))
+    assert torch.equal(
+        push_in_pieces(HubertFeatureStream(probe), ramp(24000), [5, 3201, 999]), extract_features(probe, ramp(24000))
+    )
 
 
 def test_flush_resets_the_stream_for_the_next_utterance() -> None:
@@ -256,7 +258,9 @@ def test_a_three_frame_hop_gives_each_frame_the_same_audio_and_look_ahead_with_m
     stream = HubertFeatureStream(SampleProbeRunner(), current=3)
     low = torch.cat([stream.push(ramp(n)), stream.flush()])
     assert low.shape == faithful.shape == (-(-n // 640), FEATURE_DIM), "every real frame, exactly one feature"
-    torch.testing.assert_close(low, faithful, msg="frame f still averages the rows at real samples 640 f and 640 f + 320")
+    torch.testing.assert_close(
+        low, faithful, msg="frame f still averages the rows at real samples 640 f and 640 f + 320"
+    )
 
 
 def test_a_three_frame_hop_is_released_after_the_same_look_ahead_in_chunks_of_the_same_size() -> None:

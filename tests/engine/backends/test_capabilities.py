@@ -40,4 +40,3 @@ def test_the_engine_samples_with_the_fused_step_where_the_backend_has_it(checkpo
     fused = sampler(x, cond_frame, cond, noise)
     plain = ddim_steps(denoiser_step(backend.lmdm), x, cond_frame, cond, sampler.schedule, noise)
     assert ((fused - plain).norm() / plain.norm()).item() < 1e-4
-

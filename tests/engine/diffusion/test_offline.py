@@ -19,8 +19,11 @@ from tests.engine.diffusion.toy_lmdm import toy_lmdm
 L, D, C = 80, 265, 7
 
 
-def transcription(conditions: np.ndarray, source: np.ndarray, overlap: int, predict, k: int = 3, every: int = 0, keep=None):
-    """Ditto's offline loop written out in numpy from stream_pipeline_offline.py and audio2motion.py (online_mode=False),
+def transcription(
+    conditions: np.ndarray, source: np.ndarray, overlap: int, predict, k: int = 3, every: int = 0, keep=None
+):
+    """Ditto's offline loop written out in numpy from stream_pipeline_offline.py and audio2motion.py
+    (online_mode=False),
     with ``_update_kp_cond``'s fix_kp_cond = ``every`` and fix_kp_cond_dim = ``keep``."""
     valid, fuse, half = L - overlap, overlap, k // 2
     alpha = (np.arange(fuse, dtype=np.float32) / fuse)[:, None] if fuse else np.zeros((0, 1), np.float32)
@@ -110,7 +113,9 @@ def test_the_finished_sequence_is_cut_to_the_clip_and_smoothed_again_at_its_new_
     history = torch.randn(150, D, generator=torch.Generator().manual_seed(1))
     done = finish_sequence(history, 100)
     assert done.shape == (100, D)
-    torch.testing.assert_close(done[99, :202], history[98:100, :202].mean(0), msg="the last frame averages only 98 and 99")
+    torch.testing.assert_close(
+        done[99, :202], history[98:100, :202].mean(0), msg="the last frame averages only 98 and 99"
+    )
     torch.testing.assert_close(done[50, :202], history[49:52, :202].mean(0))
     assert torch.equal(done[:, 202:], history[:100, 202:])
 
@@ -130,7 +135,9 @@ def test_the_whole_clip_equals_the_reference_loop(frames: int, overlap: int) -> 
         return torch.from_numpy(predict(cond_frame.numpy(), cond.numpy()))
 
     windows = []
-    motion = sample_offline(torch.from_numpy(conditions), torch.from_numpy(source), overlap, sample, on_window=lambda: windows.append(1))
+    motion = sample_offline(
+        torch.from_numpy(conditions), torch.from_numpy(source), overlap, sample, on_window=lambda: windows.append(1)
+    )
     assert motion.shape == (frames, D), "exactly N frames, whatever N is modulo 80 − O"
     assert len(calls) == len(ref_calls) == len(windows) == len(window_starts(frames, overlap))
     for (frame, cond), (ref_frame, ref_cond) in zip(calls, ref_calls):
@@ -152,7 +159,9 @@ def test_fixed_kp_conditioning_restarts_windows_from_the_avatar_as_the_reference
         calls.append(cond_frame.numpy().copy())
         return torch.from_numpy(predict(cond_frame.numpy(), cond.numpy()))
 
-    motion = sample_offline(torch.from_numpy(conditions), torch.from_numpy(source), 10, sample, fix_kp_cond=every, fix_kp_cond_dims=keep)
+    motion = sample_offline(
+        torch.from_numpy(conditions), torch.from_numpy(source), 10, sample, fix_kp_cond=every, fix_kp_cond_dims=keep
+    )
     assert len(calls) == len(ref_calls) == 6
     for frame, (ref_frame, _) in zip(calls, ref_calls):
         np.testing.assert_allclose(frame, ref_frame, atol=1e-6)

@@ -12,7 +12,8 @@ L, D = 80, 265
 
 
 def reference_sequence(predictions: list[np.ndarray], overlap: int, k: int = 3):
-    """Transcription of Ditto's online window fusion (``Audio2Motion``, online mode): the whole fused sequence and kp_cond after each window."""
+    """Transcription of Ditto's online window fusion (``Audio2Motion``, online mode): the whole fused sequence and
+    kp_cond after each window."""
     valid = L - overlap
     fuse = min(overlap, valid)
     half = k // 2
@@ -200,7 +201,9 @@ def test_kp_cond_frame_keeps_the_chosen_dims_of_the_last_frame() -> None:
     assert torch.equal(kp_cond_frame(last, source, windows_done=3, every=2), last)
     kept = kp_cond_frame(last, source, windows_done=4, every=2, keep=(10, 20))
     assert torch.equal(kept[10:20], last[10:20]) and (kept[:10] == -1).all() and (kept[20:] == -1).all()
-    assert torch.equal(kp_cond_frame(last, source, windows_done=0, every=1), last), "the first window's frame is the avatar's already"
+    assert torch.equal(kp_cond_frame(last, source, windows_done=0, every=1), last), (
+        "the first window's frame is the avatar's already"
+    )
 
 
 @pytest.mark.parametrize("total", [1, 4, 71, 133])
@@ -213,7 +216,10 @@ def test_early_release_also_emits_every_real_frame_once_from_frame_zero(total: i
 
 
 def test_early_release_makes_a_window_final_at_once_instead_of_holding_its_cross_fade() -> None:
-    held, early = MotionWindows(torch.zeros(D), overlap=77), MotionWindows(torch.zeros(D), overlap=77, early_release=True)
+    held, early = (
+        MotionWindows(torch.zeros(D), overlap=77),
+        MotionWindows(torch.zeros(D), overlap=77, early_release=True),
+    )
     for k in range(3):
         plans = [w.plan((k + 1) * 3) for w in (held, early)]
         assert plans[0].emit_stop == max((k + 1) * 3 - 3, 0), "faithful: the last 3 frames wait for the next window"
@@ -231,5 +237,7 @@ def test_early_release_never_jumps_the_next_window_starts_from_the_last_frame_sh
     sequence = torch.cat([shown, after])[:, 0]
     assert sequence[:3].abs().max() == 0, "what was shown is never changed"
     steps = sequence.diff()
-    assert steps.abs().max() <= 8.0 / 4 + 1e-6, "the new window's offset fades out over its 3 frames: a quarter at a time"
+    assert steps.abs().max() <= 8.0 / 4 + 1e-6, (
+        "the new window's offset fades out over its 3 frames: a quarter at a time"
+    )
     assert sequence[-1] == pytest.approx(8.0 * 3 / 4), "and the stream moves on towards the new window"

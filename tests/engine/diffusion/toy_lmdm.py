@@ -1,4 +1,5 @@
-"""A deterministic stand-in for LMDM sampling, shared by the offline-mode tests: no network, same window for the same inputs."""
+"""A deterministic stand-in for LMDM sampling, shared by the offline-mode tests: no network, same window for the same
+inputs."""
 
 from __future__ import annotations
 

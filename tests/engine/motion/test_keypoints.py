@@ -42,7 +42,20 @@ def test_batched_transform_equals_the_per_frame_transcription() -> None:
     ours = motion_keypoints(motion, kp)
     assert ours.shape == (b, 21, 3)
     for i in range(b):
-        ref = _frame_reference(*(v[i].double().numpy() for v in (kp, motion["pitch"], motion["yaw"], motion["roll"], motion["t"], motion["exp"], motion["scale"])))
+        ref = _frame_reference(
+            *(
+                v[i].double().numpy()
+                for v in (
+                    kp,
+                    motion["pitch"],
+                    motion["yaw"],
+                    motion["roll"],
+                    motion["t"],
+                    motion["exp"],
+                    motion["scale"],
+                )
+            )
+        )
         np.testing.assert_allclose(ours[i].numpy(), ref, atol=1e-5)
 
 
@@ -57,4 +70,6 @@ def test_translation_z_is_ignored_and_one_kp_broadcasts_over_frames() -> None:
 
 def test_bad_keypoint_shape_is_a_clear_error() -> None:
     with pytest.raises(ValueError, match="kp must be"):
-        transform_keypoints(torch.zeros(1, 60), torch.eye(3)[None], torch.zeros(1, 63), torch.ones(1, 1), torch.zeros(1, 3))
+        transform_keypoints(
+            torch.zeros(1, 60), torch.eye(3)[None], torch.zeros(1, 63), torch.ones(1, 1), torch.zeros(1, 3)
+        )

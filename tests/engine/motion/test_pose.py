@@ -36,7 +36,9 @@ def test_bins_are_a_softmax_expectation_batched() -> None:
 def test_rotations_are_orthonormal_with_unit_determinant() -> None:
     angles = torch.randn(3, 16, generator=torch.Generator().manual_seed(1)) * 60
     rot = rotation_matrix(*angles).double()
-    torch.testing.assert_close(rot @ rot.transpose(-1, -2), torch.eye(3, dtype=torch.float64).expand(16, 3, 3), atol=1e-6, rtol=0)
+    torch.testing.assert_close(
+        rot @ rot.transpose(-1, -2), torch.eye(3, dtype=torch.float64).expand(16, 3, 3), atol=1e-6, rtol=0
+    )
     torch.testing.assert_close(torch.linalg.det(rot), torch.ones(16, dtype=torch.float64), atol=1e-6, rtol=0)
 
 

@@ -1,4 +1,5 @@
-"""Motion stitching equals a per-frame transcription of Ditto's steps: clip, relative mix, expression mask, mouth damping,
+"""Motion stitching equals a per-frame transcription of Ditto's steps: clip, relative mix, expression mask, mouth
+damping,
 pose and expression controls, fade, gaze, stitch."""
 
 from __future__ import annotations
@@ -62,7 +63,9 @@ def _transform(m: dict[str, np.ndarray], kp: np.ndarray) -> np.ndarray:
     return out
 
 
-def reference_frame(src, drv, d0, src0, driven_keys, drive_eye, blink_delta=None, alpha=None, fade_dst=None, stitch=None):
+def reference_frame(
+    src, drv, d0, src0, driven_keys, drive_eye, blink_delta=None, alpha=None, fade_dst=None, stitch=None
+):
     """Facts §4 steps 2, 3, 6, 7, 8, 9 for one frame, in numpy."""
     x = {k: src[k] + (drv[k] - d0[k]) if k in driven_keys else src[k].copy() for k in MOTION_KEYS}
     lip, eye = np.zeros(63), np.zeros(63)
@@ -163,8 +166,16 @@ def test_image_stitching_equals_the_per_frame_transcription() -> None:
     src, d0 = _row(source, 0), _row(anchor, 0)
     for i in range(6):
         ref_s, ref_d = reference_frame(
-            src, _row(driving, i), d0, src, ("exp", "pitch", "yaw", "roll", "t"), True,
-            blink_delta=table[schedule[i % 5]].double().numpy(), alpha=float(alphas[i]), fade_dst=src, stitch=True,
+            src,
+            _row(driving, i),
+            d0,
+            src,
+            ("exp", "pitch", "yaw", "roll", "t"),
+            True,
+            blink_delta=table[schedule[i % 5]].double().numpy(),
+            alpha=float(alphas[i]),
+            fade_dst=src,
+            stitch=True,
         )
         np.testing.assert_allclose(x_s[i].numpy(), ref_s, atol=2e-5)
         np.testing.assert_allclose(x_d[i].numpy(), ref_d, atol=2e-5)
@@ -229,7 +240,8 @@ def _angle(value) -> float:
 
 
 def reference_controlled(src, drv, d0, ctrl: dict, clip=None, fade_alpha=None, fade_dst=None, blink_delta=None):
-    """cvt_fmt's clip, _mix_s_d_info, _fix_exp_for_x_d_info_v2, ctrl_vad, ctrl_motion, fade, _fix_gaze, transform_keypoint."""
+    """cvt_fmt's clip, _mix_s_d_info, _fix_exp_for_x_d_info_v2, ctrl_vad, ctrl_motion, fade, _fix_gaze,
+    transform_keypoint."""
     if clip is not None:
         drv, d0 = np.clip(drv, clip[0], clip[1]), np.clip(d0, clip[0], clip[1])
     drv, d0 = _split(drv), _split(d0)
@@ -281,7 +293,10 @@ def _controlled_case(seed: int):
     "controls, ctrl",
     [
         (StitchControls(pose_offset=(12.0, -7.5, 3.0)), {"delta_pitch": 12.0, "delta_yaw": -7.5, "delta_roll": 3.0}),
-        (StitchControls(pose_offset=(5.0, 0.0, 0.0), pose_scale=(0.5, 1.0, 1.0)), {"delta_pitch": 5.0, "alpha_pitch": 0.5}),
+        (
+            StitchControls(pose_offset=(5.0, 0.0, 0.0), pose_scale=(0.5, 1.0, 1.0)),
+            {"delta_pitch": 5.0, "alpha_pitch": 0.5},
+        ),
         (StitchControls(pose_scale=(1.0, 0.0, 1.0)), {"delta_yaw": 0.0, "alpha_yaw": 0.0}),
         (StitchControls(vad_alpha=0.3), {"vad_alpha": 0.3}),
         (StitchControls(vad_alpha=0.0, pose_offset=(0.0, 20.0, 0.0)), {"vad_alpha": 0.0, "delta_yaw": 20.0}),
@@ -317,7 +332,10 @@ def test_the_clip_range_bounds_the_motion_and_its_anchor_before_anything_else() 
     table = torch.randn(3, 63, generator=g) * 0.01
     schedule = torch.tensor([0, 1, 2, 0])
     stitcher = MotionStitcher(
-        source, stitch=None, blink_table=table, blink_indices=schedule,
+        source,
+        stitch=None,
+        blink_table=table,
+        blink_indices=schedule,
         controls=StitchControls(clip=torch.stack([low, high]), pose_offset=(0.0, 4.0, 0.0)),
     )
     stitcher.set_anchor(anchor)
@@ -325,7 +343,11 @@ def test_the_clip_range_bounds_the_motion_and_its_anchor_before_anything_else() 
     clip = (low.double().numpy(), high.double().numpy())
     for i in range(4):
         expected = reference_controlled(
-            src, driving[i].double().numpy(), anchor.double().numpy(), {"delta_yaw": 4.0}, clip=clip,
+            src,
+            driving[i].double().numpy(),
+            anchor.double().numpy(),
+            {"delta_yaw": 4.0},
+            clip=clip,
             blink_delta=table[schedule[i]].double().numpy(),
         )
         np.testing.assert_allclose(x_d[i].numpy(), expected, atol=2e-5)
@@ -335,14 +357,22 @@ def test_a_fade_of_a_moved_axis_blends_angles_with_the_avatars() -> None:
     source, anchor, driving, src = _controlled_case(10)
     alphas = torch.tensor([0.0, 0.25, 0.5, 1.0])
     stitcher = MotionStitcher(
-        source, stitch=None, fade_target="source", fade_keys=("exp", "pitch"), controls=StitchControls(pose_offset=(8.0, 0.0, 0.0))
+        source,
+        stitch=None,
+        fade_target="source",
+        fade_keys=("exp", "pitch"),
+        controls=StitchControls(pose_offset=(8.0, 0.0, 0.0)),
     )
     stitcher.set_anchor(anchor)
     _, x_d = stitcher(driving, fade_alpha=alphas)
     for i in range(4):
         expected = reference_controlled(
-            src, driving[i].double().numpy(), anchor.double().numpy(), {"delta_pitch": 8.0},
-            fade_alpha=float(alphas[i]), fade_dst=src,
+            src,
+            driving[i].double().numpy(),
+            anchor.double().numpy(),
+            {"delta_pitch": 8.0},
+            fade_alpha=float(alphas[i]),
+            fade_dst=src,
         )
         np.testing.assert_allclose(x_d[i].numpy(), expected, atol=2e-5)
 
@@ -352,7 +382,9 @@ def test_a_pitch_offset_alone_tilts_the_avatar_by_exactly_that_angle() -> None:
     g = torch.Generator().manual_seed(11)
     source = _motion(g, 1, with_kp=True)
     vector = join_motion(_motion(g, 1)).expand(2, -1)
-    _, x_d = MotionStitcher(source, stitch=None, drive_eye=False, controls=StitchControls(pose_offset=(10.0, 0.0, 0.0)))(vector)
+    _, x_d = MotionStitcher(
+        source, stitch=None, drive_eye=False, controls=StitchControls(pose_offset=(10.0, 0.0, 0.0))
+    )(vector)
     src = _row(source, 0)
     p = math.radians(_degrees(src["pitch"]) + 10.0)
     y, r = math.radians(_degrees(src["yaw"])), math.radians(_degrees(src["roll"]))
@@ -366,20 +398,29 @@ def test_a_pitch_offset_alone_tilts_the_avatar_by_exactly_that_angle() -> None:
 
 
 def test_default_controls_compute_exactly_what_no_controls_did() -> None:
-    """The per-key composition (mix, mask, blink, fade, gaze, motion_keypoints on logits) is reproduced to float rounding."""
+    """The per-key composition (mix, mask, blink, fade, gaze, motion_keypoints on logits) is reproduced to float
+    rounding."""
     source, anchor, driving, _ = _controlled_case(12)
     table = torch.randn(2, 63, generator=torch.Generator().manual_seed(1)) * 0.01
     schedule = torch.tensor([0, 1, 1])
     alphas = torch.tensor([0.1, 0.6, 1.0, 0.3])
-    stitcher = MotionStitcher(source, stitch=toy_stitch, blink_table=table, blink_indices=schedule, fade_target="source",
-                              controls=StitchControls())
+    stitcher = MotionStitcher(
+        source,
+        stitch=toy_stitch,
+        blink_table=table,
+        blink_indices=schedule,
+        fade_target="source",
+        controls=StitchControls(),
+    )
     stitcher.set_anchor(anchor)
     x_s, x_d = stitcher(driving, fade_alpha=alphas)
     frames, src = split_motion(driving), {k: v[[0, 0, 0, 0]] for k, v in stitcher.source.items()}
     anchors = split_motion(anchor[None])
     mixed = {k: src[k] + (frames[k] - anchors[k]) if k in DRIVEN_KEYS_IMAGE else src[k] for k in MOTION_KEYS}
     driven_w, blink_w = expression_weights(True, True)
-    mixed["exp"] = mixed["exp"] * driven_w + src["exp"] * (1 - driven_w) + table[schedule[torch.arange(4) % 3]] * blink_w
+    mixed["exp"] = (
+        mixed["exp"] * driven_w + src["exp"] * (1 - driven_w) + table[schedule[torch.arange(4) % 3]] * blink_w
+    )
     mixed = fade(mixed, src, alphas, ("exp",))
     yaw = bins_to_degrees(mixed["yaw"]) - bins_to_degrees(source["yaw"][0])
     pitch = bins_to_degrees(mixed["pitch"]) - bins_to_degrees(source["pitch"][0])
@@ -398,8 +439,17 @@ def test_several_sessions_posed_and_stitched_in_one_call_get_what_each_gets_alon
     def stitchers() -> list[MotionStitcher]:
         return [
             MotionStitcher(_motion(torch.Generator().manual_seed(1), 4, with_kp=True), stitch=stitch),
-            MotionStitcher(_motion(torch.Generator().manual_seed(2), 1, with_kp=True), stitch=stitch, controls=StitchControls(pose_offset=(0.0, 9.0, 0.0))),
-            MotionStitcher(_motion(torch.Generator().manual_seed(3), 2, with_kp=True), stitch=stitch, driven_keys=("exp",), drive_eye=False),
+            MotionStitcher(
+                _motion(torch.Generator().manual_seed(2), 1, with_kp=True),
+                stitch=stitch,
+                controls=StitchControls(pose_offset=(0.0, 9.0, 0.0)),
+            ),
+            MotionStitcher(
+                _motion(torch.Generator().manual_seed(3), 2, with_kp=True),
+                stitch=stitch,
+                driven_keys=("exp",),
+                drive_eye=False,
+            ),
         ]
 
     calls = [
@@ -409,7 +459,9 @@ def test_several_sessions_posed_and_stitched_in_one_call_get_what_each_gets_alon
     ]
     with torch.no_grad():
         alone = [stitcher(driving, rows) for stitcher, (driving, rows) in zip(stitchers(), calls)]
-        x_s_all, x_d_all = stitch_posed([stitcher.pose(driving, rows) for stitcher, (driving, rows) in zip(stitchers(), calls)], stitch)
+        x_s_all, x_d_all = stitch_posed(
+            [stitcher.pose(driving, rows) for stitcher, (driving, rows) in zip(stitchers(), calls)], stitch
+        )
     assert x_s_all.shape[0] == x_d_all.shape[0] == 5 + 3 + 2
     for x_s, x_d, (x_s_alone, x_d_alone) in zip(x_s_all.split([5, 3, 2]), x_d_all.split([5, 3, 2]), alone):
         torch.testing.assert_close(x_s, x_s_alone, rtol=0, atol=1e-6)

@@ -66,7 +66,9 @@ def test_features_have_the_published_shape_and_a_useful_spread(features: torch.T
     assert 0.1 < features.std().item() < 1.5
 
 
-def test_batch_of_two_equals_two_batches_of_one(network: nn.Module, images: torch.Tensor, features: torch.Tensor) -> None:
+def test_batch_of_two_equals_two_batches_of_one(
+    network: nn.Module, images: torch.Tensor, features: torch.Tensor
+) -> None:
     with torch.no_grad():
         singles = torch.cat([network(images[i : i + 1]) for i in range(2)])
     assert max_rel_err(singles, features) < 1e-5

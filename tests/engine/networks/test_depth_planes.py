@@ -56,7 +56,9 @@ def test_only_cubic_same_padded_convolutions_are_converted() -> None:
 
 def test_a_warp_network_on_depth_planes_warps_as_before() -> None:
     torch.manual_seed(2)
-    net = WarpingNetwork(num_kp=4, feature_channels=8, depth=4, compressed=2, hourglass_widths=(8, 16, 32), out_channels=16).eval()
+    net = WarpingNetwork(
+        num_kp=4, feature_channels=8, depth=4, compressed=2, hourglass_widths=(8, 16, 32), out_channels=16
+    ).eval()
     for module in net.modules():
         if isinstance(module, (nn.Conv2d, nn.Conv3d)):
             nn.init.normal_(module.weight, std=0.2)

@@ -13,8 +13,7 @@ import pytest
 import torch
 from torch import nn
 
-from engine.networks import CheckpointError, load_network
-from engine.networks import lmdm
+from engine.networks import CheckpointError, lmdm, load_network
 from engine.networks.checkpoints import OFFICIAL_FILENAMES, wrap_state_dict
 from engine.networks.lmdm_blocks import RotaryAttention, RotaryEmbedding, sinusoidal_embedding
 from engine.timebase import SEQ_FRAMES
@@ -188,7 +187,9 @@ def test_rotary_rotates_each_interleaved_pair_like_a_complex_number() -> None:
     rotary = RotaryEmbedding(512, max_positions=82)
     x = torch.randn(2, 82, 512, dtype=torch.float64)
     pairs = torch.view_as_complex(x.view(2, 82, 256, 2).contiguous())
-    angle = torch.arange(82, dtype=torch.float64)[:, None] / 10000.0 ** (torch.arange(256, dtype=torch.float64) * 2 / 512)
+    angle = torch.arange(82, dtype=torch.float64)[:, None] / 10000.0 ** (
+        torch.arange(256, dtype=torch.float64) * 2 / 512
+    )
     expected = torch.view_as_real(pairs * torch.polar(torch.ones_like(angle), angle)).flatten(-2)
     torch.testing.assert_close(rotary(x.float()).double(), expected, rtol=1e-4, atol=1e-4)
 

@@ -13,10 +13,9 @@ import torch.nn.functional as F
 
 from engine.diffusion.ddim import ddim_loop, ddim_steps, denoiser_step
 from engine.diffusion.schedule import ddim_schedule
-from engine.networks import OFFICIAL_FILENAMES, load_network
+from engine.networks import OFFICIAL_FILENAMES, lmdm_fused, load_network
 from engine.networks.lmdm import LMDM
 from engine.networks.lmdm_blocks import RotaryEmbedding
-from engine.networks import lmdm_fused
 from engine.networks.lmdm_fused import AlignedLinear, FusedLMDMStep, norm_rotary, norm_then_rotary, pair_swap
 
 NAME = "lmdm"
@@ -34,7 +33,11 @@ def net(checkpoint_dir) -> LMDM:
 @pytest.fixture(scope="module")
 def inputs() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     g = torch.Generator().manual_seed(7)
-    return torch.randn(2, 80, 265, generator=g), 0.3 * torch.randn(2, 265, generator=g), torch.randn(2, 80, 1103, generator=g)
+    return (
+        torch.randn(2, 80, 265, generator=g),
+        0.3 * torch.randn(2, 265, generator=g),
+        torch.randn(2, 80, 1103, generator=g),
+    )
 
 
 @pytest.mark.parametrize("form", [norm_rotary, norm_then_rotary], ids=["one reduction", "eager"])
@@ -85,7 +88,9 @@ def test_the_fused_denoiser_call_equals_the_plain_lmdm(net: LMDM, inputs) -> Non
                 assert relative(a, b) < 1e-5
 
 
-@pytest.mark.parametrize("merged_rows", [lmdm_fused.MERGED_PROJECTION_ROWS, 0], ids=["one q/k/v product", "two products"])
+@pytest.mark.parametrize(
+    "merged_rows", [lmdm_fused.MERGED_PROJECTION_ROWS, 0], ids=["one q/k/v product", "two products"]
+)
 def test_a_fused_ddim_window_equals_the_plain_ddim_loop(net: LMDM, inputs, merged_rows: int, monkeypatch) -> None:
     monkeypatch.setattr(lmdm_fused, "MERGED_PROJECTION_ROWS", merged_rows)
     x, cond_frame, cond = inputs
@@ -94,7 +99,9 @@ def test_a_fused_ddim_window_equals_the_plain_ddim_loop(net: LMDM, inputs, merge
     fused = FusedLMDMStep(net)
     with torch.no_grad():
         expected = ddim_loop(net, x, cond_frame, cond, schedule, step_noise)
-        got = ddim_steps(fused.ddim_step, x, cond_frame, fused.prepare_window(cond, schedule.times), schedule, step_noise)
+        got = ddim_steps(
+            fused.ddim_step, x, cond_frame, fused.prepare_window(cond, schedule.times), schedule, step_noise
+        )
         plain = ddim_steps(denoiser_step(net), x, cond_frame, cond, schedule, step_noise)
     assert relative(got, expected) < 1e-5
     assert torch.equal(plain, expected), "the last step's (1, 0, 0) weights return x0 exactly"
@@ -107,17 +114,23 @@ def test_fp16_products_keep_a_window_as_close_to_fp32_as_tf32_would(net: LMDM, i
     step_noise = torch.randn(3, 2, 80, 265, generator=torch.Generator().manual_seed(3))
     exact, half = FusedLMDMStep(net), FusedLMDMStep(net, torch.float16)
     with torch.no_grad():
-        expected = ddim_steps(exact.ddim_step, x, cond_frame, exact.prepare_window(cond, schedule.times), schedule, step_noise)
+        expected = ddim_steps(
+            exact.ddim_step, x, cond_frame, exact.prepare_window(cond, schedule.times), schedule, step_noise
+        )
         got = ddim_steps(half.ddim_step, x, cond_frame, half.prepare_window(cond, schedule.times), schedule, step_noise)
     assert got.dtype == torch.float32
     error = ((got - expected).norm() / expected.norm()).item()
     assert 1e-5 < error < 2e-3, f"fp16 products moved the window by {error:.1e} (relative)"
     assert half.layers[0].ff1_weight.dtype == torch.float16
-    assert exact.layers[0].ff1_weight.data_ptr() == net.seqTransDecoder.stack[0].linear1.weight.data_ptr(), "fp32: views, no copies"
+    assert exact.layers[0].ff1_weight.data_ptr() == net.seqTransDecoder.stack[0].linear1.weight.data_ptr(), (
+        "fp32: views, no copies"
+    )
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-@pytest.mark.parametrize("merged_rows", [lmdm_fused.MERGED_PROJECTION_ROWS, 0], ids=["one q/k/v product", "two products"])
+@pytest.mark.parametrize(
+    "merged_rows", [lmdm_fused.MERGED_PROJECTION_ROWS, 0], ids=["one q/k/v product", "two products"]
+)
 def test_on_cuda_fp16_products_and_fp16_attention_stay_near_the_fp32_cpu_window(
     net: LMDM, inputs, merged_rows: int, monkeypatch
 ) -> None:

@@ -82,14 +82,18 @@ def test_random_weights_read_plausible_motion(outputs: tuple[torch.Tensor, ...])
     assert not torch.allclose(kp[0], kp[1]), "two images must give two readings"
 
 
-def test_batch_of_two_equals_two_batches_of_one(network: nn.Module, images: torch.Tensor, outputs: tuple[torch.Tensor, ...]) -> None:
+def test_batch_of_two_equals_two_batches_of_one(
+    network: nn.Module, images: torch.Tensor, outputs: tuple[torch.Tensor, ...]
+) -> None:
     with torch.no_grad():
         singles = [network(images[i : i + 1]) for i in range(2)]
     for position, batched in enumerate(outputs):
         assert max_rel_err(torch.cat([s[position] for s in singles]), batched) < 1e-5
 
 
-def test_folding_changes_nothing_as_there_is_no_batchnorm(checkpoint: Path, network: nn.Module, images: torch.Tensor, outputs: tuple[torch.Tensor, ...]) -> None:
+def test_folding_changes_nothing_as_there_is_no_batchnorm(
+    checkpoint: Path, network: nn.Module, images: torch.Tensor, outputs: tuple[torch.Tensor, ...]
+) -> None:
     folded = load_network(NAME, checkpoint, fold_batchnorm=True)
     assert not any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in folded.modules())
     with torch.no_grad():
@@ -133,7 +137,10 @@ def test_channels_first_layer_norm_follows_the_formula() -> None:
 def test_grn_follows_the_formula() -> None:
     rng = np.random.default_rng(1)
     x = rng.standard_normal((2, 5, 4, 12)).astype(np.float32)
-    gamma, beta = rng.standard_normal((1, 1, 1, 12)).astype(np.float32), rng.standard_normal((1, 1, 1, 12)).astype(np.float32)
+    gamma, beta = (
+        rng.standard_normal((1, 1, 1, 12)).astype(np.float32),
+        rng.standard_normal((1, 1, 1, 12)).astype(np.float32),
+    )
     module = me.GRN(12)
     with torch.no_grad():
         module.gamma.copy_(torch.from_numpy(gamma))

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
+
 from engine.networks import OFFICIAL_FILENAMES, load_network
 from engine.networks import decoder as dec
 from engine.networks.spade_fused import FusedModulation, SharedHidden, UpsampledConv, phase_taps
@@ -106,14 +107,19 @@ def test_the_fused_decoder_decodes_as_before(plain: dec.SPADEDecoder, fused: dec
     rgb, activation = _decode_with_activation(plain, feature)
     fused_rgb, fused_activation = _decode_with_activation(fused, feature)
     error = (fused_activation - activation).abs().max().item() / activation.abs().max().item()
-    print(f"fused vs plain decoder, fp32, 16x16: last block max rel err {error:.1e}, rgb {(fused_rgb - rgb).abs().max().item():.1e}")
+    print(
+        f"fused vs plain decoder, fp32, 16x16: last block max rel err {error:.1e}, rgb "
+        f"{(fused_rgb - rgb).abs().max().item():.1e}"
+    )
     assert error < 1e-5
     assert (fused_rgb - rgb).abs().max().item() < 1e-5
     assert rgb.std().item() > 0.05
 
 
 @pytest.mark.slow
-def test_the_fused_decoder_in_fp16_is_as_close_to_fp32_as_the_plain_one(plain: dec.SPADEDecoder, fused: dec.SPADEDecoder) -> None:
+def test_the_fused_decoder_in_fp16_is_as_close_to_fp32_as_the_plain_one(
+    plain: dec.SPADEDecoder, fused: dec.SPADEDecoder
+) -> None:
     """Half weights and activations end to end (channels-last, as the backend runs them); fused buffers follow .to()."""
     feature = torch.randn(1, 256, 8, 8, generator=torch.Generator().manual_seed(3))
     with torch.no_grad():
@@ -144,6 +150,12 @@ def test_fusing_replaces_the_spades_but_not_the_checkpoint_layout(
 
 
 def test_fused_weights_are_channels_last_for_cudnn(fused: dec.SPADEDecoder) -> None:
-    buffers = [b for m in fused.modules() if isinstance(m, (FusedModulation, UpsampledConv)) for b in m.buffers() if b.dim() == 4]
+    buffers = [
+        b
+        for m in fused.modules()
+        if isinstance(m, (FusedModulation, UpsampledConv))
+        for b in m.buffers()
+        if b.dim() == 4
+    ]
     assert len(buffers) == 18 + 1 + 1 + 4
     assert all(b.is_contiguous(memory_format=torch.channels_last) for b in buffers)

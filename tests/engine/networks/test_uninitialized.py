@@ -11,7 +11,9 @@ from engine.networks.checkpoints import read_checkpoint
 from engine.networks.uninitialized import RANDOM_FILLS, without_random_init
 
 
-def test_a_loaded_network_holds_its_checkpoints_tensors_and_its_own_schedule_as_a_plain_build_has_it(checkpoint_dir) -> None:
+def test_a_loaded_network_holds_its_checkpoints_tensors_and_its_own_schedule_as_a_plain_build_has_it(
+    checkpoint_dir,
+) -> None:
     path = checkpoint_dir("lmdm") / OFFICIAL_FILENAMES["lmdm"]
     loaded = load_network("lmdm", path)
     stored = read_checkpoint("lmdm", path)

@@ -14,14 +14,21 @@ import pytest
 import torch
 from torch import nn
 
-from engine.networks import load_network
 from engine.networks import dense_motion as dm
+from engine.networks import load_network
 from engine.networks import warp_network as wn
 from engine.networks.checkpoints import read_checkpoint
 from tests.engine.networks.reference import max_rel_err, reference_modules
 
 NAME = "warp_network"
-SMALL = {"num_kp": 3, "feature_channels": 4, "depth": 4, "compressed": 2, "hourglass_widths": (4, 8, 16), "out_channels": 8}
+SMALL = {
+    "num_kp": 3,
+    "feature_channels": 4,
+    "depth": 4,
+    "compressed": 2,
+    "hourglass_widths": (4, 8, 16),
+    "out_channels": 8,
+}
 
 
 def warp_inputs(batch: int, seed: int, size: tuple[int, int, int, int] = (32, 16, 64, 64), num_kp: int = 21):
@@ -179,7 +186,9 @@ def test_heatmaps_are_driving_minus_source_gaussians_of_variance_one_hundredth()
     for k in range(2):
         expected = gaussian(kp_driving[0, k].numpy()) - gaussian(kp_source[0, k].numpy())
         np.testing.assert_allclose(heat[0, k + 1], expected, atol=1e-12)
-    assert heat[0, 1, 1, 2, 2] == pytest.approx(1.0 - np.exp(-0.25 / 0.02)), "driving keypoint 0 sits on the centre voxel"
+    assert heat[0, 1, 1, 2, 2] == pytest.approx(1.0 - np.exp(-0.25 / 0.02)), (
+        "driving keypoint 0 sits on the centre voxel"
+    )
 
 
 def test_motion_features_interleave_one_heatmap_and_the_sampled_channels_per_group() -> None:
@@ -222,7 +231,8 @@ def test_forward_warps_by_the_deformation_then_masks_by_the_occlusion() -> None:
 
 
 def test_both_grid_samples_go_through_the_instance_sampler() -> None:
-    """Export code swaps ``sample_volume`` on the instance; the sparse-motion and the final warp sample must both use it."""
+    """Export code swaps ``sample_volume`` on the instance; the sparse-motion and the final warp sample must both use
+    it."""
     net = small_network()
     calls = []
 
@@ -321,7 +331,8 @@ def test_folded_batchnorm_matches_unfolded(checkpoint: Path, inputs, first_singl
 
 @pytest.mark.slow
 def test_fp16_agrees_with_fp32(checkpoint: Path) -> None:
-    """Production runs the warp folded in fp16. CPU fp16 3-D convs are ~100x slower, so the CPU checks a small network."""
+    """Production runs the warp folded in fp16. CPU fp16 3-D convs are ~100x slower, so the CPU checks a small
+    network."""
     if torch.cuda.is_available():
         feature, kp_source, kp_driving = warp_inputs(1, seed=9)
         full = load_network(NAME, checkpoint)

@@ -200,7 +200,8 @@ def test_rebuild_command_of_tensorrt_rtx_plans_names_builder_and_targets() -> No
 
 
 def test_only_an_onnx_manifest_may_name_a_published_graph_outside_its_folder(tmp_path) -> None:
-    """build_plans records the published HuBERT graph it takes by its absolute path; a plan is always beside its manifest."""
+    """build_plans records the published HuBERT graph it takes by its absolute path; a plan is always beside its
+    manifest."""
     published = {"file": str(tmp_path / "hubert.onnx"), "settings": {"source": "published"}, "io": {}}
     manifest = make_plans(tmp_path / "onnx", kind="onnx", builder=None, builder_version=None, compute_capabilities=[])
     raw = json.loads((tmp_path / "onnx" / MANIFEST_FILE).read_text())

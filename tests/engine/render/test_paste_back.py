@@ -31,7 +31,8 @@ def reference_paste(frame: np.ndarray, render: np.ndarray, matrix: np.ndarray, m
 
 
 def smooth_render(seed: int, size: int = 512) -> np.ndarray:
-    """A render with bounded gradients (random 16x16 upsampled), so sub-pixel rounding in any cv2 version stays < 1 level."""
+    """A render with bounded gradients (random 16x16 upsampled), so sub-pixel rounding in any cv2 version stays < 1
+    level."""
     low = np.random.default_rng(seed).random((16, 16, 3)).astype(np.float32) * 1.2 - 0.1
     return cv2.resize(low, (size, size), interpolation=cv2.INTER_LINEAR).transpose(2, 0, 1).copy()
 

@@ -1,4 +1,5 @@
-"""Fixtures for driving sessions' pipelines by hand or through a runtime's ``step``: the real LMDM and stitching network on
+"""Fixtures for driving sessions' pipelines by hand or through a runtime's ``step``: the real LMDM and stitching network
+on
 random weights, a synthetic image avatar (as the runtime loads it, and as a registered one to open sessions with)."""
 
 from __future__ import annotations
@@ -40,9 +41,15 @@ def registered_avatar() -> Avatar:
     """The synthetic avatar as a registered one (an 8x8 frame, no appearance feature) to open runtime sessions with."""
     source = synthetic_source()
     return Avatar(
-        name="synthetic", f_s=torch.zeros(1, 1), **{k: source[k] for k in (*WIDTHS, "kp", "eye_open", "eye_ball")},
-        M_c2o=torch.eye(3)[None], sc=source["kp"][0], mask_crop=torch.ones(8, 8), frames=torch.zeros(1, 8, 8, 3, dtype=torch.uint8),
-        is_image=True, manifest={},
+        name="synthetic",
+        f_s=torch.zeros(1, 1),
+        **{k: source[k] for k in (*WIDTHS, "kp", "eye_open", "eye_ball")},
+        M_c2o=torch.eye(3)[None],
+        sc=source["kp"][0],
+        mask_crop=torch.ones(8, 8),
+        frames=torch.zeros(1, 8, 8, 3, dtype=torch.uint8),
+        is_image=True,
+        manifest={},
     )
 
 
@@ -52,7 +59,13 @@ def avatar() -> LoadedAvatar:
     source = synthetic_source()
     eye_open, eye_ball = source.pop("eye_open"), source.pop("eye_ball")
     return LoadedAvatar(
-        name="synthetic", f_s=torch.zeros(1, 1), source=source, source_motion=join_motion(source)[0],
-        canonical_kp=source["kp"][0], eye_open=eye_open, eye_ball=eye_ball,
-        paste=None, is_image=True,
+        name="synthetic",
+        f_s=torch.zeros(1, 1),
+        source=source,
+        source_motion=join_motion(source)[0],
+        canonical_kp=source["kp"][0],
+        eye_open=eye_open,
+        eye_ball=eye_ball,
+        paste=None,
+        is_image=True,
     )

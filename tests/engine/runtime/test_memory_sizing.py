@@ -25,8 +25,12 @@ def test_a_runtime_for_one_session_warms_up_only_the_smallest_buckets_and_admits
 def test_a_runtime_for_three_sessions_keeps_the_buckets_up_to_the_first_that_holds_a_hop_of_each(engine) -> None:
     with Runtime(engine, RuntimeConfig(sessions=3, progress=False), start=False) as runtime:
         assert runtime.warmup_steps() == [
-            ("render frames", 20), ("render frames", 10), ("render frames", 5),
-            ("LMDM windows", 4), ("LMDM windows", 2), ("LMDM windows", 1),
+            ("render frames", 20),
+            ("render frames", 10),
+            ("render frames", 5),
+            ("LMDM windows", 4),
+            ("LMDM windows", 2),
+            ("LMDM windows", 1),
         ]
 
 

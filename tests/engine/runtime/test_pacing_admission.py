@@ -1,11 +1,21 @@
-"""The live clock and admission: silence only just in time, speech as early as it can be ready, capacity from measured costs."""
+"""The live clock and admission: silence only just in time, speech as early as it can be ready, capacity from measured
+costs."""
 
 from __future__ import annotations
 
 import pytest
 
 from engine.runtime.admission import capacity, hop_cost, hop_latency
-from engine.runtime.pacing import Lead, frame_deadline, frames_due, needs_idle, on_grid, speech_depth, speech_start, window_due
+from engine.runtime.pacing import (
+    Lead,
+    frame_deadline,
+    frames_due,
+    needs_idle,
+    on_grid,
+    speech_depth,
+    speech_start,
+    window_due,
+)
 
 RENDER_MS = {5: 23.6, 10: 42.2, 20: 81.4, 40: 151.2}
 WINDOW_MS = {1: 26.9, 2: 28.2, 4: 30.1, 8: 36.9, 16: 56.1}
@@ -36,7 +46,9 @@ def test_a_window_runs_once_the_clock_is_within_the_lead_of_its_first_frame_as_i
     assert window_due(produced=10, due=8.6, lead=LEAD)
     assert window_due(produced=10, due=30.0, lead=LEAD), "a late window runs at once"
     for due in (8.4, 8.6):
-        assert window_due(10, due, LEAD) == needs_idle(10, due, LEAD, speech_tail=False), "silence and its window come together"
+        assert window_due(10, due, LEAD) == needs_idle(10, due, LEAD, speech_tail=False), (
+            "silence and its window come together"
+        )
 
 
 def test_a_clock_starts_on_the_next_point_of_the_grid() -> None:
@@ -48,7 +60,9 @@ def test_a_clock_starts_on_the_next_point_of_the_grid() -> None:
 def test_a_frame_is_final_485_ms_of_audio_after_it_at_overlap_75() -> None:
     assert speech_depth(valid=5, held=5) == 12.125
     assert speech_depth(valid=70, held=10) == 82.125
-    assert speech_depth(valid=3, held=3) == 3 + 3 + 4 + 2.125, "a window that is not whole hops waits for the rest of a hop"
+    assert speech_depth(valid=3, held=3) == 3 + 3 + 4 + 2.125, (
+        "a window that is not whole hops waits for the rest of a hop"
+    )
 
 
 def test_speech_goes_right_after_the_committed_audio_when_that_is_far_enough_ahead() -> None:
@@ -60,7 +74,9 @@ def test_speech_never_starts_sooner_than_its_frames_can_be_final() -> None:
     depth = speech_depth(5, 5)
     start = speech_start(committed=640 * 25, due=20.0, lead=LEAD, depth=depth)
     assert start == pytest.approx(640 * (20.0 + 12.125 + 1.5), abs=1)
-    assert start - 640 * 20.0 >= 640 * (depth + LEAD.frames), "its latency is exactly depth + lead, whatever was committed"
+    assert start - 640 * 20.0 >= 640 * (depth + LEAD.frames), (
+        "its latency is exactly depth + lead, whatever was committed"
+    )
 
 
 def test_capacity_is_the_most_sessions_whose_hop_fits_the_budget() -> None:

@@ -36,7 +36,14 @@ class Loop:
         config = RuntimeConfig(progress=False)
         self.session = Session(0, avatar.name, False, 75, 0, config, lambda: None, controls)
         self.pipeline = SessionPipeline(
-            self.session, avatar, engine.backend.stitch, engine.silence_feature, engine.step_noise(0), 1103, self.session.controls, config
+            self.session,
+            avatar,
+            engine.backend.stitch,
+            engine.silence_feature,
+            engine.step_noise(0),
+            1103,
+            self.session.controls,
+            config,
         )
         self.requests = []
         self.stitched: list[tuple[torch.Tensor, torch.Tensor]] = []
@@ -48,7 +55,9 @@ class Loop:
         self.pipeline.motion.add_features(encode_chunks(self.engine.hubert, chunks)[:keep])
         while (request := self.pipeline.window_request()) is not None:
             self.requests.append(request)
-            window = self.sampler(request.noise[None], request.cond_frame[None], request.cond[None], request.step_noise[:, None])
+            window = self.sampler(
+                request.noise[None], request.cond_frame[None], request.cond[None], request.step_noise[:, None]
+            )
             self.pipeline.complete(window[0])
         self.pipeline.finish_if_done()
         if stitch:
@@ -87,7 +96,9 @@ def test_a_live_change_applies_from_the_next_tick_and_not_before(engine: Engine,
     for (m_a, x_a), (m_b, x_b) in zip(steady.stitched[:frames_before], changed.stitched[:frames_before]):
         assert torch.equal(m_a, m_b) and torch.equal(x_a, x_b)
     neutral, happy = emotion_vector("neutral").expand(80, 8), emotion_vector("happy").expand(80, 8)
-    assert all(torch.allclose(r.cond[:, 1024:1032], neutral) for r in steady.requests + changed.requests[:windows_before])
+    assert all(
+        torch.allclose(r.cond[:, 1024:1032], neutral) for r in steady.requests + changed.requests[:windows_before]
+    )
     assert all(torch.allclose(r.cond[:, 1024:1032], happy) for r in changed.requests[windows_before:])
     controls = StitchControls(pose_offset=(0.0, 15.0, 0.0), vad_alpha=0.5)
     reference = MotionStitcher(avatar.source, stitch=engine.backend.stitch, controls=controls)
@@ -98,7 +109,9 @@ def test_a_live_change_applies_from_the_next_tick_and_not_before(engine: Engine,
     assert (x_after - torch.stack([x for _, x in steady.stitched[frames_before:]])).abs().max() > 1e-3
 
 
-def test_bad_controls_are_refused_with_clear_errors_and_the_session_goes_on(engine: Engine, avatar: LoadedAvatar) -> None:
+def test_bad_controls_are_refused_with_clear_errors_and_the_session_goes_on(
+    engine: Engine, avatar: LoadedAvatar
+) -> None:
     loop = Loop(engine, avatar, Controls(pitch=-5.0))
     loop.push(0.6)
     loop.tick()
@@ -165,7 +178,9 @@ def test_blinks_come_from_the_table_on_a_seeded_open_ended_schedule_so_short_inp
     table = torch.linspace(-0.02, 0.02, 5 * 63).reshape(5, 63)
     loop = Loop(engine, avatar, Controls(blink_table=table, blink_gaps=(8, 40)))
     expected = blink_schedule(BLINK_SCHEDULE_FRAMES, 5, [8, 40], random.Random(0))
-    assert torch.equal(loop.pipeline.stitcher.blink_indices, expected) and torch.equal(loop.pipeline.stitcher.blink_table, table)
+    assert torch.equal(loop.pipeline.stitcher.blink_indices, expected) and torch.equal(
+        loop.pipeline.stitcher.blink_table, table
+    )
     assert expected[8:13].tolist() == [0, 1, 2, 3, 4], "the first blink after the first gap, however short the input"
     plain = Loop(engine, avatar, Controls(blink=False))
     assert plain.pipeline.stitcher.blink_table is None

@@ -17,7 +17,9 @@ from tests.engine.runtime.test_pipeline_controls import Loop
 pytestmark = pytest.mark.slow
 
 
-def test_after_an_interrupt_the_motion_blends_from_the_last_frame_shown_not_the_last_one_made(engine: Engine, avatar: LoadedAvatar) -> None:
+def test_after_an_interrupt_the_motion_blends_from_the_last_frame_shown_not_the_last_one_made(
+    engine: Engine, avatar: LoadedAvatar
+) -> None:
     loop = Loop(engine, avatar)
     loop.push(0.8)
     loop.tick()

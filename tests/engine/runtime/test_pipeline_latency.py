@@ -33,7 +33,8 @@ MARGIN = 0.5
 
 
 class InstantExecutor(Executor):
-    """Each window is its conditioning frame repeated, each render a black 2x2 image: only when frames become final matters."""
+    """Each window is its conditioning frame repeated, each render a black 2x2 image: only when frames become final
+    matters."""
 
     def sample(self, batch: list[WindowJob]) -> torch.Tensor:
         return torch.stack([job.request.cond_frame.expand(80, -1).clone() for job in batch])
@@ -43,7 +44,8 @@ class InstantExecutor(Executor):
 
 
 class VirtualRuntime:
-    """A runtime without its loop thread, stepped every ``TICK`` on a virtual clock that starts at 0 (its window grid's origin).
+    """A runtime without its loop thread, stepped every ``TICK`` on a virtual clock that starts at 0 (its window grid's
+    origin).
 
     ``batched``: sessions share calls and a live session's windows wait until due on the grid, as on CUDA.
     """
@@ -77,10 +79,12 @@ class VirtualRuntime:
 
 
 class LiveLoop:
-    """One live session of a ``VirtualRuntime``: push what is due, note when each frame was ready and the audio committed ahead."""
+    """One live session of a ``VirtualRuntime``: push what is due, note when each frame was ready and the audio
+    committed ahead."""
 
     def __init__(self, host: VirtualRuntime, session: Session, paced: bool) -> None:
-        """``paced``: frames are taken only once the clock shows them (as a sink does), not as soon as they are ready."""
+        """``paced``: frames are taken only once the clock shows them (as a sink does), not as soon as they are
+        ready."""
         self.host = host
         self.session = session
         self.paced = paced
@@ -163,7 +167,9 @@ def utterance(seconds: float, level: float = 0.4) -> np.ndarray:
 
 
 @pytest.mark.parametrize("phase", [0.0, 0.07, 0.13])
-def test_speech_is_shown_depth_plus_lead_after_it_is_pushed_whatever_the_phase(engine: Engine, registered_avatar: Avatar, phase: float) -> None:
+def test_speech_is_shown_depth_plus_lead_after_it_is_pushed_whatever_the_phase(
+    engine: Engine, registered_avatar: Avatar, phase: float
+) -> None:
     loop = VirtualRuntime(engine, registered_avatar).open()
     pushed = 1.0 + phase
     loop.run(pushed)
@@ -176,17 +182,23 @@ def test_speech_is_shown_depth_plus_lead_after_it_is_pushed_whatever_the_phase(e
     assert loop.first_spoken_at() - pushed == pytest.approx((depth + lead) / FPS, abs=0.001), "latency is depth + lead"
 
     spoken = [i for i in frames if loop.speech[i]]
-    assert spoken == list(range(spoken[0], spoken[0] + len(spoken))) and len(spoken) >= 0.6 * FPS, "no silence inside on-time speech"
+    assert spoken == list(range(spoken[0], spoken[0] + len(spoken))) and len(spoken) >= 0.6 * FPS, (
+        "no silence inside on-time speech"
+    )
     assert not loop.late_frames(), "every frame is ready by the time the clock shows it"
     pushed_through = spoken[: -int(np.ceil(depth))]
     slack = min(loop.anchor + i / FPS - loop.ready_at[i] for i in pushed_through)
-    assert slack >= (MARGIN / FPS) - TICK - 1e-9, "frames made final by pushed speech are ready the margin ahead (less a tick)"
+    assert slack >= (MARGIN / FPS) - TICK - 1e-9, (
+        "frames made final by pushed speech are ready the margin ahead (less a tick)"
+    )
     assert idle_ahead <= depth + lead, "idle silence is never committed further ahead than speech would be placed"
     assert loop.session.counters["deadline_misses"] == 0
     assert loop.session.stats()["speech_latency_ms"] == pytest.approx((depth + lead) / FPS * 1000, abs=0.1)
 
 
-def test_a_pusher_that_stalls_gets_silence_just_in_time_and_no_frame_is_late(engine: Engine, registered_avatar: Avatar) -> None:
+def test_a_pusher_that_stalls_gets_silence_just_in_time_and_no_frame_is_late(
+    engine: Engine, registered_avatar: Avatar
+) -> None:
     loop = VirtualRuntime(engine, registered_avatar).open()
     loop.run(1.0)
     loop.run(1.4, utterance(0.4, level=0.2), start=1.0)
@@ -201,7 +213,9 @@ def test_a_pusher_that_stalls_gets_silence_just_in_time_and_no_frame_is_late(eng
     assert loop.session.counters["deadline_misses"] == 0
 
 
-def test_sessions_that_start_and_speak_out_of_phase_run_their_windows_in_the_same_ticks(engine: Engine, registered_avatar: Avatar) -> None:
+def test_sessions_that_start_and_speak_out_of_phase_run_their_windows_in_the_same_ticks(
+    engine: Engine, registered_avatar: Avatar
+) -> None:
     host = VirtualRuntime(engine, registered_avatar, batched=True)
     starts = [0.0, 0.07, 0.13]
     pushed = 2.03
@@ -215,22 +229,32 @@ def test_sessions_that_start_and_speak_out_of_phase_run_their_windows_in_the_sam
         host.tick()
 
     for loop, start in zip(loops, starts):
-        assert loop.anchor / 0.2 == pytest.approx(round(loop.anchor / 0.2), abs=1e-6), "every clock starts on the runtime's 200 ms grid"
+        assert loop.anchor / 0.2 == pytest.approx(round(loop.anchor / 0.2), abs=1e-6), (
+            "every clock starts on the runtime's 200 ms grid"
+        )
         assert loop.anchor - start < 0.2 + 0.2 + 0.055, "its first frame comes at most one hop later than alone"
     steady = [{t for t in loop.window_ticks if t >= 1.0} for loop in loops]
     idle = steady[0]
     assert len(idle) >= 14
     for ticks in steady[1:]:
         late = ticks - idle
-        assert len(ticks) == len(idle) and len(late) <= 1, "idle or speaking, every window of a hop runs in the same tick"
-        assert all(round(t - TICK, 6) in idle for t in late), "but the one after an utterance, which waits half the margin for a late push"
+        assert len(ticks) == len(idle) and len(late) <= 1, (
+            "idle or speaking, every window of a hop runs in the same tick"
+        )
+        assert all(round(t - TICK, 6) in idle for t in late), (
+            "but the one after an utterance, which waits half the margin for a late push"
+        )
     for loop in loops:
         assert not loop.late_frames(), "and every frame is ready by the time its clock shows it"
     lead = loops[1].lead_frames
-    assert loops[1].first_spoken_at() - pushed == pytest.approx((speech_depth(5, 5) + lead) / FPS, abs=0.001), "latency is unchanged"
+    assert loops[1].first_spoken_at() - pushed == pytest.approx((speech_depth(5, 5) + lead) / FPS, abs=0.001), (
+        "latency is unchanged"
+    )
 
 
-def test_an_interrupted_session_runs_its_windows_with_the_others_again(engine: Engine, registered_avatar: Avatar) -> None:
+def test_an_interrupted_session_runs_its_windows_with_the_others_again(
+    engine: Engine, registered_avatar: Avatar
+) -> None:
     host = VirtualRuntime(engine, registered_avatar, batched=True)
     loops = [host.open(paced=True) for _ in range(2)]
     speaker = loops[1]
@@ -249,14 +273,18 @@ def test_an_interrupted_session_runs_its_windows_with_the_others_again(engine: E
     after = {t for t in speaker.window_ticks if t >= 1.95}
     assert len(after) >= 14
     apart = after - idle
-    assert len(apart) <= 2, f"after its first window and the one after the new utterance, it batches again: apart at {sorted(apart)}"
+    assert len(apart) <= 2, (
+        f"after its first window and the one after the new utterance, it batches again: apart at {sorted(apart)}"
+    )
     taken = sorted(speaker.audio)
     assert taken == list(range(taken[0], taken[-1] + 1)), "the stream goes on through the interrupt without a gap"
     frames = [i for i in taken if i > shown_before]
     audio = np.concatenate([speaker.audio[i] for i in frames])
     first_loud = speaker.shown_at(int(np.flatnonzero(np.abs(audio) > 0.1)[0]) + frames[0] * SINK_RATE // FPS)
     lead = speaker.lead_frames
-    assert first_loud - 2.31 == pytest.approx((speech_depth(5, 5) + lead) / FPS, abs=0.001), "the new utterance keeps the latency"
+    assert first_loud - 2.31 == pytest.approx((speech_depth(5, 5) + lead) / FPS, abs=0.001), (
+        "the new utterance keeps the latency"
+    )
     assert speaker.session.counters["deadline_misses"] == 0
 
 
@@ -272,14 +300,18 @@ def test_a_low_latency_session_beside_a_faithful_one_shows_speech_after_its_shor
         loop.say(utterance(0.6), start=pushed)
     host.run(pushed + 1.5)
 
-    assert low.first_spoken_at() - pushed == pytest.approx((speech_depth(3, 0, 3) + low.lead_frames) / FPS, abs=0.001), (
-        "205 ms of audio after a frame (a 3-frame hop, nothing held, the look-ahead) plus the lead"
+    assert low.first_spoken_at() - pushed == pytest.approx(
+        (speech_depth(3, 0, 3) + low.lead_frames) / FPS, abs=0.001
+    ), "205 ms of audio after a frame (a 3-frame hop, nothing held, the look-ahead) plus the lead"
+    assert faithful.first_spoken_at() - pushed == pytest.approx(
+        (speech_depth(5, 5) + faithful.lead_frames) / FPS, abs=0.001
     )
-    assert faithful.first_spoken_at() - pushed == pytest.approx((speech_depth(5, 5) + faithful.lead_frames) / FPS, abs=0.001)
     assert low.first_spoken_at() < faithful.first_spoken_at() - 0.25
     steady = sorted(t for t in low.window_ticks if t >= 0.5)
     gaps = np.round(np.diff(steady), 6)
-    assert set(gaps) <= {0.11, 0.12, 0.13} and gaps.mean() == pytest.approx(0.12, abs=0.002), "a window every 120 ms (to a tick)"
+    assert set(gaps) <= {0.11, 0.12, 0.13} and gaps.mean() == pytest.approx(0.12, abs=0.002), (
+        "a window every 120 ms (to a tick)"
+    )
     for loop in (faithful, low):
         frames = sorted(loop.audio)
         assert frames == list(range(frames[0], frames[-1] + 1)) and not loop.late_frames()

@@ -15,7 +15,9 @@ from tests.engine.runtime.test_pipeline_latency import VirtualRuntime, utterance
 pytestmark = pytest.mark.slow
 
 
-def test_segments_close_in_order_through_ends_interrupts_and_interrupts_of_nothing(engine: Engine, registered_avatar: Avatar) -> None:
+def test_segments_close_in_order_through_ends_interrupts_and_interrupts_of_nothing(
+    engine: Engine, registered_avatar: Avatar
+) -> None:
     loop = VirtualRuntime(engine, registered_avatar).open()
     session = loop.session
     loop.run(1.0)

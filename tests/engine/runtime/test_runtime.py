@@ -20,8 +20,8 @@ from avatars.register import register
 from engine.audio.hubert import TorchHubertRunner, offline_frame_count
 from engine.audio.standin_hubert import build_standin
 from engine.backends.torch_backend import TorchBackend
-from engine.engine import Engine
 from engine.controls import ControlError, Controls
+from engine.engine import Engine
 from engine.runtime import AdmissionError, AudioError, Backpressure, Runtime, RuntimeConfig, SessionClosed
 
 pytestmark = pytest.mark.slow
@@ -66,7 +66,9 @@ def render_offline(runtime: Runtime, avatar, seeds: list[int], audio: np.ndarray
     return frames
 
 
-def test_a_session_beside_another_makes_exactly_the_frames_it_makes_alone_with_its_own_48k_audio(runtime: Runtime, avatar) -> None:
+def test_a_session_beside_another_makes_exactly_the_frames_it_makes_alone_with_its_own_48k_audio(
+    runtime: Runtime, avatar
+) -> None:
     audio = tone(0.07)
     solo = [render_offline(runtime, avatar, [seed], audio)[0] for seed in (0, 1)]
     together = render_offline(runtime, avatar, [1, 0], audio)
@@ -77,7 +79,9 @@ def test_a_session_beside_another_makes_exactly_the_frames_it_makes_alone_with_i
     assert not all(torch.equal(a.image, b.image) for a, b in zip(solo[0], solo[1]))
     assert len(runtime.avatars) == 0
     metrics = runtime.metrics()
-    assert 0 < metrics["tick_cpu_ms_p50"] and metrics["tick_cpu_ms_p99"] <= metrics["tick_wall_ms_p99"] + 1, "the loop's CPU share of its ticks"
+    assert 0 < metrics["tick_cpu_ms_p50"] and metrics["tick_cpu_ms_p99"] <= metrics["tick_wall_ms_p99"] + 1, (
+        "the loop's CPU share of its ticks"
+    )
     frames = solo[0]
     assert [f.pts for f in frames] == [Fraction(i, 25) for i in range(2)]
     assert all(f.audio.shape == (1920,) and f.audio.dtype == np.float32 and f.speech for f in frames)
@@ -151,7 +155,9 @@ def test_a_runtime_for_files_refuses_live_sessions_and_renders_files(runtime: Ru
         files_only.close()
 
 
-def test_interrupt_drops_untaken_frames_and_goes_on_silently_numbered_from_the_last_frame_shown(runtime: Runtime, avatar) -> None:
+def test_interrupt_drops_untaken_frames_and_goes_on_silently_numbered_from_the_last_frame_shown(
+    runtime: Runtime, avatar
+) -> None:
     session = runtime.open_session(avatar, live=True, overlap=75)
     session.push_audio(tone(0.2), RATE)
     shown = [session.next_frame(timeout=300) for _ in range(3)]
@@ -164,7 +170,9 @@ def test_interrupt_drops_untaken_frames_and_goes_on_silently_numbered_from_the_l
     assert session.stats()["interrupts"] == 1
 
 
-def test_controls_reach_the_rendered_frames_whether_opened_with_or_set_from_another_thread(runtime: Runtime, avatar) -> None:
+def test_controls_reach_the_rendered_frames_whether_opened_with_or_set_from_another_thread(
+    runtime: Runtime, avatar
+) -> None:
     turned = Controls(yaw=25.0, vad_alpha=0.0)
     plain = runtime.open_session(avatar, live=False, seed=3)
     opened = runtime.open_session(avatar, live=False, seed=3, controls=turned)
@@ -182,5 +190,7 @@ def test_controls_reach_the_rendered_frames_whether_opened_with_or_set_from_anot
         frames = [session.next_frame(timeout=300)]
         assert session.next_frame(timeout=300) is None
         images.append(frames[0].image)
-    assert torch.equal(images[1], images[2]), "a change made before the loop's next tick is in force for every frame after it"
+    assert torch.equal(images[1], images[2]), (
+        "a change made before the loop's next tick is in force for every frame after it"
+    )
     assert (images[0].float() - images[1].float()).abs().mean() > 1.0

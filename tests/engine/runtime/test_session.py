@@ -35,7 +35,9 @@ def test_a_push_racing_the_loop_draining_the_resamplers_at_speech_end_keeps_ever
     session.push_audio(tone(0.2, 48_000), 48_000)
     monkeypatch.undo()
     session.end()
-    assert drained and first + drained[0] + session.collect().model.size == pytest.approx(0.4 * SAMPLE_RATE, abs=2), "both pushes reach the model, nothing lost"
+    assert drained and first + drained[0] + session.collect().model.size == pytest.approx(0.4 * SAMPLE_RATE, abs=2), (
+        "both pushes reach the model, nothing lost"
+    )
 
 
 @pytest.mark.parametrize("rate", ["48000", 0, 44_100.5, float("nan")])

@@ -23,7 +23,9 @@ RATE = 16_000
 
 @pytest.fixture
 def runtime(engine: Engine, monkeypatch) -> Runtime:
-    monkeypatch.setattr(engine.backend, "render", lambda f_s, x_s, x_d: torch.zeros(f_s.shape[0], 3, 8, 8), raising=False)
+    monkeypatch.setattr(
+        engine.backend, "render", lambda f_s, x_s, x_d: torch.zeros(f_s.shape[0], 3, 8, 8), raising=False
+    )
     threads = threading.active_count()
     runtime = Runtime(engine, RuntimeConfig(progress=False), start=False, clock=lambda: 0.0)
     assert threading.active_count() == threads, "no loop thread"
@@ -31,7 +33,9 @@ def runtime(engine: Engine, monkeypatch) -> Runtime:
     runtime.close()
 
 
-def test_each_step_runs_one_tick_on_the_callers_thread_until_the_session_is_done(runtime: Runtime, registered_avatar: Avatar) -> None:
+def test_each_step_runs_one_tick_on_the_callers_thread_until_the_session_is_done(
+    runtime: Runtime, registered_avatar: Avatar
+) -> None:
     assert runtime.step() is False and runtime.counters["ticks"] == 0, "a tick with nothing to do did nothing"
     session = runtime.open_session(registered_avatar, live=False, seed=1)
     assert runtime.metrics()["sessions"] == 1, "opening a session needs no loop thread"
@@ -39,7 +43,9 @@ def test_each_step_runs_one_tick_on_the_callers_thread_until_the_session_is_done
     session.end()
 
     assert runtime.step() is True
-    assert runtime.counters["ticks"] == 1 and session.counters["windows"] == 1, "one tick: the audio encoded, its window sampled"
+    assert runtime.counters["ticks"] == 1 and session.counters["windows"] == 1, (
+        "one tick: the audio encoded, its window sampled"
+    )
     frames = session.take_ready()
     steps = 1
     while not session.finished and steps < 10:
@@ -49,7 +55,9 @@ def test_each_step_runs_one_tick_on_the_callers_thread_until_the_session_is_done
 
     assert session.finished and steps < 10
     assert [f.index for f in frames] == list(range(7)), "every frame of 0.25 s, in order"
-    assert all(f.image.shape == (8, 8, 3) and f.image.dtype == torch.uint8 for f in frames), "pasted back into the avatar's frame"
+    assert all(f.image.shape == (8, 8, 3) and f.image.dtype == torch.uint8 for f in frames), (
+        "pasted back into the avatar's frame"
+    )
     assert session.stats()["frames_generated"] == 7 and runtime.counters["ticks"] == steps
     assert runtime.metrics()["sessions"] == 0 and len(runtime.avatars) == 0, "a finished session leaves the runtime"
     assert runtime.step() is False

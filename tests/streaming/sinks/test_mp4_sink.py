@@ -47,7 +47,9 @@ def test_a_sink_attached_mid_stream_starts_on_the_keyframe_it_asks_for(tmp_path:
     output.start()
     deadline = time.monotonic() + 10
     while output.stats.frames_released < 15:
-        assert time.monotonic() < deadline, f"only {output.stats.frames_released} of the first 15 frames released within 10 s"
+        assert time.monotonic() < deadline, (
+            f"only {output.stats.frames_released} of the first 15 frames released within 10 s"
+        )
         time.sleep(0.01)
     sink = Mp4Sink(path, output.request_keyframe)
     output.add_sink(sink)

@@ -1,4 +1,5 @@
-"""WebRTC preview: a real headless Chromium decodes the shared H.264 and Opus; viewers get an IDR of their own and leave cleanly."""
+"""WebRTC preview: a real headless Chromium decodes the shared H.264 and Opus; viewers get an IDR of their own and leave
+cleanly."""
 
 from __future__ import annotations
 
@@ -14,11 +15,11 @@ from aiohttp import web
 from aiortc.rtp import RTCP_PSFB_PLI, RtcpPsfbPacket
 
 from harness.viewers import CHROMIUM_FLAGS
-from tests.serving.inprocess import Stream, create_app
 from streaming.encoders.h264 import H264Settings
 from streaming.output import EncodedFrame, SessionOutput
 from streaming.output_settings import OutputSettings
 from streaming.sinks.webrtc import Viewer, ViewerRefused, WebRtcPreview, loopback_candidates
+from tests.serving.inprocess import Stream, create_app
 from tests.streaming.conftest import INSTALL_HINT, free_port
 from tests.streaming.synthetic import SyntheticSession
 
@@ -123,7 +124,9 @@ def test_only_candidates_whose_connection_address_is_127_0_0_1_are_kept() -> Non
         ]
     )
     kept = loopback_candidates(sdp).splitlines()
-    assert [line for line in kept if line.startswith("a=candidate")] == ["a=candidate:1 1 udp 2130706431 127.0.0.1 50000 typ host"]
+    assert [line for line in kept if line.startswith("a=candidate")] == [
+        "a=candidate:1 1 udp 2130706431 127.0.0.1 50000 typ host"
+    ]
     assert kept[0] == "v=0" and kept[-1] == "a=end-of-candidates"
 
 
@@ -143,7 +146,10 @@ def test_a_viewer_that_never_connects_frees_its_slot() -> None:
             client.addTransceiver("audio", direction="recvonly")
             await client.setLocalDescription(await client.createOffer())
             # No candidates and the answer is never applied: this peer's ICE can never complete.
-            return "\r\n".join(l for l in client.localDescription.sdp.splitlines() if not l.startswith("a=candidate")) + "\r\n"
+            return (
+                "\r\n".join(x for x in client.localDescription.sdp.splitlines() if not x.startswith("a=candidate"))
+                + "\r\n"
+            )
 
         for _ in range(2):
             await preview.join(await offer_without_candidates())
@@ -182,7 +188,9 @@ def test_chromium_decodes_the_preview_and_a_late_viewer_gets_a_picture_within_a_
         output.start()
         try:
             async with async_playwright() as playwright:
-                browser = await playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_FLAGS, env=env)
+                browser = await playwright.chromium.launch(
+                    executable_path=CHROMIUM, headless=True, args=CHROMIUM_FLAGS, env=env
+                )
                 try:
                     first = await browser.new_page()
                     await first.goto(f"http://127.0.0.1:{port}/?session=0")
@@ -240,7 +248,9 @@ def test_chromium_decodes_a_high_profile_cbr_preview(tmp_path: Path) -> None:
         output.start()
         try:
             async with async_playwright() as playwright:
-                browser = await playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_FLAGS, env=env)
+                browser = await playwright.chromium.launch(
+                    executable_path=CHROMIUM, headless=True, args=CHROMIUM_FLAGS, env=env
+                )
                 try:
                     page = await browser.new_page()
                     await page.goto(f"http://127.0.0.1:{port}/?session=0")

@@ -12,9 +12,9 @@ import numpy as np
 from aiohttp.test_utils import TestClient, TestServer
 
 from engine.controls import Controls
-from tests.serving.inprocess import Stream, create_app
 from streaming.output import SessionOutput
 from streaming.sources.push import MAX_CONTROL_DEPTH, MAX_MESSAGE_SECONDS
+from tests.serving.inprocess import Stream, create_app
 from tests.streaming.synthetic import SyntheticSession
 from tests.streaming.test_output import Recorder
 
@@ -60,15 +60,25 @@ def test_the_push_protocol_end_to_end() -> None:
             frames_before = len(recorder.frames)
             assert "format" in await error_for(b"\x00\x00" * 100)
             assert "JSON" in await error_for("not json")
-            assert "expected format, controls, end_of_segment, interrupt or end" in await error_for(json.dumps({"type": "dance"}))
+            assert "expected format, controls, end_of_segment, interrupt or end" in await error_for(
+                json.dumps({"type": "dance"})
+            )
             assert "outside" in await error_for(json.dumps({"type": "format", "sample_rate": 5}))
             assert "8000..192000" in await error_for(json.dumps({"type": "format", "sample_rate": 4000}))
             assert "number of Hz" in await error_for(json.dumps({"type": "format", "sample_rate": "24k"}))
             assert "channels" in await error_for(json.dumps({"type": "format", "sample_rate": 16000, "channels": 0}))
-            assert "encoding" in await error_for(json.dumps({"type": "format", "sample_rate": 16000, "encoding": "mp3"}))
+            assert "encoding" in await error_for(
+                json.dumps({"type": "format", "sample_rate": 16000, "encoding": "mp3"})
+            )
 
             await ws.send_str(json.dumps({"type": "format", "sample_rate": 24000, "channels": 1, "encoding": "s16le"}))
-            assert await ws.receive_json(timeout=5) == {"type": "ready", "sample_rate": 24000, "channels": 1, "encoding": "s16le", "latency": "faithful"}
+            assert await ws.receive_json(timeout=5) == {
+                "type": "ready",
+                "sample_rate": 24000,
+                "channels": 1,
+                "encoding": "s16le",
+                "latency": "faithful",
+            }
             assert "whole sample frames" in await error_for(b"\x01\x02\x03")
             await ws.send_bytes(np.full(2400, 16384, "<i2").tobytes())
             await until(lambda: len(session.pushed) == 1)
@@ -123,7 +133,8 @@ def test_controls_messages_change_the_sessions_controls_and_bad_ones_change_noth
             frames_before = len(recorder.frames)
             await ws.send_json({"type": "controls", "yaw": 10, "emotion": "Happy", "fix_kp_cond_dims": [0, 202]})
             assert await ws.receive_json(timeout=5) == {
-                "type": "controls", "applied": {"yaw": 10.0, "emotion": "happy", "fix_kp_cond_dims": [0, 202]}
+                "type": "controls",
+                "applied": {"yaw": 10.0, "emotion": "happy", "fix_kp_cond_dims": [0, 202]},
             }
             assert session.controls == Controls(yaw=10.0, emotion="happy", fix_kp_cond_dims=(0, 202))
             table = [[0.0] * 63, [0.01] * 63]
@@ -148,7 +159,8 @@ def test_controls_messages_change_the_sessions_controls_and_bad_ones_change_noth
 
 
 def test_after_the_session_ended_a_websocket_client_is_told_what_to_do() -> None:
-    """The runtime's SessionClosed names runtime.open_session, which a WebSocket client cannot call: it is told the HTTP way."""
+    """The runtime's SessionClosed names runtime.open_session, which a WebSocket client cannot call: it is told the HTTP
+    way."""
     from aiohttp import web
 
     from engine.runtime import SessionClosed
@@ -163,6 +175,7 @@ def test_after_the_session_ended_a_websocket_client_is_told_what_to_do() -> None
 
     async def scenario() -> None:
         app = web.Application()
+
         async def push(request: web.Request) -> web.WebSocketResponse:
             return await push_handler(request, Ended())
 
