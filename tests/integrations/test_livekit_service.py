@@ -111,7 +111,7 @@ class Harness:
     async def open(self) -> tuple[str, AgentAudio, RoomOutput]:
         """A session whose output is a (local) room: the agent's audio output and the room output."""
         session_id = secrets.token_hex(4)
-        send_nowait(self.inbox, SessionOutputs(session_id, (), None, False, (f"local://{session_id}", "a.b.c")))
+        send_nowait(self.inbox, SessionOutputs(session_id, (), None, False, livekit=(f"local://{session_id}", "a.b.c")))
         opening = OpenSession(session_id, "anchor", None, "faithful", 0, None, self.worker.config.address)
         await self.core.request(opening)
         joined = await self.event(RoomJoined)
