@@ -22,7 +22,7 @@ from tests.integrations.conftest import INTEGRATIONS_HINT
 pytest.importorskip("livekit.agents", reason=INTEGRATIONS_HINT)
 
 from livekit import api, rtc
-from livekit.agents.voice.avatar import AudioSegmentEnd, AvatarRunner, QueueAudioOutput
+from livekit.agents.voice.avatar import AudioSegmentEnd, AvatarRunner
 
 from integrations.livekit_avatar import (
     DittoAvatarRunner,
@@ -31,9 +31,9 @@ from integrations.livekit_avatar import (
     avatar_options,
     run_in_process,
 )
+from tests.integrations.agent_audio import TTS_RATE, AgentAudio
 from tests.integrations.fast_session import SIZE, FastSession, portrait
 
-TTS_RATE = 24_000
 CHUNK = TTS_RATE // 50  # 20 ms, as a TTS streams
 
 
@@ -61,22 +61,6 @@ class ImmediateSync:
 
     async def aclose(self) -> None:
         pass
-
-
-class AgentAudio(QueueAudioOutput):
-    """The agent's audio output (the real QueueAudioOutput) recording each notification the runner sends it."""
-
-    def __init__(self) -> None:
-        super().__init__(sample_rate=TTS_RATE)
-        self.events: list[tuple[str, float, bool]] = []
-
-    def notify_playback_started(self) -> None:
-        self.events.append(("started", 0.0, False))
-        super().notify_playback_started()
-
-    def notify_playback_finished(self, playback_position: float, interrupted: bool) -> None:
-        self.events.append(("finished", playback_position, interrupted))
-        super().notify_playback_finished(playback_position, interrupted)
 
 
 def tts_chunk(level: float = 0.3) -> rtc.AudioFrame:

@@ -34,7 +34,6 @@ import zmq
 import zmq.asyncio
 from aiohttp import web
 from livekit import rtc
-from livekit.agents.voice.avatar import QueueAudioOutput
 
 from serving.client import CoreClient
 from serving.core import EngineCore
@@ -54,32 +53,12 @@ from serving.protocol import (
 from serving.rooms import RoomOutput
 from serving.service import Service, ServiceOptions
 from serving.worker import Worker
+from tests.integrations.agent_audio import TTS_RATE, AgentAudio
 from tests.streaming.conftest import free_port
 
 RUNTIME = "tests.streaming.synthetic_runtime:build"
-TTS_RATE = 24_000
 CHUNK = TTS_RATE // 25
 """40 ms: the synthetic session makes one speech frame of each push."""
-
-
-class AgentAudio(QueueAudioOutput):
-    """The agent's audio output (the real ``QueueAudioOutput``, asking for ``lk.playback_started``), recording what the
-    avatar tells it."""
-
-    def __init__(self) -> None:
-        super().__init__(sample_rate=TTS_RATE, wait_playback_start=True)
-        self.events: list[tuple[str, float, bool]] = []
-
-    def notify_playback_started(self) -> None:
-        self.events.append(("started", 0.0, False))
-        super().notify_playback_started()
-
-    def notify_playback_finished(self, playback_position: float, interrupted: bool) -> None:
-        self.events.append(("finished", playback_position, interrupted))
-        super().notify_playback_finished(playback_position, interrupted)
-
-    def finished(self) -> list[tuple[str, float, bool]]:
-        return [e for e in self.events if e[0] == "finished"]
 
 
 @dataclass
@@ -133,7 +112,7 @@ async def harness(folder: Path) -> AsyncIterator[Harness]:
     async def local_join(output: RoomOutput, url: str, token: str, on_left) -> tuple[str, str]:
         """The room's connection left out: the room output takes the agent's audio from a ``QueueAudioOutput``."""
         session_id = url.removeprefix("local://")
-        agents[session_id], left[session_id] = AgentAudio(), on_left
+        agents[session_id], left[session_id] = AgentAudio(wait_playback_start=True), on_left
         await output.attach(agents[session_id])
         return "local", "ditto-avatar"
 
