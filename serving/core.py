@@ -362,7 +362,7 @@ class EngineCore:
         if stream is None:
             images = scale_frames(torch.stack([f.image for f in frames]), ring.width, ring.height)
             pictures = rgb_to_i420_batch(images).numpy()
-            for _frame, slot, picture in zip(frames, slots, pictures):
+            for slot, picture in zip(slots, pictures):
                 ring.picture(slot)[:] = picture
             core.staged.append((None, frames, anchor))
             return
