@@ -200,13 +200,19 @@ class RealTimeSession:
     latency = "faithful"
 
     def __init__(self) -> None:
-        self.taken = 0.0
+        self.samples, self.rate = 0, 1
         self.interrupts: list[float] = []
 
+    @property
+    def taken(self) -> float:
+        """Seconds of audio taken so far (counted in samples: no rounding piles up over the steps)."""
+        return self.samples / self.rate
+
     async def push_audio(self, pcm: np.ndarray, sample_rate: int) -> None:
+        self.rate = sample_rate
         for start in range(0, pcm.size, sample_rate // 10):
             await asyncio.sleep(0.1)
-            self.taken += min(pcm.size - start, sample_rate // 10) / sample_rate
+            self.samples += min(pcm.size - start, sample_rate // 10)
 
     async def update_controls(self, **changes) -> dict:
         return {name: value for name, value in Controls().replace(**changes).to_dict().items() if name in changes}
