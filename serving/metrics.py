@@ -38,6 +38,11 @@ def stream_families(streams: Mapping[str, Mapping], live: int, runtime: Mapping 
     skipped = CounterMetricFamily(
         "ditto_frames_skipped", "Frames let go to catch the output clock up after a repeat", labels=["session"]
     )
+    added = GaugeMetricFamily(
+        "ditto_output_added_latency_milliseconds",
+        "Latency the output added, a slot at a time, to show late frames instead of skipping them",
+        labels=["session"],
+    )
     encode_ms = GaugeMetricFamily(
         "ditto_encode_milliseconds", "Per-frame encode time (video + Opus), recent", labels=["session", "quantile"]
     )
@@ -55,6 +60,7 @@ def stream_families(streams: Mapping[str, Mapping], live: int, runtime: Mapping 
         late.add_metric([name], stream.get("late_releases", 0))
         repeated.add_metric([name], stream.get("repeated", 0))
         skipped.add_metric([name], stream.get("skipped", 0))
+        added.add_metric([name], stream.get("added_latency_ms", 0))
         for q in ("0.5", "0.99"):
             encode_ms.add_metric([name, q], stream.get(f"encode_ms_p{round(float(q) * 100)}", 0.0))
         for sink, stats in stream.get("sinks", {}).items():
@@ -79,6 +85,7 @@ def stream_families(streams: Mapping[str, Mapping], live: int, runtime: Mapping 
         late,
         repeated,
         skipped,
+        added,
         encode_ms,
         sent,
         dropped,

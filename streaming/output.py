@@ -15,7 +15,9 @@ numbers, so they advance at exactly 25 fps of wall time even when the GPU falls 
 frame is due when the session's own live clock shows it (the runtime has it ready by then); a
 source without a clock is paced from its first frame's arrival plus ``playout_delay``. A first
 frame ready only after it was due starts the output's clock when it is ready (every later frame
-is held that much later), so a slow start costs latency once instead of repeats. Sinks
+is held that much later), so a slow start costs latency once instead of repeats; so do frames that come a little
+late later on (the staging of many large frames at a full GPU): each such lateness shows the frames one slot later
+from then on (one repeat, no speech lost), up to ``MAX_ADDED_SLOTS``; past that the output sheds. Sinks
 never block the release thread: each one queues and drops on its own, so a stalled viewer or
 a dead RTMP server slows nobody else.
 """
@@ -47,6 +49,9 @@ MAX_PREPARED = 2 * FPS
 """Frames prepared ahead of their slot at most; the pull thread waits beyond (the session then drops its oldest)."""
 PLAYOUT_DELAY = 0.01
 """Seconds after a slot's deadline that its frame is released to the sinks: time to encode it."""
+MAX_ADDED_SLOTS = 2
+"""Slots of latency an output adds, one at a time, when its frames come late, before it sheds them instead: a frame a
+little late is shown one slot later (one repeat, no speech lost) rather than skipped with its audio after the repeat."""
 SILENCE = np.zeros(AUDIO_SAMPLES_PER_FRAME, np.float32)
 
 
@@ -103,6 +108,8 @@ class OutputStats:
     """Slots filled with the last picture (and silence) because no frame was due: the shed frames."""
     skipped: int = 0
     """Frames let go to catch up with the clock after a repeat."""
+    added_slots: int = 0
+    """Slots of latency added since the first frame because frames came late (at most ``MAX_ADDED_SLOTS``)."""
     encode_seconds: deque[float] = field(default_factory=lambda: deque(maxlen=10 * 60 * FPS))
 
 
@@ -219,6 +226,7 @@ class SessionOutput:
             "late_releases": stats.late_releases,
             "repeated": stats.repeated,
             "skipped": stats.skipped,
+            "added_latency_ms": round(stats.added_slots * PERIOD * 1000),
             "encode_ms_p50": round(self.encode_ms(0.5), 3),
             "encode_ms_p99": round(self.encode_ms(0.99), 3),
             "sinks": {sink.name: sink.stats() for sink in self._sinks},
@@ -302,7 +310,12 @@ class SessionOutput:
                 with self._ready:
                     if self._ended and not self._prepared:
                         break
-                    for _ in range(catch_up(deadline, [p.due + shift for p in self._prepared])):
+                    behind = catch_up(deadline, [p.due + shift for p in self._prepared])
+                    if behind and self.stats.added_slots + behind <= MAX_ADDED_SLOTS:
+                        shift += behind * PERIOD  # show the late frames from here on, a slot later each
+                        self.stats.added_slots += behind
+                        behind = 0
+                    for _ in range(behind):
                         self._prepared.popleft()
                         self.stats.skipped += 1
                     head = self._prepared[0].due + shift if self._prepared else None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 
+import numpy as np
 import pytest
 
 from engine.timebase import FPS
@@ -169,6 +170,30 @@ def test_a_stall_is_shed_with_repeats_and_silence_while_the_timeline_keeps_wall_
     assert output.stats.repeated == len(repeats) >= 4
     assert all(not f.audio.any() and not f.speech for f in repeats), "a stand-in carries silence"
     assert output.stats.frames_in == 50 and output.stats.skipped >= 1
+
+
+class LateHops(SyntheticSession):
+    """From frame 10 on, frames come in hops of five, each hop 15 ms after its first frame is due: a full GPU whose
+    frames (staging included) land just past the output's slot."""
+
+    def next_frame(self, timeout: float | None = None):
+        if self.next_index >= 10:
+            hop = self.next_index - self.next_index % 5
+            self.lead = (self.next_index - hop) / FPS - 0.015
+        return super().next_frame(timeout)
+
+
+def test_frames_late_by_less_than_a_slot_cost_one_repeat_and_a_slot_of_latency_never_speech() -> None:
+    sink = Recorder()
+    output = SessionOutput(LateHops(64, 64, frames=60, lead=0.1), encoder="x264")
+    output.add_sink(sink)
+    output.start()
+    assert output.finished.wait(20)
+    output.stop()
+    shown = [next(i for i in range(60) if np.array_equal(f.audio, sound(i))) for f in sink.frames if not f.repeat]
+    assert shown == list(range(60)), "every frame is shown, with its audio, none skipped"
+    assert output.stats.repeated == 1 and output.stats.skipped == 0
+    assert output.snapshot()["added_latency_ms"] == 40
 
 
 def test_a_sink_that_fails_is_detached_closed_and_reported_while_the_others_go_on() -> None:
