@@ -253,14 +253,14 @@ class Service:
 
     def capacity(self) -> dict[str, int | None]:
         """Live sessions the service serves in real time: the device's (measured at the core's warm-up), the outputs'
-        (the live sessions, and as many more streams as the workers' free budget holds at the live ones' mean cost, or
-        with none live, of REFERENCE_STREAM), and the smaller, which is what it admits."""
+        (as many streams as the workers' budget holds at the live ones' mean cost, or with none live, of
+        REFERENCE_STREAM: fewer than are live when sessions opened without admission overload them), and the smaller,
+        which is what it admits."""
         runtime = self.core_info.capacity if self.core_info is not None else None
         live = self._live()
         costs = [s.cost_ms for s in live if s.cost_ms]
         reference = sum(costs) / len(costs) if costs else self.costs.get(REFERENCE_STREAM)
-        free = max(0.0, self.budget_ms() - self.load_ms())
-        outputs = len(live) + math.floor(free / reference) if reference else 0
+        outputs = math.floor(self.budget_ms() / reference + 1e-9) if reference else 0
         admitted = outputs if runtime is None else min(runtime, outputs)
         return {"runtime": runtime, "outputs": outputs, "admitted": admitted}
 
