@@ -94,6 +94,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--device", help="cuda or cpu (default: cuda when available)")
     parser.add_argument("--plans", type=Path, help="the torch backend's compiled packages, passed to apps.serve")
     parser.add_argument(
+        "--output-workers", type=int, help="output worker processes, passed to apps.serve (default: apps.serve's)"
+    )
+    parser.add_argument(
         "--ray", action="store_true", help="through the cluster: apps.serve --ray (Serve's proxy, a replica per GPU)"
     )
     parser.add_argument("--out", type=Path, required=True, help="write the results here as JSON")
@@ -325,11 +328,13 @@ async def measure(args: argparse.Namespace, work: Path) -> dict:
     speech, rate = demo_audio()
     nginx = NginxRtmp(work / "nginx", find_nginx())
     port = free_port()
-    plans = ["--plans", str(args.plans.absolute())] if args.plans else []
+    passed = ["--plans", str(args.plans.absolute())] if args.plans else []
+    if args.output_workers:
+        passed += ["--output-workers", str(args.output_workers)]
     if args.ray:
-        served = ["--ray", "--avatar", str(Path(avatar).absolute()), "--no-admission", *plans]
+        served = ["--ray", "--avatar", str(Path(avatar).absolute()), "--no-admission", *passed]
     else:
-        served = ["--avatar", avatar, "--sessions", "0", "--no-admission", *plans]
+        served = ["--avatar", avatar, "--sessions", "0", "--no-admission", *passed]
     server = LiveServer(
         [*served, "--http", f"127.0.0.1:{port}", "--steps", str(args.steps), "--device", device],
         port,
@@ -347,7 +352,7 @@ async def measure(args: argparse.Namespace, work: Path) -> dict:
     }
     if device == "cpu":
         result["notice"] = CPU_NOTICE
-    result.update(ray=args.ray, plans=args.plans and str(args.plans))
+    result.update(ray=args.ray, plans=args.plans and str(args.plans), output_workers=args.output_workers)
     if args.ray:
         result["what"] = (
             "apps.serve --ray (a local Ray cluster, Serve's proxy, an engine replica per GPU) driven through the "
