@@ -38,7 +38,8 @@ from livekit.agents.voice.avatar import (
 )
 from livekit.agents.voice.io import AudioOutput, AudioOutputCapabilities
 
-from engine.runtime import Backpressure, SessionClosed
+from engine.runtime import SessionClosed
+from engine.runtime.backpressure import push_when_room
 from engine.timebase import FPS
 from integrations.pcm import float_to_s16, s16_to_float
 from integrations.slots import SlotPicker
@@ -53,7 +54,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 SLOT_S = 1 / FPS
-BACKPRESSURE_RETRY_S = 0.02
 START_TIMEOUT_S = 30.0
 """Seconds the service has to answer: it answers a LiveKit session once its avatar is in the room."""
 
@@ -108,15 +108,15 @@ class DittoVideoGenerator(VideoGenerator):
             self._segments.append(self._open)
         segment, generation = self._open, self._generation
         pcm = s16_to_float(bytes(frame.data))
-        while generation == self._generation:
-            try:
-                self.session.push_audio(pcm, frame.sample_rate, channels=frame.num_channels)
-                segment.pushed += frame.samples_per_channel / frame.sample_rate
-                return
-            except Backpressure:
-                await asyncio.sleep(BACKPRESSURE_RETRY_S)
-            except SessionClosed:
-                return
+        try:
+            pushed = await push_when_room(
+                lambda: self.session.push_audio(pcm, frame.sample_rate, channels=frame.num_channels),
+                lambda: generation == self._generation,
+            )
+        except SessionClosed:
+            return
+        if pushed:
+            segment.pushed += frame.samples_per_channel / frame.sample_rate
 
     def clear_buffer(self) -> None:
         """Interrupt: drop the session's pending speech, every frame held here and every open segment."""

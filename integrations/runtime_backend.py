@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from engine.runtime import AdmissionError, Backpressure, SessionClosed
+from engine.runtime import AdmissionError, SessionClosed
+from engine.runtime.backpressure import push_when_room
 from integrations.avatar_backend import Refused, Shown
 from integrations.pcm import float_to_s16, s16_to_float
 from integrations.slots import SlotPicker
@@ -20,8 +21,6 @@ from integrations.slots import SlotPicker
 if TYPE_CHECKING:
     from avatars.cache import Avatar
     from engine.runtime.runtime import Runtime
-
-BACKPRESSURE_RETRY_S = 0.02
 
 
 class RuntimeBackend:
@@ -51,14 +50,10 @@ class RuntimeBackend:
 
     async def push_audio(self, pcm: bytes, sample_rate: int, channels: int, wanted: Callable[[], bool]) -> None:
         samples = s16_to_float(pcm)
-        while wanted():
-            try:
-                self.session.push_audio(samples, sample_rate, channels=channels)
-                return
-            except Backpressure:
-                await asyncio.sleep(BACKPRESSURE_RETRY_S)
-            except SessionClosed:
-                return
+        try:
+            await push_when_room(lambda: self.session.push_audio(samples, sample_rate, channels=channels), wanted)
+        except SessionClosed:
+            pass
 
     def interrupt(self) -> None:
         if self.session is not None:
