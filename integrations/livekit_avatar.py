@@ -38,12 +38,13 @@ from livekit.agents.voice.avatar import (
 )
 from livekit.agents.voice.io import AudioOutput, AudioOutputCapabilities
 
+from engine.audio.pcm import to_s16
 from engine.runtime import SessionClosed
 from engine.runtime.backpressure import push_when_room
 from engine.timebase import FPS
-from integrations.pcm import float_to_s16, s16_to_float
 from integrations.slots import SlotPicker
 from serving.rooms import RPC_PAUSE, RPC_RESUME
+from streaming.sources.push import ProtocolError, PushFormat, decode_chunk
 
 if TYPE_CHECKING:
     from livekit.agents import AgentSession
@@ -107,10 +108,14 @@ class DittoVideoGenerator(VideoGenerator):
             self._open = _Segment()
             self._segments.append(self._open)
         segment, generation = self._open, self._generation
-        pcm = s16_to_float(bytes(frame.data))
+        try:
+            pcm = decode_chunk(bytes(frame.data), PushFormat(frame.sample_rate, frame.num_channels, "s16le"))
+        except ProtocolError as exc:
+            log.warning("dropped a frame of the agent's audio: %s", exc)
+            return
         try:
             pushed = await push_when_room(
-                lambda: self.session.push_audio(pcm, frame.sample_rate, channels=frame.num_channels),
+                lambda: self.session.push_audio(pcm, frame.sample_rate),
                 lambda: generation == self._generation,
             )
         except SessionClosed:
@@ -155,7 +160,7 @@ class DittoVideoGenerator(VideoGenerator):
                 self._idle_picture = self._picture
             yield self._picture
             if frame.speech:
-                yield rtc.AudioFrame(float_to_s16(frame.audio), self.audio_rate, 1, frame.audio.size)
+                yield rtc.AudioFrame(to_s16(frame.audio), self.audio_rate, 1, frame.audio.size)
             if self._segment_done(frame.speech):
                 self._segments.pop(0)
                 yield AudioSegmentEnd()

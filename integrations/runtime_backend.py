@@ -7,20 +7,24 @@ a worker thread while the event loop goes on carrying the transport and the port
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from engine.audio.pcm import to_s16
 from engine.runtime import AdmissionError, SessionClosed
 from engine.runtime.backpressure import push_when_room
 from integrations.avatar_backend import Refused, Shown
-from integrations.pcm import float_to_s16, s16_to_float
 from integrations.slots import SlotPicker
+from streaming.sources.push import ProtocolError, PushFormat, decode_chunk
 
 if TYPE_CHECKING:
     from avatars.cache import Avatar
     from engine.runtime.runtime import Runtime
+
+log = logging.getLogger(__name__)
 
 
 class RuntimeBackend:
@@ -49,9 +53,13 @@ class RuntimeBackend:
         self.audio_rate = session.audio_rate
 
     async def push_audio(self, pcm: bytes, sample_rate: int, channels: int, wanted: Callable[[], bool]) -> None:
-        samples = s16_to_float(pcm)
         try:
-            await push_when_room(lambda: self.session.push_audio(samples, sample_rate, channels=channels), wanted)
+            samples = decode_chunk(pcm, PushFormat(sample_rate, channels, "s16le"))
+        except ProtocolError as exc:  # as the service answers such a push message: said, and dropped
+            log.warning("dropped a chunk of TTS audio: %s", exc)
+            return
+        try:
+            await push_when_room(lambda: self.session.push_audio(samples, sample_rate), wanted)
         except SessionClosed:
             pass
 
@@ -85,7 +93,7 @@ class RuntimeBackend:
             return None
         self._shown_segment = max(self._shown_segment, frame.segment)
         picture = np.ascontiguousarray(frame.image.cpu().numpy()).tobytes()
-        return Shown(frame.index, picture, float_to_s16(frame.audio) if frame.speech else None)
+        return Shown(frame.index, picture, to_s16(frame.audio) if frame.speech else None)
 
     async def close(self) -> None:
         if self.session is not None:
