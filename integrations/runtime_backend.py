@@ -18,6 +18,7 @@ from engine.runtime import AdmissionError, SessionClosed
 from engine.runtime.backpressure import push_when_room
 from integrations.avatar_backend import Refused, Shown
 from integrations.slots import SlotPicker
+from streaming.playback import PlaybackEvents
 from streaming.sources.push import ProtocolError, PushFormat, decode_chunk
 
 if TYPE_CHECKING:
@@ -38,7 +39,9 @@ class RuntimeBackend:
         self.audio_rate = 48_000
         self.session = None
         self._picker: SlotPicker | None = None
-        self._shown_segment = -1
+        self._finished_through = -1
+        """The highest segment finished in the frames shown here (``streaming.playback``: the service's rule)."""
+        self._playback = PlaybackEvents(self._take_event)
 
     def first_picture(self) -> bytes | None:
         """The avatar's portrait."""
@@ -79,8 +82,8 @@ class RuntimeBackend:
             return None
 
     def shown(self, segment: int) -> bool:
-        """A frame numbered above ``segment`` was shown, so all of its frames were (``engine.runtime.session``)."""
-        return self._shown_segment > segment
+        """Whether ``segment``'s playback finished: a frame numbered above it was shown (``streaming.playback``)."""
+        return self._finished_through >= segment
 
     def next(self) -> Shown | None:
         if self._picker is None:
@@ -91,9 +94,14 @@ class RuntimeBackend:
             return None
         if frame is None:
             return None
-        self._shown_segment = max(self._shown_segment, frame.segment)
+        self._playback.shown(frame.speech, frame.segment)
         picture = np.ascontiguousarray(frame.image.cpu().numpy()).tobytes()
         return Shown(frame.index, picture, to_s16(frame.audio) if frame.speech else None)
+
+    def _take_event(self, event: dict[str, Any]) -> bool:
+        if event["event"] == "playback_finished":
+            self._finished_through = event["segment"]
+        return True
 
     async def close(self) -> None:
         if self.session is not None:
