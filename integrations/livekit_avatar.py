@@ -10,8 +10,9 @@ Two ways, one protocol (``livekit.agents.voice.avatar``):
 - **In process** (a single agent on its own GPU: the agent's job owns the runtime): ``run_in_process`` runs
   ``DittoVideoGenerator``, a ``VideoGenerator`` over a live runtime session (TTS ``rtc.AudioFrame`` at any rate in,
   25 fps RGBA ``rtc.VideoFrame`` and each speech frame's 48 kHz audio out, one ``AudioSegmentEnd`` per segment after
-  its last speech frame; ``clear_buffer`` interrupts the session and forgets every open segment, so no stale segment
-  end closes the next one), under ``DittoAvatarRunner`` (LiveKit's ``AvatarRunner``, answering every clear).
+  its last speech frame, by the service's playback rule (``streaming.playback`` over the frames shown here: the
+  session numbers the segments, so a segment cleared by ``clear_buffer`` never ends the next one), under
+  ``DittoAvatarRunner`` (LiveKit's ``AvatarRunner``, answering every clear).
 """
 
 from __future__ import annotations
@@ -20,7 +21,6 @@ import asyncio
 import logging
 import sys
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import aiohttp
@@ -38,11 +38,14 @@ from livekit.agents.voice.avatar import (
 )
 from livekit.agents.voice.io import AudioOutput, AudioOutputCapabilities
 
-from engine.runtime import Backpressure, SessionClosed
+from engine.audio.pcm import to_s16
+from engine.runtime import SessionClosed
+from engine.runtime.backpressure import push_when_room
 from engine.timebase import FPS
-from integrations.pcm import float_to_s16, s16_to_float
 from integrations.slots import SlotPicker
 from serving.rooms import RPC_PAUSE, RPC_RESUME
+from streaming.playback import PlaybackEvents
+from streaming.sources.push import ProtocolError, PushFormat, decode_chunk
 
 if TYPE_CHECKING:
     from livekit.agents import AgentSession
@@ -53,18 +56,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 SLOT_S = 1 / FPS
-BACKPRESSURE_RETRY_S = 0.02
 START_TIMEOUT_S = 30.0
 """Seconds the service has to answer: it answers a LiveKit session once its avatar is in the room."""
-
-
-@dataclass
-class _Segment:
-    """One speech segment: seconds of audio pushed, seconds of it shown, whether its end was received."""
-
-    pushed: float = 0.0
-    shown: float = 0.0
-    ended: bool = False
 
 
 def _rgba(image: np.ndarray) -> rtc.VideoFrame:
@@ -81,54 +74,61 @@ class DittoVideoGenerator(VideoGenerator):
 
     def __init__(self, session: Session, portrait: np.ndarray, *, max_held_frames: int = 25) -> None:
         """``session``: a live ``engine.runtime.session.Session``; ``portrait``: the avatar's (H, W, 3) uint8 frame,
-        shown
-        until the session's first frame."""
+        shown until the session's first frame."""
         self.session = session
         self.size = (portrait.shape[1], portrait.shape[0])
         self.audio_rate: int = session.audio_rate
         self._picker = SlotPicker(session, max_held_frames)
         self._picture = self._idle_picture = _rgba(portrait)
-        self._segments: list[_Segment] = []
-        self._open: _Segment | None = None
+        self._finished: list[dict[str, Any]] = []
+        self._playback = PlaybackEvents(self._take_event)
+        """The service's playback events, from the frames shown here: a segment ends at the first frame above it."""
+        self._speaking = False
+        """Audio went into the session since its last segment was closed."""
         self._generation = 0
         self.clears = 0
 
     async def push_audio(self, frame: rtc.AudioFrame | AudioSegmentEnd) -> None:
-        """Queue a frame of TTS audio (waiting while the session holds its lead), or close the open segment.
+        """Queue a frame of TTS audio (waiting while the session holds its lead), or close the session's segment.
 
-        An end with no open segment (its segment was cleared, or had no audio) is dropped: handed on, it would close
-        the next segment in the runner's eyes before that one is shown."""
+        An end with nothing pushed since the last close (its segment was cleared, or had no audio) closes nothing: the
+        session numbers no segment for it, so it can never end the next one in the runner's eyes."""
         if isinstance(frame, AudioSegmentEnd):
-            if self._open is not None:
-                self._open.ended = True
-                self._open = None
-            return
-        if self._open is None:
-            self._open = _Segment()
-            self._segments.append(self._open)
-        segment, generation = self._open, self._generation
-        pcm = s16_to_float(bytes(frame.data))
-        while generation == self._generation:
             try:
-                self.session.push_audio(pcm, frame.sample_rate, channels=frame.num_channels)
-                segment.pushed += frame.samples_per_channel / frame.sample_rate
-                return
-            except Backpressure:
-                await asyncio.sleep(BACKPRESSURE_RETRY_S)
+                closed = self.session.end_segment()
             except SessionClosed:
                 return
+            self._speaking = False
+            if closed is not None:
+                self._playback.closed([(closed, False)])
+            return
+        try:
+            pcm = decode_chunk(bytes(frame.data), PushFormat(frame.sample_rate, frame.num_channels, "s16le"))
+        except ProtocolError as exc:
+            log.warning("dropped a frame of the agent's audio: %s", exc)
+            return
+        generation = self._generation
+        try:
+            pushed = await push_when_room(
+                lambda: self.session.push_audio(pcm, frame.sample_rate), lambda: generation == self._generation
+            )
+        except SessionClosed:
+            return
+        self._speaking |= pushed
 
     def clear_buffer(self) -> None:
-        """Interrupt: drop the session's pending speech, every frame held here and every open segment."""
+        """Interrupt: drop the session's pending speech (closing its segment as interrupted) and every frame held
+        here."""
         self._generation += 1
         self.clears += 1
         try:
-            self.session.interrupt()
+            cut = self.session.interrupt()
         except SessionClosed:
-            pass
+            cut = None
+        if cut is not None:
+            self._playback.closed([(cut, True)])
+        self._speaking = False
         self._picker.clear()
-        self._segments.clear()
-        self._open = None
         self._picture = self._idle_picture
 
     def __aiter__(self) -> AsyncIterator[rtc.VideoFrame | rtc.AudioFrame | AudioSegmentEnd]:
@@ -140,10 +140,9 @@ class DittoVideoGenerator(VideoGenerator):
             try:
                 frame = self._picker.next()
             except SessionClosed:
-                for segment in self._segments:
-                    if segment.pushed:
-                        yield AudioSegmentEnd()
-                self._segments.clear()
+                self._playback.close()
+                for _ in range(self._played_through() + self._speaking):
+                    yield AudioSegmentEnd()
                 return
             if frame is None:
                 await asyncio.sleep(SLOT_S)
@@ -155,21 +154,22 @@ class DittoVideoGenerator(VideoGenerator):
                 self._idle_picture = self._picture
             yield self._picture
             if frame.speech:
-                yield rtc.AudioFrame(float_to_s16(frame.audio), self.audio_rate, 1, frame.audio.size)
-            if self._segment_done(frame.speech):
-                self._segments.pop(0)
+                yield rtc.AudioFrame(to_s16(frame.audio), self.audio_rate, 1, frame.audio.size)
+            self._playback.shown(frame.speech, frame.segment)
+            for _ in range(self._played_through()):
                 yield AudioSegmentEnd()
 
-    def _segment_done(self, speech: bool) -> bool:
-        """Whether the oldest segment has now been shown whole: its end received, its audio's length shown, and this
-        frame idle (or the next segment already speaking)."""
-        if not self._segments:
-            return False
-        head = self._segments[0]
-        if speech:
-            head.shown += SLOT_S
-            return head.ended and len(self._segments) > 1 and head.shown >= head.pushed + SLOT_S
-        return head.ended and head.shown > 0 and head.shown >= head.pushed - SLOT_S
+    def _take_event(self, event: dict[str, Any]) -> bool:
+        if event["event"] == "playback_finished":
+            self._finished.append(event)
+        return True
+
+    def _played_through(self) -> int:
+        """How many segments finished since the last call, not cut: each is one ``AudioSegmentEnd`` (the runner
+        answered a cut one at its clear)."""
+        ended = sum(not event["interrupted"] for event in self._finished)
+        self._finished.clear()
+        return ended
 
 
 class DittoAvatarRunner(AvatarRunner):

@@ -49,6 +49,7 @@ from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
 
 from engine.timebase import FPS
 from integrations.avatar_backend import AvatarBackend, Refused
+from streaming.slots import slot_time
 
 if TYPE_CHECKING:
     from avatars.cache import Avatar
@@ -247,11 +248,13 @@ class DittoVideoService(FrameProcessor):
             self.stats.audio_seconds_in += len(frame.audio) / 2 / frame.num_channels / frame.sample_rate
 
     async def _clock(self) -> None:
-        """One picture per 1/25 s slot, numbered from the start (pts = slot / 25), never drifting from wall time."""
+        """One picture per 1/25 s slot, numbered from the start (pts = slot / 25), never drifting from wall time: the
+        output clock's slot deadlines (``streaming.slots``); where the service's output releases a late slot late, a
+        stalled event loop here skips the slots that passed rather than burst them out."""
         start = time.monotonic()
         slot = 0
         while True:
-            await asyncio.sleep(max(0.0, start + slot / FPS - time.monotonic()))
+            await asyncio.sleep(max(0.0, slot_time(start, slot) - time.monotonic()))
             await self._emit(slot)
             slot += 1
             behind = int((time.monotonic() - start) * FPS) - slot

@@ -7,21 +7,25 @@ a worker thread while the event loop goes on carrying the transport and the port
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from engine.runtime import AdmissionError, Backpressure, SessionClosed
+from engine.audio.pcm import to_s16
+from engine.runtime import AdmissionError, SessionClosed
+from engine.runtime.backpressure import push_when_room
 from integrations.avatar_backend import Refused, Shown
-from integrations.pcm import float_to_s16, s16_to_float
 from integrations.slots import SlotPicker
+from streaming.playback import PlaybackEvents
+from streaming.sources.push import ProtocolError, PushFormat, decode_chunk
 
 if TYPE_CHECKING:
     from avatars.cache import Avatar
     from engine.runtime.runtime import Runtime
 
-BACKPRESSURE_RETRY_S = 0.02
+log = logging.getLogger(__name__)
 
 
 class RuntimeBackend:
@@ -35,7 +39,9 @@ class RuntimeBackend:
         self.audio_rate = 48_000
         self.session = None
         self._picker: SlotPicker | None = None
-        self._shown_segment = -1
+        self._finished_through = -1
+        """The highest segment finished in the frames shown here (``streaming.playback``: the service's rule)."""
+        self._playback = PlaybackEvents(self._take_event)
 
     def first_picture(self) -> bytes | None:
         """The avatar's portrait."""
@@ -50,15 +56,15 @@ class RuntimeBackend:
         self.audio_rate = session.audio_rate
 
     async def push_audio(self, pcm: bytes, sample_rate: int, channels: int, wanted: Callable[[], bool]) -> None:
-        samples = s16_to_float(pcm)
-        while wanted():
-            try:
-                self.session.push_audio(samples, sample_rate, channels=channels)
-                return
-            except Backpressure:
-                await asyncio.sleep(BACKPRESSURE_RETRY_S)
-            except SessionClosed:
-                return
+        try:
+            samples = decode_chunk(pcm, PushFormat(sample_rate, channels, "s16le"))
+        except ProtocolError as exc:  # as the service answers such a push message: said, and dropped
+            log.warning("dropped a chunk of TTS audio: %s", exc)
+            return
+        try:
+            await push_when_room(lambda: self.session.push_audio(samples, sample_rate), wanted)
+        except SessionClosed:
+            pass
 
     def interrupt(self) -> None:
         if self.session is not None:
@@ -76,8 +82,8 @@ class RuntimeBackend:
             return None
 
     def shown(self, segment: int) -> bool:
-        """A frame numbered above ``segment`` was shown, so all of its frames were (``engine.runtime.session``)."""
-        return self._shown_segment > segment
+        """Whether ``segment``'s playback finished: a frame numbered above it was shown (``streaming.playback``)."""
+        return self._finished_through >= segment
 
     def next(self) -> Shown | None:
         if self._picker is None:
@@ -88,9 +94,14 @@ class RuntimeBackend:
             return None
         if frame is None:
             return None
-        self._shown_segment = max(self._shown_segment, frame.segment)
+        self._playback.shown(frame.speech, frame.segment)
         picture = np.ascontiguousarray(frame.image.cpu().numpy()).tobytes()
-        return Shown(frame.index, picture, float_to_s16(frame.audio) if frame.speech else None)
+        return Shown(frame.index, picture, to_s16(frame.audio) if frame.speech else None)
+
+    def _take_event(self, event: dict[str, Any]) -> bool:
+        if event["event"] == "playback_finished":
+            self._finished_through = event["segment"]
+        return True
 
     async def close(self) -> None:
         if self.session is not None:

@@ -284,6 +284,12 @@ class SessionOutputs:
     livekit: tuple[str, str] | None = None
     """(url, token) of the LiveKit room the avatar joins (``serving.rooms``); its audio then comes from the room."""
 
+    @property
+    def encoded(self) -> bool:
+        """Whether the frames are encoded as H.264: for any output but a LiveKit room, which takes raw pictures (and
+        LiveKit encodes them); what admission counts and the worker builds."""
+        return bool(self.rtmp or self.mp4 or self.preview) or self.livekit is None
+
 
 @dataclass(frozen=True, slots=True)
 class RequestKeyframe:
@@ -309,8 +315,9 @@ class RemoveStream:
 
 @dataclass(frozen=True, slots=True)
 class MeasureCost:
-    """Measure what one output frame of ``width`` x ``height`` at x264 ``preset`` costs a core; answered with
-    ``CostMeasured`` (the worker's streams go on meanwhile)."""
+    """Measure what one output frame of ``width`` x ``height`` at x264 ``preset`` costs a core, or with ``preset``
+    ``streaming.encoders.room_cost.ROOM``, one frame of a LiveKit room; answered with ``CostMeasured`` (the worker's
+    streams go on meanwhile)."""
 
     width: int
     height: int
@@ -330,8 +337,8 @@ class WorkerReady:
 
 @dataclass(frozen=True, slots=True)
 class CostMeasured:
-    """What ``MeasureCost`` found: core milliseconds per output frame (``streaming.encoders.cost.stream_cost_ms``), or
-    ``error``: why it could not measure."""
+    """What ``MeasureCost`` found: core milliseconds per output frame (``streaming.encoders.cost.stream_cost_ms``, or a
+    room's ``streaming.encoders.room_cost.room_cost_ms``), or ``error``: why it could not measure."""
 
     worker: int
     width: int

@@ -66,6 +66,7 @@ from serving.protocol import (
     to_argument,
 )
 from serving.sessions import RemoteSession, ServedSession, SessionError, SessionSpec
+from streaming.encoders.room_cost import ROOM
 from streaming.output import SILENCE, EncodedFrame
 from streaming.output_settings import OutputSettings, OutputSettingsError
 from streaming.protocols import srt_unavailable
@@ -161,7 +162,8 @@ class Service:
         self.refusing: str | None = None
         """Set to a reason to stop admitting new sessions while the live ones go on (a cluster replica draining)."""
         self.costs: dict[tuple[int, int, str], float] = {}
-        """Core milliseconds per output frame by (width, height, preset), each measured once by a worker."""
+        """Core milliseconds per output frame by (width, height, x264 preset or ROOM), each measured once by a
+        worker."""
         self._measuring: dict[tuple[int, int, str], tuple[int, asyncio.Future]] = {}
         """Costs being measured: (the measuring worker, the future of its answer)."""
 
@@ -282,8 +284,8 @@ class Service:
         }
 
     async def cost_ms(self, width: int, height: int, preset: str) -> float:
-        """What a ``width`` x ``height`` stream at ``preset`` costs a core per frame: measured by a worker the first
-        time it is asked for (about a second), then known."""
+        """What a ``width`` x ``height`` stream at x264 ``preset`` (``preset`` ROOM: a LiveKit room of that size) costs
+        a core per frame: measured by a worker the first time it is asked for (about a second), then known."""
         key = (width, height, preset)
         if key in self.costs:
             return self.costs[key]
@@ -304,8 +306,9 @@ class Service:
             ) from None
 
     async def create(self, spec: SessionSpec, session_id: str | None = None) -> ServedSession:
-        """Open a session: its avatar's size gives its stream's, whose measured cost must fit the outputs' budget; its
-        outputs on the least loaded worker, then the session on the core."""
+        """Open a session: its avatar's size gives its stream's, whose measured cost (its H.264 stream's, its LiveKit
+        room's, or both) must fit the outputs' budget; its outputs on the least loaded worker, then the session on the
+        core."""
         if self.failure is not None:
             raise SessionError(f"the service has failed: {self.failure}", "closed")
         if self.refusing is not None:
@@ -316,11 +319,16 @@ class Service:
         except OutputSettingsError as exc:
             raise SessionError(str(exc), "invalid") from None
         width, height, preset = output["width"], output["height"], spec.output.preset
-        cost = await self.cost_ms(width, height, preset)
         session_id = session_id or secrets.token_hex(4)
+        outputs = SessionOutputs(
+            session_id, spec.rtmp, spec.recording, spec.preview, spec.output.describe(), spec.livekit
+        )
+        kinds = [preset] if outputs.encoded else []
+        kinds += [ROOM] if spec.livekit is not None else []
+        cost = sum([await self.cost_ms(width, height, kind) for kind in kinds])
         if session_id in self.sessions and self.sessions[session_id].live:
             raise SessionError(f"session {session_id!r} exists", "invalid")
-        worker = self._pick_worker(width, height, preset, cost)
+        worker = self._pick_worker(f"{width}x{height} {' and '.join(map(_named, kinds))}", cost)
         session = ServedSession(session_id, spec, worker.index, cost_ms=cost, output={**output, "cost_ms": cost})
         if spec.preview:
             session.preview = WebRtcPreview(
@@ -336,9 +344,6 @@ class Service:
             session.push, session.joined = False, self._loop.create_future()  # its audio comes from the room
         self.sessions[session_id] = session
         worker.sessions.add(session_id)
-        outputs = SessionOutputs(
-            session_id, spec.rtmp, spec.recording, spec.preview, spec.output.describe(), spec.livekit
-        )
         self._to_worker(session, outputs)
         try:
             opened = await self.core.request(
@@ -385,15 +390,16 @@ class Service:
         self.forget(session.id)
         raise SessionError(f"livekit: {error}", "bad_gateway")
 
-    def _pick_worker(self, width: int, height: int, preset: str, cost: float) -> WorkerProcess:
-        """The least loaded worker, when the outputs' budget holds one more stream of ``cost`` (or admission is off)."""
+    def _pick_worker(self, what: str, cost: float) -> WorkerProcess:
+        """The least loaded worker, when the outputs' budget holds one more session's outputs (``what``, e.g. "1280x720
+        veryfast stream") of ``cost`` (or admission is off)."""
         alive = [w for w in self._workers if w.alive]
         if not alive:
             raise SessionError("no output worker is running (starting or being replaced); retry", "admission")
         load, budget = self.load_ms(), self.budget_ms()
         if self.options.admission and load + cost > budget:
             raise SessionError(
-                f"the outputs are full: a {width}x{height} {preset} stream costs {cost:.1f} ms of a core per frame, "
+                f"the outputs are full: a {what} costs {cost:.1f} ms of a core per frame, "
                 f"and {len(self._live())} live session(s) take {load:.1f} of the {budget:.1f} ms that {len(alive)} "
                 "output worker(s) encode in real time; end a session, choose a smaller output size or a faster "
                 "preset, or start the service with more --output-workers (a core each)",
@@ -665,3 +671,8 @@ class Service:
             await self.core.request(CloseSession(session_id))
         except (TimeoutError, SessionError):
             pass
+
+
+def _named(kind: str) -> str:
+    """An output's cost as the refusal names it: "veryfast stream", "LiveKit room"."""
+    return "LiveKit room" if kind == ROOM else f"{kind} stream"

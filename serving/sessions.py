@@ -22,6 +22,8 @@ import numpy as np
 from engine.controls import ControlError, check_changes
 from engine.latency import FAITHFUL, MODES, latency_mode
 from engine.nesting import load_json
+from engine.runtime.backpressure import push_when_room
+from engine.runtime.errors import Backpressure
 from serving.ipc import ServiceError
 from serving.protocol import EndSegment, EndSession, Interrupt, PushAudio, UpdateControls
 from streaming.output_settings import OutputSettings
@@ -33,7 +35,6 @@ if TYPE_CHECKING:
 
 PUSH_SPLIT_SECONDS = 1.0
 """Pushed audio goes to the core in pieces of at most this much, so no piece waits for more room than a session has."""
-BACKPRESSURE_WAIT = 0.05
 SPEC_FIELDS = (
     "avatar",
     "rtmp",
@@ -283,8 +284,9 @@ class ServedSession:
 class RemoteSession:
     """A session's audio side over the core (the push WebSocket and the file or microphone sources use it).
 
-    ``push_audio`` waits while the session holds its lead of audio (the core answers "backpressure"),
-    so a client pushing faster than real time is slowed by TCP, and no thread is parked meanwhile.
+    ``push_audio`` waits while the session holds its lead of audio (the core answers "backpressure"; the wait is
+    ``engine.runtime.backpressure``'s), so a client pushing faster than real time is slowed by TCP, and no thread is
+    parked meanwhile.
     The session's playback events (``streaming.playback``) go to every subscribed listener.
     """
 
@@ -305,14 +307,16 @@ class RemoteSession:
         step = max(1, round(sample_rate * PUSH_SPLIT_SECONDS))
         for start in range(0, pcm.size, step):
             piece = PushAudio(self.id, pcm[start : start + step].tobytes(), int(sample_rate))
-            while True:
-                try:
-                    await self._core.request(piece)
-                    break
-                except SessionError as exc:
-                    if exc.kind != "backpressure":
-                        raise
-                    await asyncio.sleep(BACKPRESSURE_WAIT)
+            await push_when_room(lambda piece=piece: self._send(piece))
+
+    async def _send(self, piece: PushAudio) -> None:
+        """One piece to the core; its "backpressure" refusal raised as the runtime session's ``Backpressure``."""
+        try:
+            await self._core.request(piece)
+        except SessionError as exc:
+            if exc.kind == "backpressure":
+                raise Backpressure(str(exc)) from exc
+            raise
 
     async def update_controls(self, /, **changes: Any) -> dict[str, Any]:
         """Change some controls; the fields as now in force (``self`` positional-only: a control may be called so).

@@ -5,8 +5,8 @@ socket: the engine core announces each session's frame ring there, then each fra
 speech segments it closed (for the playback events, ``streaming.playback``); the front end says
 which outputs a session has (RTMP URLs, an MP4 path, the WebRTC preview) and how they are encoded
 (``streaming.output_settings``), whether anyone watches the preview (its packets go to the front end
-only then), asks for keyframes, and asks what a stream of a given size and preset costs a core (measured
-on a thread of its own, for admission). Each session
+only then), asks for keyframes, and asks what a stream of a given size and preset (or a LiveKit room of a
+given size) costs a core (measured on a thread of its own, for admission). Each session
 runs a ``SessionOutput`` over its ring (its own output clock: repeats when the GPU is late, never
 a late timeline). The preview's encoded packets and the playback events go to the front end,
 which holds the browsers' peer connections and the push WebSockets. Until a session's first frame the preview
@@ -66,6 +66,7 @@ from serving.protocol import (
 from serving.timeline import process_started
 from streaming.encoders.cost import stream_cost_ms
 from streaming.encoders.h264 import H264Settings
+from streaming.encoders.room_cost import ROOM, room_cost_ms
 from streaming.encoders.x264 import X264Encoder
 from streaming.frame_ring import STILL, FrameRing
 from streaming.output import EncodedFrame, SessionOutput
@@ -377,10 +378,9 @@ class Worker:
         spec = stream.outputs
         settings = OutputSettings.from_json(spec.output)
         channels = settings.audio_channels
-        encoded = bool(spec.rtmp or spec.mp4 or spec.preview) or not spec.livekit  # LiveKit takes raw pictures
         output = SessionOutput(
             stream.source,
-            encoder="x264" if encoded else "raw",
+            encoder="x264" if spec.encoded else "raw",
             settings=settings.video(ring.width, ring.height),
             name=stream.id,
             on_sink_failed=lambda sink, message: self.emit(OutputFailed(stream.id, sink, message)),
@@ -410,11 +410,14 @@ class Worker:
         stream.early.clear()
 
     def _measure(self, request: MeasureCost) -> None:
-        """Measure a stream's cost per frame (``stream_cost_ms``) and tell the front end; its CPU clock is this
-        thread's, so the streams this worker encodes meanwhile do not count in it."""
+        """Measure a stream's cost per frame (``stream_cost_ms``, a room's ``room_cost_ms``) and tell the front end; its
+        CPU clock is this thread's, so the streams this worker encodes meanwhile do not count in it."""
         width, height, preset = request.width, request.height, request.preset
         try:
-            ms = stream_cost_ms(width, height, preset, COST_FRAMES)
+            if preset == ROOM:
+                ms = room_cost_ms(width, height, COST_FRAMES)
+            else:
+                ms = stream_cost_ms(width, height, preset, COST_FRAMES)
         except Exception as exc:  # reported, for the front end to refuse the session with it
             log.exception("worker %d: measuring a %dx%d %s stream failed", self.index, width, height, preset)
             self.emit(CostMeasured(self.index, width, height, preset, 0.0, f"{type(exc).__name__}: {exc}"))

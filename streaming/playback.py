@@ -47,15 +47,23 @@ class PlaybackEvents:
 
     def send(self, frame: EncodedFrame) -> None:
         """One released frame (repeats are stand-ins and say nothing about the speech)."""
+        if frame.repeat:
+            with self._lock:
+                self._flush()
+        else:
+            self.shown(frame.speech, frame.segment)
+
+    def shown(self, speech: bool, segment: int) -> None:
+        """A frame of the session is shown now: whether it speaks, and its segment (what ``send`` takes of a released
+        frame; an integration that shows the session's frames itself calls this)."""
         with self._lock:
-            if not frame.repeat:
-                self._finish_below(frame.segment)
-                if frame.speech and frame.segment >= self._next:
-                    if self._started != frame.segment:
-                        self._started, self._spoken = frame.segment, 0
-                        self._outbox.append({"event": "playback_started", "segment": frame.segment})
-                        self.started += 1
-                    self._spoken += 1
+            self._finish_below(segment)
+            if speech and segment >= self._next:
+                if self._started != segment:
+                    self._started, self._spoken = segment, 0
+                    self._outbox.append({"event": "playback_started", "segment": segment})
+                    self.started += 1
+                self._spoken += 1
             self._flush()
 
     def close(self) -> None:

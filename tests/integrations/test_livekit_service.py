@@ -53,8 +53,10 @@ from serving.protocol import (
 from serving.rooms import RoomOutput
 from serving.service import Service, ServiceOptions
 from serving.worker import Worker
+from streaming.encoders.room_cost import ROOM
 from tests.integrations.agent_audio import TTS_RATE, AgentAudio
 from tests.streaming.conftest import free_port
+from tests.streaming.synthetic_runtime import AVATARS
 
 RUNTIME = "tests.streaming.synthetic_runtime:build"
 CHUNK = TTS_RATE // 25
@@ -297,7 +299,7 @@ def test_a_pause_holds_the_speech_and_the_resume_speaks_on_from_where_it_stopped
 
 
 @contextlib.asynccontextmanager
-async def service() -> AsyncIterator[tuple[aiohttp.ClientSession, str]]:
+async def service() -> AsyncIterator[tuple[Service, aiohttp.ClientSession, str]]:
     """The service's processes (front end here, core and worker as processes) on the synthetic runtime."""
     served = Service(ServiceOptions(workers=1, runtime=RUNTIME, avatars={"anchor": "anchor"}))
     await served.start()
@@ -307,7 +309,7 @@ async def service() -> AsyncIterator[tuple[aiohttp.ClientSession, str]]:
     await web.TCPSite(runner, "127.0.0.1", port).start()
     try:
         async with aiohttp.ClientSession() as http:
-            yield http, f"http://127.0.0.1:{port}"
+            yield served, http, f"http://127.0.0.1:{port}"
     finally:
         await runner.cleanup()
         await served.close()
@@ -315,7 +317,7 @@ async def service() -> AsyncIterator[tuple[aiohttp.ClientSession, str]]:
 
 def test_a_bad_livekit_field_is_a_400_naming_it_and_a_room_not_joined_a_502_leaving_no_session() -> None:
     async def scenario() -> None:
-        async with service() as (http, base):
+        async with service() as (_, http, base):
             good = {"url": "ws://127.0.0.1:1", "token": "a.b.c"}
             for livekit, says in [
                 ("wss://x", '"livekit" is an object'),
@@ -332,5 +334,34 @@ def test_a_bad_livekit_field_is_a_400_naming_it_and_a_room_not_joined_a_502_leav
             assert time.monotonic() - started < 20
             listing = await (await http.get(f"{base}/sessions")).json()
             assert listing["sessions"] == [], "a session whose avatar could not join is ended and not listed"
+
+    asyncio.run(scenario())
+
+
+def test_admission_counts_a_room_s_encoding_and_refuses_a_room_the_outputs_cannot_carry() -> None:
+    """A room is encoded in the output worker (LiveKit's VP8): its cost is measured there, and a session whose room
+    (and stream, if it has one) the outputs' budget cannot carry is a 503 before any room is joined."""
+
+    async def scenario() -> None:
+        async with service() as (served, http, base):
+            width, height = AVATARS.get("anchor", (128, 128))
+            measured = await served.cost_ms(width, height, ROOM)
+            listing = await (await http.get(f"{base}/sessions")).json()
+            assert measured > 0 and listing["encoding"]["costs"][f"{width}x{height} livekit"] == measured
+            dear = served.costs[width, height, ROOM] = served.budget_ms() + 1.0  # as a far slower core measures it
+            stream = await served.cost_ms(width, height, "veryfast")
+            room = {"url": f"ws://127.0.0.1:{free_port()}", "token": "a.b.c"}
+            for body, says in [
+                ({"avatar": "anchor", "livekit": room}, f"a {width}x{height} LiveKit room costs {dear:.1f} ms"),
+                (
+                    {"avatar": "anchor", "livekit": room, "preview": True},
+                    f"a {width}x{height} veryfast stream and LiveKit room costs {stream + dear:.1f} ms",
+                ),
+            ]:
+                started = time.monotonic()
+                answer = await http.post(f"{base}/sessions", json=body)
+                assert answer.status == 503 and says in (await answer.json())["error"], await answer.text()
+                assert time.monotonic() - started < 2, "refused before the avatar tries to join"
+            assert (await (await http.get(f"{base}/sessions")).json())["sessions"] == []
 
     asyncio.run(scenario())
