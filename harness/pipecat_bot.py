@@ -80,6 +80,11 @@ class Fed:
     markers: list[float] = field(default_factory=list)
     """When the chunk starting each marker entered the pipeline (marker n at index n)."""
     audio_seconds: float = 0.0
+    events: list[tuple[float, str]] = field(default_factory=list)
+    """(when, what): each segment started, cut or stopped, each interruption."""
+
+    def note(self, what: str) -> None:
+        self.events.append((time.monotonic(), what))
 
 
 class Errors(FrameProcessor):
@@ -220,6 +225,7 @@ class Bot:
             marks = dict(zip(spoken.marker_offsets, range(len(self.fed.markers), len(self.fed.markers) + 2)))
             await self.task.queue_frame(TTSStartedFrame())
             self.fed.segments += 1
+            self.fed.note("started")
             cut = False
             for lo in range(0, spoken.samples.size, chunk):
                 if await self._wait_until(clock):
@@ -236,11 +242,13 @@ class Bot:
                 clock += piece.size / rate
             if cut:
                 self.fed.cut += 1
+                self.fed.note("cut")
                 clock = time.monotonic()
             else:
                 stop = TTSStoppedFrame()
                 await self.task.queue_frame(stop)
                 self.fed.stops.append(stop.id)
+                self.fed.note("stop sent")
             clock += self.args.gap
             while not self.stop.is_set() and time.monotonic() < clock:
                 await self._wait_until(clock)
@@ -256,6 +264,7 @@ class Bot:
             if due is not None and due <= now:
                 await self.task.queue_frame(InterruptionFrame())
                 self.fed.interrupts.append(now)
+                self.fed.note("interrupt")
                 self._next_interrupt = now + self._interval()
                 return True
             until = deadline if due is None else min(deadline, due)
@@ -316,11 +325,17 @@ class Bot:
             "interrupts_answered": push.interrupts_answered if push is not None else None,
             "audio_seconds_in": round(self.fed.audio_seconds, 2),
             "markers": self._markers(),
+            "timeline": self._timeline(),
             "errors": self.errors.errors,
             "max_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
             "torch": "torch" in sys.modules,
             "engine_runtime": "engine.runtime" in sys.modules,
         }
+
+    def _timeline(self) -> list[tuple[float, str]]:
+        """The feed's events and each TTSStoppedFrame passed, in seconds from the window's start."""
+        passed = [(at, "stop passed") for at, _ in self.sink.stops]
+        return [(round(at - self.window.start, 3), what) for at, what in sorted(self.fed.events + passed)]
 
     def _markers(self) -> dict:
         """Each marker sent in the window, paired with its onset in the emitted audio: the latency in ms."""
