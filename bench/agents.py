@@ -186,17 +186,17 @@ async def phase(
     result["service_idle_s"] = await service_idle(api)
     try:
         await asyncio.gather(*(bot.start() for bot in processes))
-        for i in range(rtmp):
+        opened = await asyncio.gather(*(bot.wait_open(START) for bot in processes))
+        refused = [line for line in opened if line.get("event") != "open"]
+        if refused:
+            result["refused"] = refused
+        for i in range(rtmp):  # after the bots': a bot gives up on its session after 10 s, this only after 30 s
             streams.append(await api.create(rtmp=nginx.url(f"phase{number}-{i}")))
             readers.append(RtmpPacketLog(nginx.url(f"phase{number}-{i}"), open_timeout=STALL, read_timeout=STALL))
             readers[-1].start()
             feeders.append(
                 asyncio.ensure_future(feed(0, streams[-1]["id"], speech, rate, stop, streams[-1]["urls"]["push"]))
             )
-        opened = await asyncio.gather(*(bot.wait_open(START) for bot in processes))
-        refused = [line for line in opened if line.get("event") != "open"]
-        if refused:
-            result["refused"] = refused
         sessions = [line["session"] for line in opened if line.get("event") == "open"] + [s["id"] for s in streams]
         result["first_frames_s"] = await first_frames(api, sessions, readers)
         await asyncio.sleep(SETTLE)  # what queued while connecting arrives at once
@@ -218,9 +218,10 @@ async def phase(
     finally:
         reports = await asyncio.gather(*(bot.finish() for bot in processes))
         stop.set()
-        _, blocked = await asyncio.wait(feeders, timeout=10) if feeders else (None, [])
+        done, blocked = await asyncio.wait(feeders, timeout=10) if feeders else ([], [])
         for feeder in blocked:
             feeder.cancel()
+        result["push_errors"] = push_errors(done)
         await asyncio.gather(*(api.delete(s["id"]) for s in streams))
         logs = await asyncio.gather(*(asyncio.to_thread(r.join, 30) for r in readers))
     for report in reports:
@@ -273,6 +274,12 @@ async def first_frames(api: Api, sessions: list[str], readers: list[RtmpPacketLo
             break
         await asyncio.sleep(0.5)
     return round(time.monotonic() - started, 1)
+
+
+def push_errors(feeds: set[asyncio.Future]) -> list[str]:
+    """What the finished feeds of the RTMP sessions say: the server's push errors, or how a feed failed."""
+    said = [repr(f.exception()) if f.exception() else f.result() for f in feeds if not f.cancelled()]
+    return [text for text in said if text]
 
 
 def window_counters(before: dict, after: dict, session: str | None) -> dict:
@@ -426,7 +433,8 @@ def table(result: dict) -> str:
             continue
         b, s = p["bots_summary"], p["streams_summary"]
         every = f"interruptions every ~{p['interrupt_every_s']} s" if p["interrupt_every_s"] else "no interruptions"
-        lines.append(f"{p['bots']} bots + {p['rtmp']} RTMP, {p['window_s']} s measured, {every}:")
+        refused = f", {len(p['refused'])} bots refused a session" if p.get("refused") else ""
+        lines.append(f"{p['bots']} bots + {p['rtmp']} RTMP, {p['window_s']} s measured, {every}{refused}:")
         lines.append(
             f"  bots: {b['reported']} reported, fps {b['fps_min']}-{b['fps_max']} on their clocks, repeats "
             f"{b['repeat_share']} of slots (service {b['service_repeat_share']}, target <= 0.001; "
@@ -436,8 +444,8 @@ def table(result: dict) -> str:
             + ("" if p["gpu_memory_mib"]["nvidia_smi"] else " (no nvidia-smi)")
         )
         lines.append(
-            f"  segments: {b['segments_started']} started, {b['segments_cut']} cut by {b['interrupts']} "
-            f"interruptions, {b['stops_sent']} TTSStoppedFrames sent, {b['stops_passed']} passed, "
+            f"  segments (each bot's whole run): {b['segments_started']} started, {b['segments_cut']} cut by "
+            f"{b['interrupts']} interruptions, {b['stops_sent']} TTSStoppedFrames sent, {b['stops_passed']} passed, "
             f"{b['stops_missing']} missing, {b['stops_duplicated']} twice (target: every one once)"
         )
         m = b["markers"]
