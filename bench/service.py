@@ -125,8 +125,8 @@ def phase_outputs(args: argparse.Namespace) -> list[OutputSettings]:
 class Api:
     """The service's session API (with ``ray``: the cluster's proxy, and each replica's own /metrics)."""
 
-    def __init__(self, http: aiohttp.ClientSession, port: int, ray: bool = False) -> None:
-        self.http, self.base, self.ray = http, f"http://127.0.0.1:{port}", ray
+    def __init__(self, http: aiohttp.ClientSession, base: str, ray: bool = False) -> None:
+        self.http, self.base, self.ray = http, base, ray
         self.replicas: dict[str, str] = {}
         """Replica id -> its URL, from the proxy's answers to POST /sessions."""
         self.by_replica: dict[str, dict] = {}
@@ -367,7 +367,7 @@ async def measure(args: argparse.Namespace, work: Path) -> dict:
             await asyncio.to_thread(server.wait_ready, START)
         result["ready_s"] = round(time.monotonic() - server.started_at, 2)
         async with aiohttp.ClientSession() as http:
-            api = Api(http, port, args.ray)
+            api = Api(http, f"http://127.0.0.1:{port}", args.ray)
             sessions = await (await http.get(f"{api.base}/sessions")).json()
             result["capacity"] = sessions["capacity"]
             if args.ray:

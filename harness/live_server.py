@@ -49,10 +49,12 @@ def run_keeping_server_log(measure, args, prefix: str) -> dict:
 
 
 class LiveServer:
-    """``python -m apps.serve ARGS`` in its own process group, its output in ``log``."""
+    """``python -m apps.serve ARGS`` in its own process group, its output in ``log``; ``token``: the one ARGS give it
+    (``--token``), sent with every request."""
 
-    def __init__(self, args: list[str], http_port: int, log: Path) -> None:
+    def __init__(self, args: list[str], http_port: int, log: Path, token: str | None = None) -> None:
         self.args, self.http_port, self.log = args, http_port, log
+        self.headers = {"Authorization": f"Bearer {token}"} if token else {}
         self.process: subprocess.Popen | None = None
         self.started_at = 0.0
 
@@ -71,7 +73,8 @@ class LiveServer:
     def fetch_metrics(self) -> Metrics | None:
         """/metrics now, or None when the server does not answer."""
         try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.http_port}/metrics", timeout=5) as response:
+            request = urllib.request.Request(f"http://127.0.0.1:{self.http_port}/metrics", headers=self.headers)
+            with urllib.request.urlopen(request, timeout=5) as response:
                 return parse_metrics(response.read().decode())
         except (urllib.error.URLError, OSError):
             return None
