@@ -28,6 +28,7 @@ ray = pytest.importorskip("ray")
 from ray import serve  # noqa: E402
 
 from cluster.app import APP_NAME  # noqa: E402
+from cluster.ray_files import RayFiles  # noqa: E402
 from tests.streaming.conftest import free_port  # noqa: E402
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
@@ -79,9 +80,11 @@ def running() -> bool:
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     """A local Ray cluster (2 CPUs, 2 fake GPUs) with its dashboard (``serve deploy`` talks to it), the application
-    deployed from a serve config; the proxy's base URL and how to deploy again."""
+    deployed from a serve config; the proxy's base URL and how to deploy again. Its files are kept apart, as
+    ``apps.serve --ray`` keeps them, and removed at the end, once every replica has removed its service's folder."""
     dashboard_port, port = free_port(), free_port()
-    context = ray.init(
+    files = RayFiles()
+    context = files.init(
         num_cpus=2,
         num_gpus=2,
         include_dashboard=True,
@@ -102,6 +105,9 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         serve.delete(APP_NAME)  # the replicas stop their services (and remove their folders) before Ray goes
         serve.shutdown()
         ray.shutdown()
+        left = sorted(path.name for path in files.path.glob("ditto-svc-*"))
+        files.remove()
+    assert left == [], "a stopped replica left its service's folder behind"
 
 
 @dataclass
@@ -262,7 +268,7 @@ def core_of(replica_pid: int) -> int:
 def folder_of(core: int) -> Path:
     """The service folder of the engine core ``core`` (its sockets' addresses are on its command line)."""
     command = Path(f"/proc/{core}/cmdline").read_bytes().decode(errors="replace")
-    return Path(re.search(r"/tmp/ditto-svc-\w+", command).group(0))
+    return Path(re.search(r"/tmp/(?:ditto-ray-\w+/)?ditto-svc-\w+", command).group(0))
 
 
 def alive(pid: int) -> bool:
