@@ -271,6 +271,11 @@ def folder_of(core: int) -> Path:
     return Path(re.search(r"/tmp/(?:ditto-ray-\w+/)?ditto-svc-\w+", command).group(0))
 
 
+def rings_of(pid: int) -> set[Path]:
+    """The shared-memory frame rings process ``pid`` maps."""
+    return {Path(path) for path in re.findall(r"/dev/shm/psm_\w+", Path(f"/proc/{pid}/maps").read_text())}
+
+
 def alive(pid: int) -> bool:
     try:
         return not (Path(f"/proc/{pid}/status").read_text().find("State:\tZ") >= 0)
@@ -294,6 +299,8 @@ def test_killing_a_replica_ends_only_its_sessions_and_serve_replaces_it(cluster:
             async with http.ws_connect(a["urls"]["push"]) as ws_a, http.ws_connect(b["urls"]["push"]) as ws_b:
                 await push_ready(ws_a)
                 await push_ready(ws_b)
+                rings = rings_of(core)
+                assert rings, "the session's frame ring was not found"
                 os.kill(a["replica"]["pid"], signal.SIGKILL)
                 message = await ws_a.receive(timeout=15)
                 assert message.type in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSED, aiohttp.WSMsgType.ERROR), (
@@ -301,6 +308,7 @@ def test_killing_a_replica_ends_only_its_sessions_and_serve_replaces_it(cluster:
                 )
                 await still_served(http, ws_b, b)
                 await until(lambda: asyncio.sleep(0, not alive(core)), 10, "the killed replica's engine core exits")
+                assert [ring for ring in rings if ring.exists()] == [], "the killed replica's rings were left behind"
                 shutil.rmtree(folder)  # a process killed outright cannot remove its folder (Ray kills its whole group)
                 await replaced(http, cluster.base, a["replica"]["id"])
                 await still_served(http, ws_b, b)
@@ -321,6 +329,8 @@ def test_a_replica_whose_core_stops_fails_its_health_check_ends_its_sessions_say
                 async with http.ws_connect(a["urls"]["push"]) as ws_a, http.ws_connect(b["urls"]["push"]) as ws_b:
                     await push_ready(ws_a)
                     await push_ready(ws_b)
+                    rings = rings_of(core)
+                    assert rings, "the session's frame ring was not found"
                     os.kill(core, signal.SIGSTOP)
                     message = await ws_a.receive(timeout=20)
                     assert message.type == aiohttp.WSMsgType.CLOSE and message.data == 1011, message
@@ -330,6 +340,7 @@ def test_a_replica_whose_core_stops_fails_its_health_check_ends_its_sessions_say
                     await still_served(http, ws_b, b)
                 assert not alive(core), "the stuck engine core was left behind"
                 assert not folder.exists(), "the failed replica's service folder was left behind"
+                assert [ring for ring in rings if ring.exists()] == [], "the failed replica's rings were left behind"
             finally:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(core, signal.SIGKILL)
