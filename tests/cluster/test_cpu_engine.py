@@ -146,6 +146,7 @@ def test_a_cpu_session_through_the_proxy_streams_on_loopback_and_a_double_ctrl_c
                 assert left, "the service's folder and ring were not found"
                 ray_files = Path(re.search(r"its files in (\S+) \(removed at the stop\)", log.read_text()).group(1))
                 assert ray_files.is_dir() and any(Path(path).is_relative_to(ray_files) for path in left), left
+                assert list(ray_files.glob("ditto-avatar-*")) == [], "the portrait's one-off cache outlived its load"
 
                 stopped = time.monotonic()
                 os.killpg(process.pid, signal.SIGINT)  # what Ctrl-C in a terminal sends: the whole process group
