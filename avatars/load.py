@@ -19,14 +19,17 @@ DEMO_NAME = "demo"
 
 
 def load_or_register(avatar: str, checkpoints: Path, device: torch.device, random_weights: bool) -> Avatar:
-    """A cached avatar by name, or register an image/video path on the fly into a temporary cache."""
+    """A cached avatar by name, or register an image/video path on the fly into a temporary cache, removed once the
+    avatar is loaded (its tensors are read whole)."""
     path = Path(avatar)
     if path.is_file():
         from avatars.register import register
 
-        cache = Path(tempfile.mkdtemp(prefix="ditto-avatar-"))
-        folder = register(path, "oneshot", checkpoints, device=device, cache_dir=cache, random_weights=random_weights)
-        return load_avatar(folder, device)
+        with tempfile.TemporaryDirectory(prefix="ditto-avatar-") as cache:
+            folder = register(
+                path, "oneshot", checkpoints, device=device, cache_dir=Path(cache), random_weights=random_weights
+            )
+            return load_avatar(folder, device)
     return load_avatar(avatar, device, checkpoints=checkpoints)
 
 

@@ -128,21 +128,35 @@ class DeployOptions:
 
 def run(deploy: DeployOptions) -> int:
     """``python -m apps.serve --ray``: deploy on the Ray cluster (``RAY_ADDRESS``, or a local one), until Ctrl-C or
-    SIGTERM; then delete the application: its replicas drain (a second Ctrl-C ends their sessions now)."""
+    SIGTERM; then delete the application: its replicas drain (a second Ctrl-C ends their sessions now). A local
+    cluster's files are removed when it stops, and kept after a failure (its logs say why)."""
+    started = time.monotonic()
+    cluster = start_ray(deploy.http[0])
+    print(cluster.said, file=sys.stderr)
+    try:
+        code = serve_until_stopped(deploy, started)
+    except BaseException as exc:
+        cluster.shutdown(failed=isinstance(exc, Exception))  # a Ctrl-C while deploying is no failure to explain
+        raise
+    cluster.shutdown()
+    print("stopped", file=sys.stderr)
+    return code
+
+
+def serve_until_stopped(deploy: DeployOptions, started: float) -> int:
+    """Deploy the application on the Ray cluster this process joined, serve until Ctrl-C or SIGTERM, then stop it
+    (``stop``); 1 when the cluster has no GPU for ``--device cuda``."""
     import ray
     from ray import serve
 
     from engine.engine import RANDOM_WEIGHTS_NOTICE
 
-    started = time.monotonic()
     host, port = deploy.http
     token, generated = resolve_token(host, deploy.token)
-    print(start_ray(host), file=sys.stderr)
     gpus = ray.cluster_resources().get("GPU", 0)
     device = deploy.device or ("cuda" if gpus else "cpu")
     if device == "cuda" and not gpus:
         print("error: --ray with --device cuda: the Ray cluster has no GPU", file=sys.stderr)
-        ray.shutdown()
         return 1
     notice = RANDOM_WEIGHTS_NOTICE if deploy.service.checkpoints is None else ""
     if notice:
@@ -171,8 +185,6 @@ def run(deploy: DeployOptions) -> int:
     stop(replica.drain_seconds, signals)
     if not os.environ.get("RAY_ADDRESS"):
         serve.shutdown()
-    ray.shutdown()
-    print("stopped", file=sys.stderr)
     return 0
 
 

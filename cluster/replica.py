@@ -114,7 +114,6 @@ class EngineReplica:
 
     async def __init__(self, config: dict[str, Any]) -> None:
         from ray import serve
-        from ray.util import get_node_ip_address
 
         log_to_driver()
         self.config = ReplicaConfig(**config)
@@ -125,12 +124,26 @@ class EngineReplica:
         self._answered = 0
         self._ticks = TickWatch(self.config.health_timeout)
         self._sockets: weakref.WeakSet[web.WebSocketResponse] = weakref.WeakSet()
+        self._closed = True  # nothing started yet: nothing for ``__del__`` to stop
         host = self.config.host
         if not is_loopback(host) and not self.config.token:
             raise ValueError(f"a replica serving {host} (beyond loopback) needs a token")
-        wildcard = host in ("", "0.0.0.0", "::")
         options = ServiceOptions(**self.config.service)
         self.service = Service(replace(options, loopback_only=options.loopback_only and is_loopback(host)))
+        self._http: aiohttp.ClientSession | None = None
+        self._runner: web.AppRunner | None = None
+        self._closed = False
+        try:
+            await self._start(host)
+        except BaseException:
+            await self._close()  # a failed start leaves no engine, worker or service folder behind
+            raise
+
+    async def _start(self, host: str) -> None:
+        """Start the service (its engine warms up), then this replica's HTTP server on ``host`` and its client."""
+        from ray.util import get_node_ip_address
+
+        wildcard = host in ("", "0.0.0.0", "::")
         await self.service.start()
         listener = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
         listener.bind((host, 0))
@@ -202,6 +215,8 @@ class EngineReplica:
     async def __del__(self) -> None:
         """Serve removes this replica (scale-down, redeploy, failed health): stop admitting, let the live sessions end
         for up to ``drain_seconds``, end what is left with that reason, then stop the engine."""
+        if self._closed:
+            return
         if self.failure is None:
             self.draining = True
             self.service.refusing = f"replica {self.id} is draining for removal; it admits no new session"
@@ -223,8 +238,15 @@ class EngineReplica:
                 )
                 log.warning("%s", reason)
                 await self._close_websockets(1001, reason)
-        await self._http.close()
-        await self._runner.cleanup()
+        await self._close()
+
+    async def _close(self) -> None:
+        """Stop what this replica started, as far as its start got: its HTTP client and server, then its service."""
+        self._closed = True
+        if self._http is not None:
+            await self._http.close()
+        if self._runner is not None:
+            await self._runner.cleanup()
         await self.service.close()
 
     # -- the replica's own figures and routes -----------------------------------------------

@@ -149,6 +149,8 @@ class EngineCore:
         self._lock = threading.Lock()
         self._stopping = threading.Event()
         self.context = zmq.Context()
+        self.runtime_closed = False
+        """Whether the runtime closed when the core stopped (False: its loop was still inside a tick)."""
 
     # -- requests (main thread) -------------------------------------------------------------
 
@@ -183,21 +185,24 @@ class EngineCore:
             self._stopping.set()
             publisher.join(5)
             router.close()
-            self._close_runtime()
+            self.runtime_closed = self._close_runtime()
             for core_session in list(self.sessions.values()):
                 self._release_ring(core_session)
             self.context.term()
             if os.getppid() != parent:  # orphaned (the front end was killed): nobody else removes the service's folder
                 shutil.rmtree(Path(address.removeprefix("ipc://")).parent, ignore_errors=True)
 
-    def _close_runtime(self) -> None:
+    def _close_runtime(self) -> bool:
         """Close the runtime, waiting at most RUNTIME_CLOSE_WAIT: its loop may be inside a tick that takes a minute on
-        a CPU, and nothing of it is worth waiting for when the process ends (the loop's thread is a daemon)."""
+        a CPU, and nothing of it is worth waiting for when the process ends (the loop's thread is a daemon). Whether
+        it closed in that time."""
         closing = threading.Thread(target=self.runtime.close, name="ditto-runtime-close", daemon=True)
         closing.start()
         closing.join(RUNTIME_CLOSE_WAIT)
         if closing.is_alive():
             log.info("core: the runtime is inside a long tick; stopping without waiting for it")
+            return False
+        return True
 
     def handle(self, request: CoreRequest) -> CoreReply:
         """One request -> its reply (``Refused`` with its kind: admission, not_found, invalid, closed, backpressure)."""
@@ -486,7 +491,20 @@ def main(argv: list[str] | None = None) -> int:
     config = from_argument(CoreConfig, (argv or sys.argv[1:])[0])
     core = EngineCore(config)
     core.serve(config.address, config.events)
+    if not core.runtime_closed:
+        exit_mid_tick()
     return 0
+
+
+def exit_mid_tick() -> None:
+    """End the process now, without finalizing the interpreter, once everything the core holds is released but the
+    runtime's loop is still inside a tick: that daemon thread is in torch's C++ code with the GIL released, and
+    CPython ends such a thread, when it next takes the GIL during finalization, by unwinding it through torch's frames,
+    which may not be unwound; the process then aborts ("terminate called without an active exception", status 134)."""
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":

@@ -9,6 +9,10 @@ picture. Before the first frame the writer may put a still picture (the avatar's
 ``STILL``: its slot is frame ``slots - 2``'s, long before that frame is made, so a reader that takes it when the
 ring is announced gets it (and None once that frame has replaced it). Only plain bytes cross: no pickle, no Python
 objects.
+
+The writer creates the block under a name in /dev/shm; its reader opens it by that name and removes the name at once
+(both mappings stay), so once the reader is attached no end of either process, not even a kill of both, leaves the
+block behind. The writer removes the name of a block no reader attached.
 """
 
 from __future__ import annotations
@@ -47,10 +51,11 @@ class FrameRing:
         size = self.slot_bytes * slots
         self._shm = shared_memory.SharedMemory(name=name, create=create, size=size if create else 0)
         if not create:
-            resource_tracker.unregister(self._shm._name, "shared_memory")  # the writer owns and unlinks the block
             if self._shm.size < size:
+                resource_tracker.unregister(self._shm._name, "shared_memory")  # the writer's block, not this reader's
                 self._shm.close()
                 raise ValueError(f"shared memory {name!r} holds {self._shm.size} bytes, {size} expected")
+            self._shm.unlink()  # attached: the name goes now (the block lives on while either process maps it)
         self.owner = create
         self.buffer = np.ndarray((slots, self.slot_bytes), np.uint8, self._shm.buf)
         self._index = np.ndarray((slots,), np.int64, self._shm.buf, strides=(self.slot_bytes,))
@@ -108,4 +113,7 @@ class FrameRing:
         self.buffer = self._index = None
         self._shm.close()
         if self.owner:
-            self._shm.unlink()
+            try:
+                self._shm.unlink()
+            except FileNotFoundError:  # its reader attached and removed the name
+                resource_tracker.unregister(self._shm._name, "shared_memory")

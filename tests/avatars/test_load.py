@@ -1,14 +1,16 @@
 """The demo avatar: registered once into the engine's cache, loaded from it after, registered again when it cannot
-be."""
+be. A portrait file: registered into a one-off cache that is gone once the avatar is loaded."""
 
 from __future__ import annotations
 
+import tempfile
 from pathlib import Path
 
 import pytest
 import torch
 
-from avatars.load import DEMO_NAME, demo_avatar, demo_cache
+from avatars.load import DEMO_NAME, demo_avatar, demo_cache, load_or_register
+from engine.assets import write_demo_portrait
 from engine.networks import write_random_checkpoints
 
 NETWORKS = ("motion_extractor", "appearance_extractor")
@@ -36,3 +38,15 @@ def test_the_demo_portrait_is_registered_once_then_loaded(tmp_path: Path, checkp
     changed = demo_avatar(tmp_path / "other", CPU)
     assert not torch.equal(changed.f_s, first.f_s), "other checkpoints: registered again with them"
     assert demo_avatar(tmp_path / "other", CPU).manifest == changed.manifest
+
+
+@pytest.mark.slow
+def test_a_portrait_file_is_registered_into_a_cache_removed_once_loaded(
+    tmp_path: Path, checkpoint_dir, monkeypatch
+) -> None:
+    portrait = write_demo_portrait(tmp_path)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "temp"))
+    (tmp_path / "temp").mkdir()
+    avatar = load_or_register(str(portrait), checkpoint_dir(*NETWORKS), CPU, random_weights=True)
+    assert avatar.is_image and avatar.f_s.numel()
+    assert list((tmp_path / "temp").iterdir()) == [], "the one-off cache outlived the load"

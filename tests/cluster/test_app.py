@@ -28,6 +28,7 @@ ray = pytest.importorskip("ray")
 from ray import serve  # noqa: E402
 
 from cluster.app import APP_NAME  # noqa: E402
+from cluster.ray_files import RayFiles  # noqa: E402
 from tests.streaming.conftest import free_port  # noqa: E402
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
@@ -79,9 +80,11 @@ def running() -> bool:
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     """A local Ray cluster (2 CPUs, 2 fake GPUs) with its dashboard (``serve deploy`` talks to it), the application
-    deployed from a serve config; the proxy's base URL and how to deploy again."""
+    deployed from a serve config; the proxy's base URL and how to deploy again. Its files are kept apart, as
+    ``apps.serve --ray`` keeps them, and removed at the end, once every replica has removed its service's folder."""
     dashboard_port, port = free_port(), free_port()
-    context = ray.init(
+    files = RayFiles()
+    context = files.init(
         num_cpus=2,
         num_gpus=2,
         include_dashboard=True,
@@ -102,6 +105,9 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         serve.delete(APP_NAME)  # the replicas stop their services (and remove their folders) before Ray goes
         serve.shutdown()
         ray.shutdown()
+        left = sorted(path.name for path in files.path.glob("ditto-svc-*"))
+        files.remove()
+    assert left == [], "a stopped replica left its service's folder behind"
 
 
 @dataclass
@@ -262,7 +268,12 @@ def core_of(replica_pid: int) -> int:
 def folder_of(core: int) -> Path:
     """The service folder of the engine core ``core`` (its sockets' addresses are on its command line)."""
     command = Path(f"/proc/{core}/cmdline").read_bytes().decode(errors="replace")
-    return Path(re.search(r"/tmp/ditto-svc-\w+", command).group(0))
+    return Path(re.search(r"/tmp/(?:ditto-ray-\w+/)?ditto-svc-\w+", command).group(0))
+
+
+def rings_of(pid: int) -> set[Path]:
+    """The shared-memory frame rings process ``pid`` maps."""
+    return {Path(path) for path in re.findall(r"/dev/shm/psm_\w+", Path(f"/proc/{pid}/maps").read_text())}
 
 
 def alive(pid: int) -> bool:
@@ -288,6 +299,8 @@ def test_killing_a_replica_ends_only_its_sessions_and_serve_replaces_it(cluster:
             async with http.ws_connect(a["urls"]["push"]) as ws_a, http.ws_connect(b["urls"]["push"]) as ws_b:
                 await push_ready(ws_a)
                 await push_ready(ws_b)
+                rings = rings_of(core)
+                assert rings, "the session's frame ring was not found"
                 os.kill(a["replica"]["pid"], signal.SIGKILL)
                 message = await ws_a.receive(timeout=15)
                 assert message.type in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSED, aiohttp.WSMsgType.ERROR), (
@@ -295,6 +308,7 @@ def test_killing_a_replica_ends_only_its_sessions_and_serve_replaces_it(cluster:
                 )
                 await still_served(http, ws_b, b)
                 await until(lambda: asyncio.sleep(0, not alive(core)), 10, "the killed replica's engine core exits")
+                assert [ring for ring in rings if ring.exists()] == [], "the killed replica's rings were left behind"
                 shutil.rmtree(folder)  # a process killed outright cannot remove its folder (Ray kills its whole group)
                 await replaced(http, cluster.base, a["replica"]["id"])
                 await still_served(http, ws_b, b)
@@ -315,6 +329,8 @@ def test_a_replica_whose_core_stops_fails_its_health_check_ends_its_sessions_say
                 async with http.ws_connect(a["urls"]["push"]) as ws_a, http.ws_connect(b["urls"]["push"]) as ws_b:
                     await push_ready(ws_a)
                     await push_ready(ws_b)
+                    rings = rings_of(core)
+                    assert rings, "the session's frame ring was not found"
                     os.kill(core, signal.SIGSTOP)
                     message = await ws_a.receive(timeout=20)
                     assert message.type == aiohttp.WSMsgType.CLOSE and message.data == 1011, message
@@ -324,6 +340,7 @@ def test_a_replica_whose_core_stops_fails_its_health_check_ends_its_sessions_say
                     await still_served(http, ws_b, b)
                 assert not alive(core), "the stuck engine core was left behind"
                 assert not folder.exists(), "the failed replica's service folder was left behind"
+                assert [ring for ring in rings if ring.exists()] == [], "the failed replica's rings were left behind"
             finally:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(core, signal.SIGKILL)

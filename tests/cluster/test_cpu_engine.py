@@ -1,7 +1,8 @@
 """``python -m apps.serve --ray`` as a user runs it on the CPU: the real engine (random weights, 2 DDIM steps) in one
 replica of a local Ray cluster started on loopback. A session opened through the proxy lives across the CPU's slow
 ticks and records frames; the processes the command started listen on loopback; Ctrl-C twice ends the session
-cleanly (push socket 1001, a playable MP4) and leaves no service folder or shared-memory ring behind."""
+cleanly (push socket 1001, a playable MP4) and leaves no service folder, shared-memory ring or file of the local Ray
+cluster behind."""
 
 from __future__ import annotations
 
@@ -28,6 +29,8 @@ ROOT = Path(__file__).resolve().parents[2]
 ALIVE_SECONDS = 25.0
 """How long the session must go on streaming after its first frame (several CPU ticks)."""
 SERVICE_PROCESSES = (b"serving.core", b"serving.worker")
+SERVICE_FOLDER = r"/tmp/(?:ditto-ray-\w+/)?ditto-svc-\w+"
+"""A service's folder: in the temp folder, inside the local Ray cluster's own when the service runs in a replica."""
 
 
 def portrait(path: Path) -> Path:
@@ -44,9 +47,7 @@ def service_files(pids: set[int]) -> set[str]:
     found: set[str] = set()
     for pid in pids:
         try:
-            found |= set(
-                re.findall(r"/tmp/ditto-svc-\w+", Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace"))
-            )
+            found |= set(re.findall(SERVICE_FOLDER, Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")))
             found |= set(re.findall(r"/dev/shm/psm_\w+", Path(f"/proc/{pid}/maps").read_text()))
         except OSError:
             continue
@@ -143,6 +144,9 @@ def test_a_cpu_session_through_the_proxy_streams_on_loopback_and_a_double_ctrl_c
                 assert beyond == [], "the service's own processes listen beyond loopback"
                 left = service_files(pids)
                 assert left, "the service's folder and ring were not found"
+                ray_files = Path(re.search(r"its files in (\S+) \(removed at the stop\)", log.read_text()).group(1))
+                assert ray_files.is_dir() and any(Path(path).is_relative_to(ray_files) for path in left), left
+                assert list(ray_files.glob("ditto-avatar-*")) == [], "the portrait's one-off cache outlived its load"
 
                 stopped = time.monotonic()
                 os.killpg(process.pid, signal.SIGINT)  # what Ctrl-C in a terminal sends: the whole process group
@@ -155,8 +159,10 @@ def test_a_cpu_session_through_the_proxy_streams_on_loopback_and_a_double_ctrl_c
             assert await asyncio.to_thread(process.wait, 90) == 0, log.read_text()[-3000:]
             assert time.monotonic() - stopped < 90
             text = log.read_text()
-            assert "Traceback" not in text and "stopping: ending the live sessions now" in text, text[-3000:]
+            assert "Traceback" not in text and "terminate called" not in text, text[-3000:]
+            assert "stopping: ending the live sessions now" in text, text[-3000:]
             assert [path for path in left if Path(path).exists()] == []
+            assert not ray_files.exists(), "the local Ray cluster's files were left behind"
             assert [pid for pid in pids if Path(f"/proc/{pid}").exists() and pid != process.pid] == []
         with av.open(str(mp4)) as container:
             assert sum(1 for _ in container.decode(video=0)) >= released

@@ -222,11 +222,16 @@ def build_slowly(config: CoreConfig) -> tuple[FakeRuntime, FakeAvatars]:
 
 
 class BusyRuntime(FakeRuntime):
-    """A runtime whose loop is inside a long tick when it is closed, as the engine's on a CPU (a window in a minute)."""
+    """A runtime whose loop is inside a long tick when it is closed, as the engine's on a CPU (a window in a minute):
+    its close waits a minute for the tick, and spends it in torch's C++ code with the GIL released, as the engine's
+    ticks do (a thread there when the process ends must not be unwound through that code)."""
 
     def close(self) -> None:
         super().close()
-        time.sleep(60)
+        square = torch.ones(256, 256)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            square @ square
 
 
 def build_busy(config: CoreConfig) -> tuple[FakeRuntime, FakeAvatars]:

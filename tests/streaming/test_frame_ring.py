@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -9,10 +11,13 @@ from streaming.frame_ring import FrameRing
 from streaming.frames import AUDIO_SAMPLES_PER_FRAME
 
 
-def test_a_second_mapping_reads_what_the_writer_wrote() -> None:
+def test_a_second_mapping_reads_what_the_writer_wrote_and_its_name_goes_once_the_reader_is_attached() -> None:
     writer = FrameRing(None, 64, 32, slots=4, create=True)
+    named = Path("/dev/shm") / writer.name
+    assert named.exists()
     reader = FrameRing(writer.name, 64, 32, slots=4)
     try:
+        assert not named.exists(), "an attached ring's name stays: a kill of both processes would leave the block"
         picture = np.arange(64 * 48, dtype=np.uint32).astype(np.uint8).reshape(48, 64)
         audio = np.linspace(-1, 1, AUDIO_SAMPLES_PER_FRAME, dtype=np.float32)
         writer.write(5, picture, audio)
@@ -26,10 +31,12 @@ def test_a_second_mapping_reads_what_the_writer_wrote() -> None:
         writer.close()
 
 
-def test_a_reader_of_the_wrong_size_is_refused() -> None:
+def test_a_reader_of_the_wrong_size_is_refused_and_the_writer_removes_the_name() -> None:
     writer = FrameRing(None, 64, 32, slots=2, create=True)
     try:
         with pytest.raises(ValueError, match="expected"):
             FrameRing(writer.name, 128, 64, slots=2)
+        assert (Path("/dev/shm") / writer.name).exists(), "a refused reader took the writer's name"
     finally:
         writer.close()
+    assert not (Path("/dev/shm") / writer.name).exists()
