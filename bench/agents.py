@@ -332,6 +332,9 @@ def bots_summary(reports: list[dict]) -> dict:
         "stops_mismatch": totals["stops_missing"] + totals["stops_duplicated"],
         "markers_sent": sum(r["markers"]["sent"] for r in done),
         "markers": percentiles(latencies),
+        "service_speech_latency_ms": max(
+            (s["speech_latency_ms"] for s in service if s.get("speech_latency_ms")), default=None
+        ),
         "bot_cores_mean": round(float(np.mean([r["cores"] for r in done])), 4) if done else None,
         "bot_cores_max": max((r["cores"] for r in done), default=None),
         "bot_rss_mb_max": max((r["max_rss_mb"] for r in done), default=None),
@@ -461,6 +464,12 @@ def table(result: dict) -> str:
                 " --glass compares)"
             )
         lines.append(marker)
+        if b.get("service_speech_latency_ms") is not None and m.get("p50_ms") is not None:
+            lines.append(
+                f"  the sessions' speech latency by construction (push -> shown on their clock, at most) "
+                f"{b['service_speech_latency_ms']} ms: transport, player and bot take "
+                f"{round(m['p50_ms'] - b['service_speech_latency_ms'], 1)} ms at p50"
+            )
         if s:
             lines.append(
                 f"  RTMP: fps {s['fps_min']}-{s['fps_max']}, repeated {s['repeated_share']} of the window's slots, "

@@ -61,7 +61,8 @@ def stream_report(log: PacketLog, start: float, end: float) -> dict:
 
 def server_counters(metrics: dict, session: str) -> dict:
     """One stream's counters from the server's /metrics: shed and skipped slots, deadline misses, drops, resyncs,
-    late releases, reconnects, encode time."""
+    late releases, reconnects, encode time; the speech latency its session has by construction (push -> shown on its
+    clock) and the latency its output added to show late frames (the rest of a glass-to-glass figure is transport)."""
     return {
         "repeated": metric(metrics, "ditto_frames_repeated_total", session=session),
         "skipped": metric(metrics, "ditto_frames_skipped_total", session=session),
@@ -73,6 +74,8 @@ def server_counters(metrics: dict, session: str) -> dict:
         "late_releases": metric(metrics, "ditto_deadline_misses_output_total", session=session),
         "reconnects": metric(metrics, "ditto_rtmp_reconnects_total", session=session),
         "encode_ms_p99": metric(metrics, "ditto_encode_milliseconds", quantile="0.99", session=session),
+        "speech_latency_ms": metric(metrics, "ditto_session_speech_latency_ms", session=session),
+        "output_added_ms": metric(metrics, "ditto_output_added_latency_milliseconds", session=session),
     }
 
 
