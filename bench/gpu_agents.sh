@@ -31,19 +31,6 @@ stop_margin=45  # the benchmark is told to stop this long before the limit, and 
 phase_overhead=50  # seconds beside a phase's minutes: bots start and open, first pictures, reports, RTMP read ends
 glass=/tmp/glass_to_glass.json
 
-has_plans() { compgen -G "$plans/torch-aot-*/manifest.json" >/dev/null; }
-
-build() {
-    echo "building the packages into $plans (6 processes)"
-    python3 -c "from engine.engine import random_checkpoints; random_checkpoints()"
-    python3 -m compile.build_plans --checkpoints "$DITTO_CACHE_DIR/random-weights-seed0" --random-weights --aot only \
-        --aot-jobs 6 --out "$plans" >"$out/aot_build.log" 2>&1
-    local rc=$?
-    tail -c 400 "$out/aot_build.log"
-    echo "build: rc $rc after $SECONDS s"
-    return $rc
-}
-
 take_avatar() {
     [[ -e $avatar/manifest.json ]] && return 0
     [[ -e .carry/avatars/demo/manifest.json ]] || { echo "no avatar: carry .carry/avatars/demo" >&2; return 1; }

@@ -27,19 +27,6 @@ limit=570
 overhead=120  # seconds beside the phase: the start, the first frames, the streams' end, the server's stop
 stop_margin=45  # the benchmark is told to stop this long before the limit, and killed 30 s after that
 
-has_plans() { compgen -G "$plans/torch-aot-*/manifest.json" >/dev/null; }
-
-build() {
-    echo "building the packages into $plans (6 processes)"
-    python3 -c "from engine.engine import random_checkpoints; random_checkpoints()"
-    python3 -m compile.build_plans --checkpoints "$DITTO_CACHE_DIR/random-weights-seed0" --random-weights --aot only \
-        --aot-jobs 6 --out "$plans" >"$out/aot_build.log" 2>&1
-    local rc=$?
-    tail -c 400 "$out/aot_build.log"
-    echo "build: rc $rc after $SECONDS s"
-    return $rc
-}
-
 measure() {
     local name=$1 left
     shift

@@ -23,3 +23,16 @@ with wave.open("/tmp/newsroom.wav", "wb") as w:
     w.writeframes((np.clip(clip, -1, 1) * 32767).astype(np.int16).tobytes())
 PY
 }
+# The torch backend's compiled packages in $plans (random weights, 6 build processes): whether they are there, and
+# building them (log to $out/aot_build.log). The scripts that call them set $plans first.
+has_plans() { compgen -G "$plans/torch-aot-*/manifest.json" >/dev/null; }
+build() {
+    echo "building the packages into $plans (6 processes)"
+    python3 -c "from engine.engine import random_checkpoints; random_checkpoints()"
+    python3 -m compile.build_plans --checkpoints "$DITTO_CACHE_DIR/random-weights-seed0" --random-weights --aot only \
+        --aot-jobs 6 --out "$plans" >"$out/aot_build.log" 2>&1
+    local rc=$?
+    tail -c 400 "$out/aot_build.log"
+    echo "build: rc $rc after $SECONDS s"
+    return $rc
+}

@@ -60,8 +60,9 @@ class FailsAtClose(Recorder):
         raise SinkFailed("recording to /recordings/b.mp4 failed: No space left on device")
 
 
-def run(frames: int, sinks: list, **kwargs) -> SessionOutput:
-    output = SessionOutput(SyntheticSession(64, 64, frames=frames), encoder="x264", **kwargs)
+def run(frames: int, sinks: list, session: SyntheticSession | None = None, **kwargs) -> SessionOutput:
+    """Stream ``session`` (a synthetic one of ``frames`` frames by default) through x264 to ``sinks`` until it ends."""
+    output = SessionOutput(session or SyntheticSession(64, 64, frames=frames), encoder="x264", **kwargs)
     for sink in sinks:
         output.add_sink(sink)
     output.start()
@@ -157,11 +158,7 @@ class Stalling(SyntheticSession):
 
 def test_a_stall_is_shed_with_repeats_and_silence_while_the_timeline_keeps_wall_time() -> None:
     sink = Recorder()
-    output = SessionOutput(Stalling(64, 64, frames=50, lead=0.1), encoder="x264")
-    output.add_sink(sink)
-    output.start()
-    assert output.finished.wait(20)
-    output.stop()
+    output = run(50, [sink], Stalling(64, 64, frames=50, lead=0.1))
     indices = [f.index for f in sink.frames]
     assert indices == list(range(indices[0], indices[0] + len(indices))), "one frame per slot: no gap in the timeline"
     offsets = [t - sink.times[0] - (f.index - indices[0]) / FPS for t, f in zip(sink.times, sink.frames)]
@@ -185,11 +182,7 @@ class LateHops(SyntheticSession):
 
 def test_frames_late_by_less_than_a_slot_cost_one_repeat_and_a_slot_of_latency_never_speech() -> None:
     sink = Recorder()
-    output = SessionOutput(LateHops(64, 64, frames=60, lead=0.1), encoder="x264")
-    output.add_sink(sink)
-    output.start()
-    assert output.finished.wait(20)
-    output.stop()
+    output = run(60, [sink], LateHops(64, 64, frames=60, lead=0.1))
     shown = [next(i for i in range(60) if np.array_equal(f.audio, sound(i))) for f in sink.frames if not f.repeat]
     assert shown == list(range(60)), "every frame is shown, with its audio, none skipped"
     assert output.stats.repeated == 1 and output.stats.skipped == 0
