@@ -116,6 +116,13 @@ class ServiceCollector:
             if value is not None:
                 capacity.add_metric([kind], value)
         yield capacity
+        share = self.service.encoding()["measured_share"]
+        if share is not None:
+            yield GaugeMetricFamily(
+                "ditto_output_measured_share",
+                "What the live streams use of their calibrated encode cost, as admission counts it",
+                value=share,
+            )
 
 
 def create_service_app(

@@ -350,10 +350,12 @@ class CostMeasured:
 
 @dataclass(frozen=True, slots=True)
 class WorkerStats:
-    """Worker ``worker``'s counters of every stream it serves, by session id (sent once a second)."""
+    """Worker ``worker``'s counters of every stream it serves, by session id (sent once a second), and the CPU its
+    process used since the last, in core milliseconds per frame slot (None while it measured a cost)."""
 
     worker: int
     streams: dict[str, Stats]
+    cpu_ms_per_slot: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -35,6 +35,7 @@ from serving import timeline
 from serving.client import CoreClient
 from serving.core import resident_mb
 from serving.ipc import ServiceError, endpoint, send_nowait, socket
+from serving.live_cost import LiveCost
 from serving.protocol import (
     CloseSession,
     CoreConfig,
@@ -166,6 +167,8 @@ class Service:
         worker."""
         self._measuring: dict[tuple[int, int, str], tuple[int, asyncio.Future]] = {}
         """Costs being measured: (the measuring worker, the future of its answer)."""
+        self.live_cost = LiveCost()
+        """What the workers' streams use of their calibrated costs, as they run."""
 
     # -- start and stop ---------------------------------------------------------------------
 
@@ -256,13 +259,13 @@ class Service:
     def capacity(self) -> dict[str, int | None]:
         """Live sessions the service serves in real time: the device's (measured at the core's warm-up), the outputs'
         (as many streams as the workers' budget holds at the live ones' mean cost, or with none live, of
-        REFERENCE_STREAM: fewer than are live when sessions opened without admission overload them), and the smaller,
-        which is what it admits."""
+        REFERENCE_STREAM, each as the live streams measure it (``share``): fewer than are live when sessions opened
+        without admission overload them), and the smaller, which is what it admits."""
         runtime = self.core_info.capacity if self.core_info is not None else None
         live = self._live()
         costs = [s.cost_ms for s in live if s.cost_ms]
         reference = sum(costs) / len(costs) if costs else self.costs.get(REFERENCE_STREAM)
-        outputs = math.floor(self.budget_ms() / reference + 1e-9) if reference else 0
+        outputs = math.floor(self.budget_ms() / (reference * self.share()) + 1e-9) if reference else 0
         admitted = outputs if runtime is None else min(runtime, outputs)
         return {"runtime": runtime, "outputs": outputs, "admitted": admitted}
 
@@ -271,15 +274,22 @@ class Service:
         return UTILIZATION * FRAME_MS * sum(w.alive for w in self._workers)
 
     def load_ms(self, worker: WorkerProcess | None = None) -> float:
-        """What the live sessions' streams (of ``worker``, or all) cost a core per frame."""
+        """What the live sessions' streams (of ``worker``, or all) cost a core per frame, as calibrated."""
         return sum(s.cost_ms for s in self._live() if worker is None or s.worker == worker.index)
 
+    def share(self) -> float:
+        """What the live streams use of their calibrated cost (``serving.live_cost``); 1 until it is measured."""
+        share = self.live_cost.share(time.monotonic())
+        return 1.0 if share is None else share
+
     def encoding(self) -> dict[str, Any]:
-        """The outputs' budget and load (core milliseconds per frame) and every cost measured, as ``GET /sessions``
-        shows them."""
+        """The outputs' budget and load (core milliseconds per frame), the measured share of the calibrated costs
+        (None until measured) and every cost measured, as ``GET /sessions`` shows them."""
+        share = self.live_cost.share(time.monotonic())
         return {
             "budget_ms": round(self.budget_ms(), 1),
-            "live_ms": round(self.load_ms(), 1),
+            "live_ms": round(self.load_ms() * self.share(), 1),
+            "measured_share": None if share is None else round(share, 3),
             "costs": {f"{w}x{h} {preset}": ms for (w, h, preset), ms in sorted(self.costs.items())},
         }
 
@@ -396,10 +406,12 @@ class Service:
         alive = [w for w in self._workers if w.alive]
         if not alive:
             raise SessionError("no output worker is running (starting or being replaced); retry", "admission")
-        load, budget = self.load_ms(), self.budget_ms()
-        if self.options.admission and load + cost > budget:
+        share = self.share()
+        load, budget = self.load_ms() * share, self.budget_ms()
+        if self.options.admission and load + cost * share > budget:
+            measured = "" if share == 1.0 else f" ({cost * share:.1f} as the live streams measure it)"
             raise SessionError(
-                f"the outputs are full: a {what} costs {cost:.1f} ms of a core per frame, "
+                f"the outputs are full: a {what} costs {cost:.1f} ms of a core per frame{measured}, "
                 f"and {len(self._live())} live session(s) take {load:.1f} of the {budget:.1f} ms that {len(alive)} "
                 "output worker(s) encode in real time; end a session, choose a smaller output size or a faster "
                 "preset, or start the service with more --output-workers (a core each)",
@@ -507,7 +519,9 @@ class Service:
                     else:
                         text = f"the output worker could not encode a {width}x{height} {preset} stream: {error}"
                         future.set_exception(SessionError(text, "internal"))
-            case WorkerStats(streams=streams):
+            case WorkerStats(worker=index, streams=streams, cpu_ms_per_slot=cpu_ms):
+                if cpu_ms is not None:
+                    self.live_cost.add(time.monotonic(), cpu_ms, self.load_ms(self._workers[index]))
                 for session_id, values in streams.items():
                     if session_id in self.sessions:
                         self._degrade(self.sessions[session_id], values)

@@ -276,6 +276,10 @@ class Worker:
         self.rooms: RoomsLoop | None = None
         """The loop the LiveKit rooms run on, started with the first one."""
         self.join: Join = join_livekit
+        self._measuring = 0
+        """Cost measurements running (their CPU is not the streams')."""
+        self._measured_until = 0.0
+        """When the latest cost measurement ended (monotonic)."""
 
     def emit(self, message: Event) -> bool:
         """Send an event to the front end from any thread (False when its queue is full: dropped)."""
@@ -286,6 +290,7 @@ class Worker:
         marks = {"started": process_started(), "imported": time.time(), "ready": time.time()}
         self.emit(WorkerReady(self.index, marks))
         next_stats = time.monotonic() + STATS_EVERY
+        window = (time.monotonic(), time.process_time())
         try:
             while not self._stop and os.getppid() == self._parent:
                 if self.inbox.poll(50):
@@ -309,7 +314,8 @@ class Worker:
                 if time.monotonic() >= next_stats:
                     next_stats += STATS_EVERY
                     streams = {i: stream_stats(s) for i, s in self.streams.items() if s.output}
-                    self.emit(WorkerStats(self.index, streams))
+                    cpu_ms, window = self._cpu_ms_per_slot(window)
+                    self.emit(WorkerStats(self.index, streams, cpu_ms))
         finally:
             for stream in self.streams.values():
                 if stream.output is not None:
@@ -320,12 +326,21 @@ class Worker:
             self._events.close()
             self.context.term()
 
+    def _cpu_ms_per_slot(self, since: tuple[float, float]) -> tuple[float | None, tuple[float, float]]:
+        """This process's CPU (every thread) in core milliseconds per frame slot since ``since`` (monotonic, CPU
+        seconds), None where a cost measurement ran meanwhile; and the start of the next window."""
+        now = (time.monotonic(), time.process_time())
+        if self._measuring or self._measured_until >= since[0] or now[0] <= since[0]:
+            return None, now
+        return (now[1] - since[1]) * 1000 / ((now[0] - since[0]) * FPS), now
+
     def handle(self, message: ToWorker) -> None:
         """One message from the core or the front end; a stream's messages that come before its output is built wait."""
         if isinstance(message, Shutdown):
             self._stop = True
             return
         if isinstance(message, MeasureCost):
+            self._measuring += 1
             threading.Thread(target=self._measure, args=(message,), name="measure-cost", daemon=True).start()
             return
         if isinstance(message, (SessionOutputs, StreamRing)):
@@ -411,7 +426,15 @@ class Worker:
 
     def _measure(self, request: MeasureCost) -> None:
         """Measure a stream's cost per frame (``stream_cost_ms``, a room's ``room_cost_ms``) and tell the front end; its
-        CPU clock is this thread's, so the streams this worker encodes meanwhile do not count in it."""
+        CPU clock is this thread's, so the streams this worker encodes meanwhile do not count in it (nor it in the
+        worker's CPU per slot, ``_cpu_ms_per_slot``)."""
+        try:
+            self.emit(self._cost(request))
+        finally:
+            self._measured_until = time.monotonic()
+            self._measuring -= 1
+
+    def _cost(self, request: MeasureCost) -> CostMeasured:
         width, height, preset = request.width, request.height, request.preset
         try:
             if preset == ROOM:
@@ -420,10 +443,9 @@ class Worker:
                 ms = stream_cost_ms(width, height, preset, COST_FRAMES)
         except Exception as exc:  # reported, for the front end to refuse the session with it
             log.exception("worker %d: measuring a %dx%d %s stream failed", self.index, width, height, preset)
-            self.emit(CostMeasured(self.index, width, height, preset, 0.0, f"{type(exc).__name__}: {exc}"))
-            return
+            return CostMeasured(self.index, width, height, preset, 0.0, f"{type(exc).__name__}: {exc}")
         log.info("worker %d: a %dx%d %s stream costs %.1f ms of a core a frame", self.index, width, height, preset, ms)
-        self.emit(CostMeasured(self.index, width, height, preset, ms))
+        return CostMeasured(self.index, width, height, preset, ms)
 
     def _join(self, stream: WorkerStream, output: SessionOutput, url: str, token: str) -> None:
         """Add the stream's room output and join its room on the rooms loop; the front end hears how it went."""

@@ -15,6 +15,7 @@ import av
 import pytest
 
 from engine.timebase import FPS
+from serving.live_cost import FLOOR
 from serving.service import FRAME_MS, UTILIZATION
 from tests.serving.test_service import _more, running, until
 
@@ -32,7 +33,9 @@ def test_a_1080p_session_streams_h264_high_at_its_bitrate_in_closed_2_s_gops(tmp
             assert made.status == 201, await made.text()
             body = await made.json()
             await until(lambda: _more(http, base, body["id"], SECONDS * FPS + FPS // 2), seconds=SECONDS + 20)
+            listing = await (await http.get(f"{base}/sessions")).json()
             assert (await http.delete(f"{base}/sessions/{body['id']}")).status == 200
+            _admission_counts_what_the_stream_measured(listing, body["output"]["cost_ms"])
             return body
 
     body = asyncio.run(scenario())
@@ -59,6 +62,15 @@ def test_a_1080p_session_streams_h264_high_at_its_bitrate_in_closed_2_s_gops(tmp
     assert keys[0] == 0 and {b - a for a, b in zip(keys, keys[1:])} == {2 * FPS}, f"an IDR every 2 s exactly: {keys}"
     kbps = sum(sizes[: SECONDS * FPS]) * 8 / SECONDS / 1000
     assert abs(kbps - 4000) <= 400, f"{kbps:.0f} kbit/s over {SECONDS} s for a 4000 kbit/s CBR stream"
+
+
+def _admission_counts_what_the_stream_measured(listing: dict, cost: float) -> None:
+    """After seconds of a live stream, admission counts it at the measured share of its calibrated cost."""
+    share, budget = listing["encoding"]["measured_share"], UTILIZATION * FRAME_MS
+    assert share is not None and share >= FLOOR, listing["encoding"]
+    assert abs(listing["encoding"]["live_ms"] - cost * share) <= 0.1 + cost * 0.001, listing["encoding"]
+    held = {math.floor(budget / (cost * (share + d)) + 1e-9) for d in (-0.0005, 0.0005)}
+    assert listing["capacity"]["outputs"] in held, (listing["capacity"], held)
 
 
 def test_bad_output_settings_are_a_400_naming_them_and_admission_counts_each_stream_at_its_cost(tmp_path: Path) -> None:
