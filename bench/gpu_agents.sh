@@ -22,7 +22,6 @@ mode=${1:?prepare, glass or run}
 [[ $mode == prepare || $mode == glass || $mode == run ]] || { echo "unknown mode $mode: prepare, glass or run" >&2; exit 2; }
 minutes=${2:-2}
 source bench/gpu_env.sh
-export PYTHONPATH=/tmp/site:$PWD  # the run call comes without .whl: what the prepare call installed stays
 mkdir -p /var/log/nginx /tmp/site  # the bundled nginx opens its compiled-in log folder at start
 plans=/tmp/plans
 avatar=/tmp/avatars/demo

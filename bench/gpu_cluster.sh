@@ -19,7 +19,6 @@ mode=${1:?single or ray}
 minutes=${2:-3}
 sessions=${3:-12}
 source bench/gpu_env.sh
-export PYTHONPATH=/tmp/site:$PWD  # the ray call may come without .whl: what the first call installed stays
 mkdir -p /var/log/nginx /tmp/site  # the bundled nginx opens its compiled-in log folder at start
 plans=/tmp/plans
 avatar=/tmp/cluster-avatar/demo

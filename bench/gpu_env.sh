@@ -3,8 +3,10 @@ out=${OUT:-/tmp/out}
 mkdir -p "$out"
 if compgen -G ".whl/*.whl" >/dev/null; then
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
-    export PYTHONPATH=/tmp/site:$PWD
 fi
+# A later call on the same warm machine may come without .whl (a path not named in carry is gone there): what an
+# earlier call installed stays in /tmp/site.
+[[ -d /tmp/site ]] && export PYTHONPATH=/tmp/site:$PWD
 export DITTO_CACHE_DIR=/tmp/ditto-cache PYTHONUNBUFFERED=1
 # Bytecode kept: the lent machine sets PYTHONDONTWRITEBYTECODE, so every process compiled torch's sources again (4 s
 # more per start, 2026-12-02), where an installed torch keeps its bytecode. The first process fills /tmp/pycache.

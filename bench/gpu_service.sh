@@ -2,6 +2,9 @@
 # The service targets on the lent GPU: first picture, create/delete cycles, 12 streams for 10 min, 16 for 3.
 # Carry .whl (bash bench/glass_bundle.sh --wheels), .carry/glass (nginx) and .carry/avatars (a registered avatar).
 # Usage there (results and logs under $OUT):
+#   bash bench/gpu_service.sh prepare                      carry .whl and .carry/glass: the wheels into /tmp/site and
+#                                                          the torch backend's packages built into /tmp/plans (6
+#                                                          processes, ~2.5 min); `start` then runs on them
 #   bash bench/gpu_service.sh start [bench.service args]   starts the run detached, follows it for 9 minutes
 #   bash bench/gpu_service.sh follow                       the next call, at once: follows it for 9.5 more minutes
 #   bash bench/gpu_service.sh collect                      waits for the run (9.5 min at most), returns its results
@@ -10,9 +13,10 @@
 # Each call follows for up to 9.5 minutes: give every call timeout_s 600, or it is killed before it copies
 # anything back (what happened once). 12 streams x 10 min + 16 x 3 min with a cold compile cache is ~21 min.
 set -uo pipefail
-mode=${1:?start, follow, collect or after}
+mode=${1:?prepare, start, follow, collect or after}
 source bench/gpu_env.sh
 mkdir -p /var/log/nginx
+plans=/tmp/plans
 runs=/tmp/service-runs
 mkdir -p "$runs"
 follow() {
@@ -23,10 +27,17 @@ follow() {
     kill -0 "$(cat "$runs/pid")" 2>/dev/null && echo "still running: call 'bash bench/gpu_service.sh follow' (or collect) now"
 }
 case $mode in
+prepare)
+    has_plans || build || exit 1
+    python3 -c "import apps.serve, serving.service, engine.engine, bench.service"  # bytecode for the next call
+    echo "prepared after $SECONDS s: call 'bash bench/gpu_service.sh start ...' within 30 s (the machine stays warm)"
+    ;;
 start)
     nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$runs/service_gpu.txt"
-    setsid nohup python3 -m bench.service --avatar .carry/avatars/demo --out "$runs/service.json" "${@:2}" \
-        >"$runs/service.log" 2>&1 </dev/null &
+    packages=()
+    has_plans && packages=(--plans "$plans")
+    setsid nohup python3 -m bench.service --avatar .carry/avatars/demo "${packages[@]}" --out "$runs/service.json" \
+        "${@:2}" >"$runs/service.log" 2>&1 </dev/null &
     echo $! >"$runs/pid"
     follow 540
     ;;
@@ -39,7 +50,7 @@ after)
         --out "$out/glass_to_glass.json" 2>&1 | grep -v "warming up" | tail -20
     ;;
 *)
-    echo "unknown mode $mode: start, follow, collect or after" >&2
+    echo "unknown mode $mode: prepare, start, follow, collect or after" >&2
     exit 2
     ;;
 esac
