@@ -77,7 +77,7 @@ class ServiceBackend:
         self.session_id, self.size = session["id"], tuple(session["size"])
         try:
             self.push = await PushClient.connect(self._http, session["urls"]["push"])
-            self.receiver = await WhepReceiver.connect(self._http, f"{self.url}/whep/{self.session_id}")
+            self.receiver = await WhepReceiver.connect(self._http, session["urls"]["whep"])
         except (TimeoutError, aiohttp.ClientError, ConnectionError) as exc:
             await self.close()
             raise Refused(f"the service's session {session['id']} could not be joined: {exc!r}") from exc

@@ -155,6 +155,7 @@ def create_service_app(
         }
         if session.preview is not None:
             found["preview"] = f"{base}/?session={session.id}{suffix}"
+            found["whep"] = f"{base}/whep/{session.id}"  # a WHEP player sends the token as a bearer header
         return found
 
     def described(request: web.Request, session: ServedSession) -> dict[str, Any]:

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import aiohttp
+import numpy as np
 import pytest
 
 ray = pytest.importorskip("ray")
@@ -217,6 +218,45 @@ def test_sessions_are_placed_by_capacity_stick_to_their_replica_and_the_cap_hold
             await delete_all(http, [again])
 
     run(scenario())
+
+
+def test_a_voice_agent_given_the_proxy_s_address_speaks_through_its_replica_and_ends_its_session(
+    cluster: Cluster,
+) -> None:
+    """The pipecat service's remote backend works against the proxy as against one server: its WebRTC (WHEP) and
+    push socket go to the replica the answer names, its DELETE through the proxy."""
+    from integrations.service_backend import ServiceBackend
+
+    async def scenario() -> list[bytes]:
+        backend, heard = ServiceBackend(cluster.base, "anna", None, {}, max_held=25), []
+        await backend.open()
+        try:
+
+            async def pictured() -> bool:
+                return backend.next() is not None
+
+            await until(pictured, 30, "a picture over the replica's WHEP")
+            second = np.arange(16000) / 16000
+            await backend.push_audio(
+                (np.sin(2 * np.pi * 220 * second) * 8000).astype("<i2").tobytes(), 16000, 1, lambda: True
+            )
+            segment = await backend.end_segment()
+
+            async def spoken() -> bool:
+                if (shown := backend.next()) is not None and shown.speech_audio:
+                    heard.append(shown.speech_audio)
+                return segment is not None and backend.shown(segment)
+
+            await until(spoken, 30, "the segment played")
+            session_id = backend.session_id
+        finally:
+            await backend.close()
+        async with aiohttp.ClientSession() as http:
+            async with http.get(f"{cluster.base}/sessions/{session_id}") as response:
+                assert response.status == 404, "the proxy forwarded the DELETE: the session is gone"
+        return heard
+
+    assert run(scenario()), "the bot received speech audio with the pictures"
 
 
 async def two_sessions(http: aiohttp.ClientSession, base: str) -> tuple[dict, dict]:

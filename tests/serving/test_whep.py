@@ -172,9 +172,9 @@ def test_a_whep_player_on_an_allowed_origins_page_plays_and_another_origins_cann
         base = f"http://127.0.0.1:{port}"
         try:
             async with aiohttp.ClientSession(headers={"Authorization": "Bearer s3cret"}) as http:
-                session_id = (
-                    await (await http.post(f"{base}/sessions", json={"avatar": "anna", "preview": True})).json()
-                )["id"]
+                created = await (await http.post(f"{base}/sessions", json={"avatar": "anna", "preview": True})).json()
+                session_id, whep = created["id"], created["urls"]["whep"]
+                assert whep == f"{base}/whep/{session_id}", "the answer names the WHEP endpoint"
                 async with async_playwright() as playwright:
                     browser = await playwright.chromium.launch(
                         executable_path=chromium, headless=True, args=CHROMIUM_FLAGS, env=env
@@ -182,10 +182,7 @@ def test_a_whep_player_on_an_allowed_origins_page_plays_and_another_origins_cann
                     try:
                         player = await browser.new_page()
                         await player.goto(origin)
-                        assert (
-                            await player.evaluate("([w, t]) => play(w, t)", [f"{base}/whep/{session_id}", "s3cret"])
-                            == 201
-                        )
+                        assert await player.evaluate("([w, t]) => play(w, t)", [whep, "s3cret"]) == 201
                         assert (await player.evaluate("window.location_")).startswith(f"/whep/{session_id}/"), (
                             "Location is exposed"
                         )
@@ -194,7 +191,7 @@ def test_a_whep_player_on_an_allowed_origins_page_plays_and_another_origins_cann
                         await other.goto(f"http://127.0.0.1:{refused_port}")
                         refused = await other.evaluate(
                             "([w, t]) => play(w, t).then(String, (e) => e.name)",
-                            [f"{base}/whep/{session_id}", "s3cret"],
+                            [whep, "s3cret"],
                         )
                         assert refused == "TypeError", "the browser refuses the answer: no CORS for that origin"
                         assert service.sessions[session_id].preview.viewers == 1
