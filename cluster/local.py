@@ -1,16 +1,20 @@
 """The Ray cluster ``python -m apps.serve --ray`` runs on, and the word its replicas are told to stop now by.
 
 Joining an existing cluster (``RAY_ADDRESS``) leaves its addresses and its files to the operator who started it; a
-local cluster started here keeps to loopback when the service was given a loopback address: its node address is
-127.0.0.1, so the processes that bind the node's address (Serve's proxy, the agents) bind loopback, and the dashboard
-is off. Its files are the service's (``cluster.ray_files``), removed when it stops, or kept where the operator named
-a place for them (``RAY_TMPDIR``) and after a failure.
+local cluster started here keeps to loopback when the service was given a loopback address: Ray takes 127.0.0.1 for
+its node address (``loopback_node``), so every process of the cluster listens on loopback only (GCS, raylet, agents,
+every worker's gRPC server, Serve's proxy and controller), but one socket per Serve replica: Ray Serve binds the
+replica's inter-deployment gRPC server to every interface (``[::]:0``, no option moves it; Ray's token authentication
+guards it). The dashboard is off. Its files are the service's (``cluster.ray_files``), removed when it stops, or kept
+where the operator named a place for them (``RAY_TMPDIR``) and after a failure.
 """
 
 from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 
 from cluster.ray_files import RayFiles
@@ -53,21 +57,37 @@ def start_ray(host: str) -> RayCluster:
         said = f"ray: joined the cluster at RAY_ADDRESS={os.environ['RAY_ADDRESS']} (its addresses are its operator's)"
         return RayCluster(said)
     if is_loopback(host):
-        options = {"_node_ip_address": "127.0.0.1", "include_dashboard": False}
-        said = "ray: a local cluster on this machine, node address 127.0.0.1, no dashboard"
+        options, starting, where = {"include_dashboard": False}, loopback_node(), "on loopback, no dashboard"
     else:
-        options = {}
-        said = "ray: a local cluster on this machine at its node address (the service is served beyond loopback)"
-    if os.environ.get("RAY_TMPDIR"):
-        ray.init(logging_level="WARNING", **options)
+        options, starting, where = {}, nullcontext(), "(the service is served beyond loopback)"
+    files = None if os.environ.get("RAY_TMPDIR") else RayFiles()
+    with starting:
+        if files is None:
+            ray.init(logging_level="WARNING", **options)
+        else:
+            try:
+                files.init(logging_level="WARNING", **options)
+            except BaseException as exc:
+                RayCluster(where, files).shutdown(failed=isinstance(exc, Exception))  # Ctrl-C: no failure to explain
+                raise
+    said = f"ray: a local cluster at node address {ray.util.get_node_ip_address()} {where}"
+    if files is None:
         return RayCluster(f"{said}; its files stay in {os.environ['RAY_TMPDIR']}/ray (RAY_TMPDIR)")
-    files = RayFiles()
-    try:
-        files.init(logging_level="WARNING", **options)
-    except BaseException as exc:
-        RayCluster(said, files).shutdown(failed=isinstance(exc, Exception))  # a Ctrl-C is no failure to explain
-        raise
     return RayCluster(f"{said}; its files in {files.path} (removed at the stop)", files)
+
+
+@contextmanager
+def loopback_node() -> Iterator[None]:
+    """Ray takes loopback for the node address of a local cluster started meanwhile, as where Ray clusters are off
+    (macOS, Windows): otherwise it replaces even an explicit 127.0.0.1 with the machine's address, which it binds."""
+    from ray._private import ray_constants
+
+    enabled = ray_constants.ENABLE_RAY_CLUSTER
+    ray_constants.ENABLE_RAY_CLUSTER = False
+    try:
+        yield
+    finally:
+        ray_constants.ENABLE_RAY_CLUSTER = enabled
 
 
 def request_stop_now(now: bool = True) -> None:

@@ -60,6 +60,12 @@ def listening(pids: set[int]) -> list[tuple[int, str, int]]:
     return found
 
 
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` is a loopback address, an IPv4 one mapped on an IPv6 socket (as gRPC binds 127.0.0.1) too."""
+    address = ipaddress.ip_address(host)
+    return (getattr(address, "ipv4_mapped", None) or address).is_loopback
+
+
 def beyond_loopback(pids: set[int]) -> list[tuple[int, str, int]]:
     """The listening sockets of ``pids`` that are not bound to a loopback address."""
-    return [(pid, host, port) for pid, host, port in listening(pids) if not ipaddress.ip_address(host).is_loopback]
+    return [(pid, host, port) for pid, host, port in listening(pids) if not is_loopback(host)]

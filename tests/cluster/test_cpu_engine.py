@@ -1,8 +1,8 @@
 """``python -m apps.serve --ray`` as a user runs it on the CPU: the real engine (random weights, 2 DDIM steps) in one
 replica of a local Ray cluster started on loopback. A session opened through the proxy lives across the CPU's slow
-ticks and records frames; the processes the command started listen on loopback; Ctrl-C twice ends the session
-cleanly (push socket 1001, a playable MP4) and leaves no service folder, shared-memory ring or file of the local Ray
-cluster behind."""
+ticks and records frames; every process the command started, Ray's own included, listens on loopback only but for
+the one socket Ray Serve binds to every interface in each replica; Ctrl-C twice ends the session cleanly (push socket
+1001, a playable MP4) and leaves no service folder, shared-memory ring or file of the local Ray cluster behind."""
 
 from __future__ import annotations
 
@@ -21,14 +21,16 @@ import pytest
 
 pytest.importorskip("ray")
 av = pytest.importorskip("av")
-from tests.cluster.listening import descendants, listening  # noqa: E402
+from tests.cluster.listening import beyond_loopback, descendants, listening  # noqa: E402
 from tests.streaming.conftest import free_port  # noqa: E402
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 ROOT = Path(__file__).resolve().parents[2]
 ALIVE_SECONDS = 25.0
 """How long the session must go on streaming after its first frame (several CPU ticks)."""
-SERVICE_PROCESSES = (b"serving.core", b"serving.worker")
+SERVE_REPLICA = b"ray::ServeReplica:"
+"""How a Serve replica's process is titled: Ray Serve binds its inter-deployment gRPC server to ``[::]:0``
+(ray/serve/_private/replica.py, ``_on_initialized``), an address no option moves."""
 SERVICE_FOLDER = r"/tmp/(?:ditto-ray-\w+/)?ditto-svc-\w+"
 """A service's folder: in the temp folder, inside the local Ray cluster's own when the service runs in a replica."""
 
@@ -54,16 +56,15 @@ def service_files(pids: set[int]) -> set[str]:
     return found
 
 
-def service_pids(pids: set[int]) -> set[int]:
-    """The engine cores and output workers among ``pids``."""
+def serve_replicas(pids: set[int]) -> set[int]:
+    """The Serve replicas among ``pids``."""
     found = set()
     for pid in pids:
         try:
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+            if Path(f"/proc/{pid}/cmdline").read_bytes().startswith(SERVE_REPLICA):
+                found.add(pid)
         except OSError:
             continue
-        if any(name in cmdline for name in SERVICE_PROCESSES):
-            found.add(pid)
     return found
 
 
@@ -140,8 +141,11 @@ def test_a_cpu_session_through_the_proxy_streams_on_loopback_and_a_double_ctrl_c
                 assert sorted(ours) == sorted(
                     {("127.0.0.1", port), ("127.0.0.1", int(session["replica"]["url"].rsplit(":", 1)[1]))}
                 )
-                beyond = [(pid, host, p) for pid, host, p in listening(service_pids(pids)) if host != "127.0.0.1"]
-                assert beyond == [], "the service's own processes listen beyond loopback"
+                beyond = beyond_loopback(pids)
+                replicas = serve_replicas(pids)
+                assert len(replicas) == 2, "the engine's and the ingress's replicas were not found"
+                assert sorted(pid for pid, _, _ in beyond) == sorted(replicas), beyond  # one socket each, no other
+                assert {host for _, host, _ in beyond} == {"::"}, beyond
                 left = service_files(pids)
                 assert left, "the service's folder and ring were not found"
                 ray_files = Path(re.search(r"its files in (\S+) \(removed at the stop\)", log.read_text()).group(1))
