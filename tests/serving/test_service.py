@@ -265,10 +265,12 @@ def test_an_overloaded_session_sheds_frames_and_its_stream_keeps_wall_time(
                 assert body["counters"]["repeated"] >= 15, "half the slots have no frame: shed and counted"
                 assert body["degraded"], "and the session is reported as shedding"
                 assert body["behind_seconds"] >= 0.5, "its renders fall behind its live clock, and GET says how far"
-                await asyncio.sleep(1.0)
-                later = await (await http.get(f"{base}/sessions/{session['id']}")).json()
-                growing = (body["behind_seconds"], later["behind_seconds"])
-                assert growing[1] >= growing[0] + 0.3, growing
+
+                async def further_behind() -> bool:  # as its slow ticks end (later on a busy machine)
+                    later = await (await http.get(f"{base}/sessions/{session['id']}")).json()
+                    return later["behind_seconds"] >= body["behind_seconds"] + 0.3
+
+                await until(further_behind, seconds=5.0)
                 told = await ws.receive_json(timeout=5)
                 assert told["type"] == "behind_real_time" and told["seconds"] > 1.0, told
         assert "more sessions than the CPU serves" in caplog.text, "the log names the device, not a GPU"
