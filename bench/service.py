@@ -417,7 +417,8 @@ def table(result: dict) -> str:
         lines.append(
             f"{phase['sessions']} streams of {size[0]}x{size[1]} {output.get('preset')} {output.get('bitrate_kbps')} "
             f"kbit/s, {phase['minutes']} min: repeated {phase['repeated_share']} of the window's slots, "
-            f"cores {phase['cores']}, admission would admit {phase['capacity']['admitted']} ({phase['capacity']})"
+            f"cores {phase['cores']}, admission would admit {phase['capacity']['admitted']} ({phase['capacity']}; "
+            f"encode cost at {phase.get('encoding', {}).get('measured_share')} of its calibration)"
             if size
             else f"{phase['sessions']} streams"
         )
