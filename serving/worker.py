@@ -276,8 +276,8 @@ class Worker:
         self.rooms: RoomsLoop | None = None
         """The loop the LiveKit rooms run on, started with the first one."""
         self.join: Join = join_livekit
-        self._measuring = 0
-        """Cost measurements running (their CPU is not the streams')."""
+        self._measurements: list[threading.Thread] = []
+        """Cost measurements started (their CPU is not the streams')."""
         self._measured_until = 0.0
         """When the latest cost measurement ended (monotonic)."""
 
@@ -330,7 +330,8 @@ class Worker:
         """This process's CPU (every thread) in core milliseconds per frame slot since ``since`` (monotonic, CPU
         seconds), None where a cost measurement ran meanwhile; and the start of the next window."""
         now = (time.monotonic(), time.process_time())
-        if self._measuring or self._measured_until >= since[0] or now[0] <= since[0]:
+        self._measurements = [t for t in self._measurements if t.is_alive()]
+        if self._measurements or self._measured_until >= since[0] or now[0] <= since[0]:
             return None, now
         return (now[1] - since[1]) * 1000 / ((now[0] - since[0]) * FPS), now
 
@@ -340,8 +341,9 @@ class Worker:
             self._stop = True
             return
         if isinstance(message, MeasureCost):
-            self._measuring += 1
-            threading.Thread(target=self._measure, args=(message,), name="measure-cost", daemon=True).start()
+            measurement = threading.Thread(target=self._measure, args=(message,), name="measure-cost", daemon=True)
+            self._measurements.append(measurement)
+            measurement.start()
             return
         if isinstance(message, (SessionOutputs, StreamRing)):
             self.streams.setdefault(message.id, WorkerStream(message.id))
@@ -432,7 +434,6 @@ class Worker:
             self.emit(self._cost(request))
         finally:
             self._measured_until = time.monotonic()
-            self._measuring -= 1
 
     def _cost(self, request: MeasureCost) -> CostMeasured:
         width, height, preset = request.width, request.height, request.preset
