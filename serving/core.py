@@ -281,6 +281,12 @@ class EngineCore:
             avatar = self.avatars.get(request.avatar)
         except LookupError as exc:
             return Refused(str(exc.args[0]), "not_found")
+        height, width = avatar.frames.shape[1:3]
+        width, height = request.width or int(width), request.height or int(height)
+        ring = FrameRing(None, width, height, create=True)
+        write_still(ring, avatar.frames[0])
+        # Page-locked before the session's clock starts: at 1080p that takes long enough to make its first frames late.
+        host, registered = self._pin(ring)
         try:
             controls = self.runtime.default_controls
             if request.controls:
@@ -293,16 +299,13 @@ class EngineCore:
                 controls=controls,
                 latency=request.latency,
             )
-        except AdmissionError as exc:
-            return Refused(str(exc), "admission")
-        except (ControlError, TypeError, ValueError) as exc:
-            return Refused(str(exc), "invalid")
-        height, width = avatar.frames.shape[1:3]
-        width, height = request.width or int(width), request.height or int(height)
-        ring = FrameRing(None, width, height, create=True)
-        write_still(ring, avatar.frames[0])
+        except (AdmissionError, ControlError, TypeError, ValueError) as exc:
+            free_ring(ring, host if registered else None)
+            return Refused(str(exc), "admission" if isinstance(exc, AdmissionError) else "invalid")
         with self._lock:
-            self.sessions[request.id] = CoreSession(request.id, session, ring, request.worker)
+            self.sessions[request.id] = CoreSession(
+                request.id, session, ring, request.worker, host=host, registered=registered
+            )
         return Opened(width, height, ring.name, ring.slots)
 
     # -- frames out (publisher thread) --------------------------------------------------------
@@ -371,7 +374,7 @@ class EngineCore:
                 ring.picture(slot)[:] = picture
             core.staged.append((None, frames, anchor))
             return
-        host = self._host_ring(core)
+        host = core.host
         for event in {id(f.ready): f.ready for f in frames if f.ready is not None}.values():
             stream.wait_event(event)
         with torch.cuda.stream(stream):
@@ -385,17 +388,21 @@ class EngineCore:
             done.record(stream)
         core.staged.append((done, frames, anchor))
 
-    def _host_ring(self, core: CoreSession) -> torch.Tensor:
-        """The ring as a host tensor registered with CUDA (page-locked), so the copies into it are DMA, asynchronous."""
-        if core.host is None:
-            core.host = torch.from_numpy(core.ring.buffer)
-            result = torch.cuda.cudart().cudaHostRegister(core.host.data_ptr(), core.host.numel(), 0)
-            core.registered = int(result) == 0
-            if not core.registered:
-                log.warning(
-                    "core: could not page-lock session %s's ring (%s); its copies are synchronous", core.id, result
-                )
-        return core.host
+    def _pin(self, ring: FrameRing) -> tuple[torch.Tensor | None, bool]:
+        """The ring as a host tensor registered with CUDA (page-locked), so the copies into it are DMA, asynchronous;
+        (None, False) on a CPU core, (the tensor, False) where the registration failed (its copies are synchronous)."""
+        if self.device.type != "cuda":
+            return None, False
+        host = torch.from_numpy(ring.buffer)
+        result = torch.cuda.cudart().cudaHostRegister(host.data_ptr(), host.numel(), 0)
+        if int(result) != 0:
+            log.warning(
+                "core: could not page-lock a %dx%d ring (%s); its copies are synchronous",
+                ring.width,
+                ring.height,
+                result,
+            )
+        return host, int(result) == 0
 
     def _send_staged(self, core: CoreSession, worker: zmq.Socket) -> bool:
         sent = False
@@ -426,11 +433,15 @@ class EngineCore:
     @staticmethod
     def _release_ring(core: CoreSession) -> None:
         """Unregister and free the session's ring (its worker has its own mapping; the block goes once both let go)."""
-        if core.registered:
-            torch.cuda.cudart().cudaHostUnregister(core.host.data_ptr())
-            core.registered = False
-        core.host = None
-        core.ring.close()
+        free_ring(core.ring, core.host if core.registered else None)
+        core.host, core.registered = None, False
+
+
+def free_ring(ring: FrameRing, registered: torch.Tensor | None) -> None:
+    """Unregister the ring's page-locked host view (``registered``, if any) and close the ring."""
+    if registered is not None:
+        torch.cuda.cudart().cudaHostUnregister(registered.data_ptr())
+    ring.close()
 
 
 def engine_runtime(config: CoreConfig, marks: dict[str, float] | None = None) -> tuple[Any, Avatars]:

@@ -36,11 +36,14 @@ def stream_families(streams: Mapping[str, Mapping], live: int, runtime: Mapping 
         labels=["session"],
     )
     skipped = CounterMetricFamily(
-        "ditto_frames_skipped", "Frames let go to catch the output clock up after a repeat", labels=["session"]
+        "ditto_frames_skipped",
+        "Frames let go to catch the output clock up after a repeat, or silent ones to give added latency back",
+        labels=["session"],
     )
     added = GaugeMetricFamily(
         "ditto_output_added_latency_milliseconds",
-        "Latency the output added, a slot at a time, to show late frames instead of skipping them",
+        "Latency the output adds now to show late frames instead of skipping them: a late first frame, then a slot at "
+        "a time; given back a slot at a time once frames come early again",
         labels=["session"],
     )
     encode_ms = GaugeMetricFamily(

@@ -17,7 +17,9 @@ source without a clock is paced from its first frame's arrival plus ``playout_de
 frame ready only after it was due starts the output's clock when it is ready (every later frame
 is held that much later), so a slow start costs latency once instead of repeats; so do frames that come a little
 late later on (the staging of many large frames at a full GPU): each such lateness shows the frames one slot later
-from then on (one repeat, no speech lost), up to ``MAX_ADDED_SLOTS``; past that the output sheds. Sinks
+from then on (one repeat, no speech lost), up to ``MAX_ADDED_SLOTS``; past that the output sheds. Latency added so
+is given back a slot at a time once every frame for ``RECLAIM_SECONDS`` came early enough to be shown a slot sooner:
+one silent frame is skipped (never speech), so a hiccup at the start does not cost the whole session a slot. Sinks
 never block the release thread: each one queues and drops on its own, so a stalled viewer or
 a dead RTMP server slows nobody else.
 """
@@ -52,6 +54,11 @@ PLAYOUT_DELAY = 0.01
 MAX_ADDED_SLOTS = 2
 """Slots of latency an output adds, one at a time, when its frames come late, before it sheds them instead: a frame a
 little late is shown one slot later (one repeat, no speech lost) rather than skipped with its audio after the repeat."""
+RECLAIM_SECONDS = 10.0
+"""Seconds in which every frame shown must have come ``PERIOD + RECLAIM_MARGIN`` before its slot for the output to
+give a slot of added latency back (a longer window than any hiccup it absorbed, so it does not swing back and forth)."""
+RECLAIM_MARGIN = 0.02
+"""Seconds a frame must still be early by after the slot is given back."""
 SILENCE = np.zeros(AUDIO_SAMPLES_PER_FRAME, np.float32)
 
 
@@ -109,7 +116,13 @@ class OutputStats:
     skipped: int = 0
     """Frames let go to catch up with the clock after a repeat."""
     added_slots: int = 0
-    """Slots of latency added since the first frame because frames came late (at most ``MAX_ADDED_SLOTS``)."""
+    """Slots of latency added since the first frame because frames came late and not yet given back (at most
+    ``MAX_ADDED_SLOTS``)."""
+    reclaimed: int = 0
+    """Slots of added latency given back, each by skipping one silent frame."""
+    added_latency: float = 0.0
+    """Seconds the output now shows frames after the session's clock has them due: a late first frame, then the
+    added slots."""
     encode_seconds: deque[float] = field(default_factory=lambda: deque(maxlen=10 * 60 * FPS))
 
 
@@ -123,6 +136,8 @@ class Prepared:
     speech: bool
     due: float
     segment: int = 0
+    arrived: float = 0.0
+    """When it was ready for its slot (monotonic seconds)."""
 
 
 def confine_torch_threads() -> None:
@@ -226,7 +241,8 @@ class SessionOutput:
             "late_releases": stats.late_releases,
             "repeated": stats.repeated,
             "skipped": stats.skipped,
-            "added_latency_ms": round(stats.added_slots * PERIOD * 1000),
+            "added_latency_ms": round(stats.added_latency * 1000),
+            "reclaimed": stats.reclaimed,
             "encode_ms_p50": round(self.encode_ms(0.5), 3),
             "encode_ms_p99": round(self.encode_ms(0.99), 3),
             "sinks": {sink.name: sink.stats() for sink in self._sinks},
@@ -258,6 +274,7 @@ class SessionOutput:
                     frame.speech,
                     self._due(frame.index),
                     frame.segment,
+                    time.monotonic(),
                 )
                 with self._ready:
                     while len(self._prepared) >= MAX_PREPARED and not self._stop.is_set():
@@ -304,6 +321,8 @@ class SessionOutput:
                 return
             shift = max(0.0, time.monotonic() - first.due)
             origin, slot, last = first.due + shift - first.index * PERIOD, first.index, first
+            self.stats.added_latency = shift
+            early_since = time.monotonic()  # since when every frame shown came early enough to give a slot back
             while not self._stop.is_set():
                 deadline = slot_time(origin, slot)
                 _sleep_until(deadline)
@@ -318,9 +337,15 @@ class SessionOutput:
                     for _ in range(behind):
                         self._prepared.popleft()
                         self.stats.skipped += 1
+                    if deadline - early_since >= RECLAIM_SECONDS and self._give_back_slot(shift):
+                        shift -= PERIOD
+                        early_since = deadline
+                    self.stats.added_latency = shift
                     head = self._prepared[0].due + shift if self._prepared else None
                     item = self._prepared.popleft() if fill(deadline, head) is Fill.FRAME else None
                     self._ready.notify_all()
+                if item is None or item.due + shift - item.arrived < PERIOD + RECLAIM_MARGIN:
+                    early_since = deadline
                 if item is None:
                     self.stats.repeated += 1
                 else:
@@ -338,6 +363,19 @@ class SessionOutput:
         finally:
             self._close_sinks()
             self.finished.set()
+
+    def _give_back_slot(self, shift: float) -> bool:
+        """Skip the queued head frame to show every later one a slot sooner, if the output runs a slot or more behind
+        the session's clock, the head is silent and the next frame is there to take its slot (called holding
+        ``_ready``)."""
+        queued = self._prepared
+        if shift < PERIOD - 1e-6 or len(queued) < 2 or queued[0].speech or queued[0].audio.any():
+            return False
+        queued.popleft()
+        self.stats.skipped += 1
+        self.stats.reclaimed += 1
+        self.stats.added_slots = max(0, self.stats.added_slots - 1)
+        return True
 
     def _first(self) -> Prepared | None:
         """The first prepared frame (left queued), once there is one; None if the output ends or stops before."""

@@ -123,6 +123,9 @@ def analyse(rtmp: PlayerLog, viewers: list[ViewerLog], pushed: list[float], metr
             "rtmp_reconnects": metric(metrics, "ditto_rtmp_reconnects_total", session="0"),
             "rtmp_frames_dropped": metric(metrics, "ditto_frames_dropped_total", session="0", sink="rtmp"),
             "late_releases": metric(metrics, "ditto_deadline_misses_output_total", session="0"),
+            "repeated": metric(metrics, "ditto_frames_repeated_total", session="0"),
+            "skipped": metric(metrics, "ditto_frames_skipped_total", session="0"),
+            "output_added_ms_at_end": metric(metrics, "ditto_output_added_latency_milliseconds", session="0"),
         },
         "markers": markers,
     }

@@ -186,7 +186,40 @@ def test_frames_late_by_less_than_a_slot_cost_one_repeat_and_a_slot_of_latency_n
     shown = [next(i for i in range(60) if np.array_equal(f.audio, sound(i))) for f in sink.frames if not f.repeat]
     assert shown == list(range(60)), "every frame is shown, with its audio, none skipped"
     assert output.stats.repeated == 1 and output.stats.skipped == 0
-    assert output.snapshot()["added_latency_ms"] == 40
+    assert output.stats.added_slots == 1 and 40 <= output.snapshot()["added_latency_ms"] < 60, "a slot (and the start)"
+
+
+class SlowStart(SyntheticSession):
+    """A session whose first frame comes 0.1 s after it is due (a slow start), the rest well ahead of the clock; its
+    frames are silence, or (``speaking``) speech."""
+
+    def __init__(self, speaking: bool) -> None:
+        super().__init__(64, 64, frames=75, lead=0.2)
+        self.speaking = speaking
+
+    def next_frame(self, timeout: float | None = None):
+        frame = super().next_frame(timeout)
+        if frame is not None:
+            if frame.index == 0:
+                time.sleep(0.1)
+            frame.speech, frame.audio = self.speaking, sound(frame.index) if self.speaking else 0 * frame.audio
+        return frame
+
+
+@pytest.mark.parametrize("speaking", [False, True])
+def test_latency_a_slow_start_added_is_given_back_by_skipping_silence_never_speech(monkeypatch, speaking) -> None:
+    monkeypatch.setattr("streaming.output.RECLAIM_SECONDS", 0.8)
+    sink = Recorder()
+    output = run(75, [sink], SlowStart(speaking))
+    indices = [f.index for f in sink.frames]
+    assert indices == list(range(indices[0], indices[0] + len(indices))), "one frame per slot: no gap in the timeline"
+    assert output.stats.repeated == 0
+    if speaking:
+        assert output.stats.reclaimed == output.stats.skipped == 0, "no speech is skipped to give latency back"
+        assert output.snapshot()["added_latency_ms"] >= 100
+    else:
+        assert output.stats.reclaimed == output.stats.skipped == 2, "two whole slots of the 0.1 s given back"
+        assert output.snapshot()["added_latency_ms"] < 40
 
 
 def test_a_sink_that_fails_is_detached_closed_and_reported_while_the_others_go_on() -> None:
