@@ -414,11 +414,12 @@ def table(result: dict) -> str:
         fps = [r.get("fps") for r in rows]
         drift = [r.get("drift_ms") for r in rows]
         size, output = phase.get("size"), phase.get("output", {})
+        share = (phase.get("encoding") or {}).get("measured_share")  # a cluster's proxy reports no encoding
         lines.append(
             f"{phase['sessions']} streams of {size[0]}x{size[1]} {output.get('preset')} {output.get('bitrate_kbps')} "
             f"kbit/s, {phase['minutes']} min: repeated {phase['repeated_share']} of the window's slots, "
             f"cores {phase['cores']}, admission would admit {phase['capacity']['admitted']} ({phase['capacity']}; "
-            f"encode cost at {phase.get('encoding', {}).get('measured_share')} of its calibration)"
+            + (f"encode cost at {share} of its calibration)" if share is not None else "encode cost not reported)")
             if size
             else f"{phase['sessions']} streams"
         )

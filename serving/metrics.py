@@ -46,6 +46,12 @@ def stream_families(streams: Mapping[str, Mapping], live: int, runtime: Mapping 
         "a time; given back a slot at a time once frames come early again",
         labels=["session"],
     )
+    slack = GaugeMetricFamily(
+        "ditto_output_slack_milliseconds",
+        "The least time by which a frame shown in the output's last whole window was ready before its slot (a repeat: "
+        "-40); the room the output has before it repeats",
+        labels=["session"],
+    )
     encode_ms = GaugeMetricFamily(
         "ditto_encode_milliseconds", "Per-frame encode time (video + Opus), recent", labels=["session", "quantile"]
     )
@@ -64,6 +70,8 @@ def stream_families(streams: Mapping[str, Mapping], live: int, runtime: Mapping 
         repeated.add_metric([name], stream.get("repeated", 0))
         skipped.add_metric([name], stream.get("skipped", 0))
         added.add_metric([name], stream.get("added_latency_ms", 0))
+        if stream.get("slack_ms") is not None:
+            slack.add_metric([name], stream["slack_ms"])
         for q in ("0.5", "0.99"):
             encode_ms.add_metric([name, q], stream.get(f"encode_ms_p{round(float(q) * 100)}", 0.0))
         for sink, stats in stream.get("sinks", {}).items():
@@ -89,6 +97,7 @@ def stream_families(streams: Mapping[str, Mapping], live: int, runtime: Mapping 
         repeated,
         skipped,
         added,
+        slack,
         encode_ms,
         sent,
         dropped,

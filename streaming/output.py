@@ -19,7 +19,7 @@ is held that much later), so a slow start costs latency once instead of repeats;
 late later on (the staging of many large frames at a full GPU): each such lateness shows the frames one slot later
 from then on (one repeat, no speech lost), up to ``MAX_ADDED_SLOTS``; past that the output sheds. Latency added so
 is given back a slot at a time once every frame for ``RECLAIM_SECONDS`` came early enough to be shown a slot sooner:
-one silent frame is skipped (never speech), so a hiccup at the start does not cost the whole session a slot. Sinks
+at the next silent frame, which is skipped (never speech), so one hiccup does not cost the whole session a slot. Sinks
 never block the release thread: each one queues and drops on its own, so a stalled viewer or
 a dead RTMP server slows nobody else.
 """
@@ -27,6 +27,7 @@ a dead RTMP server slows nobody else.
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from collections import deque
@@ -54,11 +55,13 @@ PLAYOUT_DELAY = 0.01
 MAX_ADDED_SLOTS = 2
 """Slots of latency an output adds, one at a time, when its frames come late, before it sheds them instead: a frame a
 little late is shown one slot later (one repeat, no speech lost) rather than skipped with its audio after the repeat."""
-RECLAIM_SECONDS = 10.0
-"""Seconds in which every frame shown must have come ``PERIOD + RECLAIM_MARGIN`` before its slot for the output to
-give a slot of added latency back (a longer window than any hiccup it absorbed, so it does not swing back and forth)."""
-RECLAIM_MARGIN = 0.02
-"""Seconds a frame must still be early by after the slot is given back."""
+RECLAIM_SECONDS = 20.0
+"""The window of the output's slack: every frame shown in one must have come ``PERIOD + RECLAIM_MARGIN`` before its
+slot for the output to give a slot of added latency back (long beside the hiccups it absorbs, so that it does not
+swing back and forth: at most one repeat a window where they recur)."""
+RECLAIM_MARGIN = 0.005
+"""Seconds the frames must still be early by once the slot is given back: the runtime keeps its frames only half a
+slot ahead of the clock, staging and transport included, so a larger margin is rarely there to see."""
 SILENCE = np.zeros(AUDIO_SAMPLES_PER_FRAME, np.float32)
 
 
@@ -123,6 +126,9 @@ class OutputStats:
     added_latency: float = 0.0
     """Seconds the output now shows frames after the session's clock has them due: a late first frame, then the
     added slots."""
+    slack: float | None = None
+    """The least time by which a frame shown in the last whole ``RECLAIM_SECONDS`` was ready before its slot (a repeat
+    counts as a slot late); None before the first window ends."""
     encode_seconds: deque[float] = field(default_factory=lambda: deque(maxlen=10 * 60 * FPS))
 
 
@@ -242,6 +248,7 @@ class SessionOutput:
             "repeated": stats.repeated,
             "skipped": stats.skipped,
             "added_latency_ms": round(stats.added_latency * 1000),
+            "slack_ms": None if stats.slack is None else round(stats.slack * 1000, 1),
             "reclaimed": stats.reclaimed,
             "encode_ms_p50": round(self.encode_ms(0.5), 3),
             "encode_ms_p99": round(self.encode_ms(0.99), 3),
@@ -322,7 +329,7 @@ class SessionOutput:
             shift = max(0.0, time.monotonic() - first.due)
             origin, slot, last = first.due + shift - first.index * PERIOD, first.index, first
             self.stats.added_latency = shift
-            early_since = time.monotonic()  # since when every frame shown came early enough to give a slot back
+            slack, window, give_back = math.inf, time.monotonic(), False
             while not self._stop.is_set():
                 deadline = slot_time(origin, slot)
                 _sleep_until(deadline)
@@ -337,15 +344,19 @@ class SessionOutput:
                     for _ in range(behind):
                         self._prepared.popleft()
                         self.stats.skipped += 1
-                    if deadline - early_since >= RECLAIM_SECONDS and self._give_back_slot(shift):
+                    if give_back and self._give_back_slot(shift):
                         shift -= PERIOD
-                        early_since = deadline
+                        give_back = False
                     self.stats.added_latency = shift
                     head = self._prepared[0].due + shift if self._prepared else None
                     item = self._prepared.popleft() if fill(deadline, head) is Fill.FRAME else None
                     self._ready.notify_all()
-                if item is None or item.due + shift - item.arrived < PERIOD + RECLAIM_MARGIN:
-                    early_since = deadline
+                early = -PERIOD if item is None else deadline - item.arrived
+                slack = min(slack, early)
+                give_back &= early >= PERIOD + RECLAIM_MARGIN
+                if deadline - window >= RECLAIM_SECONDS:
+                    self.stats.slack, give_back = slack, slack >= PERIOD + RECLAIM_MARGIN
+                    slack, window = math.inf, deadline
                 if item is None:
                     self.stats.repeated += 1
                 else:

@@ -126,6 +126,7 @@ def analyse(rtmp: PlayerLog, viewers: list[ViewerLog], pushed: list[float], metr
             "repeated": metric(metrics, "ditto_frames_repeated_total", session="0"),
             "skipped": metric(metrics, "ditto_frames_skipped_total", session="0"),
             "output_added_ms_at_end": metric(metrics, "ditto_output_added_latency_milliseconds", session="0"),
+            "output_slack_ms_at_end": metric(metrics, "ditto_output_slack_milliseconds", session="0"),
         },
         "markers": markers,
     }

@@ -76,6 +76,7 @@ def server_counters(metrics: dict, session: str) -> dict:
         "encode_ms_p99": metric(metrics, "ditto_encode_milliseconds", quantile="0.99", session=session),
         "speech_latency_ms": metric(metrics, "ditto_session_speech_latency_ms", session=session),
         "output_added_ms": metric(metrics, "ditto_output_added_latency_milliseconds", session=session),
+        "output_slack_ms": metric(metrics, "ditto_output_slack_milliseconds", session=session),
     }
 
 
