@@ -285,7 +285,8 @@ class EngineCore:
         width, height = request.width or int(width), request.height or int(height)
         ring = FrameRing(None, width, height, create=True)
         write_still(ring, avatar.frames[0])
-        # Page-locked before the session's clock starts: at 1080p that takes long enough to make its first frames late.
+        # Page-locked before the session's clock starts, so its first frames' staging does not wait for it (155 MB at
+        # 1080p); a refused session's ring is freed again.
         host, registered = self._pin(ring)
         try:
             controls = self.runtime.default_controls

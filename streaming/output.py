@@ -45,7 +45,7 @@ from streaming.encoders.h264 import EncodedVideo, H264Settings
 from streaming.encoders.raw import RawPictures
 from streaming.encoders.select import VideoEncoder, open_video_encoder
 from streaming.frames import AUDIO_SAMPLES_PER_FRAME, FrameSource
-from streaming.slots import PERIOD, Fill, catch_up, fill, slot_time
+from streaming.slots import EPSILON, PERIOD, Fill, catch_up, fill, slot_time
 
 log = logging.getLogger(__name__)
 MAX_PREPARED = 2 * FPS
@@ -380,7 +380,7 @@ class SessionOutput:
         the session's clock, the head is silent and the next frame is there to take its slot (called holding
         ``_ready``)."""
         queued = self._prepared
-        if shift < PERIOD - 1e-6 or len(queued) < 2 or queued[0].speech or queued[0].audio.any():
+        if shift < PERIOD - EPSILON or len(queued) < 2 or queued[0].speech or queued[0].audio.any():
             return False
         queued.popleft()
         self.stats.skipped += 1
