@@ -360,7 +360,8 @@ class WorkerStats:
 
 @dataclass(frozen=True, slots=True)
 class PreviewPacket:
-    """One encoded frame of session ``id``'s preview: H.264 ``video`` and its Opus packets as (pts, data)."""
+    """One encoded frame of session ``id``'s preview: H.264 ``video`` and its Opus packets as (pts, data); what it
+    shows (``streaming.output.EncodedFrame``'s speech, repeat and segment) goes to its viewers in the picture."""
 
     id: str
     index: int
@@ -370,6 +371,8 @@ class PreviewPacket:
     keyframe: bool
     opus: tuple[tuple[int, bytes], ...]
     speech: bool
+    repeat: bool
+    segment: int
 
 
 @dataclass(frozen=True, slots=True)

@@ -541,6 +541,8 @@ class Service:
                         SILENCE,
                         message.opus,
                         message.speech,
+                        message.repeat,
+                        message.segment,
                     )
                 )
             case Playback(event=event, fields=fields):

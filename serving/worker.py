@@ -197,6 +197,8 @@ class PreviewRelay:
                 frame.keyframe,
                 tuple(frame.opus),
                 frame.speech,
+                frame.repeat,
+                frame.segment,
             )
             if self._send(message):
                 self.frames_sent += 1
@@ -225,7 +227,9 @@ class PreviewRelay:
                 return
             self._first_still = now if self._first_still is None else self._first_still
             index = round((now - self._first_still) * FPS)
-            if self._send(PreviewPacket(self.session_id, index, width, height, self._still_packet, True, (), False)):
+            if self._send(
+                PreviewPacket(self.session_id, index, width, height, self._still_packet, True, (), False, True, 0)
+            ):
                 self.stills_sent += 1
         self._next_still = now + STILL_EVERY
 

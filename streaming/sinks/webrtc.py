@@ -1,11 +1,13 @@
-"""WebRTC preview with aiortc: every viewer gets the shared H.264 and Opus packets as they are, never re-encoded.
+"""WebRTC preview with aiortc: every viewer gets the shared H.264 and Opus packets, never re-encoded.
 
 A track whose ``recv()`` returns an ``av.Packet`` makes aiortc packetise it without encoding
 (Annex-B H.264, Opus). With pre-encoded packets aiortc's own keyframe handling never reaches
 our encoder, so this module does it: a viewer is fed from the moment its connection is up
 (ICE + DTLS done), starting at the next IDR, which it asks the shared encoder for; the
 browser's PLI/FIR (which aiortc routes to ``RTCRtpSender
-._send_keyframe``, overridden per sender here) asks for one too.
+._send_keyframe``, overridden per sender here) asks for one too. Each picture carries what it
+shows (``streaming.picture_tags``: its timestamp, segment, speech), and a viewer's audio starts
+with a picture the tags name, on the pictures' timeline, so a client can pair samples with pictures exactly.
 
 Each viewer has bounded queues (drop-oldest): a viewer that stalls loses its own frames
 (video then resumes at an IDR) and never slows the others, the RTMP output or the encoder.
@@ -32,8 +34,9 @@ from aiortc import (
 from aiortc.mediastreams import MediaStreamError
 
 from engine.timebase import FPS
-from streaming.frames import AUDIO_RATE
+from streaming.frames import AUDIO_RATE, AUDIO_SAMPLES_PER_FRAME
 from streaming.output import EncodedFrame
+from streaming.picture_tags import PictureTag, tag_access_unit
 
 log = logging.getLogger(__name__)
 VIDEO_TIME_BASE = Fraction(1, FPS)
@@ -118,15 +121,17 @@ class Viewer:
         self.keyframe_requests = 0
         self._request_keyframe = request_keyframe
         self._shift = 0
+        self.audio_from: int | None = None
+        """The timestamp of the picture whose audio this viewer's audio starts with (the first picture sent that has
+        audio: the still shown before a session's first frame has none)."""
         self._last: tuple[int, float] | None = None
         """The last picture's timestamp (1/25 s) and when it was queued (monotonic seconds)."""
 
     def offer(self, frame: EncodedFrame) -> None:
-        """Queue one released frame once connected: its Opus packets always, its picture from the first IDR on."""
+        """Queue one released frame once connected: its picture from the first IDR on, tagged with what it shows
+        (``streaming.picture_tags``), and its Opus packets from the first picture with audio on, on its timeline."""
         if not self.connected:
             return
-        for pts, data in frame.opus:
-            self.audio.put(_packet(data, pts, AUDIO_TIME_BASE))
         pts, now = frame.index + self._shift, time.monotonic()
         if self._last is not None and pts <= self._last[0]:
             # A numbering that starts again (the stream's own after the still shown before its first frame): its
@@ -136,12 +141,23 @@ class Viewer:
             if not self.waiting_for_keyframe and not frame.keyframe:
                 self.waiting_for_keyframe = True
                 self.keyframe_wanted()
+        shown = frame.keyframe or not self.waiting_for_keyframe
+        if self.audio_from is None and frame.opus and (shown or self._last is not None):
+            self.audio_from = pts  # audio sample n from the first packet sent belongs to picture audio_from + n // 1920
+        self._offer_picture(frame, pts, now)
+        if self.audio_from is not None:
+            shift = (pts - frame.index) * AUDIO_SAMPLES_PER_FRAME
+            for sample, data in frame.opus:
+                self.audio.put(_packet(data, sample + shift, AUDIO_TIME_BASE))
+
+    def _offer_picture(self, frame: EncodedFrame, pts: int, now: float) -> None:
         if self.waiting_for_keyframe and not frame.keyframe:
             self.frames_dropped += 1
             return
         self.waiting_for_keyframe = False
         self._last = (pts, now)
-        if not self.video.put(_packet(frame.video, pts, VIDEO_TIME_BASE)):
+        tag = PictureTag(pts, self.audio_from, frame.segment, frame.speech, frame.repeat)
+        if not self.video.put(_packet(tag_access_unit(frame.video, tag), pts, VIDEO_TIME_BASE)):
             self.frames_dropped += 1 + self.video.clear()
             self.waiting_for_keyframe = True
             self.keyframe_wanted()

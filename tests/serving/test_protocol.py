@@ -13,7 +13,7 @@ from serving.protocol import FrameReady, PreviewPacket, Refused, SegmentsClosed,
 EXAMPLES = [
     FrameReady("s1", index=7, speech=True, anchor=12.5, segment=2),
     SegmentsClosed("s1", closed=((1, False), (2, True))),
-    PreviewPacket("s1", 3, 1280, 720, b"\x00\x00\x01", True, ((120, b"opus"),), False),
+    PreviewPacket("s1", 3, 1280, 720, b"\x00\x00\x01", True, ((120, b"opus"),), False, False, 2),
     Refused("no session 's2'", "not_found"),
     protocol.Hello(),
     protocol.SessionOutputs("s1", ("rtmp://h/a/k",), None, True, {"size": "720p", "bitrate_kbps": 3500}),

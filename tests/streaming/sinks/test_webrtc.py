@@ -18,6 +18,7 @@ from harness.viewers import CHROMIUM_FLAGS
 from streaming.encoders.h264 import H264Settings
 from streaming.output import EncodedFrame, SessionOutput
 from streaming.output_settings import OutputSettings
+from streaming.picture_tags import read_tag
 from streaming.sinks.webrtc import Viewer, ViewerRefused, WebRtcPreview, loopback_candidates
 from tests.serving.inprocess import Stream, create_app
 from tests.streaming.conftest import INSTALL_HINT, free_port
@@ -26,10 +27,9 @@ from tests.streaming.synthetic import SyntheticSession
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 
 
-def frame(index: int, keyframe: bool) -> EncodedFrame:
-    return EncodedFrame(
-        index, 64, 64, b"\x00\x00\x00\x01\x65", keyframe, np.zeros(1920, np.float32), ((index * 1920, b"op"),), False
-    )
+def frame(index: int, keyframe: bool, audio: bool = True) -> EncodedFrame:
+    opus = ((index * 1920, b"op"),) if audio else ()
+    return EncodedFrame(index, 64, 64, b"\x00\x00\x00\x01\x65", keyframe, np.zeros(1920, np.float32), opus, False)
 
 
 class Requests:
@@ -78,6 +78,32 @@ def test_a_numbering_that_starts_again_goes_on_from_the_last_timestamp_by_the_ti
         assert pts[:2] == [0, 12] and len(pts) == 4, pts
         assert 5 <= pts[2] - 13 <= 7 and pts[3] == pts[2] + 1, f"0.2 s (5 frames) on from 12, then one by one: {pts}"
         assert requests.count == 1 and viewer.frames_dropped == 1, "the restart's P-frame waits for an IDR"
+
+    asyncio.run(scenario())
+
+
+def test_each_picture_is_tagged_and_the_audio_starts_on_the_pictures_timeline_at_a_tagged_picture() -> None:
+    """A client pairs audio with pictures exactly: audio sample n from the first packet belongs to picture audio_from +
+    n // 1920, also after a still without audio and a numbering that starts again."""
+
+    async def scenario() -> None:
+        viewer = Viewer(None, Requests(), queue_frames=50)
+        viewer.connected = True
+        viewer.offer(frame(0, keyframe=True, audio=False))  # the still before a session's first frame
+        for index in range(1, 6):
+            viewer.offer(frame(index, keyframe=False))
+        await asyncio.sleep(0.12)
+        viewer.offer(frame(0, keyframe=True))  # the stream's own numbering after the stills
+        pictures = [await viewer.video.recv() for _ in range(viewer.video._queue.qsize())]
+        audio = [await viewer.audio.recv() for _ in range(viewer.audio._queue.qsize())]
+        sei = [bytes(p)[7:].replace(b"\x00\x00\x03", b"\x00\x00") for p in pictures]  # start code, NAL, type, size
+        tags = [read_tag([payload]) for payload in sei]  # the SEI message's payload, as a decoder exports it
+        assert [(t.pts, t.audio_from) for t in tags[:5]] == [(0, None), (1, 1), (2, 1), (3, 1), (4, 1)], tags
+        restart = tags[6].pts
+        assert restart >= 7 and tags[6].audio_from == 1
+        audio_pts = [int(p.pts) for p in audio]
+        assert audio_pts == [i * 1920 for i in (1, 2, 3, 4, 5, restart)], "from picture 1 on, on its timeline"
+        assert all(bytes(p).startswith(b"\x00\x00\x00\x01\x06") for p in pictures), "the tag leads the slice"
 
     asyncio.run(scenario())
 
