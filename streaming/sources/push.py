@@ -39,11 +39,15 @@ server -> client, playback events (the service; see streaming.playback), per seg
   {"type": "session_failed", "message": "..."}   the session failed (its output worker or the engine died): every
       open segment has had its playback_finished (interrupted), and the socket is closed (1011, the message).
 
+  {"type": "ahead_limit", "queued_seconds": S, "limit_seconds": 10.0}   this connection holds as much audio ahead of
+      its session as it takes: the server reads no more until the session has taken some (TCP slows the client).
+
 To pause speaking, just stop sending: the avatar idles on silence until audio comes again.
-Audio is pushed with backpressure: the server takes the next binary message only once the session
-has taken the previous one, so a client that sends faster than real time is slowed by TCP. Text
-messages are read meanwhile: an ``interrupt`` behind a message still being taken is answered at
-once and drops the rest of that message; ``end_of_segment`` and ``end`` wait for it, in order.
+Audio is pushed with backpressure: the session holds its lead (5 s) and the connection reads up to
+``MAX_QUEUED_SECONDS`` more ahead of it, so a TTS may pre-fill that much faster than real time;
+past that the client is told (``ahead_limit``) and slowed by TCP. Text messages are read meanwhile:
+an ``interrupt`` is answered at once and drops everything queued; ``end_of_segment`` and ``end``
+wait for the audio before them, in order.
 """
 
 from __future__ import annotations
@@ -51,6 +55,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections import deque
 from dataclasses import dataclass
 
 import numpy as np
@@ -71,6 +76,9 @@ MAX_CLOSE_REASON = 123
 """Bytes a WebSocket close frame's reason may hold (RFC 6455)."""
 MAX_CONTROL_DEPTH = 8
 """How deep a text message's JSON may nest (a controls table is three levels)."""
+MAX_QUEUED_SECONDS = 10.0
+"""Audio a connection reads ahead of what its session has taken (the session holds its own lead, 5 s, beyond): a
+client may push this far ahead of real time and still have an ``interrupt`` read and answered at once."""
 
 
 class ProtocolError(ValueError):
@@ -131,7 +139,7 @@ async def push_handler(request: web.Request, session) -> web.WebSocketResponse:
     awaited: ``push_audio``, ``update_controls``, ``interrupt``, ``end_segment``, ``end``, ``subscribe``)."""
     ws = web.WebSocketResponse(max_msg_size=MAX_MESSAGE_BYTES, autoclose=False)
     await ws.prepare(request)
-    state = PushState(request.query.get("session", ""))
+    state = PushState(request.query.get("session", ""), ws, session)
     events: asyncio.Queue[dict] = asyncio.Queue()
     unsubscribe = session.subscribe(events.put_nowait)
     sender = asyncio.ensure_future(_send_events(ws, events))
@@ -166,35 +174,76 @@ async def _send_events(ws: web.WebSocketResponse, events: asyncio.Queue) -> None
             return
 
 
-@dataclass
 class PushState:
-    """One connection's session name, declared format and the binary message the session is taking, if any."""
+    """One connection's session name, declared format and the audio it has read and the session not yet taken: at most
+    ``MAX_QUEUED_SECONDS``, pushed into the session in order by one task while the socket is read on."""
 
-    name: str
-    fmt: PushFormat | None = None
-    pushing: asyncio.Task | None = None
+    def __init__(self, name: str, ws: web.WebSocketResponse, session) -> None:
+        self.name, self._ws, self._session = name, ws, session
+        self.fmt: PushFormat | None = None
+        self._queue: deque[tuple[np.ndarray, int]] = deque()
+        self.queued_seconds = 0.0
+        self._changed = asyncio.Event()
+        self._pushing: asyncio.Task | None = None
+        self._told = False
+
+    async def add(self, pcm: np.ndarray, rate: int) -> None:
+        """Queue a message's audio; past ``MAX_QUEUED_SECONDS`` tell the client (``ahead_limit``, again only once the
+        queue has drained by half) and stop reading until there is room (TCP then slows the client)."""
+        seconds = pcm.size / rate
+        while self.queued_seconds > 0 and self.queued_seconds + seconds > MAX_QUEUED_SECONDS:
+            if not self._told:
+                self._told = True
+                await _reply(
+                    self._ws,
+                    {
+                        "type": "ahead_limit",
+                        "queued_seconds": round(self.queued_seconds, 3),
+                        "limit_seconds": MAX_QUEUED_SECONDS,
+                    },
+                )
+            await self._change()
+        self._queue.append((pcm, rate))
+        self.queued_seconds += seconds
+        if self._pushing is None or self._pushing.done():
+            self._pushing = asyncio.ensure_future(self._push_all())
 
     async def pushed(self) -> None:
-        """Wait until the session has taken the message being pushed."""
-        if self.pushing is not None:
-            await asyncio.shield(self.pushing)
+        """Wait until the session has taken everything queued."""
+        while self._pushing is not None and not self._pushing.done():
+            await asyncio.shield(self._pushing)
 
     async def drop_push(self) -> None:
-        """Stop pushing the message being pushed: what the session has not taken yet is dropped."""
-        pushing, self.pushing = self.pushing, None
+        """Stop pushing: what the session has not taken yet is dropped."""
+        self._queue.clear()
+        self.queued_seconds = 0.0
+        self._changed.set()
+        pushing, self._pushing = self._pushing, None
         if pushing is not None and not pushing.done():
             pushing.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await pushing
+
+    async def _change(self) -> None:
+        self._changed.clear()
+        await self._changed.wait()
+
+    async def _push_all(self) -> None:
+        while self._queue:
+            pcm, rate = self._queue[0]
+            await _push(self._ws, self._session, self, pcm, rate)
+            if self._queue and self._queue[0][0] is pcm:
+                self._queue.popleft()
+                self.queued_seconds = max(0.0, self.queued_seconds - pcm.size / rate)
+            self._told &= self.queued_seconds > MAX_QUEUED_SECONDS / 2  # told again only once it has drained by half
+            self._changed.set()
 
 
 async def _handle(ws: web.WebSocketResponse, message, session, state: PushState) -> None:
     if message.type == WSMsgType.BINARY:
         if state.fmt is None:
             raise ProtocolError('send {"type": "format", ...} before any audio')
-        pcm = decode_chunk(message.data, state.fmt)
-        await state.pushed()
-        state.pushing = asyncio.ensure_future(_push(ws, session, state, pcm, state.fmt.sample_rate))
+        await state.add(decode_chunk(message.data, state.fmt), state.fmt.sample_rate)
     elif message.type == WSMsgType.TEXT:
         control = _control(message.data)
         kind = control.get("type")

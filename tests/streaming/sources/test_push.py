@@ -319,3 +319,44 @@ def test_the_last_message_of_a_client_that_leaves_is_still_taken_whole() -> None
             await until(lambda: session.taken > 0.999, seconds=5)
 
     asyncio.run(scenario())
+
+
+def test_audio_pushed_seconds_ahead_in_many_messages_still_lets_an_interrupt_through_at_once() -> None:
+    """A TTS pre-fills faster than real time: the connection reads its messages ahead of the session, so an interrupt
+    behind several of them is answered at once and drops them all."""
+
+    async def scenario() -> None:
+        session = RealTimeSession()
+        async with pushing_to(session) as ws:
+            for _ in range(4):
+                await ws.send_bytes(np.zeros(2 * 16000, "<i2").tobytes())
+            await asyncio.sleep(0.3)
+            started = time.monotonic()
+            await ws.send_json({"type": "interrupt"})
+            assert await ws.receive_json(timeout=5) == {"type": "interrupted", "segment": 0}
+            assert time.monotonic() - started < 0.5, "the interrupt waited behind queued audio"
+            await asyncio.sleep(0.3)
+            assert session.taken < 1.0, "the queued messages were dropped with the one being taken"
+
+    asyncio.run(scenario())
+
+
+def test_a_client_past_the_read_ahead_limit_is_told_once_and_slowed_and_loses_nothing(monkeypatch) -> None:
+    import streaming.sources.push
+
+    limit = 1.0  # the rule at a smaller scale, so that the session takes it all in seconds
+    monkeypatch.setattr(streaming.sources.push, "MAX_QUEUED_SECONDS", limit)
+
+    async def scenario() -> None:
+        session = RealTimeSession()
+        async with pushing_to(session) as ws:
+            pieces = 6
+            for _ in range(pieces):
+                await ws.send_bytes(np.zeros(16000 // 4, "<i2").tobytes())
+            reply = await ws.receive_json(timeout=5)
+            assert reply == {"type": "ahead_limit", "queued_seconds": limit, "limit_seconds": limit}, reply
+            await ws.send_json({"type": "end_of_segment"})
+            assert await ws.receive_json(timeout=5) == {"type": "end_of_segment", "segment": 0}
+            assert session.taken == pieces / 4, "every message was taken, in order, before the segment closed"
+
+    asyncio.run(scenario())
