@@ -56,5 +56,8 @@ class AvatarBackend(Protocol):
     def next(self) -> Shown | None:
         """The frame for this slot, or None when none is due (the slot repeats the last picture)."""
 
+    def phase(self) -> float | None:
+        """Where the slot deadlines should fall (a monotonic time on their 1/25 s grid), or None: anywhere."""
+
     async def close(self) -> None:
         """End the session now."""

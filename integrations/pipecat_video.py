@@ -49,7 +49,7 @@ from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
 
 from engine.timebase import FPS
 from integrations.avatar_backend import AvatarBackend, Refused
-from streaming.slots import slot_time
+from streaming.slots import PERIOD, slot_time
 
 if TYPE_CHECKING:
     from avatars.cache import Avatar
@@ -57,6 +57,18 @@ if TYPE_CHECKING:
     from engine.runtime.runtime import Runtime
 
 NS_PER_FRAME = 1_000_000_000 // FPS
+PHASE_TOLERANCE_S = 0.002
+"""The slot deadlines are kept from 0 to twice this after the backend's phase (never before it: a deadline early of
+its picture's time would show the picture before it is surely there)."""
+
+
+def phase_step(start: float, phase: float | None) -> float:
+    """Seconds to move a clock whose slot 0 is at ``start`` onto ``phase``'s grid, ``PHASE_TOLERANCE_S`` after it (at
+    most half a slot either way); 0 when there is no phase or the clock is within the tolerance of that."""
+    if phase is None:
+        return 0.0
+    offset = (phase + PHASE_TOLERANCE_S - start + PERIOD / 2) % PERIOD - PERIOD / 2
+    return offset if abs(offset) > PHASE_TOLERANCE_S else 0.0
 
 
 @dataclass
@@ -249,14 +261,17 @@ class DittoVideoService(FrameProcessor):
 
     async def _clock(self) -> None:
         """One picture per 1/25 s slot, numbered from the start (pts = slot / 25), never drifting from wall time: the
-        output clock's slot deadlines (``streaming.slots``); where the service's output releases a late slot late, a
-        stalled event loop here skips the slots that passed rather than burst them out."""
+        output clock's slot deadlines (``streaming.slots``), moved onto the backend's phase when it has one (the remote
+        stream's own clock: a picture then waits for its slot only a few milliseconds); where the service's output
+        releases a late slot late, a stalled event loop here skips the slots that passed rather than burst them
+        out."""
         start = time.monotonic()
         slot = 0
         while True:
             await asyncio.sleep(max(0.0, slot_time(start, slot) - time.monotonic()))
             await self._emit(slot)
             slot += 1
+            start += phase_step(start, self.backend.phase())
             behind = int((time.monotonic() - start) * FPS) - slot
             if behind > 0:  # the event loop stalled: skip the slots that passed rather than burst them out
                 slot += behind

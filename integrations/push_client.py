@@ -1,123 +1,179 @@
-"""A client of a session's push WebSocket (docs/push.md): TTS audio, interrupts and segment ends out, playback
-events in.
+"""A client of a session's push WebSocket (docs/push.md): TTS audio, interrupts and segment ends out, answers and
+playback events in.
 
-Audio leaves at most ``LEAD_S`` ahead of wall time, below the service's own lead (5 s): the service then never holds
-the socket back, so an interrupt is never stuck behind seconds of audio waiting in TCP buffers.
-
-The playback events say when the service showed a frame; the same frame reaches a WHEP viewer later (the encoder,
-the WebRTC jitter buffer, the decoder), by a delay that grows when a machine is starved. So the events wait here
-until the bot shows the picture the service showed when it sent them (``settle``).
+Audio is taken at once (``send_audio`` returns without waiting, up to ``MAX_QUEUED_S`` held here) and sent in order by
+one task, at most ``LEAD_S`` ahead of wall time: within what the service takes ahead of real time (its session's lead
+and its push connection's queue, ``streaming.sources.push``), so the service always reads the socket and an interrupt
+is never stuck behind audio in TCP buffers. A TTS may so pre-fill seconds of speech without blocking its pipeline;
+one faster still waits in ``send_audio`` once this client holds ``MAX_QUEUED_S``. An interrupt drops what is held here
+and goes out at once.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections import deque
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
 
-LEAD_S = 3.0
+LEAD_S = 10.0
+"""Seconds of audio on the socket ahead of wall time at most (the service takes 5 in the session and 10 more)."""
+MAX_QUEUED_S = 20.0
+"""Seconds of audio held here, not yet on the socket, before ``send_audio`` waits."""
 ANSWER_TIMEOUT_S = 5.0
-
 
 log = logging.getLogger(__name__)
 
 
+@dataclass
+class _Audio:
+    pcm: bytes
+    sample_rate: int
+    channels: int
+    wanted: Callable[[], bool]
+
+    @property
+    def seconds(self) -> float:
+        return len(self.pcm) / 2 / self.channels / self.sample_rate
+
+
 class PushClient:
-    """One push connection and what its playback events say: the segments playing, the last one finished."""
+    """One push connection: the audio and segment ends it sends in order, and what the service answers."""
 
     def __init__(self, ws: aiohttp.ClientWebSocketResponse) -> None:
         self._ws = ws
         self._format: tuple[int, int] | None = None
         self._sent_until = 0.0
-        self._segment_answers: asyncio.Queue[int | None] = asyncio.Queue()
-        self._events: deque[tuple[float, str, int]] = deque()
-        self.playing: set[int] = set()
-        """Segments whose first speech frame the bot's pictures show and whose last not yet (see ``settle``)."""
-        self.finished_through = -1
-        """The highest segment whose playback finished in the bot's pictures (segments finish in order)."""
+        self._queue: deque[_Audio | asyncio.Future] = deque()
+        """Audio to send and, in order among it, the futures of segment ends (answered with the segment's number)."""
+        self._queued_s = 0.0
+        self._changed = asyncio.Event()
+        self._segment_answers: deque[asyncio.Future] = deque()
         self.highest_segment = -1
         """The highest segment number the service has named so far."""
+        self.cut_through = -1
+        """Every segment up to this one was cut by an answered interrupt."""
         self.last_finished: dict[str, Any] | None = None
         """The last ``playback_finished`` event as it arrived (its ``position``: the seconds of speech shown)."""
         self.interrupts_answered = 0
-        self.interrupted_segment: int | None = None
-        """The segment the last answered interrupt cut (None: none was open)."""
+        self.held_back: dict[str, Any] | None = None
+        """The service's last ``ahead_limit`` event: this client pushed past what it takes ahead of real time."""
         self._reader = asyncio.ensure_future(self._read())
+        self._sender = asyncio.ensure_future(self._send())
 
     @classmethod
     async def connect(cls, http: aiohttp.ClientSession, url: str) -> PushClient:
         """Open the push socket at ``url`` (the session's ``urls.push``, token included)."""
         return cls(await http.ws_connect(url, heartbeat=10.0))
 
+    @property
+    def queued_seconds(self) -> float:
+        """Audio taken and not yet on the socket."""
+        return self._queued_s
+
     async def send_audio(self, pcm: bytes, sample_rate: int, channels: int, wanted: Callable[[], bool]) -> None:
-        """Send s16 PCM once it is at most ``LEAD_S`` ahead of wall time; dropped if no longer ``wanted()``."""
-        now = time.monotonic()
-        self._sent_until = max(now, self._sent_until) + len(pcm) / 2 / channels / sample_rate
-        wait = self._sent_until - now - LEAD_S
-        if wait > 0:
-            await asyncio.sleep(wait)
-        if not wanted() or self._ws.closed:
-            return
-        if self._format != (sample_rate, channels):
-            self._format = (sample_rate, channels)
-            await self._ws.send_json(
-                {"type": "format", "sample_rate": sample_rate, "channels": channels, "encoding": "s16le"}
-            )
-        await self._ws.send_bytes(pcm)
+        """Queue s16 PCM for the socket (sent unless ``wanted()`` has turned false by then); waits only while this
+        client already holds ``MAX_QUEUED_S``."""
+        audio = _Audio(pcm, sample_rate, channels, wanted)
+        while self._queued_s > 0 and self._queued_s + audio.seconds > MAX_QUEUED_S and wanted():
+            await self._change()
+        if wanted():
+            self._queue.append(audio)
+            self._queued_s += audio.seconds
+            self._changed.set()
 
     async def interrupt(self) -> None:
-        """Ask the service to drop the speech not yet spoken (answered ``interrupted``, counted on arrival)."""
-        self._sent_until = 0.0
+        """Drop the audio held here and ask the service to drop the speech not yet spoken (answered
+        ``interrupted``)."""
+        for item in self._queue:
+            if isinstance(item, asyncio.Future) and not item.done():
+                item.set_result(None)
+        self._queue.clear()
+        self._queued_s, self._sent_until = 0.0, 0.0
+        self._changed.set()
         if not self._ws.closed:
             await self._ws.send_json({"type": "interrupt"})
 
     async def end_segment(self) -> int | None:
-        """Close the segment pushed since the last close: its number, or None when nothing was pushed."""
+        """Close the segment pushed since the last close, behind the audio held here: its number, or None when
+        nothing was pushed (or the service did not answer)."""
         if self._ws.closed:
             return None
-        await self._ws.send_json({"type": "end_of_segment"})
+        answer = asyncio.get_running_loop().create_future()
+        self._queue.append(answer)
+        self._changed.set()
         try:
-            return await asyncio.wait_for(self._segment_answers.get(), ANSWER_TIMEOUT_S)
+            return await asyncio.wait_for(asyncio.shield(answer), ANSWER_TIMEOUT_S + self._queued_s)
         except TimeoutError:
             return None
 
-    def settle(self, horizon: float) -> None:
-        """Apply the playback events that arrived by ``horizon`` (``time.monotonic()``)."""
-        while self._events and self._events[0][0] <= horizon:
-            _, kind, segment = self._events.popleft()
-            if kind == "playback_started":
-                self.playing.add(segment)
-            else:
-                self.playing.discard(segment)
-                self.finished_through = max(self.finished_through, segment)
-
     async def close(self) -> None:
         self._reader.cancel()
+        self._sender.cancel()
         await self._ws.close()
+
+    async def _change(self) -> None:
+        self._changed.clear()
+        await self._changed.wait()
+
+    async def _send(self) -> None:
+        """Send what is queued, in order: audio once within ``LEAD_S`` of wall time, segment ends when reached."""
+        while True:
+            while not self._queue:
+                await self._change()
+            item = self._queue[0]
+            if isinstance(item, asyncio.Future):
+                self._queue.popleft()
+                if not item.done() and not self._ws.closed:
+                    self._segment_answers.append(item)
+                    await self._ws.send_json({"type": "end_of_segment"})
+                continue
+            wait = max(time.monotonic(), self._sent_until) - time.monotonic() + item.seconds - LEAD_S
+            if wait > 0:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._change(), wait)
+                continue  # an interrupt may have emptied the queue meanwhile
+            self._queue.popleft()
+            self._queued_s = max(0.0, self._queued_s - item.seconds)
+            self._changed.set()
+            if item.wanted() and not self._ws.closed:
+                self._sent_until = max(time.monotonic(), self._sent_until) + item.seconds
+                if self._format != (item.sample_rate, item.channels):
+                    self._format = (item.sample_rate, item.channels)
+                    rate, channels = self._format
+                    await self._ws.send_json(
+                        {"type": "format", "sample_rate": rate, "channels": channels, "encoding": "s16le"}
+                    )
+                await self._ws.send_bytes(item.pcm)
 
     async def _read(self) -> None:
         async for message in self._ws:
-            if message.type != aiohttp.WSMsgType.TEXT:
-                continue
-            self._on(message.json())
+            if message.type == aiohttp.WSMsgType.TEXT:
+                self._on(message.json())
 
     def _on(self, event: dict[str, Any]) -> None:
         kind, segment = event.get("type"), event.get("segment")
         if isinstance(segment, int):
             self.highest_segment = max(self.highest_segment, segment)
         if kind == "end_of_segment":
-            self._segment_answers.put_nowait(segment)
+            while self._segment_answers:
+                answer = self._segment_answers.popleft()
+                if not answer.done():
+                    answer.set_result(segment)
+                    break
         elif kind == "interrupted":
             self.interrupts_answered += 1
-            self.interrupted_segment = segment
-        elif kind in ("playback_started", "playback_finished"):
-            self._events.append((time.monotonic(), kind, segment))
-            if kind == "playback_finished":
-                self.last_finished = event
+            self.cut_through = max(self.cut_through, self.highest_segment)
+        elif kind == "playback_finished":
+            self.last_finished = event
+        elif kind == "ahead_limit":
+            self.held_back = event
+            log.warning("the service holds back this bot's audio: %s", event)
         elif kind == "error":
             log.warning("the service refused a push message: %s", event.get("message"))

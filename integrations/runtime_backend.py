@@ -98,6 +98,10 @@ class RuntimeBackend:
         picture = np.ascontiguousarray(frame.image.cpu().numpy()).tobytes()
         return Shown(frame.index, picture, to_s16(frame.audio) if frame.speech else None)
 
+    def phase(self) -> float | None:
+        """Anywhere: the picker shows each frame at the slot nearest its due time."""
+        return None
+
     def _take_event(self, event: dict[str, Any]) -> bool:
         if event["event"] == "playback_finished":
             self._finished_through = event["segment"]

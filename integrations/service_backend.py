@@ -1,13 +1,13 @@
 """The remote backend of the pipecat video service: a session of the live service (``apps.serve``), driven over its
 public API as any remote client does: ``POST /sessions`` (with a preview), the push WebSocket, WHEP, ``DELETE``.
 
-Which frames speak comes from the push socket's playback events, each applied at the picture the service showed
-when it sent it: a frame's release time on the bot's clock is the stream's origin plus its index, and an event
-arrives ``EVENT_LEAD_FRAMES`` before the pictures of its time do at best (the encoder, jitter buffer and decoder that
-the least-delayed frame still went through). Audio is emitted while a segment plays. After an interrupt the pictures in
-flight belong to the cut
-speech, so the slots show the last idle picture until the service has answered the interrupt and no segment it cut
-still plays in the pictures (at most ``RESUME_TIMEOUT_S``), then take the stream again from what arrives next.
+What each picture shows comes with it (``streaming.picture_tags``, read by ``integrations.whep_receiver``): whether it
+speaks, its segment, its audio. So a speech picture is emitted with exactly its own samples, a segment's end is known
+when a picture of a later segment is shown (the service's own playback rule, ``streaming.playback``), and pictures go
+out on the line of the stream's own clock (``integrations.playout``), to which the video service's slot deadlines are
+locked (``phase``). A slot shows the picture due then; behind (a late picture was shown a slot late), an idle picture is
+let go to catch up, speech only past ``MAX_BEHIND`` slots. After an interrupt the speech pictures of every segment it
+cut show as the last idle picture, silent, until pictures of later speech come.
 """
 
 from __future__ import annotations
@@ -15,21 +15,34 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
 
-from engine.timebase import FPS
 from integrations.avatar_backend import Refused, Shown
 from integrations.push_client import PushClient
-from integrations.slots import SlotPicker
-from integrations.whep_receiver import AUDIO_RATE, WhepReceiver
+from integrations.whep_receiver import AUDIO_RATE, Received, WhepReceiver
 
-SAMPLES_PER_SLOT = AUDIO_RATE // FPS
-EVENT_LEAD_FRAMES = 3
-RESUME_TIMEOUT_S = 2.0
+MAX_BEHIND = 5
+"""Slots a speech picture may be shown late before it is let go: a stalled bot catches up."""
+AUDIO_LATE_SLOTS = 2
+"""Slots a picture due without all its audio waits for it (then it goes with silence where the audio was lost)."""
+ANSWER_WAIT_S = 2.0
+"""Seconds speech pictures stay silent waiting for the service to answer an interrupt (it names what it cut)."""
 HTTP_TIMEOUT_S = 10.0
 GREY = 128
+
+
+@dataclass
+class BackendStats:
+    """What the backend let go: pictures beyond ``max_held``, idle pictures to catch up, speech pictures past
+    ``MAX_BEHIND``, and speech pictures an interrupt silenced."""
+
+    dropped: int = 0
+    skipped_idle: int = 0
+    skipped_speech: int = 0
+    silenced: int = 0
 
 
 class ServiceBackend:
@@ -51,10 +64,12 @@ class ServiceBackend:
         self._http: aiohttp.ClientSession | None = None
         self.push: PushClient | None = None
         self.receiver: WhepReceiver | None = None
-        self._picker: SlotPicker | None = None
-        self._resume_after: tuple[int, int, float] | None = None
-        """While resuming from an interrupt: (interrupts answered to wait for, highest segment named before it,
-        give-up time)."""
+        self.stats = BackendStats()
+        self._idle_rgb: bytes | None = None
+        self._shown_through = -1
+        """Every segment below the latest picture shown has ended in the pictures."""
+        self._answer: tuple[int, float] | None = None
+        """While an interrupt waits for its answer: (answers to wait for, when to stop waiting)."""
         self._interrupts = 0
 
     def first_picture(self) -> bytes | None:
@@ -81,38 +96,56 @@ class ServiceBackend:
         except (TimeoutError, aiohttp.ClientError, ConnectionError) as exc:
             await self.close()
             raise Refused(f"the service's session {session['id']} could not be joined: {exc!r}") from exc
-        self._picker = SlotPicker(self.receiver, self._max_held)
 
     async def push_audio(self, pcm: bytes, sample_rate: int, channels: int, wanted: Callable[[], bool]) -> None:
         await self.push.send_audio(pcm, sample_rate, channels, wanted)
 
     def interrupt(self) -> None:
         self._interrupts += 1
-        self._resume_after = (self._interrupts, self.push.highest_segment, time.monotonic() + RESUME_TIMEOUT_S)
+        self._answer = (self._interrupts, time.monotonic() + ANSWER_WAIT_S)
         asyncio.ensure_future(self.push.interrupt())
-        self._picker.clear()
-        self.receiver.drop()
 
     async def end_segment(self) -> int | None:
         return await self.push.end_segment()
 
     def shown(self, segment: int) -> bool:
-        return self.push.finished_through >= segment
+        return self._shown_through >= segment
+
+    def phase(self) -> float | None:
+        """When the stream's slot 0 is shown (``integrations.playout``): the slot deadlines' phase."""
+        return None if self.receiver is None else self.receiver.playout.origin
 
     def next(self) -> Shown | None:
-        if self._resuming():
-            dropped = self.receiver.take_ready()
-            if dropped:
-                self._settle(dropped[-1].index)
-            self._picker.clear()
-            self.receiver.drop()
+        receiver = self.receiver
+        pictures = receiver.pictures
+        while len(pictures) > self._max_held:
+            self._let_go(pictures.popleft())
+            self.stats.dropped += 1
+        slot = receiver.playout.slot_at(time.monotonic())
+        if slot is None or not pictures:
             return None
-        frame = self._picker.next()
-        if frame is None:
+        while len(pictures) > 1 and pictures[0].slot < slot:
+            speaks = self._speaks(pictures[0])
+            if speaks and slot - pictures[0].slot <= MAX_BEHIND:
+                break
+            self._let_go(pictures.popleft())
+            if speaks:
+                self.stats.skipped_speech += 1
+            else:
+                self.stats.skipped_idle += 1
+        head = pictures[0]
+        if head.slot > slot or (not receiver.complete(head.slot) and slot - head.slot < AUDIO_LATE_SLOTS):
             return None
-        self._settle(frame.index)
-        audio = self.receiver.take_audio(SAMPLES_PER_SLOT)
-        return Shown(frame.index, frame.rgb(), audio if self.push.playing else None)
+        pictures.popleft()
+        audio = receiver.take_audio(head.slot)
+        self._note(head)
+        if self._speaks(head):
+            return Shown(head.slot, head.rgb(), audio)
+        if head.tag.speech:
+            self.stats.silenced += 1
+            return Shown(head.slot, self._idle_rgb or head.rgb(), None)
+        self._idle_rgb = head.rgb()
+        return Shown(head.slot, self._idle_rgb, None)
 
     async def close(self) -> None:
         """Leave the stream and delete the session on the service."""
@@ -128,20 +161,25 @@ class ServiceBackend:
                 except (TimeoutError, aiohttp.ClientError):
                     pass  # the service is gone or busy: nothing more a client can do
             await self._http.close()
-        self.receiver = self.push = self._picker = None
+        self.receiver = self.push = None
         self.session_id = None
 
-    def _settle(self, index: int) -> None:
-        """Apply the playback events sent by the time the service showed frame ``index``."""
-        self.push.settle(self.receiver.origin + (index - EVENT_LEAD_FRAMES) / FPS)
+    def _let_go(self, picture: Received) -> None:
+        self.receiver.take_audio(picture.slot)
+        self._note(picture)
 
-    def _resuming(self) -> bool:
-        """Whether the slots still wait for the service to have cut the interrupted speech."""
-        if self._resume_after is None:
+    def _note(self, picture: Received) -> None:
+        """A picture was shown or let go: the segments below its own have ended in the pictures."""
+        if not picture.tag.repeat:
+            self._shown_through = max(self._shown_through, picture.tag.segment - 1)
+
+    def _speaks(self, picture: Received) -> bool:
+        """Whether a picture speaks: a speech picture of a segment no answered interrupt cut, and none unanswered."""
+        if not picture.tag.speech:
             return False
-        answered, named, give_up = self._resume_after
-        cut = max(named, -1 if self.push.interrupted_segment is None else self.push.interrupted_segment)
-        still_playing = any(segment <= cut for segment in self.push.playing)
-        if (self.push.interrupts_answered >= answered and not still_playing) or time.monotonic() > give_up:
-            self._resume_after = None
-        return self._resume_after is not None
+        if self._answer is not None:
+            wanted, give_up = self._answer
+            if self.push.interrupts_answered < wanted and time.monotonic() < give_up:
+                return False
+            self._answer = None
+        return picture.tag.segment > self.push.cut_through

@@ -1,9 +1,10 @@
 """The live service with the service tests' synthetic runtime in its engine core, as a process of its own.
 
-``python -m tests.integrations.synthetic_service PORT TOKEN``: the real front end, engine core process, output worker,
-push WebSocket and WHEP, with frames made in milliseconds (``tests.streaming.synthetic_runtime``) instead of by the
-networks, which take seconds a frame on a CPU. ``apps.serve`` has no option to take another runtime, so the tests
-start it here, as the service's own tests do in process. The avatar ``anchor`` gives 128x128 frames.
+``python -m tests.integrations.synthetic_service PORT TOKEN [AVATAR]``: the real front end, engine core process, output
+worker, push WebSocket and WHEP, with frames made in milliseconds (``tests.streaming.synthetic_runtime``) instead of by
+the networks, which take seconds a frame on a CPU. ``apps.serve`` has no option to take another runtime, so the tests
+start it here, as the service's own tests do in process. The avatar ``anchor`` gives 128x128 frames; with ``AVATAR``
+(``echo``: speaks what is pushed, markers included) it is that synthetic avatar.
 """
 
 from __future__ import annotations
@@ -25,9 +26,9 @@ RUNTIME = "tests.streaming.synthetic_runtime:build"
 REPO = Path(__file__).resolve().parents[2]
 
 
-async def serve(port: int, token: str) -> None:
-    """Serve on 127.0.0.1:``port`` until SIGTERM or SIGINT."""
-    service = Service(ServiceOptions(workers=1, runtime=RUNTIME, avatars={"anchor": "anchor"}))
+async def serve(port: int, token: str, anchor: str = "anchor") -> None:
+    """Serve on 127.0.0.1:``port`` until SIGTERM or SIGINT, ``anchor`` being the synthetic avatar of that name."""
+    service = Service(ServiceOptions(workers=1, runtime=RUNTIME, avatars={"anchor": anchor}))
     await service.start()
     runner = web.AppRunner(create_service_app(service, token=token, bound=("127.0.0.1", port)))
     await runner.setup()
@@ -68,4 +69,4 @@ def stop(process: subprocess.Popen) -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(serve(int(sys.argv[1]), sys.argv[2]))
+    asyncio.run(serve(int(sys.argv[1]), sys.argv[2], *sys.argv[3:4]))

@@ -44,10 +44,11 @@ from pipecat.pipeline.runner import PipelineRunner
 from pipecat.pipeline.task import PipelineParams, PipelineTask
 from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
 
+from harness.markers import OnsetDetector
 from harness.nginx import free_port
 from integrations.pipecat_video import DittoVideoService
 from tests.integrations.synthetic_service import start, stop
-from tests.streaming.synthetic import read_index
+from tests.streaming.synthetic import is_flash, read_index
 
 TOKEN = "s3cret"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -64,13 +65,13 @@ class Service:
 
 @pytest.fixture(scope="module")
 def synthetic_service() -> Iterator[Service]:
-    """The service's front end, engine core and output worker, the core on the synthetic runtime (capacity 4)."""
+    """The service's front end, engine core and output worker, the core on the synthetic runtime (capacity 4); its
+    ``anchor`` speaks what is pushed and flashes where that is loud (``echo``)."""
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    process = start(
-        [sys.executable, "-m", "tests.integrations.synthetic_service", str(port), TOKEN], url, env, 60, AUTH
-    )
+    command = [sys.executable, "-m", "tests.integrations.synthetic_service", str(port), TOKEN, "echo"]
+    process = start(command, url, env, 60, AUTH)
     yield Service(url, process)
     stop(process)
 
@@ -119,13 +120,24 @@ class Bot:
         await asyncio.wait_for(self.run, 30)
 
 
-def tts(seconds: float, chunk_s: float = 0.04) -> list[Frame]:
-    """An utterance: TTSStarted, ``seconds`` of a 300 Hz tone at 24 kHz in ``chunk_s`` chunks, TTSStopped."""
+def tts(seconds: float, chunk_s: float = 0.04, bursts: tuple[float, ...] = ()) -> list[Frame]:
+    """An utterance: TTSStarted, ``seconds`` of a quiet 300 Hz tone at 24 kHz (a loud 1 kHz burst of 0.1 s at each of
+    ``bursts`` seconds) in ``chunk_s`` chunks, TTSStopped."""
     t = np.arange(int(seconds * TTS_RATE)) / TTS_RATE
-    pcm = (np.sin(2 * np.pi * 300 * t) * 8000).astype(np.int16)
+    wave = np.sin(2 * np.pi * 300 * t) * 0.25
+    for at in bursts:
+        loud = (t >= at) & (t < at + 0.1)
+        wave[loud] = 0.9 * np.sin(2 * np.pi * 1000 * t[loud])
+    pcm = (wave * 32767).astype(np.int16)
     step = int(chunk_s * TTS_RATE)
     chunks = [TTSAudioRawFrame(pcm[i : i + step].tobytes(), TTS_RATE, 1) for i in range(0, pcm.size, step)]
     return [TTSStartedFrame(), *chunks, TTSStoppedFrame()]
+
+
+async def session_of(url: str, bot: Bot) -> dict:
+    async with aiohttp.ClientSession(headers=AUTH) as http:
+        async with http.get(f"{url}/sessions/{bot.video.backend.session_id}") as answer:
+            return await answer.json()
 
 
 async def sessions(url: str) -> list[dict]:
@@ -183,6 +195,93 @@ def test_an_interruption_is_answered_by_the_service_and_ends_speech_at_once(synt
             assert not late, f"speech audio {late} s after the interruption"
             assert sum(t > cut for t, _ in bot.out.images) >= 20, "pictures go on"
             assert len(bot.out.audio) < 0.5 * 2.5 * 25, "the rest of the utterance was dropped on the service"
+        finally:
+            await bot.end()
+
+    asyncio.run(scenario())
+
+
+def test_five_seconds_pushed_at_once_are_taken_without_blocking_and_spoken_in_real_time(synthetic_service) -> None:
+    """A TTS faster than real time (what TTS vendors send): the pipeline is not held up, the service takes the audio at
+    once without shedding the session, and the avatar speaks it at 25 frames a second."""
+
+    async def scenario() -> None:
+        bot = Bot(synthetic_service.url)
+        try:
+            await bot.until(lambda: bot.video.backend.receiver is not None and bot.out.images)
+            queued = time.monotonic()
+            await bot.task.queue_frames(tts(5.0))
+            await bot.until(lambda: bot.video.stats.audio_seconds_in >= 4.99, 1.0)
+            while (await session_of(synthetic_service.url, bot))["counters"]["pushed_seconds"] < 4.99:
+                assert time.monotonic() < queued + 1.5, "the service takes the pre-fill at once"
+                await asyncio.sleep(0.05)
+            await bot.until(lambda: bot.out.stopped, 12)
+            spoken = [t for t, _ in bot.out.audio]
+            assert len(spoken) == pytest.approx(125, abs=2), "every speech frame"
+            assert spoken[-1] - spoken[0] == pytest.approx(5.0, abs=0.25), "spoken in real time"
+            assert bot.video.backend.push.held_back is None, "within what the service takes ahead"
+            assert (await session_of(synthetic_service.url, bot))["counters"]["repeated"] <= 2, "not shed"
+            assert all(a.num_frames == 1920 for _, a in bot.out.audio), "never an empty audio frame"
+        finally:
+            await bot.end()
+
+    asyncio.run(scenario())
+
+
+def test_an_interruption_during_a_pre_fill_cuts_the_speech_at_once_and_later_speech_is_spoken(
+    synthetic_service,
+) -> None:
+    async def scenario() -> None:
+        bot = Bot(synthetic_service.url)
+        try:
+            await bot.until(lambda: bot.video.backend.receiver is not None and bot.out.images)
+            await bot.task.queue_frames(tts(5.0)[:-1])
+            await bot.until(lambda: len(bot.out.audio) >= 25, 5)
+            await bot.task.queue_frame(InterruptionFrame())
+            await bot.until(lambda: bot.video.stats.interrupts == 1)
+            cut = time.monotonic()
+            await bot.until(lambda: bot.video.backend.push.last_finished is not None, 2)
+            finished = bot.video.backend.push.last_finished
+            assert finished["interrupted"] and finished["position"] < 2.5, finished
+            await asyncio.sleep(1.0)
+            late = [round(t - cut, 3) for t, _ in bot.out.audio if t > cut + 0.045]
+            assert not late, f"speech audio {late} s after the interruption"
+            before = len(bot.out.audio)
+            await bot.task.queue_frames(tts(1.0))
+            await bot.until(lambda: bot.out.stopped, 5)
+            assert len(bot.out.audio) - before == pytest.approx(25, abs=2), "the next utterance is spoken whole"
+        finally:
+            await bot.end()
+
+    asyncio.run(scenario())
+
+
+def test_each_picture_leaves_the_bot_with_its_own_audio(synthetic_service) -> None:
+    """The synthetic avatar flashes in the frames whose audio is loud: in what the bot emits, each burst's sound starts
+    with its flashing picture (measured: within a slot), and a picture's audio follows it at once."""
+
+    async def scenario() -> None:
+        bot = Bot(synthetic_service.url)
+        try:
+            await bot.until(lambda: bot.video.backend.receiver is not None and bot.out.images)
+            await bot.task.queue_frames(tts(2.0, bursts=(0.5, 1.23)))
+            await bot.until(lambda: bot.out.stopped, 8)
+            detector, onsets = OnsetDetector(48_000), []
+            for _, audio in bot.out.audio:
+                samples = np.frombuffer(audio.audio, np.int16).astype(np.float32) / 32768
+                onsets += [o.time for o in detector.feed(samples, audio.pts / 1e9)]
+            onsets += [o.time for o in detector.feed(np.zeros(48_000, np.float32), bot.out.audio[-1][1].pts / 1e9 + 1)]
+            pictures = [
+                (f.pts / 1e9, is_flash(np.frombuffer(f.image, np.uint8).reshape(128, 128, 3)))
+                for _, f in bot.out.images
+            ]
+            flashes = [t for (t, flash), (_, before) in zip(pictures[1:], pictures) if flash and not before]
+            assert len(onsets) == len(flashes) == 2, (onsets, flashes)
+            offsets = [round((onset - flash) * 1000, 1) for onset, flash in zip(onsets, flashes)]
+            assert all(abs(offset) <= 40 for offset in offsets), f"sound against picture: {offsets} ms"
+            emitted = {round(f.pts / 4e7): t for t, f in bot.out.images}
+            apart = [t - emitted[round(a.pts / 4e7)] for t, a in bot.out.audio]
+            assert max(apart) < 0.010, "a picture's audio leaves with it"
         finally:
             await bot.end()
 

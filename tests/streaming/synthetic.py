@@ -26,8 +26,9 @@ FLASH_EVERY = FPS
 TONE, BURST = 0.1, 0.8
 
 
-def picture(index: int, width: int, height: int) -> torch.Tensor:
-    """The frame image: index bits on top, a flash (every FLASH_EVERY frames) or a moving bar below."""
+def picture(index: int, width: int, height: int, flash: bool | None = None) -> torch.Tensor:
+    """The frame image: index bits on top, a flash (every FLASH_EVERY frames, or as ``flash`` says) or a moving bar
+    below."""
     image = torch.full((height, width, 3), 40, dtype=torch.uint8)
     block = width // (BITS // 2)
     for bit in range(BITS):
@@ -35,7 +36,7 @@ def picture(index: int, width: int, height: int) -> torch.Tensor:
         if index >> bit & 1:
             image[row * height // 4 : (row + 1) * height // 4, col * block : (col + 1) * block] = 220
     bottom = image[height // 2 :]
-    if index % FLASH_EVERY == 0:
+    if index % FLASH_EVERY == 0 if flash is None else flash:
         bottom[:] = 255
     else:
         x = index * 8 % width

@@ -8,7 +8,10 @@ tests' synthetic pictures (index bits, flashes) on the session's live clock, ``L
 meanwhile, and its encoder settings are what the broadcast tests read).
 A session whose avatar is ``slow`` makes frames at half speed (the overload case), ``crawl`` one frame every 2 s
 (the engine on a CPU), ``late`` its first frame only FIRST_LATE seconds after its opening (the engine's first window on
-a CPU); ``late``'s portrait is PORTRAIT (the others' black).
+a CPU); ``late``'s portrait is PORTRAIT (the others' black). ``echo`` speaks what was pushed: its speech frames carry
+the pushed audio itself (at 48 kHz), its idle frames silence, and a frame flashes where its audio is loud, so the
+timing markers of ``harness.markers`` pushed in come out where a viewer can find them, each with the picture that
+speaks it. A service may serve a synthetic avatar under another name (``avatars={"anchor": "echo"}``).
 """
 
 from __future__ import annotations
@@ -19,13 +22,16 @@ from collections import deque
 from typing import Any
 
 import numpy as np
+import soxr
 import torch
 
 from engine.controls import Controls
 from engine.runtime import AdmissionError, Backpressure, SessionClosed
 from engine.runtime.session import Frame
 from engine.timebase import FPS
+from harness.markers import THRESHOLD
 from serving.protocol import CoreConfig
+from streaming.frames import AUDIO_RATE, AUDIO_SAMPLES_PER_FRAME
 from tests.streaming.synthetic import picture, sound
 
 AVATARS = {
@@ -35,6 +41,7 @@ AVATARS = {
     "crawl": (128, 128),
     "late": (128, 128),
     "anchor1080": (1920, 1080),
+    "echo": (128, 128),
 }
 LEAD = 0.2
 CAPACITY = 4
@@ -59,7 +66,7 @@ class FakeAvatars:
     def get(self, name: str) -> FakeAvatar:
         if name not in AVATARS and name not in self.given:
             raise LookupError(f"no avatar {name!r}; avatars available: {', '.join(self.names())}")
-        return FakeAvatar(name)
+        return FakeAvatar(self.given[name] if self.given.get(name) in AVATARS else name)
 
     def names(self) -> list[str]:
         return sorted({*AVATARS, *self.given})
@@ -87,6 +94,7 @@ class FakeSession:
         self.segment = 0
         self.segment_has_audio = False
         self.closed_log: list[tuple[int, bool]] = []
+        self.echo = Echo() if avatar.name == "echo" else None
         self._lock = threading.Lock()
 
     @property
@@ -106,7 +114,14 @@ class FakeSession:
                 i = self.next_index
                 speech = bool(self.speaking)
                 segment = self.speaking.popleft() if speech else self.segment
-                frames.append(Frame(i, picture(i, self.width, self.height), sound(i), speech=speech, segment=segment))
+                if self.echo is None:
+                    frames.append(
+                        Frame(i, picture(i, self.width, self.height), sound(i), speech=speech, segment=segment)
+                    )
+                else:
+                    audio = self.echo.take() if speech else np.zeros(AUDIO_SAMPLES_PER_FRAME, np.float32)
+                    image = picture(i, self.width, self.height, flash=bool(np.abs(audio).max() > THRESHOLD))
+                    frames.append(Frame(i, image, audio, speech=speech, segment=segment))
                 self.next_index += 1
             return frames
 
@@ -121,7 +136,10 @@ class FakeSession:
             raise Backpressure("the synthetic session holds 5 s of audio not yet spoken")
         self.pushed_seconds += pcm.size / sample_rate
         with self._lock:
-            self.speaking.extend([self.segment] * max(1, round(pcm.size / sample_rate * FPS)))
+            frames = (
+                max(1, round(pcm.size / sample_rate * FPS)) if self.echo is None else self.echo.add(pcm, sample_rate)
+            )
+            self.speaking.extend([self.segment] * frames)
             self.segment_has_audio = True
 
     def update_controls(self, **changes: Any) -> Controls:
@@ -133,6 +151,8 @@ class FakeSession:
         self.interrupts += 1
         with self._lock:
             self.speaking.clear()
+            if self.echo is not None:
+                self.echo.clear()
             return self._close_segment(interrupted=True)
 
     def end_segment(self) -> int | None:
@@ -148,6 +168,8 @@ class FakeSession:
     def _close_segment(self, interrupted: bool) -> int | None:
         if not self.segment_has_audio:
             return None
+        if self.echo is not None:
+            self.speaking.extend([self.segment] * self.echo.flush())
         closed, self.segment, self.segment_has_audio = self.segment, self.segment + 1, False
         self.closed_log.append((closed, interrupted))
         return closed
@@ -171,6 +193,49 @@ class FakeSession:
             "pushed_seconds": round(self.pushed_seconds, 3),
             "interrupts": self.interrupts,
         }
+
+
+class Echo:
+    """The pushed audio of an ``echo`` session at 48 kHz, in frames of AUDIO_SAMPLES_PER_FRAME."""
+
+    def __init__(self) -> None:
+        self._rate: int | None = None
+        self._resampler: soxr.ResampleStream | None = None
+        self._pending = np.zeros(0, np.float32)
+        self._frames: deque[np.ndarray] = deque()
+
+    def add(self, pcm: np.ndarray, rate: int) -> int:
+        """Take pushed mono float32 audio; how many whole frames it completed."""
+        if rate != self._rate:
+            self._rate, self._resampler = rate, soxr.ResampleStream(rate, AUDIO_RATE, 1, dtype="float32")
+        self._pending = np.concatenate((self._pending, self._resampler.resample_chunk(np.asarray(pcm, np.float32))))
+        return self._cut()
+
+    def flush(self) -> int:
+        """The segment ends: the resampler's tail and the last partial frame (padded with silence) become frames; how
+        many."""
+        if self._resampler is not None:
+            tail = self._resampler.resample_chunk(np.zeros(0, np.float32), last=True)
+            self._pending = np.concatenate((self._pending, tail))
+            self._rate = self._resampler = None
+        if self._pending.size % AUDIO_SAMPLES_PER_FRAME:
+            self._pending = np.pad(self._pending, (0, -self._pending.size % AUDIO_SAMPLES_PER_FRAME))
+        return self._cut()
+
+    def take(self) -> np.ndarray:
+        return self._frames.popleft() if self._frames else np.zeros(AUDIO_SAMPLES_PER_FRAME, np.float32)
+
+    def clear(self) -> None:
+        self._frames.clear()
+        self._pending = np.zeros(0, np.float32)
+        self._rate = self._resampler = None
+
+    def _cut(self) -> int:
+        whole = self._pending.size // AUDIO_SAMPLES_PER_FRAME
+        for k in range(whole):
+            self._frames.append(self._pending[k * AUDIO_SAMPLES_PER_FRAME : (k + 1) * AUDIO_SAMPLES_PER_FRAME])
+        self._pending = self._pending[whole * AUDIO_SAMPLES_PER_FRAME :]
+        return whole
 
 
 class FakeRuntime:
