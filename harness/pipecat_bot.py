@@ -79,6 +79,9 @@ class Fed:
     interrupts: list[float] = field(default_factory=list)
     markers: list[float] = field(default_factory=list)
     """When the chunk starting each marker entered the pipeline (marker n at index n)."""
+    marker_segments: list[int] = field(default_factory=list)
+    """The segment (1, 2, ... as started) each marker was sent in."""
+    cut_segments: set[int] = field(default_factory=set)
     audio_seconds: float = 0.0
     events: list[tuple[float, str]] = field(default_factory=list)
     """(when, what): each segment started, cut or stopped, each interruption."""
@@ -113,6 +116,10 @@ class Sink(FrameProcessor):
         self.audio: list[tuple[float, int, int]] = []
         """(arrival, slot, samples) of every OutputAudioRawFrame."""
         self.stops: list[tuple[float, int]] = []
+        self.empty_audio = 0
+        """Audio frames without a sample (pipecat's transports choke on them)."""
+        self.av_offsets: list[float] = []
+        """Seconds from each speech picture's arrival here to its audio's (the same slot)."""
         self.onsets: list[tuple[object, float]] = []
         """(marker onset, arrival of the audio frame it starts in)."""
         self._detector: OnsetDetector | None = None
@@ -134,6 +141,9 @@ class Sink(FrameProcessor):
     def _on_audio(self, frame: OutputAudioRawFrame, now: float) -> None:
         samples = np.frombuffer(frame.audio, np.int16)
         slot = round(frame.pts * FPS / NS)
+        self.empty_audio += samples.size == 0
+        if self.pictures and self.pictures[-1][1] == slot:
+            self.av_offsets.append(now - self.pictures[-1][0])
         self.audio.append((now, slot, samples.size))
         self._arrivals[slot] = now
         if self._detector is None:
@@ -147,7 +157,9 @@ class Bot:
 
     def __init__(self, args: argparse.Namespace) -> None:
         self.args = args
-        self.video = DittoVideoService(url=args.url, avatar=args.avatar, token=args.token, seed=args.seed)
+        self.video = DittoVideoService(
+            url=args.url, avatar=args.avatar, token=args.token, seed=args.seed, latency=args.latency
+        )
         self.errors = Errors()
         self.sink = Sink(self._first_picture)
         self.task = PipelineTask(
@@ -235,6 +247,7 @@ class Bot:
                     break
                 if lo in marks:
                     self.fed.markers.append(time.monotonic())
+                    self.fed.marker_segments.append(self.fed.segments)
                 piece = spoken.samples[lo : lo + chunk]
                 pcm = (np.clip(piece, -1, 1) * 32767).astype("<i2").tobytes()
                 await self.task.queue_frame(TTSAudioRawFrame(pcm, rate, 1))
@@ -242,6 +255,7 @@ class Bot:
                 clock += piece.size / rate
             if cut:
                 self.fed.cut += 1
+                self.fed.cut_segments.add(self.fed.segments)
                 self.fed.note("cut")
                 clock = time.monotonic()
             else:
@@ -325,11 +339,25 @@ class Bot:
             "interrupts_answered": push.interrupts_answered if push is not None else None,
             "audio_seconds_in": round(self.fed.audio_seconds, 2),
             "markers": self._markers(),
+            "empty_audio_frames": self.sink.empty_audio,
+            "av_offset_ms_max": round(max(self.sink.av_offsets, default=0.0) * 1000, 2),
+            "backend": self._backend(),
             "timeline": self._timeline(),
             "errors": self.errors.errors,
             "max_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
             "torch": "torch" in sys.modules,
             "engine_runtime": "engine.runtime" in sys.modules,
+        }
+
+    def _backend(self) -> dict:
+        """What the remote backend let go or silenced, and the playout line it showed pictures on."""
+        backend = self.video.backend
+        stats = getattr(backend, "stats", None)
+        receiver = getattr(backend, "receiver", None)
+        return {
+            **(vars(stats) if stats is not None else {}),
+            "untagged": receiver.untagged if receiver is not None else None,
+            "margin_ms": round(receiver.playout.margin * 1000, 2) if receiver is not None else None,
         }
 
     def _timeline(self) -> list[tuple[float, str]]:
@@ -338,7 +366,9 @@ class Bot:
         return [(round(at - self.window.start, 3), what) for at, what in sorted(self.fed.events + passed)]
 
     def _markers(self) -> dict:
-        """Each marker sent in the window, paired with its onset in the emitted audio: the latency in ms."""
+        """Each marker sent in the window, paired with its onset in the emitted audio: the latency in ms; every marker
+        not found is counted with its reason (``cut``: an interruption came after it was sent, in its segment). The
+        send time of every marker (``time.monotonic()``, marker n at index n) and the window, for a witness to pair."""
         onsets = [onset for onset, _ in self.sink.onsets]
         arrived = [at for _, at in self.sink.onsets]
         latencies = {}
@@ -347,7 +377,18 @@ class Bot:
                 latencies[number] = (at - self.fed.markers[number]) * 1000
         in_window = [n for n, t in enumerate(self.fed.markers) if self.window.start <= t <= self.window.end]
         values = [round(latencies[n], 1) for n in in_window if n in latencies]
-        summary = {"sent": len(in_window), "found": len(values), "latency_ms": values}
+        missing = [n for n in in_window if n not in latencies]
+        cut = [n for n in missing if self.fed.marker_segments[n] in self.fed.cut_segments]
+        summary = {
+            "sent": len(in_window),
+            "found": len(values),
+            "lost": {"cut": len(cut), "not_found": len(missing) - len(cut)},
+            "not_found": [n for n in missing if n not in cut],
+            "latency_ms": values,
+            "by_marker": {n: round(latencies[n], 1) for n in in_window if n in latencies},
+            "sent_at": self.fed.markers,
+            "window": [self.window.start, self.window.end],
+        }
         if values:
             summary.update({f"p{q}_ms": round(float(np.percentile(values, q)), 1) for q in (50, 95, 99)})
         return summary
@@ -371,6 +412,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--out", type=Path, required=True, help="write the report here (JSON)")
     parser.add_argument("--seconds", type=float, help="stop after this long (default: at SIGINT or SIGTERM)")
     parser.add_argument("--seed", type=int, default=0, help="the session's seed and the interruptions'")
+    parser.add_argument("--latency", default="faithful", help="the session's latency mode: faithful or low")
     parser.add_argument("--interrupt-every", type=float, help="mean seconds between interruptions (default: none)")
     parser.add_argument("--utterance", type=float, default=4.0, help="seconds of each utterance")
     parser.add_argument("--gap", type=float, default=1.0, help="seconds of silence after each utterance")

@@ -77,19 +77,22 @@ class ViewerLog:
         return votes.most_common(1)[0][0] if votes else None
 
 
-async def _offer(http: aiohttp.ClientSession, base: str, sdp: str) -> str:
-    """The SDP answer to a WHEP offer for session 0."""
-    async with http.post(f"{base}/whep/0", data=sdp, headers={"Content-Type": "application/sdp"}) as response:
+async def _offer(http: aiohttp.ClientSession, url: str, sdp: str) -> str:
+    """The SDP answer to a WHEP offer to ``url``."""
+    async with http.post(url, data=sdp, headers={"Content-Type": "application/sdp"}) as response:
         if response.status != 201:
-            raise RuntimeError(f"/whep/0 answered {response.status}: {await response.text()}")
+            raise RuntimeError(f"{url} answered {response.status}: {await response.text()}")
         return await response.text()
 
 
 class AiortcViewer:
-    """A Python WebRTC viewer of session 0 (not a browser): decodes video and audio with PyAV through aiortc."""
+    """A Python WebRTC viewer of a session (not a browser; ``whep``: its WHEP URL, default session 0's at
+    ``base_url``): decodes video and audio with PyAV through aiortc."""
 
-    def __init__(self, base_url: str) -> None:
+    def __init__(self, base_url: str, whep: str | None = None, token: str | None = None) -> None:
         self.base_url = base_url
+        self.whep = whep or f"{base_url}/whep/0"
+        self._headers = {"Authorization": f"Bearer {token}"} if token else {}
         self.log = ViewerLog("aiortc")
         self._pc = None
         self._tasks: list[asyncio.Task] = []
@@ -110,8 +113,8 @@ class AiortcViewer:
             self._tasks.append(asyncio.ensure_future(consume(track)))
 
         await pc.setLocalDescription(await pc.createOffer())
-        async with aiohttp.ClientSession() as http:
-            answer = await _offer(http, self.base_url, pc.localDescription.sdp)
+        async with aiohttp.ClientSession(headers=self._headers) as http:
+            answer = await _offer(http, self.whep, pc.localDescription.sdp)
         await pc.setRemoteDescription(RTCSessionDescription(sdp=answer, type="answer"))
 
     async def onsets_seen(self) -> int:
