@@ -8,6 +8,10 @@
 #                                            they are there (6 processes)
 #   bash bench/gpu_agents.sh glass           carry .carry/glass: bench.glass_to_glass, the service's own WebRTC latency
 #                                            (20 utterances), kept in /tmp for the run call to compare with
+#   bash bench/gpu_agents.sh voice [MINUTES] carry .carry/agents, .carry/glass: issue 52 in one call: pipecat's wheels,
+#                                            bench.glass_to_glass faithful then low (12 utterances each), then
+#                                            bench.agents: 12 bots faithful, then 12 bots low, MINUTES (default 1.5)
+#                                            each, every phase with its witness viewer, --glass both
 #   bash bench/gpu_agents.sh run [MINUTES]   carry .carry/agents (bash bench/agents_bundle.sh), .carry/glass: pipecat's
 #                                            wheels into /tmp/site, then bench.agents (--glass with the glass call's
 #                                            result): 12 bots, then 6 bots + 6 RTMP streams, MINUTES (default 2)
@@ -18,9 +22,10 @@
 # again. Results go to $OUT as they come: agents.json (after each phase), its .serve.log and .log, glass_to_glass.json
 # and .log, aot_build.log, gpu.txt, versions.txt.
 set -uo pipefail
-mode=${1:?prepare, glass or run}
-[[ $mode == prepare || $mode == glass || $mode == run ]] || { echo "unknown mode $mode: prepare, glass or run" >&2; exit 2; }
+mode=${1:?prepare, glass, voice or run}
+[[ $mode =~ ^(prepare|glass|voice|run)$ ]] || { echo "unknown mode $mode: prepare, glass, voice or run" >&2; exit 2; }
 minutes=${2:-2}
+[[ $mode == voice ]] && minutes=${2:-1.5}
 source bench/gpu_env.sh
 mkdir -p /var/log/nginx /tmp/site  # the bundled nginx opens its compiled-in log folder at start
 plans=/tmp/plans
@@ -34,6 +39,22 @@ take_avatar() {
     [[ -e $avatar/manifest.json ]] && return 0
     [[ -e .carry/avatars/demo/manifest.json ]] || { echo "no avatar: carry .carry/avatars/demo" >&2; return 1; }
     mkdir -p "$(dirname "$avatar")" && cp -r .carry/avatars/demo "$avatar"
+}
+
+take_pipecat() {
+    compgen -G ".carry/agents/pipecat_ai-*.whl" >/dev/null || { echo "carry .carry/agents (bench/agents_bundle.sh)" >&2; return 1; }
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
+        .carry/agents/*.whl || return 1
+    python3 - <<'PY' | tee "$out/versions.txt"
+import importlib.metadata as metadata
+import sys
+
+import harness.pipecat_bot  # noqa: F401  everything a bot imports before its session
+import integrations.service_backend  # noqa: F401  and what its session needs
+
+names = ("pipecat-ai", "pydantic", "aiohttp", "typing_extensions", "numpy", "pillow", "av", "aiortc")
+print({name: metadata.version(name) for name in names}, "torch imported by a bot:", "torch" in sys.modules)
+PY
 }
 
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$out/gpu.txt"
@@ -57,21 +78,26 @@ glass)
         | tee "$out/glass_to_glass.log" | tail -20
     cp "$out/glass_to_glass.json" "$glass" 2>/dev/null
     ;;
+voice)
+    [[ -e /tmp/site/av ]] || { echo "no streaming wheels in /tmp/site: call 'bash bench/gpu_agents.sh prepare' first" >&2; exit 1; }
+    has_plans || { echo "no packages in $plans: call 'bash bench/gpu_agents.sh prepare' first" >&2; exit 1; }
+    take_pipecat || exit 1
+    for latency in faithful low; do
+        timeout -s INT -k 20 130 python3 -m bench.glass_to_glass --avatar "$avatar" --plans "$plans" --viewer aiortc \
+            --latency $latency --utterances 12 --out "$out/glass_$latency.json" 2>&1 \
+            | grep -v "warming up\|aiohttp.access" | tee "$out/glass_$latency.log" | tail -6
+    done
+    left=$((limit - SECONDS - stop_margin))
+    echo "glass done after $SECONDS s; $left s left for the bots"
+    timeout -s INT -k 30 "$left" python3 -m bench.agents --avatar "$avatar" --plans "$plans" --bots 12 12 \
+        --minutes "$minutes" "$minutes" --latency faithful low --bot-python python3 \
+        --glass "$out/glass_faithful.json" "$out/glass_low.json" --out "$out/agents.json" 2>&1 \
+        | grep -v "warming up\|aiohttp.access" | tee "$out/agents.log" | tail -30
+    echo "agents: rc ${PIPESTATUS[0]} after $SECONDS s of this call"
+    ;;
 run)
     [[ -e /tmp/site/av ]] || { echo "no streaming wheels in /tmp/site: call 'bash bench/gpu_agents.sh prepare' first" >&2; exit 1; }
-    compgen -G ".carry/agents/pipecat_ai-*.whl" >/dev/null || { echo "carry .carry/agents (bench/agents_bundle.sh)" >&2; exit 1; }
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
-        .carry/agents/*.whl || exit 1
-    python3 - <<'PY' | tee "$out/versions.txt" || exit 1
-import importlib.metadata as metadata
-import sys
-
-import harness.pipecat_bot  # noqa: F401  everything a bot imports before its session
-import integrations.service_backend  # noqa: F401  and what its session needs
-
-names = ("pipecat-ai", "pydantic", "aiohttp", "typing_extensions", "numpy", "pillow", "av", "aiortc")
-print({name: metadata.version(name) for name in names}, "torch imported by a bot:", "torch" in sys.modules)
-PY
+    take_pipecat || exit 1
     if ! has_plans; then
         build || exit 1
         echo "the packages took this call: call 'bash bench/gpu_agents.sh run $minutes' again now"

@@ -260,18 +260,29 @@ def test_a_voice_agent_given_the_proxy_s_address_speaks_through_its_replica_and_
 
 
 async def two_sessions(http: aiohttp.ClientSession, base: str) -> tuple[dict, dict]:
-    """One session on each replica: once both report no live session, the router sends the second where there is
-    more room."""
+    """One session on each replica: once both report no live session, the router sends each new one where there is
+    more room. Each replica admits what its own engine measured it can carry, so on a loaded machine one may admit
+    more than the other: the sessions past the difference reach the other one, and those before it are ended."""
 
     async def idle() -> bool:
         now = await replicas(http, base)
         return len(now) == 2 and all(r["live"] == 0 and r["free"] > 0 for r in now.values())
 
     await until(idle, 30, "both replicas report no live session")
+    free = {replica: report["free"] for replica, report in (await replicas(http, base)).items()}
     status_a, a = await post(http, base)
-    status_b, b = await post(http, base)
-    assert status_a == status_b == 201, (a, b)
-    assert a["replica"]["id"] != b["replica"]["id"], "both sessions went to one replica"
+    assert status_a == 201, a
+    extra: list[dict] = []
+    while True:
+        status_b, b = await post(http, base)
+        assert status_b == 201, b
+        if b["replica"]["id"] != a["replica"]["id"]:
+            break
+        extra.append(b)
+        assert len(extra) < free[a["replica"]["id"]] - min(free.values()) + 1, (
+            f"sessions kept going to one replica past its extra room: {free}"
+        )
+    await delete_all(http, extra)
     return a, b
 
 

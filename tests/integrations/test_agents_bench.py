@@ -1,6 +1,6 @@
 """bench.agents end to end on the tests' synthetic service (the real front end, engine core process, output worker,
-push WebSocket and WHEP, frames made in milliseconds, its avatar speaking what is pushed): two bots in processes of their
-own for a few seconds, their reports read back as the benchmark summarises them, every marker accounted for."""
+push WebSocket and WHEP, frames made in milliseconds, its avatar speaking what is pushed): two bots in processes of
+their own for a few seconds, their reports read back as the benchmark summarises them, every marker accounted for."""
 
 from __future__ import annotations
 

@@ -122,7 +122,7 @@ def test_bad_requests_get_clear_answers_and_capacity_is_a_503() -> None:
     async def scenario() -> None:
         async with running() as (service, http, base):
             for body, status, text in [
-                ({"avatar": "nobody"}, 404, "avatars available: anchor1080, anna, ben, crawl, late, slow"),
+                ({"avatar": "nobody"}, 404, "avatars available: anchor1080, anna, ben, crawl, echo, late, slow"),
                 ({}, 400, '"avatar"'),
                 ({"avatar": "anna", "rtmp": "http://x"}, 400, "rtmp://"),
                 ({"avatar": "anna", "colour": "red"}, 400, "unknown field"),
