@@ -8,10 +8,11 @@
 #                                            they are there (6 processes)
 #   bash bench/gpu_agents.sh glass           carry .carry/glass: bench.glass_to_glass, the service's own WebRTC latency
 #                                            (20 utterances), kept in /tmp for the run call to compare with
-#   bash bench/gpu_agents.sh voice [MINUTES] carry .carry/agents, .carry/glass: issue 52 in one call: pipecat's wheels,
-#                                            bench.glass_to_glass faithful then low (12 utterances each), then
-#                                            bench.agents: 12 bots faithful, then 12 bots low, MINUTES (default 1.5)
-#                                            each, every phase with its witness viewer, --glass both
+#   bash bench/gpu_agents.sh voice [MINUTES] carry .carry/voice (bash bench/voice_bundle.sh): issue 52 in one call on
+#                                            a fresh machine: the packages built, bench.glass_to_glass faithful then
+#                                            low (10 utterances each), then bench.agents: 12 bots faithful, then 12
+#                                            bots low, MINUTES (default 1) each, every phase with its witness viewer,
+#                                            --glass both
 #   bash bench/gpu_agents.sh run [MINUTES]   carry .carry/agents (bash bench/agents_bundle.sh), .carry/glass: pipecat's
 #                                            wheels into /tmp/site, then bench.agents (--glass with the glass call's
 #                                            result): 12 bots, then 6 bots + 6 RTMP streams, MINUTES (default 2)
@@ -25,7 +26,7 @@ set -uo pipefail
 mode=${1:?prepare, glass, voice or run}
 [[ $mode =~ ^(prepare|glass|voice|run)$ ]] || { echo "unknown mode $mode: prepare, glass, voice or run" >&2; exit 2; }
 minutes=${2:-2}
-[[ $mode == voice ]] && minutes=${2:-1.5}
+[[ $mode == voice ]] && minutes=${2:-1}
 source bench/gpu_env.sh
 mkdir -p /var/log/nginx /tmp/site  # the bundled nginx opens its compiled-in log folder at start
 plans=/tmp/plans
@@ -42,9 +43,11 @@ take_avatar() {
 }
 
 take_pipecat() {
-    compgen -G ".carry/agents/pipecat_ai-*.whl" >/dev/null || { echo "carry .carry/agents (bench/agents_bundle.sh)" >&2; return 1; }
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
-        .carry/agents/*.whl || return 1
+    if [[ ! -d /tmp/site/pipecat ]]; then  # bench/voice_bundle.sh's archive holds it already
+        compgen -G ".carry/agents/pipecat_ai-*.whl" >/dev/null || { echo "carry .carry/agents (bench/agents_bundle.sh)" >&2; return 1; }
+        python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
+            .carry/agents/*.whl || return 1
+    fi
     python3 - <<'PY' | tee "$out/versions.txt"
 import importlib.metadata as metadata
 import sys
@@ -79,12 +82,12 @@ glass)
     cp "$out/glass_to_glass.json" "$glass" 2>/dev/null
     ;;
 voice)
-    [[ -e /tmp/site/av ]] || { echo "no streaming wheels in /tmp/site: call 'bash bench/gpu_agents.sh prepare' first" >&2; exit 1; }
-    has_plans || { echo "no packages in $plans: call 'bash bench/gpu_agents.sh prepare' first" >&2; exit 1; }
+    [[ -e /tmp/site/av ]] || { echo "no streaming wheels in /tmp/site: carry .carry/voice (bench/voice_bundle.sh)" >&2; exit 1; }
     take_pipecat || exit 1
+    has_plans || build || exit 1
     for latency in faithful low; do
-        timeout -s INT -k 20 130 python3 -m bench.glass_to_glass --avatar "$avatar" --plans "$plans" --viewer aiortc \
-            --latency $latency --utterances 12 --out "$out/glass_$latency.json" 2>&1 \
+        timeout -s INT -k 20 110 python3 -m bench.glass_to_glass --avatar "$avatar" --plans "$plans" --viewer aiortc \
+            --latency $latency --utterances 10 --out "$out/glass_$latency.json" 2>&1 \
             | grep -v "warming up\|aiohttp.access" | tee "$out/glass_$latency.log" | tail -6
     done
     left=$((limit - SECONDS - stop_margin))

@@ -4,6 +4,10 @@ mkdir -p "$out"
 if compgen -G ".whl/*.whl" >/dev/null; then
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
 fi
+# Or all of them at once (bash bench/voice_bundle.sh): the wheels unpacked, with .carry/glass and the demo avatar.
+if [[ -e .carry/voice/site.tar.xz ]]; then
+    mkdir -p /tmp/site && tar -C /tmp/site -xJf .carry/voice/site.tar.xz && tar -xJf .carry/voice/tree.tar.xz || exit 1
+fi
 # A later call on the same warm machine may come without .whl (a path not named in carry is gone there): what an
 # earlier call installed stays in /tmp/site.
 [[ -d /tmp/site ]] && export PYTHONPATH=/tmp/site:$PWD
