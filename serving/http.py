@@ -37,8 +37,10 @@ from streaming.sinks.webrtc import WebRtcPreview
 from streaming.sources.push import push_handler
 
 PAGE = files("serving").joinpath("web", "preview.html")
-REQUEST_TIMEOUT = 10.0
-"""Seconds a connection has to send a whole request's headers (and may idle between requests) before it is closed."""
+IDLE_TIMEOUT = 30.0
+"""Seconds a connection may wait for a whole request's headers, when it opens or between two requests, before the server
+closes it. Twice what aiohttp's client keeps an idle connection pooled (15 s): a server that closes first races a
+client reusing the connection at that moment, and a POST (which no client retries) then meets a dropped connection."""
 
 
 class AsyncAudioSink(Protocol):
@@ -275,10 +277,10 @@ def stream_app(
     return app
 
 
-def app_runner(app: web.Application, timeout: float = REQUEST_TIMEOUT) -> web.AppRunner:
+def app_runner(app: web.Application, timeout: float = IDLE_TIMEOUT) -> web.AppRunner:
     """A runner for ``app`` that closes connections idle or half-sent (no complete request) ``timeout`` s after they
-    open
-    or since their last answer (aiohttp's keep-alive timer, which also covers the first request), without access log."""
+    open or since their last answer (aiohttp's keep-alive timer, which also covers the first request), without
+    access log."""
     return web.AppRunner(app, access_log=None, keepalive_timeout=timeout)
 
 

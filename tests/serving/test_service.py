@@ -18,10 +18,11 @@ from pathlib import Path
 
 import aiohttp
 import av
+import numpy as np
 import pytest
 from aiohttp import web
 
-from serving.http import create_service_app
+from serving.http import app_runner, create_service_app
 from serving.service import Service, ServiceOptions
 from serving.sessions import SessionError, SessionSpec
 from tests.streaming.conftest import free_port
@@ -41,7 +42,7 @@ async def running(
     )
     service = Service(options)
     await service.start()
-    runner = web.AppRunner(create_service_app(service))
+    runner = app_runner(create_service_app(service))
     await runner.setup()
     port = free_port()
     await web.TCPSite(runner, "127.0.0.1", port).start()
@@ -116,6 +117,97 @@ def test_sessions_of_two_avatars_come_and_go_through_the_api(tmp_path: Path, cap
 
 async def _more(http: aiohttp.ClientSession, base: str, session_id: str, count: int) -> bool:
     return await released(http, base, session_id) >= count
+
+
+def connections_made(count: list[int]) -> aiohttp.TraceConfig:
+    """A client trace that counts the connections the client opens (a request on a pooled one opens none)."""
+
+    async def made(*_) -> None:
+        count[0] += 1
+
+    trace = aiohttp.TraceConfig()
+    trace.on_connection_create_end.append(made)
+    return trace
+
+
+def test_create_and_delete_cycles_on_one_keep_alive_connection_while_sessions_push() -> None:
+    """Issue 54: under live streams the first POST after DELETEs met a dropped connection. The server closed idle
+    connections after 10 s, which aiohttp's client keeps pooled for 15 s: one reused as the server closed it dropped the
+    request (the client retries a GET or DELETE on a fresh connection, never a POST). Now every request goes over the
+    one connection the client opened, also after an idle of almost 15 s."""
+
+    async def scenario() -> None:
+        async with running(workers=2, admission=False) as (service, http, base):
+            live = [
+                (await (await http.post(f"{base}/sessions", json={"avatar": "anna"})).json())["id"] for _ in range(3)
+            ]
+            stop = asyncio.Event()
+            pushers = [asyncio.ensure_future(push_until(f"ws://{base[7:]}/push?session={i}", stop)) for i in live]
+            idle_opened, cycles_opened = [0], [0]
+            try:
+                async with (
+                    one_connection(idle_opened) as idle,
+                    one_connection(cycles_opened) as cycling,
+                ):
+                    assert (await idle.get(f"{base}/sessions")).status == 200
+                    before = [await released(http, base, i) for i in live]
+                    cycles = await create_and_delete(cycling, base, seconds=14.0)
+                    response = await idle.post(f"{base}/sessions", json={"avatar": "ben"})
+                    assert response.status == 201, "answered after an idle the client's pool allows"
+                after = [await released(http, base, i) for i in live]
+                assert (idle_opened[0], cycles_opened[0]) == (1, 1), (
+                    f"one connection each: {idle_opened[0]}, {cycles_opened[0]} opened ({cycles} cycles)"
+                )
+                assert all(a - b >= 25 * 12 for a, b in zip(after, before)), (before, after)
+                stop.set()
+                assert await asyncio.gather(*pushers) == [[]] * 3, "no pusher was told of an error"
+            finally:
+                stop.set()
+                for pusher in pushers:
+                    pusher.cancel()
+
+    asyncio.run(scenario())
+
+
+def one_connection(opened: list[int]) -> aiohttp.ClientSession:
+    """A client of one pooled connection at most, counting in ``opened`` the connections it opens (a request on the
+    pooled one opens none)."""
+
+    async def made(*_) -> None:
+        opened[0] += 1
+
+    trace = aiohttp.TraceConfig()
+    trace.on_connection_create_end.append(made)
+    return aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=1), trace_configs=[trace])
+
+
+async def create_and_delete(http: aiohttp.ClientSession, base: str, seconds: float) -> int:
+    """Two sessions created, then deleted, again and again for ``seconds``; the cycles made."""
+    cycles, started = 0, time.monotonic()
+    while time.monotonic() - started < seconds:
+        made = []
+        for _ in range(2):
+            response = await http.post(f"{base}/sessions", json={"avatar": "anna"})
+            assert response.status == 201, await response.text()
+            made.append((await response.json())["id"])
+        await asyncio.sleep(0.2)
+        for session_id in made:
+            response = await http.delete(f"{base}/sessions/{session_id}")
+            assert response.status == 200 and (await response.json())["state"] == "ended"
+        cycles += 1
+    return cycles
+
+
+async def push_until(url: str, stop: asyncio.Event) -> list[str]:
+    """Push the synthetic sound in real time into ``url`` until ``stop``; the errors the server answered."""
+    from harness.push import Pusher
+    from tests.streaming.synthetic import sound
+
+    second = np.concatenate([sound(i) for i in range(25)])  # 1 s at the output's 48 kHz
+    async with Pusher(url, 48000, 9600) as pusher:
+        while not stop.is_set():
+            await pusher.play(second)
+        return pusher.errors
 
 
 def test_bad_requests_get_clear_answers_and_capacity_is_a_503() -> None:
