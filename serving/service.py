@@ -83,6 +83,8 @@ start)."""
 COST_TIMEOUT = 60.0
 """Seconds a worker has to measure a stream's cost (about a second of one core at 1080p and the slowest preset)."""
 DELETE_TIMEOUT = 10.0
+END_TIMEOUT = 5.0
+"""Seconds each session has to end when the service stops (its outputs flush and close)."""
 STATS_TIMEOUT = 5.0
 """Seconds the core has to answer a stats request by default (its request thread answers while the loop ticks)."""
 DEGRADED_SHARE = 0.1
@@ -217,16 +219,21 @@ class Service:
         process = subprocess.Popen([sys.executable, "-m", "serving.worker", to_argument(config)])
         return WorkerProcess(index, address, process, socket(self._context, zmq.PUSH, address, bind=False))
 
+    async def end_sessions(self) -> None:
+        """End every live session at once, as DELETE does (its outputs flush and close), each within END_TIMEOUT."""
+        if self.failure is not None:
+            return
+        live = [s.id for s in self._live()]
+        ending = (asyncio.wait_for(self.delete(i), END_TIMEOUT) for i in live)  # the core may be inside a long tick
+        results = await asyncio.gather(*ending, return_exceptions=True)
+        for session_id, result in zip(live, results):
+            if isinstance(result, BaseException):
+                log.warning("session %s did not close in time: %s", session_id, result)
+
     async def close(self) -> None:
         """End every session, stop the workers and the core (killed if they do not stop in time), remove the sockets."""
         self._closing = True
-        if self.failure is None:
-            live = [s.id for s in self._live()]
-            ending = (asyncio.wait_for(self.delete(i), 5.0) for i in live)  # the core may be inside a long tick
-            results = await asyncio.gather(*ending, return_exceptions=True)
-            for session_id, result in zip(live, results):
-                if isinstance(result, BaseException):
-                    log.warning("session %s did not close in time: %s", session_id, result)
+        await self.end_sessions()
         for worker in self._workers:
             send_nowait(worker.inbox, Shutdown())
         if self.core_info is None and self._core is not None:
