@@ -21,7 +21,7 @@ from cluster.ray_files import RayFiles
 from serving.access import is_loopback
 
 STOP_NOW = b"ditto:stop-now"
-"""The key in Ray's internal store that tells draining replicas to end their sessions now (a second Ctrl-C)."""
+"""The key in Ray's internal store that tells draining replicas to end their sessions now (the service's Ctrl-C)."""
 
 
 @dataclass(frozen=True)
