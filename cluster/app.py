@@ -28,9 +28,10 @@ HEALTH_PERIOD = 5.0
 NORMAL_PRIORITY = {"RAY_worker_niceness": "0"}
 """Ray starts its workers at nice 15; an engine replica (and the core and workers it starts) runs a real-time loop and
 must not yield its cores to every other process of the node."""
-SERVICE_ARGS = tuple(f.name for f in fields(ServiceOptions) if f.name != "launched")
+SERVICE_ARGS = tuple(f.name for f in fields(ServiceOptions) if f.name not in ("launched", "core_restarts"))
 """The serve config's ``args`` that are ``serving.service.ServiceOptions`` fields of every replica's engine (all but
-the launch time: each replica times its own start)."""
+the launch time, as each replica times its own start, and the core's restarts: Serve replaces a replica whose core
+died)."""
 
 
 @dataclass(frozen=True)

@@ -125,7 +125,8 @@ class EngineReplica:
         if not is_loopback(host) and not self.config.token:
             raise ValueError(f"a replica serving {host} (beyond loopback) needs a token")
         options = ServiceOptions(**self.config.service)
-        self.service = Service(replace(options, loopback_only=options.loopback_only and is_loopback(host)))
+        loopback = options.loopback_only and is_loopback(host)
+        self.service = Service(replace(options, loopback_only=loopback, core_restarts=0))  # Serve replaces a replica
         self._http: aiohttp.ClientSession | None = None
         self._runner: web.AppRunner | None = None
         self._closed = False

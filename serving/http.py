@@ -88,6 +88,7 @@ STATUS = {
     "closed": web.HTTPConflict,
     "backpressure": web.HTTPServiceUnavailable,
     "internal": web.HTTPInternalServerError,
+    "unavailable": web.HTTPServiceUnavailable,
     "bad_gateway": web.HTTPBadGateway,
 }
 
@@ -315,7 +316,8 @@ async def _refresh(service: Service, collector: ServiceCollector) -> None:
 
 
 def _http(error: SessionError) -> web.HTTPException:
-    """The HTTP answer for a refused request: 503 beyond capacity, 404 unknown, 400 invalid, 409 closed."""
+    """The HTTP answer for a refused request: 503 beyond capacity or while the service cannot serve, 404 unknown, 400
+    invalid, 409 closed."""
     return STATUS.get(error.kind, web.HTTPInternalServerError)(text=str(error))
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import os
 import signal
@@ -388,7 +389,7 @@ def test_behind_seconds_is_null_until_the_first_frame() -> None:
     asyncio.run(scenario())
 
 
-def test_a_dead_output_worker_fails_only_its_sessions() -> None:
+def test_a_dead_output_worker_fails_only_its_sessions_and_is_replaced() -> None:
     async def scenario() -> None:
         async with running(workers=2) as (service, http, base):
             first = (await (await http.post(f"{base}/sessions", json={"avatar": "anna"})).json())["id"]
@@ -402,7 +403,8 @@ def test_a_dead_output_worker_fails_only_its_sessions() -> None:
                 await ws.send_json({"type": "end_of_segment"})
                 assert (await ws.receive_json(timeout=5)) == {"type": "end_of_segment", "segment": 0}
                 assert (await ws.receive_json(timeout=5)) == {"type": "playback_started", "segment": 0}
-                os.kill(service._workers[service.sessions[first].worker].process.pid, signal.SIGKILL)
+                dead = service._workers[service.sessions[first].worker]
+                os.kill(dead.process.pid, signal.SIGKILL)
                 finished = await ws.receive_json(timeout=5)
                 assert finished["type"] == "playback_finished" and finished["segment"] == 0 and finished["interrupted"]
                 failed = await ws.receive_json(timeout=5)
@@ -419,8 +421,14 @@ def test_a_dead_output_worker_fails_only_its_sessions() -> None:
             before = await released(http, base, second)
             await asyncio.sleep(1.0)
             assert await released(http, base, second) >= before + 20, "the other worker's stream goes on"
+            replacement = service._workers[dead.index]
+            await asyncio.wait_for(replacement.ready.wait(), 30)
+            assert replacement.process.pid != dead.process.pid and replacement.alive
             third = await http.post(f"{base}/sessions", json={"avatar": "ben"})
             assert third.status == 201, "the dead worker was replaced for new sessions"
+            third_id = (await third.json())["id"]
+            assert service.sessions[third_id].worker == dead.index, "the new session went to the replacement"
+            await until(lambda: _more(http, base, third_id, 10))
 
     asyncio.run(scenario())
 
@@ -429,19 +437,44 @@ async def _state(http: aiohttp.ClientSession, base: str, session_id: str, state:
     return (await (await http.get(f"{base}/sessions/{session_id}")).json())["state"] == state
 
 
-def test_a_dead_core_fails_every_session_and_the_service_says_so() -> None:
+def test_a_dead_core_fails_every_session_saying_why_answers_503_at_once_and_is_started_again() -> None:
     async def scenario() -> None:
         async with running(workers=1) as (service, http, base):
             ids = [
                 (await (await http.post(f"{base}/sessions", json={"avatar": "anna"})).json())["id"] for _ in range(2)
             ]
-            os.kill(service._core.pid, signal.SIGKILL)
-            await asyncio.wait_for(service.failed.wait(), 5)
+            async with http.ws_connect(f"{base}/push?session={ids[0]}") as ws:
+                await ws.send_json({"type": "format", "sample_rate": 16000, "channels": 1, "encoding": "s16le"})
+                assert (await ws.receive_json(timeout=5))["type"] == "ready"
+                dead = service._core.pid
+                os.kill(dead, signal.SIGKILL)
+                killed = time.monotonic()
+                response = await http.post(f"{base}/sessions", json={"avatar": "anna"})
+                refused = (await response.json())["error"]
+                assert time.monotonic() - killed < 1.0, "answered within a second, not left waiting"
+                assert response.status == 503 and "engine core exited with code -9" in refused, refused
+                assert "started again" in refused, refused
+                failed = await ws.receive_json(timeout=5)
+                assert failed["type"] == "session_failed" and "engine core exited" in failed["message"], failed
+                assert (await ws.receive(timeout=5)).data == 1011
             for session_id in ids:
                 body = await (await http.get(f"{base}/sessions/{session_id}")).json()
-                assert body["state"] == "failed" and "engine core exited" in body["error"]
+                assert body["state"] == "failed" and "engine core exited with code -9" in body["error"], body
+
+            async def created() -> bool:
+                response = await http.post(f"{base}/sessions", json={"avatar": "anna"})
+                return response.status == 201 and bool(ids.append((await response.json())["id"]) or True)
+
+            await until(created, seconds=60)
+            assert service._core.pid != dead and service.failure is None
+            await until(lambda: _more(http, base, ids[-1], 10))
+
+            service.options = dataclasses.replace(service.options, core_restarts=1)  # one restart in the window
+            os.kill(service._core.pid, signal.SIGKILL)
+            await asyncio.wait_for(service.failed.wait(), 5)
             response = await http.post(f"{base}/sessions", json={"avatar": "anna"})
-            assert response.status == 409 and "the service has failed" in await response.text()
+            refused = (await response.json())["error"]
+            assert response.status == 503 and "the service has failed" in refused and "died 2 times" in refused
 
     asyncio.run(scenario())
 
