@@ -13,6 +13,8 @@ import dataclasses
 import logging
 import os
 import signal
+import subprocess
+import sys
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -323,22 +325,79 @@ def test_malformed_messages_on_the_internal_sockets_are_dropped_and_every_proces
     asyncio.run(scenario())
 
 
-def test_a_failed_recording_is_told_to_pushers_and_shown_while_the_session_goes_on(tmp_path: Path) -> None:
-    (tmp_path / "blocked").write_bytes(b"a file where the recording's folder would be")
+SMALL_DISK = 64 * 1024
+"""Bytes of the file system a recording fills in the output faults' test."""
+
+
+def small_file_system(folder: Path) -> list[str] | None:
+    """A command prefix that runs a command with ``folder`` a tmpfs of SMALL_DISK bytes, in a mount namespace of its
+    own (``unshare``: nothing outside sees it); None where this machine lets no process make one."""
+    mount = f"mount -t tmpfs -o size={SMALL_DISK} tmpfs"
+    probe = subprocess.run(["unshare", "-rm", "sh", "-c", f'{mount} "$0"', str(folder)], capture_output=True)
+    if probe.returncode != 0:
+        return None
+    return ["unshare", "-rm", "sh", "-c", f'{mount} "$0" && exec "$@"', str(folder)]
+
+
+def test_an_rtmp_server_that_goes_and_comes_back_and_a_full_disk_are_told_in_the_session_state(
+    nginx_rtmp, tmp_path: Path
+) -> None:
+    """Issue 54: the service's real command line (``harness.synthetic_serve``) recording into a file system that fills
+    (a real ENOSPC) and streaming to an nginx-rtmp that stops and starts again: the recording is detached and the
+    session says why and tells its pusher, the RTMP output says it is reconnecting, then that it is back; the session
+    stays live throughout."""
+    from tests.integrations.synthetic_service import REPO, start, stop
+
+    recordings = tmp_path / "recordings"
+    recordings.mkdir()
+    prefix = small_file_system(recordings)
+    if prefix is None:
+        pytest.skip("this machine lets no process mount a small tmpfs in a namespace of its own (unshare -rm)")
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    serve = [sys.executable, "-m", "harness.synthetic_serve", "--avatar", "anchor", "--sessions", "0"]
+    serve += ["--http", f"127.0.0.1:{port}", "--recordings", str(recordings), "--output-workers", "1"]
+    server = start([*prefix, *serve], base, {**os.environ, "PYTHONPATH": str(REPO)}, 60, {})
 
     async def scenario() -> None:
-        async with running(workers=1, recordings=tmp_path) as (service, http, base):
-            created = await http.post(f"{base}/sessions", json={"avatar": "crawl", "mp4": "blocked/rec.mp4"})
-            assert created.status == 201, "the name is fine; the file cannot be created"
-            session_id = (await created.json())["id"]
-            async with http.ws_connect(f"{base}/push?session={session_id}") as ws:
-                event = await ws.receive_json(timeout=15)
-                assert event["type"] == "output_failed" and event["sink"] == "mp4" and event["message"], event
-            body = await (await http.get(f"{base}/sessions/{session_id}")).json()
-            assert body["state"] == "live" and body["error"].startswith("mp4: "), body
-            await until(lambda: _more(http, base, session_id, 50))
+        async with aiohttp.ClientSession() as http:
+            body = {"avatar": "anchor", "rtmp": nginx_rtmp.url("faults"), "mp4": "full.mp4"}
+            session_id = (await (await http.post(f"{base}/sessions", json=body)).json())["id"]
 
-    asyncio.run(scenario())
+            async def shown() -> dict:
+                return await (await http.get(f"{base}/sessions/{session_id}")).json()
+
+            async def rtmp(state: str) -> bool:
+                return (await shown())["sinks"].get("rtmp", {}).get("state") == state
+
+            async with http.ws_connect(f"{base}/push?session={session_id}") as ws:
+                told = await ws.receive_json(timeout=30)
+                assert told["type"] == "output_failed" and told["sink"] == "mp4", told
+                assert "No space left on device" in told["message"], told
+            now = await shown()
+            assert now["state"] == "live" and now["error"] == f"mp4: {told['message']}", now
+
+            async def detached() -> bool:
+                return "mp4" not in (await shown())["sinks"]
+
+            await until(detached, seconds=5)
+            await until(lambda: rtmp("connected"), seconds=10)
+            nginx_rtmp.stop()
+            await until(lambda: rtmp("reconnecting"), seconds=10)
+            away = (await shown())["sinks"]["rtmp"]
+            assert away["error"] and away["retry_in_s"] is not None and away["connected"] == 0, away
+            nginx_rtmp.start()
+            await until(lambda: rtmp("connected"), seconds=20)
+            back = await shown()
+            assert back["sinks"]["rtmp"]["reconnects"] == 1 and back["sinks"]["rtmp"]["error"] is None, back
+            assert back["state"] == "live"
+            assert (await http.delete(f"{base}/sessions/{session_id}")).status == 200
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        stop(server)
+    assert server.returncode == 0, server.stderr.read()[-3000:]
 
 
 def test_an_overloaded_session_sheds_frames_and_its_stream_keeps_wall_time(
