@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
 from cluster.ingress import ATTEMPTS, SessionsIngress
-from cluster.local import request_stop_now, start_ray
+from cluster.local import REPLICA_GRPC, request_stop_now, start_ray
 from cluster.replica import DRAIN_SECONDS, EngineReplica, ReplicaConfig, default_health_timeout
 from cluster.router import CapacityRouter
 from serving.access import is_loopback, resolve_token
@@ -131,6 +131,8 @@ def run(deploy: DeployOptions) -> int:
     started = time.monotonic()
     cluster = start_ray(deploy.http[0])
     print(cluster.said, file=sys.stderr)
+    if is_loopback(deploy.http[0]):
+        print(REPLICA_GRPC, file=sys.stderr)
     try:
         code = serve_until_stopped(deploy, started)
     except BaseException as exc:

@@ -133,6 +133,7 @@ def test_a_cpu_session_through_the_proxy_streams_on_loopback_and_one_ctrl_c_leav
                 assert len(replicas) == 2, "the engine's and the ingress's replicas were not found"
                 assert sorted(pid for pid, _, _ in beyond) == sorted(replicas), beyond  # one socket each, no other
                 assert {host for _, host, _ in beyond} == {"::"}, beyond
+                assert "one socket per Serve replica listens beyond loopback" in log.read_text(), "and it says so"
                 left = service_files(pids)
                 assert left, "the service's folder and ring were not found"
                 ray_files = Path(re.search(r"its files in (\S+) \(removed at the stop\)", log.read_text()).group(1))
