@@ -503,7 +503,8 @@ async def run(
     while window < 0 or time.monotonic() < origin + args.minutes * 60:
         await asyncio.sleep(max(0.0, origin + (window + 1) * args.window - time.monotonic()))
         text = await api.call("GET", "/metrics")
-        sample = {"window": window, "t_s": round(time.monotonic() - origin, 1), **memory_sample(server.process.pid)}
+        sample = {"window": window, "t_s": round(time.monotonic() - origin, 1), "load_1m": os.getloadavg()[0]}
+        sample.update(memory_sample(server.process.pid))  # the machine's load: what else competed for its cores
         sample.update(counters(parse_metrics(text) if text else {}, ids))
         samples.append(sample)
         window += 1
