@@ -94,6 +94,7 @@ KEPT_ENDED = 100
 ROOM_JOIN_TIMEOUT = 20.0
 """Seconds ``POST /sessions`` waits for a LiveKit session's avatar to join its room (the worker gives up after 15)."""
 CORE_RESTARTS = 3
+"""The engine core's deaths within CORE_RESTART_WINDOW after each of which it is started again (a fourth fails it)."""
 CORE_RESTART_WINDOW = 600.0
 """Seconds over which the engine core's deaths are counted against ``ServiceOptions.core_restarts``."""
 END_ON_DISCONNECT_GRACE = 2.0
@@ -679,8 +680,10 @@ class Service:
             session.closed.set()
         if self.failure is not None:
             self.failed.set()
-        else:
-            self._tasks.append(asyncio.ensure_future(self._restart_core()))
+            return
+        self.core.close()
+        self._spawn_core()  # at once: ``_watch`` looks at the new process from its next round
+        self._tasks.append(asyncio.ensure_future(self._warmed_up_again(now)))
 
     def _unavailable(self) -> str:
         """Why no session can be served now: the service has failed, or its engine core is being started again."""
@@ -688,12 +691,9 @@ class Service:
             return f"the service has failed: {self.failure}"
         return f"{self.restarting}; it is being started again (warming up): retry"
 
-    async def _restart_core(self) -> None:
-        """Start a new engine core in place of the dead one; admit again once it has warmed up (a death during its
-        warm-up is one more, ``_watch`` sees it)."""
-        started = time.monotonic()
-        self.core.close()
-        self._spawn_core()
+    async def _warmed_up_again(self, started: float) -> None:
+        """Admit again once the core started in place of a dead one has warmed up (a death during its warm-up is one
+        more, which ``_watch`` sees)."""
         try:
             self.core_info = await self.core.request(Hello(), timeout=None)
         except SessionError:
