@@ -7,38 +7,49 @@
 #                                                          processes, ~2.5 min); `start` then runs on them
 #   bash bench/gpu_service.sh start [bench.service args]   starts the run detached, follows it for 9 minutes
 #   bash bench/gpu_service.sh follow                       the next call, at once: follows it for 9.5 more minutes
+#   bash bench/gpu_service.sh soak bench.soak args         instead of start: bench.soak (on the packages when built)
+#                                                          detached, followed the same (bench/README.md: the command)
 #   bash bench/gpu_service.sh collect                      waits for the run (9.5 min at most), returns its results
 #   bash bench/gpu_service.sh after                        then, on the warm compile cache: the runtime alone at 12
 #                                                          sessions (the loop CPU baseline) and glass-to-glass
 # Each call follows for up to 9.5 minutes: give every call timeout_s 600, or it is killed before it copies
 # anything back (what happened once). 12 streams x 10 min + 16 x 3 min with a cold compile cache is ~21 min.
 set -uo pipefail
-mode=${1:?prepare, start, follow, collect or after}
+mode=${1:?prepare, start, soak, follow, collect or after}
 source bench/gpu_env.sh
 mkdir -p /var/log/nginx
 plans=/tmp/plans
 runs=/tmp/service-runs
 mkdir -p "$runs"
-follow() {
-    local limit=$1
+follow() {  # the run that start or soak began: its name (service, soak) is in $runs/name
+    local limit=$1 name
+    name=$(cat "$runs/name")
     while kill -0 "$(cat "$runs/pid")" 2>/dev/null && ((SECONDS < limit)); do sleep 5; done
-    grep -v "warming up\|aiohttp.access" "$runs/service.log" | tail -12
-    cp "$runs"/service* "$out"/ 2>/dev/null
+    grep -v "warming up\|aiohttp.access" "$runs/$name.log" | tail -12
+    cp "$runs/$name"* "$out"/ 2>/dev/null
     kill -0 "$(cat "$runs/pid")" 2>/dev/null && echo "still running: call 'bash bench/gpu_service.sh follow' (or collect) now"
+}
+detached() {  # NAME MODULE ARGS...: run python3 -m MODULE ARGS --out $runs/NAME.json detached, its log $runs/NAME.log
+    local name=$1 module=$2
+    nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$runs/${name}_gpu.txt"
+    packages=()
+    has_plans && packages=(--plans "$plans")
+    echo "$name" >"$runs/name"
+    setsid nohup python3 -m "$module" "${packages[@]}" --out "$runs/$name.json" "${@:3}" >"$runs/$name.log" 2>&1 </dev/null &
+    echo $! >"$runs/pid"
 }
 case $mode in
 prepare)
     has_plans || build || exit 1
-    python3 -c "import apps.serve, serving.service, engine.engine, bench.service"  # bytecode for the next call
+    python3 -c "import apps.serve, serving.service, engine.engine, bench.service, bench.soak"  # bytecode for the next call
     echo "prepared after $SECONDS s: call 'bash bench/gpu_service.sh start ...' within 30 s (the machine stays warm)"
     ;;
 start)
-    nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$runs/service_gpu.txt"
-    packages=()
-    has_plans && packages=(--plans "$plans")
-    setsid nohup python3 -m bench.service --avatar .carry/avatars/demo "${packages[@]}" --out "$runs/service.json" \
-        "${@:2}" >"$runs/service.log" 2>&1 </dev/null &
-    echo $! >"$runs/pid"
+    detached service bench.service --avatar .carry/avatars/demo "${@:2}"
+    follow 540
+    ;;
+soak)
+    detached soak bench.soak "${@:2}"
     follow 540
     ;;
 follow) follow 570 ;;
@@ -50,7 +61,7 @@ after)
         --out "$out/glass_to_glass.json" 2>&1 | grep -v "warming up" | tail -20
     ;;
 *)
-    echo "unknown mode $mode: prepare, start, follow, collect or after" >&2
+    echo "unknown mode $mode: prepare, start, soak, follow, collect or after" >&2
     exit 2
     ;;
 esac

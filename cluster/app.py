@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
 from cluster.ingress import ATTEMPTS, SessionsIngress
-from cluster.local import request_stop_now, start_ray
+from cluster.local import REPLICA_GRPC, request_stop_now, start_ray
 from cluster.replica import DRAIN_SECONDS, EngineReplica, ReplicaConfig, default_health_timeout
 from cluster.router import CapacityRouter
 from serving.access import is_loopback, resolve_token
@@ -28,11 +28,10 @@ HEALTH_PERIOD = 5.0
 NORMAL_PRIORITY = {"RAY_worker_niceness": "0"}
 """Ray starts its workers at nice 15; an engine replica (and the core and workers it starts) runs a real-time loop and
 must not yield its cores to every other process of the node."""
-COUNTDOWN_PERIOD = 10.0
-"""Seconds between two lines of the stop's countdown."""
-SERVICE_ARGS = tuple(f.name for f in fields(ServiceOptions) if f.name != "launched")
+SERVICE_ARGS = tuple(f.name for f in fields(ServiceOptions) if f.name not in ("launched", "core_restarts"))
 """The serve config's ``args`` that are ``serving.service.ServiceOptions`` fields of every replica's engine (all but
-the launch time: each replica times its own start)."""
+the launch time, as each replica times its own start, and the core's restarts: Serve replaces a replica whose core
+died)."""
 
 
 @dataclass(frozen=True)
@@ -127,11 +126,13 @@ class DeployOptions:
 
 def run(deploy: DeployOptions) -> int:
     """``python -m apps.serve --ray``: deploy on the Ray cluster (``RAY_ADDRESS``, or a local one), until Ctrl-C or
-    SIGTERM; then delete the application: its replicas drain (a second Ctrl-C ends their sessions now). A local
-    cluster's files are removed when it stops, and kept after a failure (its logs say why)."""
+    SIGTERM; then delete the application, its replicas ending their sessions now. A local cluster's files are removed
+    when it stops, and kept after a failure (its logs say why)."""
     started = time.monotonic()
     cluster = start_ray(deploy.http[0])
     print(cluster.said, file=sys.stderr)
+    if is_loopback(deploy.http[0]):
+        print(REPLICA_GRPC, file=sys.stderr)
     try:
         code = serve_until_stopped(deploy, started)
     except BaseException as exc:
@@ -179,55 +180,37 @@ def serve_until_stopped(deploy: DeployOptions, started: float) -> int:
         f"POST http://{host}:{port}/sessions{suffix} (each replica's URL is in its log line and its sessions' urls)",
         file=sys.stderr,
     )
-    signals = Signals()
-    signals.wait(1)
-    stop(replica.drain_seconds, signals)
+    stopped = Stopped()
+    stopped.wait()
+    stop()
     return 0  # a local cluster's Serve goes with it (serve.shutdown would only add Ray's "graceful_shutdown failed")
 
 
-class Signals:
-    """Ctrl-C (SIGINT) and SIGTERM, counted: the first drains, the second ends the sessions now."""
+class Stopped:
+    """Ctrl-C (SIGINT) or SIGTERM came: the service stops (its replicas end their sessions now)."""
 
     def __init__(self) -> None:
-        self.count = 0
+        self.signalled = False
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, self._received)
 
     def _received(self, signum: int, frame: Any) -> None:
-        self.count += 1
+        self.signalled = True
 
-    def wait(self, count: int, seconds: float | None = None) -> bool:
-        """Wait until ``count`` signals came (True) or ``seconds`` passed (False)."""
-        deadline = None if seconds is None else time.monotonic() + seconds
-        while self.count < count:
-            if deadline is not None and time.monotonic() >= deadline:
-                return False
+    def wait(self) -> None:
+        """Return once a signal came."""
+        while not self.signalled:
             time.sleep(0.1)
-        return True
 
 
-def stop(drain_seconds: float, signals: Signals) -> None:
-    """Delete the application, its replicas draining their live sessions for up to ``drain_seconds``, counting down;
-    a second signal tells them to end the sessions now (push sockets closed with 1001, recordings finished)."""
+def stop() -> None:
+    """Delete the application, its replicas told to end their live sessions now (push sockets closed with 1001,
+    recordings finished), and wait until it is gone. Serve's own removal of a replica (scale-down, a redeploy) drains
+    instead: the replica waits for its sessions to end (``ReplicaConfig.drain_seconds``)."""
     from ray import serve
 
+    print("stopping: ending the live sessions, flushing their outputs...", file=sys.stderr)
+    request_stop_now()
     serve.delete(APP_NAME, _blocking=False)
-    deadline = time.monotonic() + drain_seconds
-    print(
-        f"stopping: the replicas drain their live sessions, at most {drain_seconds:g} s; Ctrl-C again ends them now",
-        file=sys.stderr,
-    )
-    told = False
-    countdown = time.monotonic() + COUNTDOWN_PERIOD
     while APP_NAME in serve.status().applications:
-        if not told and signals.count >= 2:
-            print("stopping: ending the live sessions now", file=sys.stderr)
-            request_stop_now()
-            told = True
-        elif not told and time.monotonic() >= countdown:
-            left = max(0.0, deadline - time.monotonic())
-            print(
-                f"stopping: draining, at most {left:.0f} s left (Ctrl-C again ends the sessions now)", file=sys.stderr
-            )
-            countdown += COUNTDOWN_PERIOD
-        signals.wait(signals.count + 1, 0.5)
+        time.sleep(0.2)

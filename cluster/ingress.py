@@ -132,7 +132,7 @@ class SessionsIngress:
             reply = await self.engines.create.remote(body, sorted(refusals))
             replica = reply["replica"]["id"]
             self.answered[replica] = (REPORTED.get(replica, {}).get("seq", 0), reply["capacity"])
-            if not refusal(reply["status"], reply["body"]):
+            if not refusal(reply["status"]):
                 if reply["status"] == 201:
                     self.placed += 1
                     created = json.loads(reply["body"])
@@ -168,10 +168,10 @@ class SessionsIngress:
         return None if refusal is None else PlainTextResponse(refusal.text, status_code=refusal.status)
 
 
-def refusal(status: int, body: str) -> bool:
-    """Whether a replica's answer to a POST refuses it for reasons of its own (full, draining: 503; failing: 409 "the
-    service has failed"), so another replica may take it; any other answer is the client's."""
-    return status == 503 or (status == 409 and "has failed" in body)
+def refusal(status: int) -> bool:
+    """Whether a replica's answer to a POST refuses it for reasons of its own (full, draining, failed: 503), so
+    another replica may take it; any other answer is the client's."""
+    return status == 503
 
 
 def cluster_capacity(replicas: dict[str, dict[str, Any]]) -> dict[str, int]:

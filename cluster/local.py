@@ -20,8 +20,14 @@ from dataclasses import dataclass
 from cluster.ray_files import RayFiles
 from serving.access import is_loopback
 
+REPLICA_GRPC = (
+    "ray: one socket per Serve replica listens beyond loopback: Ray Serve 2.60 binds each replica's inter-deployment "
+    "gRPC server to every interface ([::], a port of its choosing; no option moves it; Ray's token authentication "
+    "guards it); to keep it off the network, refuse inbound connections on the other interfaces (docs/cluster.md)"
+)
+"""What the service says at start when it was told loopback: the one thing of Ray's that does not keep to it."""
 STOP_NOW = b"ditto:stop-now"
-"""The key in Ray's internal store that tells draining replicas to end their sessions now (a second Ctrl-C)."""
+"""The key in Ray's internal store that tells draining replicas to end their sessions now (the service's Ctrl-C)."""
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,6 @@ import logging
 import os
 import socket
 import time
-import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -27,7 +26,7 @@ from aiohttp import web
 
 from cluster.local import stop_now_requested
 from serving.access import is_loopback
-from serving.http import app_runner, create_service_app
+from serving.http import app_runner, close_websockets, create_service_app
 from serving.service import Service, ServiceOptions
 
 log = logging.getLogger("cluster.replica")
@@ -42,8 +41,6 @@ frames for a minute or more on a loaded machine."""
 TICK_FACTOR = 4.0
 """A loop counts as stopped once its counter stood still this many times its slowest recent tick (or the floor)."""
 DRAIN_POLL = 0.5
-WEBSOCKET_REASON_BYTES = 123
-"""The longest close reason a WebSocket close frame carries (RFC 6455)."""
 
 
 def default_health_timeout(device: str) -> float:
@@ -123,13 +120,13 @@ class EngineReplica:
         self._reports = 0
         self._answered = 0
         self._ticks = TickWatch(self.config.health_timeout)
-        self._sockets: weakref.WeakSet[web.WebSocketResponse] = weakref.WeakSet()
         self._closed = True  # nothing started yet: nothing for ``__del__`` to stop
         host = self.config.host
         if not is_loopback(host) and not self.config.token:
             raise ValueError(f"a replica serving {host} (beyond loopback) needs a token")
         options = ServiceOptions(**self.config.service)
-        self.service = Service(replace(options, loopback_only=options.loopback_only and is_loopback(host)))
+        loopback = options.loopback_only and is_loopback(host)
+        self.service = Service(replace(options, loopback_only=loopback, core_restarts=0))  # Serve replaces a replica
         self._http: aiohttp.ClientSession | None = None
         self._runner: web.AppRunner | None = None
         self._closed = False
@@ -152,7 +149,6 @@ class EngineReplica:
         self.netloc = f"[{advertised}]:{port}" if ":" in advertised else f"{advertised}:{port}"
         self._local = f"http://{'127.0.0.1' if wildcard else self.netloc}"
         app = create_service_app(self.service, self.config.token, self.config.notice, bound=(host, port))
-        app.on_response_prepare.append(self._track_websocket)
         app.router.add_get("/replica", self._replica_route)
         self._runner = app_runner(app)
         await self._runner.setup()
@@ -221,12 +217,13 @@ class EngineReplica:
             self.draining = True
             self.service.refusing = f"replica {self.id} is draining for removal; it admits no new session"
             deadline = time.monotonic() + self.config.drain_seconds
-            log.info(
-                "replica %s: draining %d live session(s), for at most %g s",
-                self.id,
-                self._live(),
-                self.config.drain_seconds,
-            )
+            if not stop_now_requested():
+                log.info(
+                    "replica %s: draining %d live session(s), for at most %g s",
+                    self.id,
+                    self._live(),
+                    self.config.drain_seconds,
+                )
             while self._live() and time.monotonic() < deadline and not stop_now_requested():
                 await asyncio.sleep(DRAIN_POLL)
             if self._live():
@@ -237,6 +234,7 @@ class EngineReplica:
                     "and did not"
                 )
                 log.warning("%s", reason)
+                await self.service.end_sessions()  # recordings finished, playback told, before the sockets close
                 await self._close_websockets(1001, reason)
         await self._close()
 
@@ -267,10 +265,6 @@ class EngineReplica:
     async def _replica_route(self, request: web.Request) -> web.Response:
         return web.json_response(self.figures())
 
-    async def _track_websocket(self, request: web.Request, response: web.StreamResponse) -> None:
-        if isinstance(response, web.WebSocketResponse):
-            self._sockets.add(response)
-
     def _fail(self, reason: str) -> None:
         log.error("%s", reason)
         self.failure = reason
@@ -279,8 +273,5 @@ class EngineReplica:
     async def _close_websockets(self, code: int, reason: str) -> None:
         """Close every open push WebSocket saying why (clients see the code and the reason, not a dropped
         connection)."""
-        message = reason.encode()[:WEBSOCKET_REASON_BYTES]
-        await asyncio.gather(
-            *(ws.close(code=code, message=message) for ws in list(self._sockets) if not ws.closed),
-            return_exceptions=True,
-        )
+        if self._runner is not None:
+            await close_websockets(self._runner.app, code, reason)

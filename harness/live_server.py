@@ -50,10 +50,13 @@ def run_keeping_server_log(measure, args, prefix: str) -> dict:
 
 class LiveServer:
     """``python -m apps.serve ARGS`` in its own process group, its output in ``log``; ``token``: the one ARGS give it
-    (``--token``), sent with every request."""
+    (``--token``), sent with every request; ``module``: another module taking apps.serve's command line
+    (``harness.synthetic_serve``)."""
 
-    def __init__(self, args: list[str], http_port: int, log: Path, token: str | None = None) -> None:
-        self.args, self.http_port, self.log = args, http_port, log
+    def __init__(
+        self, args: list[str], http_port: int, log: Path, token: str | None = None, module: str = "apps.serve"
+    ) -> None:
+        self.args, self.http_port, self.log, self.module = args, http_port, log, module
         self.headers = {"Authorization": f"Bearer {token}"} if token else {}
         self.process: subprocess.Popen | None = None
         self.started_at = 0.0
@@ -62,7 +65,7 @@ class LiveServer:
         """Start the command (returns at once)."""
         self.started_at = time.monotonic()
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "apps.serve", *self.args],
+            [sys.executable, "-m", self.module, *self.args],
             stdout=self.log.open("wb"),
             stderr=subprocess.STDOUT,
             start_new_session=True,

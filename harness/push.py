@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import Sequence
 
@@ -11,11 +12,13 @@ import numpy as np
 
 
 class Pusher:
-    """One push connection; ``play`` sends audio in real time, continuing the clock where the last call left it."""
+    """One push connection; ``play`` sends audio in real time, continuing the clock where the last call left it. Every
+    JSON message the server sends is kept in ``events`` (its errors also in ``errors``)."""
 
     def __init__(self, url: str, rate: int, chunk: int) -> None:
         self.url, self.rate, self.chunk = url, rate, chunk
         self.errors: list[str] = []
+        self.events: list[dict] = []
         self.chunks_sent = 0
         self._http: aiohttp.ClientSession | None = None
         self._ws: aiohttp.ClientWebSocketResponse | None = None
@@ -35,8 +38,19 @@ class Pusher:
 
     async def _read(self) -> None:
         async for message in self._ws:
-            if message.type == aiohttp.WSMsgType.TEXT and '"error"' in message.data:
-                self.errors.append(message.data)
+            if message.type == aiohttp.WSMsgType.TEXT:
+                self.events.append(json.loads(message.data))
+                if '"error"' in message.data:
+                    self.errors.append(message.data)
+
+    async def send(self, message: dict) -> None:
+        """One control message (``end_of_segment``, ``interrupt``, ...); its answer arrives in ``events``."""
+        await self._ws.send_json(message)
+
+    @property
+    def closed(self) -> bool:
+        """The server closed the connection (or it was lost)."""
+        return self._ws is None or self._ws.closed
 
     async def play(self, samples: np.ndarray, marks: Sequence[int] = ()) -> list[float]:
         """Send ``samples`` (float, mono) chunk by chunk at real-time deadlines; the send time of each chunk starting at

@@ -19,6 +19,7 @@ Bearer TOKEN`` or ``?token=TOKEN`` (how the page's URL carries it to viewers).
 from __future__ import annotations
 
 import asyncio
+import weakref
 from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
 from importlib.resources import files
@@ -34,11 +35,17 @@ from serving.service import Service
 from serving.sessions import ServedSession, SessionError, SessionSpec, parse_body
 from serving.whep import add_whep_routes
 from streaming.sinks.webrtc import WebRtcPreview
-from streaming.sources.push import push_handler
+from streaming.sources.push import MAX_CLOSE_REASON, push_handler
 
 PAGE = files("serving").joinpath("web", "preview.html")
-REQUEST_TIMEOUT = 10.0
-"""Seconds a connection has to send a whole request's headers (and may idle between requests) before it is closed."""
+IDLE_TIMEOUT = 30.0
+"""Seconds a connection may wait for a whole request's headers, when it opens or between two requests, before the server
+closes it. Twice what aiohttp's client keeps an idle connection pooled (15 s): a server that closes first races a
+client reusing the connection at that moment, and a POST (which no client retries) then meets a dropped connection."""
+SHUTDOWN_TIMEOUT = 3.0
+"""Seconds a stopping server waits for the requests it is answering before it cancels them (aiohttp waits 60)."""
+WEBSOCKETS = web.AppKey("websockets", weakref.WeakSet)
+"""The app's open WebSockets (push connections), closed with a reason when the server stops."""
 
 
 class AsyncAudioSink(Protocol):
@@ -81,6 +88,7 @@ STATUS = {
     "closed": web.HTTPConflict,
     "backpressure": web.HTTPServiceUnavailable,
     "internal": web.HTTPInternalServerError,
+    "unavailable": web.HTTPServiceUnavailable,
     "bad_gateway": web.HTTPBadGateway,
 }
 
@@ -226,6 +234,13 @@ def stream_app(
     """The routes every server has (preview page, info, WHEP, push, metrics) over the streams ``streams()`` names now;
     ``origins``: the pages of other origins allowed to use them from a browser (``serving.access``)."""
     app = web.Application(middlewares=[_access_middleware(Access.bound(bound, token, origins))])
+    app[WEBSOCKETS] = weakref.WeakSet()
+
+    async def track(request: web.Request, response: web.StreamResponse) -> None:
+        if isinstance(response, web.WebSocketResponse):
+            app[WEBSOCKETS].add(response)
+
+    app.on_response_prepare.append(track)
 
     def stream_for(request: web.Request) -> Served:
         served = streams()
@@ -275,11 +290,21 @@ def stream_app(
     return app
 
 
-def app_runner(app: web.Application, timeout: float = REQUEST_TIMEOUT) -> web.AppRunner:
+def app_runner(app: web.Application, timeout: float = IDLE_TIMEOUT) -> web.AppRunner:
     """A runner for ``app`` that closes connections idle or half-sent (no complete request) ``timeout`` s after they
-    open
-    or since their last answer (aiohttp's keep-alive timer, which also covers the first request), without access log."""
-    return web.AppRunner(app, access_log=None, keepalive_timeout=timeout)
+    open or since their last answer (aiohttp's keep-alive timer, which also covers the first request), and at its
+    cleanup waits SHUTDOWN_TIMEOUT for the answers being made; without access log."""
+    return web.AppRunner(app, access_log=None, keepalive_timeout=timeout, shutdown_timeout=SHUTDOWN_TIMEOUT)
+
+
+async def close_websockets(app: web.Application, code: int, reason: str) -> None:
+    """Close every open WebSocket of ``app`` (``stream_app``'s) with ``code`` and ``reason``: its client hears why,
+    not a dropped connection, and its handler ends, so the server's stop does not wait for it."""
+    message = reason.encode()[:MAX_CLOSE_REASON]
+    await asyncio.gather(
+        *(ws.close(code=code, message=message) for ws in list(app[WEBSOCKETS]) if not ws.closed),
+        return_exceptions=True,
+    )
 
 
 async def _refresh(service: Service, collector: ServiceCollector) -> None:
@@ -291,7 +316,8 @@ async def _refresh(service: Service, collector: ServiceCollector) -> None:
 
 
 def _http(error: SessionError) -> web.HTTPException:
-    """The HTTP answer for a refused request: 503 beyond capacity, 404 unknown, 400 invalid, 409 closed."""
+    """The HTTP answer for a refused request: 503 beyond capacity or while the service cannot serve, 404 unknown, 400
+    invalid, 409 closed."""
     return STATUS.get(error.kind, web.HTTPInternalServerError)(text=str(error))
 
 

@@ -17,11 +17,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from aiohttp import web
+from aiohttp import WSCloseCode, web
 
 from engine.latency import FAITHFUL
 from serving.access import resolve_token
-from serving.http import app_runner, create_service_app
+from serving.http import app_runner, close_websockets, create_service_app
 from serving.service import Service, ServiceOptions
 from serving.sessions import SessionError, SessionSpec, recording_path
 from streaming.output_settings import OutputSettings
@@ -29,6 +29,8 @@ from streaming.targets import TargetError, masked_rtmp_url
 
 TOKEN_SHOWN = "TOKEN"
 """What the printed URLs carry in place of the token: a log is no place for it (a generated one is printed once)."""
+STOPPING = "the service is stopping"
+"""What the push connections are told as they close at the stop."""
 AVATAR_AT_START = "anchor"
 """The name the avatar given at start (``--avatar`` or ``--demo``) is served under."""
 
@@ -148,6 +150,8 @@ async def serve(options: ServerOptions) -> int:
     print("stopping: ending the sessions, flushing their outputs...", file=sys.stderr)
     for source in sources:
         await asyncio.to_thread(source.stop)
+    await service.end_sessions()
+    await close_websockets(app, WSCloseCode.GOING_AWAY, STOPPING)
     await runner.cleanup()
     failure = service.failure
     await service.close()

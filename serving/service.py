@@ -83,6 +83,8 @@ start)."""
 COST_TIMEOUT = 60.0
 """Seconds a worker has to measure a stream's cost (about a second of one core at 1080p and the slowest preset)."""
 DELETE_TIMEOUT = 10.0
+END_TIMEOUT = 5.0
+"""Seconds each session has to end when the service stops (its outputs flush and close)."""
 STATS_TIMEOUT = 5.0
 """Seconds the core has to answer a stats request by default (its request thread answers while the loop ticks)."""
 DEGRADED_SHARE = 0.1
@@ -91,6 +93,10 @@ BEHIND_SECONDS = 5.0
 KEPT_ENDED = 100
 ROOM_JOIN_TIMEOUT = 20.0
 """Seconds ``POST /sessions`` waits for a LiveKit session's avatar to join its room (the worker gives up after 15)."""
+CORE_RESTARTS = 3
+"""The engine core's deaths within CORE_RESTART_WINDOW after each of which it is started again (a fourth fails it)."""
+CORE_RESTART_WINDOW = 600.0
+"""Seconds over which the engine core's deaths are counted against ``ServiceOptions.core_restarts``."""
 END_ON_DISCONNECT_GRACE = 2.0
 """Seconds a session asked to end on disconnect waits for a push connection to come back before it ends."""
 
@@ -137,6 +143,9 @@ class ServiceOptions:
     launched: float | None = None
     """When the server process was launched (wall clock), the origin of the start-up timeline; None: when ``start`` is
     called."""
+    core_restarts: int = CORE_RESTARTS
+    """Engine core deaths within CORE_RESTART_WINDOW after which the core is started again; one more and the service
+    fails (0: at the first; a cluster replica, which Serve replaces)."""
 
 
 class Service:
@@ -149,6 +158,9 @@ class Service:
         """What the core said once it had warmed up (None until then)."""
         self.failure: str | None = None
         self.failed = asyncio.Event()
+        self.restarting: str | None = None
+        """Why the engine core is being started again (it died), while it warms up; None when it serves."""
+        self._core_deaths: list[float] = []
         self._folder = Path(tempfile.mkdtemp(prefix="ditto-svc-"))
         self._context = zmq.asyncio.Context()
         self._workers: list[WorkerProcess] = []
@@ -179,22 +191,8 @@ class Service:
         self._loop = asyncio.get_running_loop()
         self._events = socket(self._context, zmq.PULL, endpoint(self._folder, "events"), bind=True)
         self._tasks.append(asyncio.ensure_future(self._read_events()))
-        options = self.options
-        config = CoreConfig(
-            endpoint(self._folder, "core"),
-            endpoint(self._folder, "events"),
-            options.device,
-            options.checkpoints,
-            options.steps,
-            options.plans,
-            options.admission,
-            options.avatars,
-            options.cache_dir,
-            options.runtime,
-        )
         spawned = time.time()
-        self._core = subprocess.Popen([sys.executable, "-m", "serving.core", to_argument(config)])
-        self.core = CoreClient(self._context, config.address)
+        self._spawn_core()
         for index in range(self.options.workers):
             self._workers.append(self._spawn_worker(index))
         self._tasks.append(asyncio.ensure_future(self._watch()))
@@ -211,25 +209,48 @@ class Service:
         core_marks = {"spawned": spawned, **self.core_info.marks}
         log.info("%s", timeline.describe(launched, time.time(), core_marks, [w.marks for w in self._workers]))
 
+    def _spawn_core(self) -> None:
+        """Start the engine core process and a client of its request socket."""
+        options = self.options
+        config = CoreConfig(
+            endpoint(self._folder, "core"),
+            endpoint(self._folder, "events"),
+            options.device,
+            options.checkpoints,
+            options.steps,
+            options.plans,
+            options.admission,
+            options.avatars,
+            options.cache_dir,
+            options.runtime,
+        )
+        self._core = subprocess.Popen([sys.executable, "-m", "serving.core", to_argument(config)])
+        self.core = CoreClient(self._context, config.address)
+
     def _spawn_worker(self, index: int) -> WorkerProcess:
         address = endpoint(self._folder, f"worker-{index}-{secrets.token_hex(2)}")
         config = WorkerConfig(index, address, endpoint(self._folder, "events"), endpoint(self._folder, "core"))
         process = subprocess.Popen([sys.executable, "-m", "serving.worker", to_argument(config)])
         return WorkerProcess(index, address, process, socket(self._context, zmq.PUSH, address, bind=False))
 
+    async def end_sessions(self) -> None:
+        """End every live session at once, as DELETE does (its outputs flush and close), each within END_TIMEOUT."""
+        if self.failure is not None:
+            return
+        live = [s.id for s in self._live()]
+        ending = (asyncio.wait_for(self.delete(i), END_TIMEOUT) for i in live)  # the core may be inside a long tick
+        results = await asyncio.gather(*ending, return_exceptions=True)
+        for session_id, result in zip(live, results):
+            if isinstance(result, BaseException):
+                log.warning("session %s did not close in time: %s", session_id, result)
+
     async def close(self) -> None:
         """End every session, stop the workers and the core (killed if they do not stop in time), remove the sockets."""
         self._closing = True
-        if self.failure is None:
-            live = [s.id for s in self._live()]
-            ending = (asyncio.wait_for(self.delete(i), 5.0) for i in live)  # the core may be inside a long tick
-            results = await asyncio.gather(*ending, return_exceptions=True)
-            for session_id, result in zip(live, results):
-                if isinstance(result, BaseException):
-                    log.warning("session %s did not close in time: %s", session_id, result)
+        await self.end_sessions()
         for worker in self._workers:
             send_nowait(worker.inbox, Shutdown())
-        if self.core_info is None and self._core is not None:
+        if (self.core_info is None or self.restarting) and self._core is not None:
             self._core.terminate()  # still warming up: nothing of its state is worth waiting for
         elif self._core is not None and self._core.poll() is None:
             try:
@@ -262,6 +283,8 @@ class Service:
         REFERENCE_STREAM, each as the live streams measure it (``share``): fewer than are live when sessions opened
         without admission overload them), and the smaller, which is what it admits."""
         runtime = self.core_info.capacity if self.core_info is not None else None
+        if self.restarting is not None:
+            runtime = 0
         live = self._live()
         costs = [s.cost_ms for s in live if s.cost_ms]
         reference = sum(costs) / len(costs) if costs else self.costs.get(REFERENCE_STREAM)
@@ -319,8 +342,8 @@ class Service:
         """Open a session: its avatar's size gives its stream's, whose measured cost (its H.264 stream's, its LiveKit
         room's, or both) must fit the outputs' budget; its outputs on the least loaded worker, then the session on the
         core."""
-        if self.failure is not None:
-            raise SessionError(f"the service has failed: {self.failure}", "closed")
+        if self.failure is not None or self.restarting is not None:
+            raise SessionError(self._unavailable(), "unavailable")
         if self.refusing is not None:
             raise SessionError(self.refusing, "admission")
         avatar = await self.core.request(DescribeAvatar(spec.avatar))
@@ -480,7 +503,7 @@ class Service:
     async def refresh(self, timeout: float = STATS_TIMEOUT) -> dict[str, Any]:
         """The core's figures now (runtime metrics); every live session's counters updated from them. ``timeout``: how
         long the core may take to answer (a health check passes its own)."""
-        if self.failure is not None:
+        if self.failure is not None or self.restarting is not None:
             return {}
         stats = await self.core.request(CoreStatsRequest(), timeout=timeout)
         for session_id, values in stats.sessions.items():
@@ -630,22 +653,55 @@ class Service:
             code = self._core.poll()
             if code is not None:
                 self._core_died(code)
-                return
+                if self.failure is not None:
+                    return
             for worker in list(self._workers):
                 code = worker.process.poll()
                 if code is not None:
                     self._worker_died(worker, code)
 
     def _core_died(self, code: int) -> None:
-        self.failure = f"the engine core exited with code {code}; every session has failed (see its log above)"
-        log.error("%s", self.failure)
-        self.core.fail_all(SessionError(self.failure, "closed"))
+        """Every session fails, saying why; the core is started again, unless it died before it was ever ready or more
+        than ``core_restarts`` times in CORE_RESTART_WINDOW: then the service has failed (the server exits, code 3)."""
+        died = f"the engine core exited with code {code}"
+        message = f"{died}; every session has failed (see its log above)"
+        now = time.monotonic()
+        self._core_deaths = [t for t in self._core_deaths if now - t < CORE_RESTART_WINDOW] + [now]
+        times = len(self._core_deaths)
+        if self.core_info is None or times > self.options.core_restarts:
+            self.failure = message if times == 1 else f"{message}; it died {times} times in {CORE_RESTART_WINDOW:g} s"
+            log.error("%s", self.failure)
+        else:
+            self.restarting = died
+            log.error("%s; starting it again", message)
+        self.core.fail_all(SessionError(self._unavailable(), "unavailable"))
         for session in self._live():
-            session.state, session.error = "failed", self.failure
-            session.audio.fail(self.failure)
+            session.state, session.error = "failed", message
+            session.audio.fail(message)
             self._to_worker(session, RemoveStream(session.id))
             session.closed.set()
-        self.failed.set()
+        if self.failure is not None:
+            self.failed.set()
+            return
+        self.core.close()
+        self._spawn_core()  # at once: ``_watch`` looks at the new process from its next round
+        self._tasks.append(asyncio.ensure_future(self._warmed_up_again(now)))
+
+    def _unavailable(self) -> str:
+        """Why no session can be served now: the service has failed, or its engine core is being started again."""
+        if self.failure is not None:
+            return f"the service has failed: {self.failure}"
+        return f"{self.restarting}; it is being started again (warming up): retry"
+
+    async def _warmed_up_again(self, started: float) -> None:
+        """Admit again once the core started in place of a dead one has warmed up (a death during its warm-up is one
+        more, which ``_watch`` sees)."""
+        try:
+            self.core_info = await self.core.request(Hello(), timeout=None)
+        except SessionError:
+            return
+        self.restarting = None
+        log.info("the engine core was started again: ready in %.1f s", time.monotonic() - started)
 
     def abort(self, reason: str) -> None:
         """Fail every live session with ``reason`` and kill the core and the workers now, without asking them (they may

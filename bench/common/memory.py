@@ -22,7 +22,12 @@ def gib(nbytes: float) -> float:
 
 def process_used(pid: int | None = None) -> int | None:
     """Bytes of GPU memory ``nvidia-smi`` counts for ``pid`` (this process by default); None where it cannot say."""
-    pid = os.getpid() if pid is None else pid
+    used = used_by_process()
+    return None if used is None else used.get(os.getpid() if pid is None else pid)
+
+
+def used_by_process() -> dict[int, int] | None:
+    """Bytes of GPU memory ``nvidia-smi`` counts for each process holding some; None where it cannot say."""
     try:
         out = subprocess.run(
             ["nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"],
@@ -33,11 +38,12 @@ def process_used(pid: int | None = None) -> int | None:
         ).stdout
     except (OSError, subprocess.SubprocessError):
         return None
+    used = {}
     for line in out.splitlines():
         fields = [f.strip() for f in line.split(",")]
-        if len(fields) == 2 and fields[0] == str(pid):
-            return int(fields[1]) * 2**20
-    return None
+        if len(fields) == 2 and fields[0].isdigit() and fields[1].isdigit():
+            used[int(fields[0])] = int(fields[1]) * 2**20
+    return used
 
 
 def pools(device: torch.device) -> dict[str, dict[str, float]]:

@@ -11,3 +11,8 @@ GLASS_P99_MS = {"faithful": {"rtmp": 600.0, "webrtc": 560.0}, "low": {"rtmp": 40
 (ms)."""
 FIRST_PUSH_MS = {"low": 400.0}
 """The first push into an idle session -> its first speech frame decoded, where a target is set (ms)."""
+SOAK_DRIFT_MS = 40.0
+"""bench.soak: every steady stream's drift at the end, of its pictures against its timeline and of its audio against its
+video, each from its first window (ms)."""
+SOAK_MEMORY_GROWTH = 0.05
+"""bench.soak: each process's resident (and GPU) memory growth from the end of the warm-up to the end (a share)."""

@@ -6,7 +6,9 @@ and re-opened with exponential backoff and jitter, as broadcast encoders do (fir
 after about 2 s, then 4, 8, ... up to a cap, a bounded number of attempts). Frames keep
 flowing meanwhile and are dropped (counted). Every connection starts on an IDR, requested
 from the shared encoder, with its own timeline from 0 (see mux.py), so video and audio
-stay in order and in sync after a reconnect.
+stay in order and in sync after a reconnect. Its stats say where it is (``state``: connecting, connected,
+reconnecting, failed), why it last lost the server (``error``) and when it tries again (``retry_in_s``): what the
+session's state shows under ``sinks``.
 
 The connection is FFmpeg's RTMP client opened without holding the GIL (``rtmp_io``): connecting
 never stalls the other threads of the process (the other streams of an output worker), and a
@@ -84,6 +86,11 @@ class RtmpSink:
         self._retry_at = 0.0
         self.connected = threading.Event()
         self.gave_up = False
+        self.state = "connecting"
+        """``connecting`` (the first connection), ``connected``, ``reconnecting`` (lost or not reached: waiting for the
+        next attempt) or ``failed`` (gave up after the backoff's attempts)."""
+        self.error: str | None = None
+        """Why the last connection was lost or an attempt failed (the URL without its key); None while connected."""
         self._failure: str | None = None
         self.connections = 0
         self.reconnects = 0
@@ -116,8 +123,10 @@ class RtmpSink:
                 self.overflow_dropped += self._drain()
         self._thread.join(timeout)
 
-    def stats(self) -> dict[str, int | float]:
-        """Frames sent and dropped, connections made, reconnects and failed attempts."""
+    def stats(self) -> dict[str, int | float | str | None]:
+        """Frames sent and dropped, connections made, reconnects and failed attempts; the state, the last error, and
+        while reconnecting the seconds until the next attempt."""
+        retry = max(0.0, self._retry_at - time.monotonic()) if self.state == "reconnecting" else None
         return {
             "frames_sent": self.frames_sent,
             "frames_dropped": self.frames_dropped + self.overflow_dropped,
@@ -125,6 +134,9 @@ class RtmpSink:
             "reconnects": self.reconnects,
             "failed_attempts": self.failed_attempts,
             "connected": int(self.connected.is_set()),
+            "state": self.state,
+            "error": self.error,
+            "retry_in_s": None if retry is None else round(retry, 1),
         }
 
     def _drain(self) -> int:
@@ -166,6 +178,7 @@ class RtmpSink:
         self.frames_sent += 1
         if not self.connected.is_set():
             self.connected.set()
+            self.state, self.error = "connected", None
             self.connections += 1
             if self.connections > 1:
                 self.reconnects += 1
@@ -197,12 +210,14 @@ class RtmpSink:
             self._delays = self.backoff.delays(self._rng)
         delay = next(self._delays, None)
         reason = str(exc).replace(self.url, self.shown)
+        self.error = reason
         if delay is None:
             self._failure = f"gave up on {self.shown} after {self.backoff.attempts} attempts: {reason}"
-            self.gave_up = True
+            self.gave_up, self.state = True, "failed"
             log.error("rtmp: %s", self._failure)
             return
         self._retry_at = time.monotonic() + delay
+        self.state = "reconnecting"
         lost = "lost" if was_connected else "cannot reach"
         log.warning("rtmp: %s %s (%s); retrying in %.1f s", lost, self.shown, reason, delay)
 

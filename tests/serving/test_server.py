@@ -10,8 +10,10 @@ import signal
 import socket
 import time
 import types
+from pathlib import Path
 
 import aiohttp
+import av
 import pytest
 
 import serving.server as server_module
@@ -111,8 +113,7 @@ def test_serve_opens_its_sessions_through_the_service_and_ends_with_them(nginx_r
 
 
 @pytest.mark.parametrize(
-    "runtime, while_",
-    [(RUNTIME + "_slowly", "warming up"), (RUNTIME, "serving"), (RUNTIME[: -len("build")] + "build_busy", "serving")],
+    "runtime, while_", [(RUNTIME + "_slowly", "warming up"), (RUNTIME[: -len("build")] + "build_busy", "serving")]
 )
 def test_ctrl_c_stops_the_server_within_seconds(runtime: str, while_: str, capfd: pytest.CaptureFixture) -> None:
     """Issue 28: Ctrl-C was ignored for 40 s or more during start-up and took 60-110 s after it. A core whose loop is
@@ -132,6 +133,81 @@ def test_ctrl_c_stops_the_server_within_seconds(runtime: str, while_: str, capfd
     code, seconds = asyncio.run(interrupted())
     assert code == (130 if while_ == "warming up" else 0) and seconds < 8, (while_, code, seconds)
     assert "terminate called" not in capfd.readouterr().err
+
+
+@pytest.mark.slow
+def test_one_ctrl_c_with_sessions_pushing_and_recording_stops_everything_and_leaves_nothing(tmp_path) -> None:
+    """Issue 54: a pushing client held the stop for aiohttp's 60 s wait on open requests. One Ctrl-C now ends the
+    sessions (their MP4s finished, the pushers told why), then closes the connections and stops every process within
+    seconds, leaving no process, service folder or shared-memory ring."""
+    from tests.cluster.listening import descendants
+    from tests.serving.leftovers import service_files
+
+    argv = ["--avatar", "anna.png", "--sessions", "2", "--listen", "--device", "cpu", "--output-workers", "1"]
+    port = free_port()
+    argv += ["--mp4", "start.mp4", "--recordings", str(tmp_path), "--http", f"127.0.0.1:{port}"]
+    options = synthetic(argv)
+
+    async def interrupted() -> tuple[int, float, set[int], set[str], list]:
+        ours = descendants(os.getpid())  # this process and its helpers (multiprocessing's tracker), not the service's
+        server = asyncio.ensure_future(server_module.serve(options))
+        base = f"http://127.0.0.1:{port}"
+        async with aiohttp.ClientSession() as http:
+            for _ in range(200):  # until the sessions at start are open
+                with contextlib.suppress(aiohttp.ClientError):
+                    if len((await (await http.get(f"{base}/sessions")).json())["sessions"]) == 2:
+                        break
+                await asyncio.sleep(0.1)
+            made = await http.post(f"{base}/sessions", json={"avatar": "ben", "mp4": "client.mp4"})
+            assert made.status == 201, await made.text()
+            closes = []
+
+            async def pushing(name: str) -> None:
+                """Push 0.2 s every 0.2 s until the server closes the socket; its close code, and whether it was told a
+                segment finished."""
+                async with http.ws_connect(f"ws://127.0.0.1:{port}/push?session={name}") as ws:
+                    await ws.send_json({"type": "format", "sample_rate": 16000, "channels": 1, "encoding": "s16le"})
+                    feed = asyncio.ensure_future(every_fifth_second(ws))
+                    told = []
+                    async for message in ws:
+                        told.append(message.json()["type"])
+                    feed.cancel()
+                    closes.append((ws.close_code, "playback_finished" in told))
+
+            async def every_fifth_second(ws: aiohttp.ClientWebSocketResponse) -> None:
+                while not ws.closed:
+                    await ws.send_bytes(b"\x00\x01" * 3200)
+                    await asyncio.sleep(0.2)
+
+            pushers = [asyncio.ensure_future(pushing(name)) for name in ("0", (await made.json())["id"])]
+            await asyncio.sleep(3.0)
+            processes = descendants(os.getpid()) - ours
+            files = service_files(processes)
+            os.kill(os.getpid(), signal.SIGINT)
+            started = time.monotonic()
+            code = await asyncio.wait_for(server, 30)
+            seconds = time.monotonic() - started
+            await asyncio.wait_for(asyncio.gather(*pushers), 5)
+        return code, seconds, processes, files, closes
+
+    code, seconds, processes, files, closes = asyncio.run(interrupted())
+    assert code == 0 and seconds < 10, (code, seconds)
+    assert closes == [(1001, True)] * 2, "each pusher told its segment's end, then why its socket closes"
+    assert len(processes) >= 2 and any(f.startswith("/dev/shm/") for f in files), (processes, files)
+    left = {pid: Path(f"/proc/{pid}/cmdline").read_bytes()[:200] for pid in processes if running(pid)}
+    assert left == {}, "a process of the service is left"
+    assert [f for f in files if Path(f).exists()] == [], "a folder or ring of the service is left"
+    for name in ("start.mp4", "start-1.mp4", "client.mp4"):
+        with av.open(str(tmp_path / name)) as container:
+            assert sum(1 for _ in container.decode(video=0)) >= 50, name
+
+
+def running(pid: int) -> bool:
+    """Whether process ``pid`` still runs (an exited one its parent has not reaped yet does not)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
 
 
 def test_duration_counts_from_the_first_frame_out() -> None:

@@ -9,19 +9,23 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import os
 import signal
+import subprocess
+import sys
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import aiohttp
 import av
+import numpy as np
 import pytest
 from aiohttp import web
 
-from serving.http import create_service_app
+from serving.http import app_runner, create_service_app
 from serving.service import Service, ServiceOptions
 from serving.sessions import SessionError, SessionSpec
 from tests.streaming.conftest import free_port
@@ -41,7 +45,7 @@ async def running(
     )
     service = Service(options)
     await service.start()
-    runner = web.AppRunner(create_service_app(service))
+    runner = app_runner(create_service_app(service))
     await runner.setup()
     port = free_port()
     await web.TCPSite(runner, "127.0.0.1", port).start()
@@ -116,6 +120,99 @@ def test_sessions_of_two_avatars_come_and_go_through_the_api(tmp_path: Path, cap
 
 async def _more(http: aiohttp.ClientSession, base: str, session_id: str, count: int) -> bool:
     return await released(http, base, session_id) >= count
+
+
+def connections_made(count: list[int]) -> aiohttp.TraceConfig:
+    """A client trace that counts the connections the client opens (a request on a pooled one opens none)."""
+
+    async def made(*_) -> None:
+        count[0] += 1
+
+    trace = aiohttp.TraceConfig()
+    trace.on_connection_create_end.append(made)
+    return trace
+
+
+def test_create_and_delete_cycles_on_one_keep_alive_connection_while_sessions_push() -> None:
+    """Issue 54: under live streams the first POST after DELETEs met a dropped connection. The server closed idle
+    connections after 10 s, which aiohttp's client keeps pooled for 15 s: one reused as the server closed it dropped the
+    request (the client retries a GET or DELETE on a fresh connection, never a POST). Now every request goes over the
+    one connection the client opened, also after an idle of 12 s (past the old 10 s, within the client's 15)."""
+
+    async def scenario() -> None:
+        async with running(workers=2, admission=False) as (service, http, base):
+            live = [
+                (await (await http.post(f"{base}/sessions", json={"avatar": "anna"})).json())["id"] for _ in range(3)
+            ]
+            stop = asyncio.Event()
+            pushers = [asyncio.ensure_future(push_until(f"ws://{base[7:]}/push?session={i}", stop)) for i in live]
+            idle_opened, cycles_opened = [0], [0]
+            try:
+                async with (
+                    one_connection(idle_opened) as idle,
+                    one_connection(cycles_opened) as cycling,
+                ):
+                    assert (await idle.get(f"{base}/sessions")).status == 200
+                    idle_since = time.monotonic()
+                    before = [await released(http, base, i) for i in live]
+                    cycles = await create_and_delete(cycling, base, seconds=10.5)  # a cycle takes under a second
+                    await asyncio.sleep(max(0.0, idle_since + 12.0 - time.monotonic()))
+                    response = await idle.post(f"{base}/sessions", json={"avatar": "ben"})
+                    assert response.status == 201, "answered after an idle the client's pool allows"
+                after = [await released(http, base, i) for i in live]
+                assert (idle_opened[0], cycles_opened[0]) == (1, 1), (
+                    f"one connection each: {idle_opened[0]}, {cycles_opened[0]} opened ({cycles} cycles)"
+                )
+                assert all(a - b >= 25 * 10 for a, b in zip(after, before)), (before, after)
+                stop.set()
+                assert await asyncio.gather(*pushers) == [[]] * 3, "no pusher was told of an error"
+            finally:
+                stop.set()
+                for pusher in pushers:
+                    pusher.cancel()
+
+    asyncio.run(scenario())
+
+
+def one_connection(opened: list[int]) -> aiohttp.ClientSession:
+    """A client of one pooled connection at most, counting in ``opened`` the connections it opens (a request on the
+    pooled one opens none)."""
+
+    async def made(*_) -> None:
+        opened[0] += 1
+
+    trace = aiohttp.TraceConfig()
+    trace.on_connection_create_end.append(made)
+    return aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=1), trace_configs=[trace])
+
+
+async def create_and_delete(http: aiohttp.ClientSession, base: str, seconds: float) -> int:
+    """Two sessions created, then deleted, again and again for ``seconds``; the cycles made."""
+    cycles, started = 0, time.monotonic()
+    while time.monotonic() - started < seconds:
+        made = []
+        for _ in range(2):
+            response = await http.post(f"{base}/sessions", json={"avatar": "anna"})
+            assert response.status == 201, await response.text()
+            made.append((await response.json())["id"])
+        await asyncio.sleep(0.2)
+        for session_id in made:
+            response = await http.delete(f"{base}/sessions/{session_id}")
+            assert response.status == 200 and (await response.json())["state"] == "ended"
+        cycles += 1
+    return cycles
+
+
+async def push_until(url: str, stop: asyncio.Event) -> list[str]:
+    """Push the synthetic sound in real time into ``url`` until ``stop``; the errors the server answered."""
+    from harness.push import Pusher
+    from tests.streaming.synthetic import sound
+
+    second = np.concatenate([sound(i) for i in range(25)])  # 1 s at the output's 48 kHz
+    async with Pusher(url, 48000, 9600) as pusher:
+        while not stop.is_set():
+            await pusher.play(second)
+        return pusher.errors
 
 
 def test_bad_requests_get_clear_answers_and_capacity_is_a_503() -> None:
@@ -230,22 +327,79 @@ def test_malformed_messages_on_the_internal_sockets_are_dropped_and_every_proces
     asyncio.run(scenario())
 
 
-def test_a_failed_recording_is_told_to_pushers_and_shown_while_the_session_goes_on(tmp_path: Path) -> None:
-    (tmp_path / "blocked").write_bytes(b"a file where the recording's folder would be")
+SMALL_DISK = 64 * 1024
+"""Bytes of the file system a recording fills in the output faults' test."""
+
+
+def small_file_system(folder: Path) -> list[str] | None:
+    """A command prefix that runs a command with ``folder`` a tmpfs of SMALL_DISK bytes, in a mount namespace of its
+    own (``unshare``: nothing outside sees it); None where this machine lets no process make one."""
+    mount = f"mount -t tmpfs -o size={SMALL_DISK} tmpfs"
+    probe = subprocess.run(["unshare", "-rm", "sh", "-c", f'{mount} "$0"', str(folder)], capture_output=True)
+    if probe.returncode != 0:
+        return None
+    return ["unshare", "-rm", "sh", "-c", f'{mount} "$0" && exec "$@"', str(folder)]
+
+
+def test_an_rtmp_server_that_goes_and_comes_back_and_a_full_disk_are_told_in_the_session_state(
+    nginx_rtmp, tmp_path: Path
+) -> None:
+    """Issue 54: the service's real command line (``harness.synthetic_serve``) recording into a file system that fills
+    (a real ENOSPC) and streaming to an nginx-rtmp that stops and starts again: the recording is detached and the
+    session says why and tells its pusher, the RTMP output says it is reconnecting, then that it is back; the session
+    stays live throughout."""
+    from tests.integrations.synthetic_service import REPO, start, stop
+
+    recordings = tmp_path / "recordings"
+    recordings.mkdir()
+    prefix = small_file_system(recordings)
+    if prefix is None:
+        pytest.skip("this machine lets no process mount a small tmpfs in a namespace of its own (unshare -rm)")
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    serve = [sys.executable, "-m", "harness.synthetic_serve", "--avatar", "anchor", "--sessions", "0"]
+    serve += ["--http", f"127.0.0.1:{port}", "--recordings", str(recordings), "--output-workers", "1"]
+    server = start([*prefix, *serve], base, {**os.environ, "PYTHONPATH": str(REPO)}, 60, {})
 
     async def scenario() -> None:
-        async with running(workers=1, recordings=tmp_path) as (service, http, base):
-            created = await http.post(f"{base}/sessions", json={"avatar": "crawl", "mp4": "blocked/rec.mp4"})
-            assert created.status == 201, "the name is fine; the file cannot be created"
-            session_id = (await created.json())["id"]
-            async with http.ws_connect(f"{base}/push?session={session_id}") as ws:
-                event = await ws.receive_json(timeout=15)
-                assert event["type"] == "output_failed" and event["sink"] == "mp4" and event["message"], event
-            body = await (await http.get(f"{base}/sessions/{session_id}")).json()
-            assert body["state"] == "live" and body["error"].startswith("mp4: "), body
-            await until(lambda: _more(http, base, session_id, 50))
+        async with aiohttp.ClientSession() as http:
+            body = {"avatar": "anchor", "rtmp": nginx_rtmp.url("faults"), "mp4": "full.mp4"}
+            session_id = (await (await http.post(f"{base}/sessions", json=body)).json())["id"]
 
-    asyncio.run(scenario())
+            async def shown() -> dict:
+                return await (await http.get(f"{base}/sessions/{session_id}")).json()
+
+            async def rtmp(state: str) -> bool:
+                return (await shown())["sinks"].get("rtmp", {}).get("state") == state
+
+            async with http.ws_connect(f"{base}/push?session={session_id}") as ws:
+                told = await ws.receive_json(timeout=30)
+                assert told["type"] == "output_failed" and told["sink"] == "mp4", told
+                assert "No space left on device" in told["message"], told
+            now = await shown()
+            assert now["state"] == "live" and now["error"] == f"mp4: {told['message']}", now
+
+            async def detached() -> bool:
+                return "mp4" not in (await shown())["sinks"]
+
+            await until(detached, seconds=5)
+            await until(lambda: rtmp("connected"), seconds=10)
+            nginx_rtmp.stop()
+            await until(lambda: rtmp("reconnecting"), seconds=10)
+            away = (await shown())["sinks"]["rtmp"]
+            assert away["error"] and away["retry_in_s"] is not None and away["connected"] == 0, away
+            nginx_rtmp.start()
+            await until(lambda: rtmp("connected"), seconds=20)
+            back = await shown()
+            assert back["sinks"]["rtmp"]["reconnects"] == 1 and back["sinks"]["rtmp"]["error"] is None, back
+            assert back["state"] == "live"
+            assert (await http.delete(f"{base}/sessions/{session_id}")).status == 200
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        stop(server)
+    assert server.returncode == 0, server.stderr.read()[-3000:]
 
 
 def test_an_overloaded_session_sheds_frames_and_its_stream_keeps_wall_time(
@@ -296,7 +450,7 @@ def test_behind_seconds_is_null_until_the_first_frame() -> None:
     asyncio.run(scenario())
 
 
-def test_a_dead_output_worker_fails_only_its_sessions() -> None:
+def test_a_dead_output_worker_fails_only_its_sessions_and_is_replaced() -> None:
     async def scenario() -> None:
         async with running(workers=2) as (service, http, base):
             first = (await (await http.post(f"{base}/sessions", json={"avatar": "anna"})).json())["id"]
@@ -310,7 +464,8 @@ def test_a_dead_output_worker_fails_only_its_sessions() -> None:
                 await ws.send_json({"type": "end_of_segment"})
                 assert (await ws.receive_json(timeout=5)) == {"type": "end_of_segment", "segment": 0}
                 assert (await ws.receive_json(timeout=5)) == {"type": "playback_started", "segment": 0}
-                os.kill(service._workers[service.sessions[first].worker].process.pid, signal.SIGKILL)
+                dead = service._workers[service.sessions[first].worker]
+                os.kill(dead.process.pid, signal.SIGKILL)
                 finished = await ws.receive_json(timeout=5)
                 assert finished["type"] == "playback_finished" and finished["segment"] == 0 and finished["interrupted"]
                 failed = await ws.receive_json(timeout=5)
@@ -327,8 +482,14 @@ def test_a_dead_output_worker_fails_only_its_sessions() -> None:
             before = await released(http, base, second)
             await asyncio.sleep(1.0)
             assert await released(http, base, second) >= before + 20, "the other worker's stream goes on"
+            replacement = service._workers[dead.index]
+            await asyncio.wait_for(replacement.ready.wait(), 30)
+            assert replacement.process.pid != dead.process.pid and replacement.alive
             third = await http.post(f"{base}/sessions", json={"avatar": "ben"})
             assert third.status == 201, "the dead worker was replaced for new sessions"
+            third_id = (await third.json())["id"]
+            assert service.sessions[third_id].worker == dead.index, "the new session went to the replacement"
+            await until(lambda: _more(http, base, third_id, 10))
 
     asyncio.run(scenario())
 
@@ -337,19 +498,44 @@ async def _state(http: aiohttp.ClientSession, base: str, session_id: str, state:
     return (await (await http.get(f"{base}/sessions/{session_id}")).json())["state"] == state
 
 
-def test_a_dead_core_fails_every_session_and_the_service_says_so() -> None:
+def test_a_dead_core_fails_every_session_saying_why_answers_503_at_once_and_is_started_again() -> None:
     async def scenario() -> None:
         async with running(workers=1) as (service, http, base):
             ids = [
                 (await (await http.post(f"{base}/sessions", json={"avatar": "anna"})).json())["id"] for _ in range(2)
             ]
-            os.kill(service._core.pid, signal.SIGKILL)
-            await asyncio.wait_for(service.failed.wait(), 5)
+            async with http.ws_connect(f"{base}/push?session={ids[0]}") as ws:
+                await ws.send_json({"type": "format", "sample_rate": 16000, "channels": 1, "encoding": "s16le"})
+                assert (await ws.receive_json(timeout=5))["type"] == "ready"
+                dead = service._core.pid
+                os.kill(dead, signal.SIGKILL)
+                killed = time.monotonic()
+                response = await http.post(f"{base}/sessions", json={"avatar": "anna"})
+                refused = (await response.json())["error"]
+                assert time.monotonic() - killed < 1.0, "answered within a second, not left waiting"
+                assert response.status == 503 and "engine core exited with code -9" in refused, refused
+                assert "started again" in refused, refused
+                failed = await ws.receive_json(timeout=5)
+                assert failed["type"] == "session_failed" and "engine core exited" in failed["message"], failed
+                assert (await ws.receive(timeout=5)).data == 1011
             for session_id in ids:
                 body = await (await http.get(f"{base}/sessions/{session_id}")).json()
-                assert body["state"] == "failed" and "engine core exited" in body["error"]
+                assert body["state"] == "failed" and "engine core exited with code -9" in body["error"], body
+
+            async def created() -> bool:
+                response = await http.post(f"{base}/sessions", json={"avatar": "anna"})
+                return response.status == 201 and bool(ids.append((await response.json())["id"]) or True)
+
+            await until(created, seconds=60)
+            assert service._core.pid != dead and service.failure is None
+            await until(lambda: _more(http, base, ids[-1], 10))
+
+            service.options = dataclasses.replace(service.options, core_restarts=1)  # one restart in the window
+            os.kill(service._core.pid, signal.SIGKILL)
+            await asyncio.wait_for(service.failed.wait(), 5)
             response = await http.post(f"{base}/sessions", json={"avatar": "anna"})
-            assert response.status == 409 and "the service has failed" in await response.text()
+            refused = (await response.json())["error"]
+            assert response.status == 503 and "the service has failed" in refused and "died 2 times" in refused
 
     asyncio.run(scenario())
 

@@ -260,8 +260,8 @@ class FakeRuntime:
         controls: Controls,
         latency: str = "faithful",
     ) -> FakeSession:
-        live_sessions = [s for s in self.sessions if not s.finished]
-        if self.admission and len(live_sessions) >= CAPACITY:
+        self.sessions = deque(s for s in self.sessions if not s.finished)  # as the engine's, it keeps no ended one
+        if self.admission and len(self.sessions) >= CAPACITY:
             raise AdmissionError(f"this synthetic runtime serves at most {CAPACITY} live sessions")
         session = FakeSession(avatar, seed)
         self.sessions.append(session)

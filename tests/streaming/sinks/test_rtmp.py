@@ -76,6 +76,9 @@ def test_a_stream_arrives_whole_at_25_fps_with_audio_in_sync(nginx_rtmp) -> None
         "reconnects": 0,
         "failed_attempts": 0,
         "connected": 0,
+        "state": "connected",
+        "error": None,
+        "retry_in_s": None,
     }
 
 
@@ -126,4 +129,5 @@ def test_a_server_restart_is_survived_in_order_and_in_sync(nginx_rtmp) -> None:
     assert errors and max(errors) <= ONE_FRAME
     stats = sink.stats()
     assert stats["reconnects"] == 1 and stats["connections"] == 2
+    assert (stats["state"], stats["error"]) == ("connected", None), "back, and no error shown once it is"
     assert stats["frames_dropped"] > 0 and stats["frames_sent"] + stats["frames_dropped"] == frames
