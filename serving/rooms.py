@@ -184,12 +184,12 @@ class RoomOutput:
         the avatar removed, reconnecting failed). Raises ``ConnectionError`` saying why it could not join."""
         room = self._room = rtc.Room(loop=asyncio.get_running_loop())
 
-        async def enter() -> None:
+        async def connect() -> None:
             await room.connect(url, token, rtc.RoomOptions(auto_subscribe=False))
-            await self.attach(RoomAudioReceiver(room), room)
+            await self.enter(room)
 
         try:
-            await asyncio.wait_for(enter(), JOIN_TIMEOUT)
+            await asyncio.wait_for(connect(), JOIN_TIMEOUT)
         except (rtc.ConnectError, TimeoutError, OSError, RuntimeError) as exc:
             await room.disconnect()
             why = getattr(exc, "message", None) or str(exc) or type(exc).__name__
@@ -200,9 +200,13 @@ class RoomOutput:
                 on_left(f"the avatar left the room {room.name!r} ({rtc.DisconnectReason.Name(reason)})")
 
         room.on("disconnected", disconnected)
+        return room.name, room.local_participant.identity
+
+    async def enter(self, room: rtc.Room) -> None:
+        """In a connected ``room``: publish there, take the agent's audio from its byte streams, answer its RPCs."""
+        await self.attach(RoomAudioReceiver(room), room)
         for method, action in ((RPC_PAUSE, self.pause), (RPC_RESUME, self.resume)):
             room.local_participant.register_rpc_method(method, self._from_agent(action))
-        return room.name, room.local_participant.identity
 
     def _from_agent(self, action: Callable[[], None]) -> Callable[[rtc.RpcInvocationData], str]:
         """An RPC handler doing ``action`` when the agent whose audio this takes calls it."""
