@@ -33,7 +33,7 @@ import asyncio
 import logging
 import threading
 from collections import deque
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from concurrent import futures
 from concurrent.futures import Future
 from dataclasses import dataclass, field
@@ -60,6 +60,8 @@ QUEUED_FRAMES = 5
 """Released frames waiting for the synchronizer at most; older ones are dropped (a room that stalls slows no one)."""
 SYNC_QUEUE_MS = 100
 """The synchronizer's video queue and the audio source's queue, as LiveKit's own avatar runner sets them."""
+RECEIVE_FRAME_MS = 1000 // FPS
+"""The agent's audio reaches the session in frames of one video frame's length."""
 NEVER = 1 << 62
 RPC_PAUSE = "ditto.pause"
 RPC_RESUME = "ditto.resume"
@@ -511,12 +513,18 @@ class RoomOutput:
 
 
 class RoomAudioReceiver(DataStreamAudioReceiver):
-    """``DataStreamAudioReceiver`` whose ``lk.clear_buffer`` handler belongs to its own room.
+    """``DataStreamAudioReceiver`` whose ``lk.clear_buffer`` handler belongs to its own room, which lets go of every
+    byte stream it stops reading, and hands on the agent's audio in frames of one video frame.
 
-    The stock receiver keeps its handlers in one table per process, by the agent's identity: two rooms of one worker
-    whose agents share an identity would answer each other's clears. A worker serves many rooms, so each receiver
-    registers its handler on its own room's participant. It also counts the byte streams it takes, so that a clear
-    that drops a whole segment before any of it was read still answers it (``RoomOutput._held_segments``)."""
+    The stock receiver (livekit-agents 1.8 and 2.0.0b1 alike) ends a segment when its stream's trailer comes, when a
+    newer stream arrives while it is open (the trailer was lost), when a clear discards it, or after
+    ``STREAM_IDLE_TIMEOUT`` (10 s) with no chunk (``_iter_reader``). It keeps its clear handlers in one table per
+    process, by the agent's identity: two rooms of one worker whose agents share an identity would answer each other's
+    clears, so each receiver here registers its handler on its own room's participant. A stream it ends early stays
+    subscribed to the FFI's events for the life of the process (its reader is never closed): here it is closed. Its
+    100 ms frames would hold each segment's first 100 ms back from the session; here a frame is 40 ms. It also counts
+    the byte streams it takes, so that a clear that drops a whole segment before any of it was read still answers it
+    (``RoomOutput._held_segments``)."""
 
     def _register_clear_buffer_rpc(
         self, room: rtc.Room, *, caller_identity: str, handler: Callable[[rtc.RpcInvocationData], str]
@@ -524,8 +532,15 @@ class RoomAudioReceiver(DataStreamAudioReceiver):
         room.local_participant.register_rpc_method(RPC_CLEAR_BUFFER, handler)
 
     def __init__(self, room: rtc.Room) -> None:
-        super().__init__(room)
+        super().__init__(room, frame_size_ms=RECEIVE_FRAME_MS)
         self._stream_readers = _Counted()
+
+    async def _iter_reader(self, reader: rtc.ByteStreamReader) -> AsyncIterator[bytes]:
+        try:
+            async for chunk in super()._iter_reader(reader):
+                yield chunk
+        finally:
+            reader.close()  # a no-op once its trailer was read
 
     def streams_taken(self) -> int:
         """Byte streams (agent segments) this receiver has begun to read or read whole."""
