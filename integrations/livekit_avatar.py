@@ -301,14 +301,18 @@ class DittoAvatarSession(AvatarSession):
         api_key: str,
         api_secret: str,
         identity: str = "ditto-avatar",
+        latency: str = "faithful",
         options: dict[str, Any] | None = None,
     ) -> None:
         """``url``: the service's base URL and ``token`` its token (``apps.serve --token``); ``avatar`` a registered
-        avatar's name; the LiveKit URL and key pair mint the avatar's room token; ``options``: more fields of the
-        session (``latency``, ``overlap``, ``seed``, ``controls``, ``rtmp``, ``preview``: docs/service.md)."""
+        avatar's name; the LiveKit URL and key pair mint the avatar's room token; ``latency``: the session's mode,
+        ``"faithful"`` or ``"low"`` (``engine.latency``: windows every 120 ms, frames released at once), as the pipecat
+        service takes it; ``options``: more fields of the session (``overlap``, ``seed``, ``controls``, ``rtmp``,
+        ``preview``: docs/service.md)."""
         super().__init__()
         self.url = url.rstrip("/")
         self.avatar = avatar
+        self.latency = latency
         self._headers = {"Authorization": f"Bearer {token}"} if token else {}
         self.livekit_url, self.api_key, self.api_secret = livekit_url, api_key, api_secret
         self._identity = identity
@@ -342,7 +346,7 @@ class DittoAvatarSession(AvatarSession):
         404 an unknown avatar, 502 the avatar could not join)."""
         await super().start(agent_session, room)
         livekit = {"url": self.livekit_url, "token": self.token(room.name, room.local_participant.identity)}
-        body = {**self.options, "avatar": self.avatar, "livekit": livekit}
+        body = {**self.options, "avatar": self.avatar, "latency": self.latency, "livekit": livekit}
         timeout = aiohttp.ClientTimeout(total=START_TIMEOUT_S)
         async with (
             aiohttp.ClientSession(headers=self._headers, timeout=timeout) as http,

@@ -27,10 +27,13 @@ pytest.importorskip("livekit.agents", reason=INTEGRATIONS_HINT)
 import aiohttp
 from aiohttp import web
 
+from integrations.livekit_avatar import DittoAvatarSession
+from integrations.livekit_compat import LiveSession
 from serving.http import create_service_app
 from serving.protocol import OutputFailed
 from serving.service import Service, ServiceOptions
 from streaming.encoders.room_cost import ROOM
+from tests.integrations.loopback_room import room_pair
 from tests.integrations.room_service import RUNTIME, call, harness, say, speech, until
 from tests.streaming.conftest import free_port
 from tests.streaming.synthetic_runtime import AVATARS
@@ -186,6 +189,10 @@ async def service() -> AsyncIterator[tuple[Service, aiohttp.ClientSession, str]]
 
 
 def test_a_bad_livekit_field_is_a_400_naming_it_and_a_room_not_joined_a_502_leaving_no_session() -> None:
+    """Over the service's HTTP API; the last two requests are the agent's ``DittoAvatarSession.start``, whose
+    ``latency`` goes into the session's request (a bad one is the service's 400 naming it, ``low`` is taken and the
+    service goes on to join the room)."""
+
     async def scenario() -> None:
         async with service() as (_, http, base):
             good = {"url": "ws://127.0.0.1:1", "token": "a.b.c"}
@@ -197,11 +204,16 @@ def test_a_bad_livekit_field_is_a_400_naming_it_and_a_room_not_joined_a_502_leav
             ]:
                 answer = await http.post(f"{base}/sessions", json={"avatar": "anchor", "livekit": livekit})
                 assert answer.status == 400 and says in (await answer.json())["error"], (livekit, await answer.text())
-            nobody = {**good, "url": f"ws://127.0.0.1:{free_port()}"}
-            started = time.monotonic()
-            answer = await http.post(f"{base}/sessions", json={"avatar": "anchor", "livekit": nobody})
-            assert answer.status == 502 and "could not join the LiveKit room" in (await answer.json())["error"]
-            assert time.monotonic() - started < 20
+            nobody = f"ws://127.0.0.1:{free_port()}"
+            for latency, says in [("fastest", '(400): "latency" is one of faithful, low'), ("low", "(502)")]:
+                avatar = DittoAvatarSession(base, livekit_url=nobody, api_key="k", api_secret="s" * 32, latency=latency)
+                started = time.monotonic()
+                with pytest.raises(RuntimeError) as refused:
+                    await avatar.start(LiveSession(), room_pair()[0])
+                await avatar.aclose()
+                assert says in str(refused.value), refused.value
+                assert time.monotonic() - started < 20
+            assert "could not join the LiveKit room" in str(refused.value)
             listing = await (await http.get(f"{base}/sessions")).json()
             assert listing["sessions"] == [], "a session whose avatar could not join is ended and not listed"
 
