@@ -37,10 +37,12 @@ class RoomTracks:
         self.audio, self.video = audio, video
         self._offsets: deque[float] = deque(maxlen=OFFSETS_KEPT)
         self._showing: set[asyncio.TimerHandle] = set()
-        self.counters = {"frames": 0, "given_back": 0}
+        self.given_back = 0
+        """Silent frames dropped to give the latency a stall added back."""
 
     @classmethod
     def create(cls, width: int, height: int) -> RoomTracks:
+        """New sources for ``width`` x ``height`` pictures and 48 kHz mono sound."""
         return cls(rtc.AudioSource(AUDIO_RATE, 1, queue_size_ms=AUDIO_QUEUE_MS), rtc.VideoSource(width, height))
 
     async def push(self, picture: rtc.VideoFrame, audio: np.ndarray) -> None:
@@ -48,12 +50,11 @@ class RoomTracks:
         audio frame, which LiveKit would drop and so put the sound a slot behind). Waits while the audio queue is
         full."""
         if not audio.any() and self.audio.queued_duration > SLOT_S:
-            self.counters["given_back"] += 1
+            self.given_back += 1
             return
         samples = np.zeros(AUDIO_SAMPLES_PER_FRAME, np.float32)
         samples[: min(audio.size, samples.size)] = audio[: samples.size]
         await self.audio.capture_frame(rtc.AudioFrame(to_s16(samples), AUDIO_RATE, 1, samples.size))
-        self.counters["frames"] += 1
         starts = time.monotonic() + self.audio.queued_duration - SLOT_S
         delay = starts - time.monotonic()
         if delay <= 0:
@@ -69,11 +70,11 @@ class RoomTracks:
         self._offsets.append(abs(time.monotonic() - starts))
 
     def stats(self) -> dict[str, float]:
-        """Frames sent, silent ones dropped to give latency back, the sound queued now and the worst recent offset of
-        a picture from the start of its sound (ms)."""
+        """Silent frames given back, the sound queued now and the worst recent offset of a picture from the start of
+        its sound (ms)."""
         worst = max(self._offsets, default=0.0)
         return {
-            **self.counters,
+            "given_back": self.given_back,
             "audio_queued_ms": round(self.audio.queued_duration * 1000, 1),
             "av_offset_ms_max": round(worst * 1000, 1),
         }
