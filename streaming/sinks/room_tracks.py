@@ -4,9 +4,10 @@ LiveKit's ``AVSynchronizer`` paces the two apart: pictures by a frame-rate contr
 late ones at once to catch up; sound by the audio source's queue, which drains only in real time. So one stall of the
 frames' producer (a busy loop, a late release) leaves the sound up to the queue's depth (100 ms) behind the pictures
 for as long as the stream lasts. Here the audio source is the clock: a frame's sound is queued, and its picture is
-captured when that sound begins to play out (``AudioSource.queued_duration`` from now, LiveKit's own account of its
-queue). A silent frame that comes while more than a frame of sound is still queued is dropped whole (the picture
-held one slot more), which gives the latency a stall added back at the next silence.
+captured when that sound begins to play out, once the sound queued before it has (``AudioSource.queued_duration`` at
+the moment it is queued: LiveKit's own account of its queue). A silent frame that comes while more than a frame of
+sound is still queued is dropped whole (the picture held one slot more), which gives the latency a stall added back at
+the next silence.
 """
 
 from __future__ import annotations
@@ -54,8 +55,8 @@ class RoomTracks:
             return
         samples = np.zeros(AUDIO_SAMPLES_PER_FRAME, np.float32)
         samples[: min(audio.size, samples.size)] = audio[: samples.size]
+        starts = time.monotonic() + self.audio.queued_duration  # after the sound queued before it
         await self.audio.capture_frame(rtc.AudioFrame(to_s16(samples), AUDIO_RATE, 1, samples.size))
-        starts = time.monotonic() + self.audio.queued_duration - SLOT_S
         delay = starts - time.monotonic()
         if delay <= 0:
             self._show(picture, starts, None)
