@@ -57,7 +57,7 @@ log = logging.getLogger("serving.rooms")
 JOIN_TIMEOUT = 15.0
 """Seconds the avatar has to connect to the room and publish its tracks."""
 QUEUED_FRAMES = 5
-"""Released frames waiting for the synchronizer at most; older ones are dropped (a room that stalls slows no one)."""
+"""Released frames waiting for the room's tracks at most; older ones are dropped (a room that stalls slows no one)."""
 RECEIVE_FRAME_MS = 1000 // FPS
 """The agent's audio reaches the session in frames of one video frame's length."""
 NEVER = 1 << 62

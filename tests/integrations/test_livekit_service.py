@@ -1,12 +1,12 @@
 """LiveKit rooms as an output of the service, with no LiveKit server (none installs here).
 
-The service's own pieces run as in production, over their real sockets and shared memory: the engine core (the
-synthetic runtime: frames on a live clock, no model) and an output worker, each on a thread of this process, the test
-standing in for the front end. Only the room's connection is left out: the worker's ``join`` attaches the room output
-to a ``QueueAudioOutput``, the real livekit-agents class that is both an agent's audio output and an avatar's receiver,
-so the agent's side (capture, flush, clear, ``wait_for_playout``) is LiveKit's own, and the frames go through LiveKit's
-real ``AVSynchronizer`` and sources. The last tests run the service's processes as ``apps.serve`` does: a bad
-``livekit`` field is a 400 naming it, a room that cannot be joined a 502 and no session left behind.
+The service's own pieces run as in production (``room_service``: the engine core on the synthetic runtime and an
+output worker over their real sockets and shared memory, the test as their front end). Only the room's connection is
+left out: the room output takes the agent's audio from a ``QueueAudioOutput``, the real livekit-agents class that is
+both an agent's audio output and an avatar's receiver, so the agent's side (capture, flush, clear,
+``wait_for_playout``) is LiveKit's own, and the frames go to LiveKit's real audio and video sources. The last tests
+run the service's processes as ``apps.serve`` does: a bad ``livekit`` field is a 400 naming it, a room that cannot be
+joined a 502 and no session left behind. (Byte streams and RPCs: ``test_livekit_streams.py``.)
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ def test_a_room_session_plays_speech_reports_it_once_and_a_clear_is_answered_at_
             sent, started = room.counters["frames_sent"], time.monotonic()
             await asyncio.sleep(1.0)
             rate = (room.counters["frames_sent"] - sent) / (time.monotonic() - started)
-            assert rate == pytest.approx(25, abs=3), "pictures reach the room's synchronizer at 25 fps"
+            assert rate == pytest.approx(25, abs=3), "pictures reach the room's tracks at 25 fps"
 
             await h.on_rooms(say(agent, 0.4))
             done = await h.on_rooms(asyncio.wait_for(agent.wait_for_playout(), 5))
