@@ -67,8 +67,8 @@ class RoomTracks:
 
     def _show(self, picture: rtc.VideoFrame, starts: float, handle: asyncio.TimerHandle | None) -> None:
         self._showing.discard(handle)
-        self.video.capture_frame(picture)
         self._offsets.append(abs(time.monotonic() - starts))
+        self.video.capture_frame(picture)
 
     def stats(self) -> dict[str, float]:
         """Silent frames given back, the sound queued now and the worst recent offset of a picture from the start of

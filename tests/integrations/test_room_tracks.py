@@ -83,8 +83,8 @@ def test_pictures_leave_with_their_sound_after_a_stall_and_the_added_latency_is_
     audio, video, tracks, stats = asyncio.run(scenario())
     assert len(video.shown) == len(audio.starts) == FRAMES - tracks.given_back
     offsets = np.abs(np.array(video.shown) - np.array(audio.starts)) * 1000
-    assert offsets.max() < 20, f"a picture left {offsets.max():.1f} ms from its sound (at most 40 ms)"
+    assert offsets.max() < 40, f"a picture left {offsets.max():.1f} ms from its sound"
     assert max(audio.queued) > 0.05, "the stall's frames filled the audio queue (the case being tested)"
     assert audio.speech == SPEECH_UNTIL and tracks.given_back >= 1, "silent frames given back, no speech"
-    assert stats["audio_queued_ms"] <= 45 and stats["av_offset_ms_max"] < 20, stats
+    assert stats["audio_queued_ms"] <= 45 and stats["av_offset_ms_max"] < 40, stats
     assert set(audio.sizes) == {AUDIO_SAMPLES_PER_FRAME}, "one slot of sound with every picture, never an empty frame"
