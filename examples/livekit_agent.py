@@ -12,7 +12,7 @@ run there: the service's room output is tested against LiveKit's own agent class
 agent in it, for example from the LiveKit Agents Playground (https://agents-playground.livekit.io) connected to the
 same server: the avatar joins, and the agent says the bundled sentence when you join and every few seconds after (a
 stand-in for STT, LLM and TTS: no API key needed). Replace ``say_the_clip`` with your STT, LLM and TTS for a real agent:
-``AgentSession(stt=..., llm=..., tts=...)``. Without official checkpoints the service runs random weights: the avatar
+``LiveSession(stt=..., llm=..., tts=...)``. Without official checkpoints the service runs random weights: the avatar
 moves but is not a face.
 """
 
@@ -25,9 +25,10 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 from livekit import rtc
-from livekit.agents import Agent, AgentServer, AgentSession, JobContext, cli
+from livekit.agents import Agent, AgentServer, JobContext, cli
 
 from integrations.livekit_avatar import DittoAvatarSession
+from integrations.livekit_compat import LiveSession  # livekit-agents' AgentSession (1.8), LiveSession (2.0)
 
 CLIP = Path(__file__).resolve().parents[1] / "engine" / "assets" / "demo_speech.wav"
 CHUNK_S = 0.02
@@ -45,7 +46,7 @@ async def clip_frames(clip: Path = CLIP) -> AsyncIterator[rtc.AudioFrame]:
         yield rtc.AudioFrame(pcm[start : start + step], rate, channels, step // (2 * channels))
 
 
-async def say_the_clip(session: AgentSession) -> None:
+async def say_the_clip(session: LiveSession) -> None:
     """The stand-in for a conversation: the sentence, a pause, again, until the job ends."""
     while True:
         await session.say("(the bundled sentence)", audio=clip_frames())
@@ -56,7 +57,7 @@ async def say_the_clip(session: AgentSession) -> None:
 async def entrypoint(ctx: JobContext) -> None:
     """One job per room: connect, put the avatar in (the service answers once it is there), start talking."""
     await ctx.connect()
-    session = AgentSession()
+    session = LiveSession()
     avatar = DittoAvatarSession(
         os.environ.get("DITTO_URL", "http://127.0.0.1:8080"),
         token=os.environ.get("DITTO_TOKEN"),

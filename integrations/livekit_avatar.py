@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Any
 
 import aiohttp
@@ -31,7 +31,6 @@ from livekit.agents.voice.avatar import (
     AvatarOptions,
     AvatarRunner,
     AvatarSession,
-    DataStreamAudioOutput,
     DataStreamAudioReceiver,
     QueueAudioOutput,
     VideoGenerator,
@@ -42,14 +41,13 @@ from engine.audio.pcm import to_s16
 from engine.runtime import SessionClosed
 from engine.runtime.backpressure import push_when_room
 from engine.timebase import FPS
+from integrations.livekit_compat import RPC_PLAYBACK_FINISHED, RPC_PLAYBACK_STARTED, DataStreamOutput, LiveSession
 from integrations.slots import SlotPicker
 from serving.rooms import RPC_PAUSE, RPC_RESUME
 from streaming.playback import PlaybackEvents
 from streaming.sources.push import ProtocolError, PushFormat, decode_chunk
 
 if TYPE_CHECKING:
-    from livekit.agents import AgentSession
-
     from avatars.cache import Avatar
     from engine.runtime.runtime import Runtime
     from engine.runtime.session import Session
@@ -238,14 +236,28 @@ async def run_in_process(
 # -- the agent's side ---------------------------------------------------------------------------
 
 
-class DittoAudioOutput(DataStreamAudioOutput):
+class DittoAudioOutput(DataStreamOutput):
     """LiveKit's ``DataStreamAudioOutput`` to the service's avatar, which can pause: the agent's false-interruption
     handling (``resume_false_interruption``) then holds the avatar's speech and resumes it where it stopped, where the
-    stock output (no pause) restarts or loses the sentence. ``pause`` and ``resume`` are RPCs to the avatar."""
+    stock output (no pause) restarts or loses the sentence. ``pause`` and ``resume`` are RPCs to the avatar.
+
+    Its clears follow livekit-agents 1.8.9's rules in every release (``integrations.livekit_compat``), and the avatar's
+    playback RPCs reach the output of their own room: the stock output keeps their handlers in one table per process
+    by the avatar's identity, so two rooms of one agent process with avatars of one name answered each other."""
 
     def __init__(self, room: rtc.Room, *, destination_identity: str, **options: Any) -> None:
         super().__init__(room, destination_identity=destination_identity, **options)
         self._capabilities = AudioOutputCapabilities(pause=True)
+
+    def _register_playback_finished_rpc(
+        self, room: rtc.Room, *, caller_identity: str, handler: Callable[[rtc.RpcInvocationData], str]
+    ) -> None:
+        room.local_participant.register_rpc_method(RPC_PLAYBACK_FINISHED, handler)
+
+    def _register_playback_started_rpc(
+        self, room: rtc.Room, *, caller_identity: str, handler: Callable[[rtc.RpcInvocationData], str]
+    ) -> None:
+        room.local_participant.register_rpc_method(RPC_PLAYBACK_STARTED, handler)
 
     def pause(self) -> None:
         AudioOutput.pause(self)  # the stock output's pause only warns that it cannot
@@ -289,14 +301,18 @@ class DittoAvatarSession(AvatarSession):
         api_key: str,
         api_secret: str,
         identity: str = "ditto-avatar",
+        latency: str = "faithful",
         options: dict[str, Any] | None = None,
     ) -> None:
         """``url``: the service's base URL and ``token`` its token (``apps.serve --token``); ``avatar`` a registered
-        avatar's name; the LiveKit URL and key pair mint the avatar's room token; ``options``: more fields of the
-        session (``latency``, ``overlap``, ``seed``, ``controls``, ``rtmp``, ``preview``: docs/service.md)."""
+        avatar's name; the LiveKit URL and key pair mint the avatar's room token; ``latency``: the session's mode,
+        ``"faithful"`` or ``"low"`` (``engine.latency``: windows every 120 ms, frames released at once), as the pipecat
+        service takes it; ``options``: more fields of the session (``overlap``, ``seed``, ``controls``, ``rtmp``,
+        ``preview``: docs/service.md)."""
         super().__init__()
         self.url = url.rstrip("/")
         self.avatar = avatar
+        self.latency = latency
         self._headers = {"Authorization": f"Bearer {token}"} if token else {}
         self.livekit_url, self.api_key, self.api_secret = livekit_url, api_key, api_secret
         self._identity = identity
@@ -324,13 +340,13 @@ class DittoAvatarSession(AvatarSession):
             .to_jwt()
         )
 
-    async def start(self, agent_session: AgentSession, room: rtc.Room) -> None:
+    async def start(self, agent_session: LiveSession, room: rtc.Room) -> None:
         """Ask the service for an avatar session in ``room`` (it answers once the avatar is in), then send the agent's
         audio to it. RuntimeError with the service's status and reason when it refuses (503 full, 400 a bad field,
         404 an unknown avatar, 502 the avatar could not join)."""
         await super().start(agent_session, room)
         livekit = {"url": self.livekit_url, "token": self.token(room.name, room.local_participant.identity)}
-        body = {**self.options, "avatar": self.avatar, "livekit": livekit}
+        body = {**self.options, "avatar": self.avatar, "latency": self.latency, "livekit": livekit}
         timeout = aiohttp.ClientTimeout(total=START_TIMEOUT_S)
         async with (
             aiohttp.ClientSession(headers=self._headers, timeout=timeout) as http,

@@ -6,7 +6,8 @@ protocol is LiveKit Agents' avatar protocol (``livekit.agents.voice.avatar``), i
 
 - **Out.** ``RoomOutput`` is a sink of the session's output (``streaming.output.SessionOutput``, the output clock
   that releases one frame per 1/25 s slot): each released frame's I420 picture (LiveKit's native buffer: no RGB round
-  trip) and its 48 kHz audio go through LiveKit's ``AVSynchronizer`` to the room's video and audio tracks.
+  trip) and its 48 kHz audio go to the room's video and audio tracks in step (``streaming.sinks.room_tracks``: the
+  picture leaves when its sound starts to).
 - **In.** The agent's TTS audio arrives as ``lk.audio_stream`` byte streams (``DataStreamAudioReceiver``), one per
   speech segment; it is decoded as the push WebSocket decodes PCM and pushed into the session the same way
   (``serving.sessions.RemoteSession``: the engine core's backpressure slows the receiver, never drops audio). A
@@ -33,7 +34,7 @@ import asyncio
 import logging
 import threading
 from collections import deque
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from concurrent import futures
 from concurrent.futures import Future
 from dataclasses import dataclass, field
@@ -45,21 +46,20 @@ from livekit import rtc
 from livekit.agents.voice.avatar import AudioReceiver, AudioSegmentEnd, DataStreamAudioReceiver, QueueAudioOutput
 from livekit.agents.voice.avatar._datastream_io import RPC_CLEAR_BUFFER
 
-from engine.audio.pcm import to_s16
 from engine.timebase import FPS
 from serving.client import CoreClient
 from serving.sessions import SessionError
-from streaming.frames import AUDIO_RATE
 from streaming.output import EncodedFrame
+from streaming.sinks.room_tracks import RoomTracks
 from streaming.sources.push import ProtocolError, PushFormat, decode_chunk
 
 log = logging.getLogger("serving.rooms")
 JOIN_TIMEOUT = 15.0
 """Seconds the avatar has to connect to the room and publish its tracks."""
 QUEUED_FRAMES = 5
-"""Released frames waiting for the synchronizer at most; older ones are dropped (a room that stalls slows no one)."""
-SYNC_QUEUE_MS = 100
-"""The synchronizer's video queue and the audio source's queue, as LiveKit's own avatar runner sets them."""
+"""Released frames waiting for the room's tracks at most; older ones are dropped (a room that stalls slows no one)."""
+RECEIVE_FRAME_MS = 1000 // FPS
+"""The agent's audio reaches the session in frames of one video frame's length."""
 NEVER = 1 << 62
 RPC_PAUSE = "ditto.pause"
 RPC_RESUME = "ditto.resume"
@@ -114,9 +114,8 @@ class RoomOutput:
     def __init__(self, audio: SessionAudio, width: int, height: int, loop: asyncio.AbstractEventLoop) -> None:
         self.audio, self.width, self.height, self._loop = audio, width, height, loop
         self.receiver: AudioReceiver | None = None
-        self._sync: rtc.AVSynchronizer | None = None
-        self._sources: tuple[rtc.AudioSource, rtc.VideoSource] | None = None
-        self._queued: deque[tuple[rtc.VideoFrame, rtc.AudioFrame]] = deque()
+        self.tracks: RoomTracks | None = None
+        self._queued: deque[tuple[rtc.VideoFrame, np.ndarray]] = deque()
         self._queue_changed = asyncio.Event()
         self._tasks: set[asyncio.Task] = set()
         self._room: rtc.Room | None = None
@@ -161,17 +160,12 @@ class RoomOutput:
 
     async def attach(self, receiver: AudioReceiver, room: rtc.Room | None = None) -> None:
         """Start taking the agent's audio from ``receiver`` and publishing frames (tracks of ``room``, when given)."""
-        audio_source = rtc.AudioSource(AUDIO_RATE, 1, queue_size_ms=SYNC_QUEUE_MS)
-        video_source = rtc.VideoSource(self.width, self.height)
-        self._sources = (audio_source, video_source)
-        self._sync = rtc.AVSynchronizer(
-            audio_source=audio_source, video_source=video_source, video_fps=FPS, video_queue_size_ms=SYNC_QUEUE_MS
-        )
+        tracks = self.tracks = RoomTracks.create(self.width, self.height)
         if room is not None:
             publish = room.local_participant.publish_track
-            audio_track = rtc.LocalAudioTrack.create_audio_track("avatar_audio", audio_source)
+            audio_track = rtc.LocalAudioTrack.create_audio_track("avatar_audio", tracks.audio)
             await publish(audio_track, rtc.TrackPublishOptions(source=rtc.TrackSource.SOURCE_MICROPHONE))
-            video_track = rtc.LocalVideoTrack.create_video_track("avatar_video", video_source)
+            video_track = rtc.LocalVideoTrack.create_video_track("avatar_video", tracks.video)
             await publish(video_track, rtc.TrackPublishOptions(source=rtc.TrackSource.SOURCE_CAMERA))
         self.receiver = receiver
         receiver.on("clear_buffer", self._clear)
@@ -184,12 +178,12 @@ class RoomOutput:
         the avatar removed, reconnecting failed). Raises ``ConnectionError`` saying why it could not join."""
         room = self._room = rtc.Room(loop=asyncio.get_running_loop())
 
-        async def enter() -> None:
+        async def connect() -> None:
             await room.connect(url, token, rtc.RoomOptions(auto_subscribe=False))
-            await self.attach(RoomAudioReceiver(room), room)
+            await self.enter(room)
 
         try:
-            await asyncio.wait_for(enter(), JOIN_TIMEOUT)
+            await asyncio.wait_for(connect(), JOIN_TIMEOUT)
         except (rtc.ConnectError, TimeoutError, OSError, RuntimeError) as exc:
             await room.disconnect()
             why = getattr(exc, "message", None) or str(exc) or type(exc).__name__
@@ -200,9 +194,13 @@ class RoomOutput:
                 on_left(f"the avatar left the room {room.name!r} ({rtc.DisconnectReason.Name(reason)})")
 
         room.on("disconnected", disconnected)
+        return room.name, room.local_participant.identity
+
+    async def enter(self, room: rtc.Room) -> None:
+        """In a connected ``room``: publish there, take the agent's audio from its byte streams, answer its RPCs."""
+        await self.attach(RoomAudioReceiver(room), room)
         for method, action in ((RPC_PAUSE, self.pause), (RPC_RESUME, self.resume)):
             room.local_participant.register_rpc_method(method, self._from_agent(action))
-        return room.name, room.local_participant.identity
 
     def _from_agent(self, action: Callable[[], None]) -> Callable[[rtc.RpcInvocationData], str]:
         """An RPC handler doing ``action`` when the agent whose audio this takes calls it."""
@@ -442,7 +440,7 @@ class RoomOutput:
 
     def send(self, frame: EncodedFrame) -> None:
         """One released frame, to the room (never blocks the output clock)."""
-        if self._closed or self._sync is None or frame.picture is None:  # not in a room (yet), or left
+        if self._closed or self.tracks is None or frame.picture is None:  # not in a room (yet), or left
             return
         picture, audio = frame.picture, frame.audio
         if frame.speech and frame.segment <= self._cut:
@@ -454,25 +452,23 @@ class RoomOutput:
         elif not frame.repeat:
             self._idle = picture
         video = rtc.VideoFrame(self.width, self.height, rtc.VideoBufferType.I420, picture.tobytes())
-        sound = rtc.AudioFrame(to_s16(audio), AUDIO_RATE, 1, audio.size)
-        self._loop.call_soon_threadsafe(self._offer, video, sound)
+        self._loop.call_soon_threadsafe(self._offer, video, audio)
 
-    def _offer(self, video: rtc.VideoFrame, sound: rtc.AudioFrame) -> None:
-        self._queued.append((video, sound))
+    def _offer(self, video: rtc.VideoFrame, audio: np.ndarray) -> None:
+        self._queued.append((video, audio))
         while len(self._queued) > QUEUED_FRAMES:
             self._queued.popleft()
             self.counters["frames_dropped"] += 1
         self._queue_changed.set()
 
     async def _publish(self) -> None:
-        """Frames to the room's tracks through LiveKit's synchronizer, which paces them in real time."""
+        """Frames to the room's tracks, paced in real time by the audio source (``RoomTracks``)."""
         while True:
             await self._queue_changed.wait()
             self._queue_changed.clear()
             while self._queued:
-                video, sound = self._queued.popleft()
-                await self._sync.push(video)
-                await self._sync.push(sound)
+                video, audio = self._queued.popleft()
+                await self.tracks.push(video, audio)
                 self.counters["frames_sent"] += 1
 
     def close(self) -> None:
@@ -495,24 +491,29 @@ class RoomOutput:
         await asyncio.gather(*tasks, return_exceptions=True)
         if self.receiver is not None:
             await self.receiver.aclose()
-        if self._sync is not None:
-            await self._sync.aclose()
-            for source in self._sources:
-                await source.aclose()
+        if self.tracks is not None:
+            await self.tracks.aclose()
         if self._room is not None:
             await self._room.disconnect()
 
-    def stats(self) -> dict[str, int]:
-        return dict(self.counters)
+    def stats(self) -> dict[str, float]:
+        """The counters, and the tracks' (``RoomTracks.stats``: the sound queued, the worst picture-to-sound offset)."""
+        return {**self.counters, **(self.tracks.stats() if self.tracks is not None else {})}
 
 
 class RoomAudioReceiver(DataStreamAudioReceiver):
-    """``DataStreamAudioReceiver`` whose ``lk.clear_buffer`` handler belongs to its own room.
+    """``DataStreamAudioReceiver`` whose ``lk.clear_buffer`` handler belongs to its own room, which lets go of every
+    byte stream it stops reading, and hands on the agent's audio in frames of one video frame.
 
-    The stock receiver keeps its handlers in one table per process, by the agent's identity: two rooms of one worker
-    whose agents share an identity would answer each other's clears. A worker serves many rooms, so each receiver
-    registers its handler on its own room's participant. It also counts the byte streams it takes, so that a clear
-    that drops a whole segment before any of it was read still answers it (``RoomOutput._held_segments``)."""
+    The stock receiver (livekit-agents 1.8 and 2.0.0b1 alike) ends a segment when its stream's trailer comes, when a
+    newer stream arrives while it is open (the trailer was lost), when a clear discards it, or after
+    ``STREAM_IDLE_TIMEOUT`` (10 s) with no chunk (``_iter_reader``). It keeps its clear handlers in one table per
+    process, by the agent's identity: two rooms of one worker whose agents share an identity would answer each other's
+    clears, so each receiver here registers its handler on its own room's participant. A stream it ends early stays
+    subscribed to the FFI's events for the life of the process (its reader is never closed): here it is closed. Its
+    100 ms frames would hold each segment's first 100 ms back from the session; here a frame is 40 ms. It also counts
+    the byte streams it takes, so that a clear that drops a whole segment before any of it was read still answers it
+    (``RoomOutput._held_segments``)."""
 
     def _register_clear_buffer_rpc(
         self, room: rtc.Room, *, caller_identity: str, handler: Callable[[rtc.RpcInvocationData], str]
@@ -520,8 +521,15 @@ class RoomAudioReceiver(DataStreamAudioReceiver):
         room.local_participant.register_rpc_method(RPC_CLEAR_BUFFER, handler)
 
     def __init__(self, room: rtc.Room) -> None:
-        super().__init__(room)
+        super().__init__(room, frame_size_ms=RECEIVE_FRAME_MS)
         self._stream_readers = _Counted()
+
+    async def _iter_reader(self, reader: rtc.ByteStreamReader) -> AsyncIterator[bytes]:
+        try:
+            async for chunk in super()._iter_reader(reader):
+                yield chunk
+        finally:
+            reader.close()  # a no-op once its trailer was read
 
     def streams_taken(self) -> int:
         """Byte streams (agent segments) this receiver has begun to read or read whole."""

@@ -31,9 +31,9 @@ if not os.environ.get("LIVEKIT_URL"):
 
 import aiohttp
 from livekit import api, rtc
-from livekit.agents import AgentSession
 
 from integrations.livekit_avatar import DittoAvatarSession
+from integrations.livekit_compat import LiveSession
 from tests.integrations.synthetic_service import start, stop
 from tests.streaming.conftest import free_port
 
@@ -99,7 +99,7 @@ def test_an_agent_talks_through_the_service_s_avatar_in_a_livekit_room(service_u
                 asyncio.ensure_future(read())
 
         await room.connect(URL, token)
-        agent = AgentSession()
+        agent = LiveSession()
         avatar = DittoAvatarSession(service_url, token=TOKEN, livekit_url=URL, api_key=KEY, api_secret=SECRET)
         try:
             await avatar.start(agent, room)

@@ -1,12 +1,12 @@
 """LiveKit rooms as an output of the service, with no LiveKit server (none installs here).
 
-The service's own pieces run as in production, over their real sockets and shared memory: the engine core (the
-synthetic runtime: frames on a live clock, no model) and an output worker, each on a thread of this process, the test
-standing in for the front end. Only the room's connection is left out: the worker's ``join`` attaches the room output
-to a ``QueueAudioOutput``, the real livekit-agents class that is both an agent's audio output and an avatar's receiver,
-so the agent's side (capture, flush, clear, ``wait_for_playout``) is LiveKit's own, and the frames go through LiveKit's
-real ``AVSynchronizer`` and sources. The last tests run the service's processes as ``apps.serve`` does: a bad
-``livekit`` field is a 400 naming it, a room that cannot be joined a 502 and no session left behind.
+The service's own pieces run as in production (``room_service``: the engine core on the synthetic runtime and an
+output worker over their real sockets and shared memory, the test as their front end). Only the room's connection is
+left out: the room output takes the agent's audio from a ``QueueAudioOutput``, the real livekit-agents class that is
+both an agent's audio output and an avatar's receiver, so the agent's side (capture, flush, clear,
+``wait_for_playout``) is LiveKit's own, and the frames go to LiveKit's real audio and video sources. The last tests
+run the service's processes as ``apps.serve`` does: a bad ``livekit`` field is a 400 naming it, a room that cannot be
+joined a 502 and no session left behind. (Byte streams and RPCs: ``test_livekit_streams.py``.)
 """
 
 from __future__ import annotations
@@ -14,15 +14,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
-import secrets
-import threading
 import time
-from collections.abc import AsyncIterator, Awaitable
-from dataclasses import dataclass, field
+from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
-import numpy as np
 import pytest
 
 from tests.integrations.conftest import INTEGRATIONS_HINT
@@ -30,156 +25,32 @@ from tests.integrations.conftest import INTEGRATIONS_HINT
 pytest.importorskip("livekit.agents", reason=INTEGRATIONS_HINT)
 
 import aiohttp
-import zmq
-import zmq.asyncio
 from aiohttp import web
-from livekit import rtc
 
-from serving.client import CoreClient
-from serving.core import EngineCore
+from integrations.livekit_avatar import DittoAvatarSession
+from integrations.livekit_compat import LiveSession
 from serving.http import create_service_app
-from serving.ipc import send_nowait, socket
-from serving.protocol import (
-    CoreConfig,
-    Hello,
-    OpenSession,
-    OutputFailed,
-    RoomJoined,
-    SessionOutputs,
-    Shutdown,
-    WorkerConfig,
-    decode,
-)
-from serving.rooms import RoomOutput
+from serving.protocol import OutputFailed
 from serving.service import Service, ServiceOptions
-from serving.worker import Worker
 from streaming.encoders.room_cost import ROOM
-from tests.integrations.agent_audio import TTS_RATE, AgentAudio
+from tests.integrations.loopback_room import room_pair
+from tests.integrations.room_service import RUNTIME, call, harness, say, speech, until
 from tests.streaming.conftest import free_port
 from tests.streaming.synthetic_runtime import AVATARS
-
-RUNTIME = "tests.streaming.synthetic_runtime:build"
-CHUNK = TTS_RATE // 25
-"""40 ms: the synthetic session makes one speech frame of each push."""
-
-
-@dataclass
-class Harness:
-    """The core and a worker on threads of this process, this test as their front end."""
-
-    worker: Worker
-    core: CoreClient
-    inbox: zmq.asyncio.Socket
-    events: zmq.asyncio.Socket
-    agents: dict[str, AgentAudio] = field(default_factory=dict)
-    left: dict[str, Any] = field(default_factory=dict)
-    seen: list[Any] = field(default_factory=list)
-
-    async def on_rooms(self, coroutine: Awaitable[Any]) -> Any:
-        """Run ``coroutine`` on the worker's rooms loop, where the agent's audio output lives."""
-        return await asyncio.wrap_future(self.worker.rooms.run(coroutine))
-
-    async def event(self, kind: type, seconds: float = 10.0) -> Any:
-        deadline = time.monotonic() + seconds
-        while time.monotonic() < deadline:
-            if await self.events.poll(100):
-                message = decode(await self.events.recv())
-                self.seen.append(message)
-                if isinstance(message, kind):
-                    return message
-        raise AssertionError(f"no {kind.__name__} within {seconds} s")
-
-    async def open(self) -> tuple[str, AgentAudio, RoomOutput]:
-        """A session whose output is a (local) room: the agent's audio output and the room output."""
-        session_id = secrets.token_hex(4)
-        send_nowait(self.inbox, SessionOutputs(session_id, (), None, False, livekit=(f"local://{session_id}", "a.b.c")))
-        opening = OpenSession(session_id, "anchor", None, "faithful", 0, None, self.worker.config.address)
-        await self.core.request(opening)
-        joined = await self.event(RoomJoined)
-        assert joined.id == session_id and joined.error is None, joined
-        return session_id, self.agents[session_id], self.worker.streams[session_id].room
-
-
-@contextlib.asynccontextmanager
-async def harness(folder: Path) -> AsyncIterator[Harness]:
-    core_address, events_address = f"ipc://{folder}/core", f"ipc://{folder}/events"
-    context = zmq.asyncio.Context()
-    events = socket(context, zmq.PULL, events_address, bind=True)
-    core = EngineCore(CoreConfig(core_address, events_address, runtime=RUNTIME, avatars={"anchor": "anchor"}))
-    threads = [threading.Thread(target=core.serve, args=(core_address, events_address), daemon=True)]
-    worker = Worker(WorkerConfig(0, f"ipc://{folder}/worker", events_address, core=core_address))
-    agents: dict[str, AgentAudio] = {}
-    left: dict[str, Any] = {}
-
-    async def local_join(output: RoomOutput, url: str, token: str, on_left) -> tuple[str, str]:
-        """The room's connection left out: the room output takes the agent's audio from a ``QueueAudioOutput``."""
-        session_id = url.removeprefix("local://")
-        agents[session_id], left[session_id] = AgentAudio(wait_playback_start=True), on_left
-        await output.attach(agents[session_id])
-        return "local", "ditto-avatar"
-
-    worker.join = local_join
-    threads.append(threading.Thread(target=worker.run, daemon=True))
-    for thread in threads:
-        thread.start()
-    client = CoreClient(context, core_address)
-    inbox = socket(context, zmq.PUSH, worker.config.address, bind=False)
-    try:
-        await client.request(Hello(), timeout=30)
-        yield Harness(worker, client, inbox, events, agents, left)
-    finally:
-        send_nowait(inbox, Shutdown())
-        with contextlib.suppress(Exception):
-            await client.request(Shutdown(), timeout=5)
-        for thread in threads:
-            await asyncio.to_thread(thread.join, 10)
-        client.close()
-        for sock in (inbox, events):
-            sock.close()
-        context.term()
-
-
-def speech(seconds: float) -> list[rtc.AudioFrame]:
-    """A 220 Hz tone at the TTS's rate in 40 ms frames (``seconds`` rounded to whole frames)."""
-    t = np.arange(max(1, round(seconds * 25)) * CHUNK) / TTS_RATE
-    pcm = (0.3 * np.sin(2 * np.pi * 220 * t) * 32767).astype(np.int16)
-    return [rtc.AudioFrame(pcm[i : i + CHUNK].tobytes(), TTS_RATE, 1, CHUNK) for i in range(0, pcm.size, CHUNK)]
-
-
-async def say(agent: AgentAudio, seconds: float, flush: bool = True) -> None:
-    for frame in speech(seconds):
-        await agent.capture_frame(frame)
-    if flush:
-        agent.flush()
-
-
-async def clear(agent: AgentAudio) -> None:
-    agent.clear_buffer()
-
-
-async def call(action) -> None:
-    """``action()`` on the loop this coroutine runs on."""
-    action()
-
-
-async def until(condition, seconds: float = 5.0) -> None:
-    deadline = time.monotonic() + seconds
-    while not condition():
-        assert time.monotonic() < deadline, "timed out"
-        await asyncio.sleep(0.01)
 
 
 def test_a_room_session_plays_speech_reports_it_once_and_a_clear_is_answered_at_once(tmp_path: Path) -> None:
     async def scenario() -> None:
         async with harness(tmp_path) as h:
-            session_id, agent, room = await h.open()
+            session_id, side, room = await h.open()
+            agent = side.audio
             stream = h.worker.streams[session_id]
             await until(lambda: room.counters["frames_sent"] >= 10)
             assert stream.output.encoder.name == "raw", "a room-only session encodes no H.264"
             sent, started = room.counters["frames_sent"], time.monotonic()
             await asyncio.sleep(1.0)
             rate = (room.counters["frames_sent"] - sent) / (time.monotonic() - started)
-            assert rate == pytest.approx(25, abs=3), "pictures reach the room's synchronizer at 25 fps"
+            assert rate == pytest.approx(25, abs=3), "pictures reach the room's tracks at 25 fps"
 
             await h.on_rooms(say(agent, 0.4))
             done = await h.on_rooms(asyncio.wait_for(agent.wait_for_playout(), 5))
@@ -190,7 +61,7 @@ def test_a_room_session_plays_speech_reports_it_once_and_a_clear_is_answered_at_
             await until(lambda: len(agent.events) == 3)  # this segment has started playing
             await asyncio.sleep(0.3)
             cleared = time.monotonic()
-            await h.on_rooms(clear(agent))
+            await h.on_rooms(call(agent.clear_buffer))
             done = await h.on_rooms(asyncio.wait_for(agent.wait_for_playout(), 2))
             assert time.monotonic() - cleared < 0.5, "answered at once, well within the agent's 2 s"
             assert done.interrupted and 0.2 < done.playback_position < 1.5, done
@@ -220,7 +91,8 @@ def test_exactly_one_playback_finished_per_segment_under_random_interruptions(tm
 
     async def scenario() -> None:
         async with harness(tmp_path) as h:
-            _, agent, room = await h.open()
+            _, side, room = await h.open()
+            agent = side.audio
             expected = []
             for k in range(24):
                 kind = rng.choice(
@@ -268,7 +140,8 @@ def test_a_pause_holds_the_speech_and_the_resume_speaks_on_from_where_it_stopped
 
     async def scenario() -> None:
         async with harness(tmp_path) as h:
-            _, agent, room = await h.open()
+            _, side, room = await h.open()
+            agent = side.audio
             await h.on_rooms(say(agent, 2.0))
             await until(lambda: agent.events)  # playing
             await asyncio.sleep(0.5)
@@ -316,6 +189,10 @@ async def service() -> AsyncIterator[tuple[Service, aiohttp.ClientSession, str]]
 
 
 def test_a_bad_livekit_field_is_a_400_naming_it_and_a_room_not_joined_a_502_leaving_no_session() -> None:
+    """Over the service's HTTP API; the last two requests are the agent's ``DittoAvatarSession.start``, whose
+    ``latency`` goes into the session's request (a bad one is the service's 400 naming it, ``low`` is taken and the
+    service goes on to join the room)."""
+
     async def scenario() -> None:
         async with service() as (_, http, base):
             good = {"url": "ws://127.0.0.1:1", "token": "a.b.c"}
@@ -327,11 +204,16 @@ def test_a_bad_livekit_field_is_a_400_naming_it_and_a_room_not_joined_a_502_leav
             ]:
                 answer = await http.post(f"{base}/sessions", json={"avatar": "anchor", "livekit": livekit})
                 assert answer.status == 400 and says in (await answer.json())["error"], (livekit, await answer.text())
-            nobody = {**good, "url": f"ws://127.0.0.1:{free_port()}"}
-            started = time.monotonic()
-            answer = await http.post(f"{base}/sessions", json={"avatar": "anchor", "livekit": nobody})
-            assert answer.status == 502 and "could not join the LiveKit room" in (await answer.json())["error"]
-            assert time.monotonic() - started < 20
+            nobody = f"ws://127.0.0.1:{free_port()}"
+            for latency, says in [("fastest", '(400): "latency" is one of faithful, low'), ("low", "(502)")]:
+                avatar = DittoAvatarSession(base, livekit_url=nobody, api_key="k", api_secret="s" * 32, latency=latency)
+                started = time.monotonic()
+                with pytest.raises(RuntimeError) as refused:
+                    await avatar.start(LiveSession(), room_pair()[0])
+                await avatar.aclose()
+                assert says in str(refused.value), refused.value
+                assert time.monotonic() - started < 20
+            assert "could not join the LiveKit room" in str(refused.value)
             listing = await (await http.get(f"{base}/sessions")).json()
             assert listing["sessions"] == [], "a session whose avatar could not join is ended and not listed"
 

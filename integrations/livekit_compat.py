@@ -1,0 +1,94 @@
+"""What differs between the livekit-agents releases the LiveKit integration works with (1.8, 2.0.0b1), in one place.
+
+- The agent's session class: ``AgentSession`` in 1.8, ``LiveSession`` in 2.0 (where ``AgentSession`` is a deprecated
+  alias that warns): ``LiveSession`` here is whichever the release has.
+- The agent's side of an interruption (``DataStreamAudioOutput.clear_buffer``). 1.8.9 sends ``lk.clear_buffer`` only
+  while a segment awaits its ``playback_finished`` and one clear at a time, makes the next segment's audio wait until
+  the clear is answered, and after ``clear_buffer_timeout`` finishes only the segments still unanswered. 2.0.0b1 (cut
+  from an older 1.x) sends every clear, lets the next segment's byte stream go out before the clear, and arms a timer
+  per clear that, unless a ``playback_finished`` comes after it, finishes whatever segment is then playing, also the
+  next reply, and resets the output's counts. ``DataStreamOutput`` is the release's own output where it has 1.8.9's
+  rules, else ``ClearsInTurn``, which brings them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from livekit import rtc
+from livekit.agents import __version__ as AGENTS_VERSION
+from livekit.agents import voice
+from livekit.agents.voice.avatar import DataStreamAudioOutput
+from livekit.agents.voice.avatar._datastream_io import (
+    RPC_CLEAR_BUFFER,
+    RPC_PLAYBACK_FINISHED,
+    RPC_PLAYBACK_STARTED,
+)
+
+__all__ = [
+    "AGENTS_VERSION",
+    "RPC_CLEAR_BUFFER",
+    "RPC_PLAYBACK_FINISHED",
+    "RPC_PLAYBACK_STARTED",
+    "ClearsInTurn",
+    "DataStreamOutput",
+    "LiveSession",
+]
+
+log = logging.getLogger(__name__)
+
+LiveSession = getattr(voice, "LiveSession", None) or voice.AgentSession
+"""The agent's session (``AgentSession`` in livekit-agents 1.8, ``LiveSession`` from 2.0)."""
+
+
+class ClearsInTurn(DataStreamAudioOutput):
+    """``DataStreamAudioOutput`` with livekit-agents 1.8.9's clear rules, for a release without them: a clear only while
+    a segment is unanswered, one at a time; audio captured meanwhile waits for its answer (so a reply's byte stream
+    never reaches the avatar before the clear that precedes it); past ``clear_buffer_timeout`` only the segments still
+    unanswered are finished."""
+
+    def __init__(self, room: rtc.Room, **options: object) -> None:
+        super().__init__(room, **options)
+        self._clearing: asyncio.Task[None] | None = None
+
+    async def capture_frame(self, frame: rtc.AudioFrame) -> None:
+        while self._clearing is not None and not self._clearing.done():
+            await asyncio.shield(self._clearing)
+        await super().capture_frame(frame)
+
+    def clear_buffer(self) -> None:
+        if not self._started or not self._pending_playback_count:
+            return
+        if self._clearing is not None and not self._clearing.done():
+            return
+        clearing = asyncio.ensure_future(self._clear(self._pushed_duration, self.captured_playout_segments))
+        if self._clear_buffer_timeout is not None:
+            self._clearing = clearing
+        self._tasks.add(clearing)
+        clearing.add_done_callback(self._tasks.discard)
+
+    async def _clear(self, pushed_duration: float, captured: int) -> None:
+        timeout = self._clear_buffer_timeout
+        try:
+            await self._room.local_participant.perform_rpc(
+                destination_identity=self._destination_identity, method=RPC_CLEAR_BUFFER, payload=""
+            )
+        except Exception as exc:
+            log.error("the avatar did not take lk.clear_buffer: %s", exc)
+            timeout = 0  # nothing will answer: the segments are done now
+        if timeout is None or not self._pending_playback_count:
+            return
+        try:
+            await asyncio.wait_for(self.wait_for_playout(), timeout)
+        except TimeoutError:
+            log.warning("no playback_finished %.1f s after lk.clear_buffer: marking the playback done", timeout)
+            answered = self.captured_playout_segments - self._pending_playback_count
+            for _ in range(captured - answered):
+                self.on_playback_finished(playback_position=pushed_duration, interrupted=True)
+
+
+DataStreamOutput: type[DataStreamAudioOutput] = (
+    DataStreamAudioOutput if hasattr(DataStreamAudioOutput, "_finish_cancelled_capture") else ClearsInTurn
+)
+"""The agent's data-stream audio output to a remote avatar, with 1.8.9's clear rules in every release."""
