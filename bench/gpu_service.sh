@@ -9,13 +9,17 @@
 #   bash bench/gpu_service.sh follow                       the next call, at once: follows it for 9.5 more minutes
 #   bash bench/gpu_service.sh soak bench.soak args         instead of start: bench.soak (on the packages when built)
 #                                                          detached, followed the same (bench/README.md: the command)
+#   bash bench/gpu_service.sh soak-fresh MINUTES           one call on a fresh machine (carry .carry/voice, bash
+#                                                          bench/voice_bundle.sh): the packages built, then bench.soak
+#                                                          with 12 sessions of the demo avatar for MINUTES, memory
+#                                                          counted from its second minute, followed to 9.5 minutes
 #   bash bench/gpu_service.sh collect                      waits for the run (9.5 min at most), returns its results
 #   bash bench/gpu_service.sh after                        then, on the warm compile cache: the runtime alone at 12
 #                                                          sessions (the loop CPU baseline) and glass-to-glass
 # Each call follows for up to 9.5 minutes: give every call timeout_s 600, or it is killed before it copies
 # anything back (what happened once). 12 streams x 10 min + 16 x 3 min with a cold compile cache is ~21 min.
 set -uo pipefail
-mode=${1:?prepare, start, soak, follow, collect or after}
+mode=${1:?prepare, start, soak, soak-fresh, follow, collect or after}
 source bench/gpu_env.sh
 mkdir -p /var/log/nginx
 plans=/tmp/plans
@@ -52,6 +56,11 @@ soak)
     detached soak bench.soak "${@:2}"
     follow 540
     ;;
+soak-fresh)
+    has_plans || build || exit 1
+    detached soak bench.soak --avatar .carry/avatars/demo --sessions 12 --minutes "${2:?minutes}" --warm-minutes 1
+    follow 570
+    ;;
 follow) follow 570 ;;
 collect) follow 570 ;;
 after)
@@ -61,7 +70,7 @@ after)
         --out "$out/glass_to_glass.json" 2>&1 | grep -v "warming up" | tail -20
     ;;
 *)
-    echo "unknown mode $mode: prepare, start, soak, follow, collect or after" >&2
+    echo "unknown mode $mode: prepare, start, soak, soak-fresh, follow, collect or after" >&2
     exit 2
     ;;
 esac
