@@ -12,8 +12,8 @@ moment the chunk starting it entered the pipeline to the moment the bot emitted 
 
 It prints one JSON line once its session is open (``{"event": "open", "session": ...}``; ``"error"`` when refused).
 ``SIGUSR1`` starts the measured window (without it: the first picture); ``SIGINT``, ``SIGTERM`` or ``--seconds`` end
-it: the feed stops (closing the open segment), the stops still held by the video service may pass for ``--drain`` s,
-the report is written to ``--out`` and the pipeline ends.
+it: the feed sends the rest of the utterance in progress and stops, the stops still held by the video service and
+the window's markers may come back for ``--drain`` s, the report is written to ``--out`` and the pipeline ends.
 """
 
 from __future__ import annotations
@@ -174,16 +174,15 @@ class Bot:
     async def run(self) -> int:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, self.stop.set)
+            loop.add_signal_handler(sig, self.end_window)
         loop.add_signal_handler(signal.SIGUSR1, self.start_window)
         runner = asyncio.ensure_future(PipelineRunner(handle_sigint=False).run(self.task))
         if not await self._opened(runner):
             await self._end(runner)
             return 1
         if self.args.seconds:
-            loop.call_later(self.args.seconds, self.stop.set)
+            loop.call_later(self.args.seconds, self.end_window)
         await self._feed()
-        self.window.end = time.monotonic()
         if self.window.start is None:
             self.start_window(self.window.end)
         report = self._counters()
@@ -199,6 +198,12 @@ class Bot:
         self.window.start = time.monotonic() if at is None else at
         self.window.repeats_before = self.video.stats.repeats
         self.window.cpu_before = cpu_seconds()
+
+    def end_window(self) -> None:
+        """End the measured window now and stop the feed once its utterance in progress is sent whole."""
+        if self.window.end is None:
+            self.window.end = time.monotonic()
+        self.stop.set()
 
     def _first_picture(self, at: float) -> None:
         if self.window.start is None:
@@ -243,8 +248,6 @@ class Bot:
                 if await self._wait_until(clock):
                     cut = True
                     break
-                if self.stop.is_set():
-                    break
                 if lo in marks:
                     self.fed.markers.append(time.monotonic())
                     self.fed.marker_segments.append(self.fed.segments)
@@ -271,10 +274,11 @@ class Bot:
         return self._random.uniform(0.5, 1.5) * self.args.interrupt_every
 
     async def _wait_until(self, deadline: float) -> bool:
-        """Sleep until ``deadline`` or ``stop``; True when an interruption fell due and was sent meanwhile."""
-        while not self.stop.is_set():
+        """Sleep until ``deadline`` (or ``stop`` in a gap); True when an interruption fell due and was sent meanwhile.
+        After ``stop`` none is sent: the utterance in progress ends whole, so its markers come back."""
+        while True:
             now = time.monotonic()
-            due = self._next_interrupt
+            due = None if self.stop.is_set() else self._next_interrupt
             if due is not None and due <= now:
                 await self.task.queue_frame(InterruptionFrame())
                 self.fed.interrupts.append(now)
@@ -284,16 +288,21 @@ class Bot:
             until = deadline if due is None else min(deadline, due)
             if until <= now:
                 return False
+            if self.stop.is_set():
+                await asyncio.sleep(until - now)
+                continue
             try:
                 await asyncio.wait_for(self.stop.wait(), until - now)
             except TimeoutError:
                 pass
-        return False
 
     async def _drain(self) -> None:
-        """Let the stops the video service still holds pass (their segments' last speech frames are on the way)."""
+        """Let the stops the video service still holds pass and the window's last markers come back (their speech is
+        still on the way when the feed ends)."""
         deadline = time.monotonic() + self.args.drain
-        while len(self.sink.stops) < len(self.fed.stops) and time.monotonic() < deadline:
+        while time.monotonic() < deadline:
+            if len(self.sink.stops) >= len(self.fed.stops) and not self._markers()["not_found"]:
+                return
             await asyncio.sleep(0.05)
 
     # -- the report ------------------------------------------------------------------------------
