@@ -1,9 +1,8 @@
-"""The pipecat video service in a real pipecat pipeline: SmallWebRTC (aiortc) to headless Chromium, the real runtime
-on the CPU (random weights, 2 DDIM steps): the first picture reaches the browser before any TTS audio, speech
-frames and their audio follow, and an interruption mid-utterance stops every speech frame at once.
-
-A CPU renders a frame in about 7 s on two cores, so the runtime's first frames come after half a minute and the
-first speech frame after about two: the browser meanwhile sees the avatar's portrait, repeated at 25 fps.
+"""The pipecat video service in a real pipecat pipeline: SmallWebRTC (aiortc) to headless Chromium, in process over
+the synthetic runtime's ``echo`` session (the runtime's session contract on a live clock, speaking what is pushed; the
+model is not the point here): the first picture reaches the browser before any TTS audio, speech frames and their
+audio follow, and an interruption mid-utterance stops every speech frame at once. The real runtime in process is
+tests/integrations/test_livekit_avatar.py's; the real engine behind a bot, test_pipecat_remote.py's.
 """
 
 from __future__ import annotations
@@ -32,6 +31,7 @@ from harness.viewers import CHROMIUM_FLAGS, chromium_path
 from integrations.pipecat_video import DittoVideoService
 from streaming.sinks.webrtc import restrict_ice_to_loopback
 from tests.streaming.conftest import INSTALL_HINT, free_port
+from tests.streaming.synthetic_runtime import FakeAvatar, FakeRuntime
 
 pytestmark = pytest.mark.slow
 TTS_RATE = 24_000
@@ -94,15 +94,13 @@ def tts_frames(seconds: float) -> list:
     return [TTSStartedFrame(), *chunks, TTSStoppedFrame()]
 
 
-def test_the_browser_sees_the_avatar_before_any_tts_and_no_speech_frame_after_an_interruption(
-    cpu_runtime, registered_avatar, tmp_path
-) -> None:
+def test_the_browser_sees_the_avatar_before_any_tts_and_no_speech_frame_after_an_interruption(tmp_path) -> None:
     chromium = chromium_path()
     if chromium is None:
         pytest.skip(f"chromium is not installed ({INSTALL_HINT})")
     from playwright.async_api import async_playwright
 
-    runtime, avatar = cpu_runtime, registered_avatar
+    runtime, avatar = FakeRuntime(admission=False), FakeAvatar("echo")
     home = tmp_path / "home"
     home.mkdir()
     env = {
@@ -168,16 +166,14 @@ def test_the_browser_sees_the_avatar_before_any_tts_and_no_speech_frame_after_an
 
                     await pipelines[0].queue_frames(tts_frames(1.6))
                     pushed = time.monotonic()
-                    deadline = pushed + 400
+                    deadline = pushed + 10
                     while not any(r.speech for r in service.stats.log):
                         assert time.monotonic() < deadline, (
-                            f"no speech frame within 400 s: {service.backend.session.stats()}"
+                            f"no speech frame within 10 s: {service.backend.session.stats()}"
                         )
                         await asyncio.sleep(0.02)
                     first_speech = next(r for r in service.stats.log if r.speech)
-                    await asyncio.sleep(
-                        0.5
-                    )  # the rest of its hop is shown and heard; the utterance's next frames are still rendering
+                    await asyncio.sleep(0.5)  # the utterance's first speech frames are shown and heard, more to come
                     heard = await poll(page, "s.peakRms > 0.05", 3)  # later on a busy machine: its audio lags
                     await pipelines[0].queue_frame(InterruptionFrame())
                     queued = time.monotonic()
@@ -204,7 +200,6 @@ def test_the_browser_sees_the_avatar_before_any_tts_and_no_speech_frame_after_an
             assert first["peakRms"] < 0.01, "silence before any speech"
             assert heard["peakRms"] > 0.05, f"the speech frames' tone was heard in the browser: {heard}"
             assert service.backend.session is not None and service.backend.session.stats()["interrupts"] == 1
-            assert service.stats.slots >= service.stats.repeats > 0
         finally:
             for task in pipelines:
                 await task.cancel()

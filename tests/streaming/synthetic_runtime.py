@@ -78,6 +78,8 @@ class FakeSession:
     until the clock catches up. Pushed audio becomes speech frames (one per 40 ms pushed), numbered by segment as the
     engine's frames are."""
 
+    audio_rate = AUDIO_RATE
+
     def __init__(self, avatar: FakeAvatar, seed: int) -> None:
         self.avatar, self.seed = avatar, seed
         self.height, self.width = avatar.frames.shape[1:3]
