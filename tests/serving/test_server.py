@@ -10,10 +10,12 @@ import signal
 import socket
 import time
 import types
+import wave
 from pathlib import Path
 
 import aiohttp
 import av
+import numpy as np
 import pytest
 
 import serving.server as server_module
@@ -110,6 +112,32 @@ def test_serve_opens_its_sessions_through_the_service_and_ends_with_them(nginx_r
     got = readers[0].join()
     assert got.size == (128, 128) and len(got.indices) >= 20, got.error
     assert got.indices == list(range(got.indices[0], got.indices[0] + len(got.indices)))
+
+
+def test_a_spoken_file_reaches_rtmp_and_mp4_with_its_audio(tmp_path, nginx_rtmp) -> None:
+    """``--audio``: the file is pushed into one session whose frames go to RTMP and an MP4, and the server ends once
+    it is spoken. The core's ``echo`` session speaks the pushed audio itself, so the MP4's sound is the file's."""
+    rate, seconds = 24_000, 1.0
+    t = np.arange(int(seconds * rate)) / rate
+    with wave.open(str(tmp_path / "speech.wav"), "wb") as out:
+        out.setnchannels(1)
+        out.setsampwidth(2)
+        out.setframerate(rate)
+        out.writeframes((0.4 * np.sin(2 * np.pi * 220 * t) * 32767).astype(np.int16).tobytes())
+    mp4 = tmp_path / "live.mp4"
+    argv = ["--avatar", "echo", "--audio", str(tmp_path / "speech.wav"), "--mp4", str(mp4)]
+    argv += ["--rtmp", nginx_rtmp.url("file"), "--encoder", "x264", "--device", "cpu", "--output-workers", "1"]
+    options = synthetic(argv + ["--http", f"127.0.0.1:{free_port()}"])
+    assert asyncio.run(asyncio.wait_for(server_module.serve(options), 120)) == 0
+    with av.open(str(mp4)) as container:
+        video, audio = container.streams.video[0], container.streams.audio[0]
+        assert (video.width, video.height) == (128, 128) and audio.rate == 48_000
+        frames = sum(1 for _ in container.decode(video=0))
+        container.seek(0)
+        sound = np.concatenate([f.to_ndarray().reshape(-1) for f in container.decode(audio=0)])
+    assert frames >= seconds * 25, "every frame of the spoken file"
+    loud = (np.abs(sound) > 0.2).sum() / 2 / 48_000  # stereo; a 0.4 sine is above 0.2 two thirds of the time
+    assert 0.9 < loud / (2 / 3 * seconds) < 1.1, "the file's tone, once, in the MP4"
 
 
 @pytest.mark.parametrize(
