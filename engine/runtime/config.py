@@ -31,8 +31,9 @@ class RuntimeConfig:
     the latency of every utterance; see ``engine.runtime.pacing``."""
     hubert_chunks_per_tick: int = 16
     """HuBERT chunks (200 ms each) encoded per session per tick, so one long push cannot stall the others."""
-    render_frames_per_tick: int = 80
-    """Frames rendered per tick across all sessions, earliest deadline first."""
+    render_frames_per_tick: int | None = None
+    """Frames rendered per tick across all sessions, earliest deadline first. None: 80 on CUDA; a hop on the CPU,
+    where each frame takes seconds and the loop answers its callers (session opens, closes) only between ticks."""
     audio_rate: int = 48_000
     """Rate of the audio each frame carries, resampled from the pushed PCM (sinks want 48 kHz)."""
     admission: bool | None = None

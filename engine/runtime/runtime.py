@@ -22,6 +22,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -49,7 +50,7 @@ from engine.runtime.pacing import Lead
 from engine.runtime.pipeline import SessionPipeline
 from engine.runtime.scheduler import FrameJob, Scheduler
 from engine.runtime.session import Session
-from engine.timebase import DEFAULT_STEPS, FPS, SEQ_FRAMES
+from engine.timebase import DEFAULT_STEPS, FPS, HOP_FRAMES, SEQ_FRAMES
 from engine.timing import gpu_time
 
 log = logging.getLogger("ditto.runtime")
@@ -77,6 +78,8 @@ class Runtime:
         self.device = engine.device
         cuda = self.device.type == "cuda"
         self.config = self._sized(config or RuntimeConfig())
+        if self.config.render_frames_per_tick is None:
+            self.config = replace(self.config, render_frames_per_tick=80 if cuda else HOP_FRAMES)
         self.batch_sessions = cuda if self.config.batch_sessions is None else self.config.batch_sessions
         self.enforce_admission = cuda if self.config.admission is None else self.config.admission
         self.clock = clock

@@ -38,7 +38,7 @@ def cpu_runtime(checkpoint_dir):
     from engine.runtime import Runtime, RuntimeConfig
 
     engine = Engine(TorchBackend(checkpoint_dir(), device="cpu"), TorchHubertRunner(build_standin()), steps=2)
-    with Runtime(engine, RuntimeConfig(progress=False, render_frames_per_tick=5)) as runtime:
+    with Runtime(engine, RuntimeConfig(progress=False, render_frames_per_tick=1)) as runtime:
         yield runtime
 
 
