@@ -27,7 +27,7 @@ from tests.streaming.conftest import free_port  # noqa: E402
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 ROOT = Path(__file__).resolve().parents[2]
-ALIVE_SECONDS = 25.0
+ALIVE_SECONDS = 10.0
 """How long the session must go on streaming after its first frame (several CPU ticks)."""
 SERVE_REPLICA = b"ray::ServeReplica:"
 """How a Serve replica's process is titled: Ray Serve binds its inter-deployment gRPC server to ``[::]:0``

@@ -31,7 +31,7 @@ RATE = 44_100
 @pytest.fixture(scope="module")
 def runtime(checkpoint_dir):
     engine = Engine(TorchBackend(checkpoint_dir(), device="cpu"), TorchHubertRunner(build_standin()), steps=2)
-    config = RuntimeConfig(progress=False, render_frames_per_tick=5, max_queued_frames=10, max_lead_seconds=2.0)
+    config = RuntimeConfig(progress=False, render_frames_per_tick=3, max_queued_frames=10, max_lead_seconds=2.0)
     with Runtime(engine, config) as rt:
         yield rt
 
