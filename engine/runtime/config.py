@@ -32,8 +32,15 @@ class RuntimeConfig:
     hubert_chunks_per_tick: int = 16
     """HuBERT chunks (200 ms each) encoded per session per tick, so one long push cannot stall the others."""
     render_frames_per_tick: int | None = None
-    """Frames rendered per tick across all sessions, earliest deadline first. None: 80 on CUDA; a hop on the CPU,
-    where each frame takes seconds and the loop answers its callers (session opens, closes) only between ticks."""
+    """Frames rendered per tick across all sessions, earliest deadline first. None: 80 where sessions are batched (CUDA)
+    and share it; a hop each on the CPU, where a frame takes seconds and the loop answers its callers (session opens,
+    closes) only between ticks."""
+    slack_render_ms: float = 8.0
+    """While live sessions are open, the render time per tick that sessions not live (render jobs) may add beside the
+    padding of the live frames' batch: the jobs take only the GPU's slack, and each tick stays short."""
+    slack_chunks_per_tick: int = 2
+    """While live sessions are open, HuBERT chunks a session not live encodes per tick (its windows run only in
+    ticks without a live one, one at a time)."""
     audio_rate: int = 48_000
     """Rate of the audio each frame carries, resampled from the pushed PCM (sinks want 48 kHz)."""
     admission: bool | None = None

@@ -34,7 +34,7 @@ from engine.audio.hubert import CHUNK_SAMPLES
 from engine.avatar import Avatar
 from engine.controls import Controls
 from engine.diffusion.graphed import BucketedSampler
-from engine.engine import LIVE_OVERLAP, OFFLINE_OVERLAP, Engine
+from engine.engine import LIVE_OVERLAP, Engine
 from engine.graph_pool import GraphPool
 from engine.latency import LOW, LatencyMode, latency_mode
 from engine.motion.conditions import ConditionBuilder
@@ -50,7 +50,7 @@ from engine.runtime.pacing import Lead
 from engine.runtime.pipeline import SessionPipeline
 from engine.runtime.scheduler import FrameJob, Scheduler
 from engine.runtime.session import Session
-from engine.timebase import DEFAULT_STEPS, FPS, HOP_FRAMES, SEQ_FRAMES
+from engine.timebase import DEFAULT_STEPS, FPS, HOP_FRAMES, OFFLINE_OVERLAP, SEQ_FRAMES
 from engine.timing import gpu_time
 
 log = logging.getLogger("ditto.runtime")
@@ -78,9 +78,10 @@ class Runtime:
         self.device = engine.device
         cuda = self.device.type == "cuda"
         self.config = self._sized(config or RuntimeConfig())
-        if self.config.render_frames_per_tick is None:
-            self.config = replace(self.config, render_frames_per_tick=80 if cuda else HOP_FRAMES)
         self.batch_sessions = cuda if self.config.batch_sessions is None else self.config.batch_sessions
+        if self.config.render_frames_per_tick is None:
+            frames = 80 if cuda or self.batch_sessions else HOP_FRAMES
+            self.config = replace(self.config, render_frames_per_tick=frames)
         self.enforce_admission = cuda if self.config.admission is None else self.config.admission
         self.clock = clock
         self.counters = {"ticks": 0, "oom_errors": 0, "loop_errors": 0, "captures_after_warmup": 0}
@@ -504,7 +505,7 @@ class Runtime:
     def _render(self, pipelines: list[SessionPipeline]) -> bool:
         """The render stage: the scheduler's frames posed per session (a failure fails only its session), stitched
         (one set of calls per batch), warped+decoded and pasted back, and delivered."""
-        batches = [posed for batch in self.scheduler.frames(pipelines) if (posed := self._pose(batch))]
+        batches = [posed for batch in self.scheduler.frames(pipelines, self.render_ms) if (posed := self._pose(batch))]
         for batch in batches:
             x_s, x_d = stitch_posed([job.posed for job in batch], self.engine.backend.stitch)
             rendered = self.executor.render(batch, x_s, x_d, self.render_ms)
