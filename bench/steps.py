@@ -23,8 +23,8 @@ import torch
 
 from bench.common.comparison import add_comparison_arguments, comparison_inputs, session_frames
 from bench.common.stats import psnr, psnr_summary
-from engine.engine import OFFLINE_OVERLAP, Engine
-from engine.timebase import DEFAULT_STEPS
+from engine.engine import Engine
+from engine.timebase import DEFAULT_STEPS, OFFLINE_OVERLAP
 
 REFERENCE_STEPS = 50
 """The reference implementation's own default step count, the one the engine's default is compared with."""

@@ -25,7 +25,6 @@ from engine.timebase import DEFAULT_STEPS, SEQ_FRAMES
 
 log = logging.getLogger("ditto.engine")
 LIVE_OVERLAP = 75
-OFFLINE_OVERLAP = 10
 RANDOM_WEIGHTS_NOTICE = (
     "RANDOM WEIGHTS: no official Ditto checkpoints given, so the networks run on deterministic random "
     "weights in the official layout and a stand-in audio encoder. The output is NOT a face; "

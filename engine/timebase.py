@@ -13,6 +13,8 @@ HOP_FRAMES = 5
 """Frames of new audio per encoder hop in the faithful mode (200 ms): the reference's streaming chunk."""
 SEQ_FRAMES = 80
 """Frames in one motion-diffusion window (LMDM): the length the network was trained on."""
+OFFLINE_OVERLAP = 10
+"""Frames shared by consecutive windows in a file render (the reference's offline mode)."""
 DEFAULT_STEPS = 25
 """DDIM steps per window unless asked otherwise (the reference's own default is 50; ``bench.steps`` compares the
 two)."""

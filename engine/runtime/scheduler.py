@@ -13,7 +13,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from engine.buckets import chunk_sizes
+from engine.buckets import bucket_for, chunk_sizes
 from engine.motion_stream import WindowRequest
 from engine.runtime.config import RuntimeConfig
 from engine.runtime.pipeline import SessionPipeline
@@ -53,8 +53,12 @@ class Scheduler:
         """Every session's complete HuBERT chunks (up to the per-tick limit), one encoder call for all (or one per
         session)."""
         jobs = []
+        live = has_live(pipelines)
         for pipeline in pipelines:
-            chunks, keep = pipeline.motion.take_chunks(self.config.hubert_chunks_per_tick)
+            limit = self.config.hubert_chunks_per_tick
+            if live and not pipeline.session.live:
+                limit = min(limit, self.config.slack_chunks_per_tick)
+            chunks, keep = pipeline.motion.take_chunks(limit)
             if chunks.shape[0]:
                 jobs.append(ChunkJob(pipeline, chunks, keep))
         return self._group(jobs)
@@ -74,6 +78,10 @@ class Scheduler:
         if not jobs:
             return []
         jobs.sort(key=lambda job: job.pipeline.next_deadline())
+        if any(job.pipeline.session.live for job in jobs):
+            jobs = [job for job in jobs if job.pipeline.session.live]
+        elif has_live(pipelines):
+            jobs = jobs[:1]
         if not self.batched:
             return [[job] for job in jobs]
         batches, lo = [], 0
@@ -82,29 +90,50 @@ class Scheduler:
             lo += size
         return batches
 
-    def frames(self, pipelines: list[SessionPipeline]) -> list[list[FrameJob]]:
+    def frames(self, pipelines: list[SessionPipeline], costs: dict[int, float] | None = None) -> list[list[FrameJob]]:
         """Due frames across sessions, earliest deadline first, grouped into one render job for all (or one per
-        session).
+        session); ``costs``: ms per render bucket (measured at warm-up), which sizes the slack of sessions not live.
 
         The per-tick frame budget is shared by all sessions when they are batched; otherwise each session
         has it to itself, so how its frames are grouped never depends on the other sessions.
         """
         budget = self.config.render_frames_per_tick
         chunk = min(self.config.max_queued_frames // 2, max(self.config.render_buckets))
-        jobs = []
-        for pipeline in sorted(pipelines, key=SessionPipeline.next_deadline):
-            count = min(pipeline.render_count(chunk), budget)
+        jobs: list[FrameJob] = []
+        slack: int | None = None
+        live = has_live(pipelines)
+        for pipeline in sorted(pipelines, key=lambda p: p.next_deadline()):
+            if live and not pipeline.session.live and slack is None:
+                slack = self._slack_frames(sum(job.count for job in jobs), costs or {})
+            count = min(pipeline.render_count(chunk), budget, budget if slack is None else slack)
             if count <= 0:
                 continue
             jobs.append(FrameJob(pipeline, count))
+            if slack is not None:
+                slack -= count
             if self.batched:
                 budget -= count
                 if budget <= 0:
                     break
         return self._group(jobs)
 
+    def _slack_frames(self, live_frames: int, costs: dict[int, float]) -> int:
+        """Frames the sessions not live may add to a tick whose live sessions render ``live_frames``: the padding of
+        their render call, and as many as ``slack_render_ms`` renders (at least one a tick)."""
+        buckets = self.config.render_buckets
+        padding = bucket_for(live_frames, buckets) - live_frames if 0 < live_frames <= max(buckets) else 0
+        largest = max(buckets)
+        per_frame = costs.get(largest, 0.0) / largest
+        extra = int(self.config.slack_render_ms / per_frame) if per_frame > 0 else 1
+        return padding + max(extra, 1)
+
     def _group(self, jobs: list) -> list[list]:
         """All jobs in one call when sessions are batched, else one call each; no calls for no jobs."""
         if not jobs:
             return []
         return [jobs] if self.batched else [[job] for job in jobs]
+
+
+def has_live(pipelines: list[SessionPipeline]) -> bool:
+    """Whether any live session is open (then the others take only the slack)."""
+    return any(p.session.live for p in pipelines)

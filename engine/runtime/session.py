@@ -302,11 +302,11 @@ class Session:
         frame.wait()
         return frame
 
-    def take_ready(self) -> list[Frame]:
-        """The frames whose GPU work is done, in order, without waiting."""
+    def take_ready(self, limit: int | None = None) -> list[Frame]:
+        """The frames whose GPU work is done, in order (``limit`` at most), without waiting."""
         out = []
         with self._changed:
-            while self._queue and self._queue[0].is_ready():
+            while self._queue and self._queue[0].is_ready() and (limit is None or len(out) < limit):
                 frame = self._queue.popleft()
                 self._taken(frame)
                 out.append(frame)
