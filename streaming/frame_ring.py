@@ -5,10 +5,13 @@ straight into it) and then tells the session's output worker, which copies the s
 Each slot starts with the index of the frame it holds; the writer sets it to -1 before it
 overwrites the slot and to the frame's index once the slot is complete, and the reader checks
 it before and after its copy, so a reader that fell a whole ring behind gets None, never a torn
-picture. Before the first frame the writer may put a still picture (the avatar's portrait) under the index
-``STILL``: its slot is frame ``slots - 2``'s, long before that frame is made, so a reader that takes it when the
-ring is announced gets it (and None once that frame has replaced it). Only plain bytes cross: no pickle, no Python
-objects.
+picture. A render job's reader, which must see every frame, also marks each slot released once it has written the
+frame out (the header's second int64), and its writer fills a slot only when it is ``free``: the ring is then the
+job's backpressure, bounded in memory however far the GPU runs ahead of the encoder.
+
+Before the first frame the writer may put a still picture (the avatar's portrait) under the index ``STILL``: its slot
+is frame ``slots - 2``'s, long before that frame is made, so a reader that takes it when the ring is announced gets it
+(and None once that frame has replaced it). Only plain bytes cross: no pickle, no Python objects.
 
 The writer creates the block under a name in /dev/shm; its reader opens it by that name and removes the name at once
 (both mappings stay), so once the reader is attached no end of either process, not even a kill of both, leaves the
@@ -24,7 +27,8 @@ import numpy as np
 from streaming.frames import AUDIO_SAMPLES_PER_FRAME, check_size
 
 HEADER_BYTES = 64
-"""The frame index (int64) at the slot's start, padded so the picture starts cache-line aligned."""
+"""The frame index (int64) at the slot's start, then the index its reader released, padded so the picture starts
+cache-line aligned."""
 AUDIO_BYTES = AUDIO_SAMPLES_PER_FRAME * 4
 RING_SLOTS = 50
 """Two seconds of frames: far more than a worker ever lags when it keeps up at all."""
@@ -59,8 +63,10 @@ class FrameRing:
         self.owner = create
         self.buffer = np.ndarray((slots, self.slot_bytes), np.uint8, self._shm.buf)
         self._index = np.ndarray((slots,), np.int64, self._shm.buf, strides=(self.slot_bytes,))
+        self._released = np.ndarray((slots,), np.int64, self._shm.buf, offset=8, strides=(self.slot_bytes,))
         if create:
             self._index[:] = EMPTY
+            self._released[:] = EMPTY
 
     @property
     def name(self) -> str:
@@ -108,9 +114,23 @@ class FrameRing:
             return None
         return picture, audio
 
+    def release(self, index: int) -> None:
+        """The reader is done with frame ``index``: its slot may take the frame a ring later (``free``)."""
+        self._released[self.slot(index)] = index
+
+    def released(self, index: int) -> bool:
+        """Whether the reader has released frame ``index`` (a render job's writer ends once its last frame is)."""
+        return int(self._released[self.slot(index)]) == index
+
+    def free(self, index: int) -> bool:
+        """Whether frame ``index`` may be written without overwriting a frame its reader has not released."""
+        slot = self.slot(index)
+        held = int(self._index[slot])
+        return held < 0 or held == index or int(self._released[slot]) == held
+
     def close(self) -> None:
         """Detach (and, for the writer, remove the block)."""
-        self.buffer = self._index = None
+        self.buffer = self._index = self._released = None
         self._shm.close()
         if self.owner:
             try:

@@ -15,6 +15,7 @@ from collections import deque
 from fractions import Fraction
 from pathlib import Path
 from types import TracebackType
+from typing import BinaryIO
 
 import av
 import numpy as np
@@ -35,7 +36,7 @@ class Mp4Writer:
 
     def __init__(
         self,
-        path: str | Path,
+        path: str | Path | BinaryIO,
         width: int,
         height: int,
         fps: int = FPS,
@@ -50,12 +51,14 @@ class Mp4Writer:
             raise ValueError(
                 f"audio_rate must be a multiple of {fps} so each frame spans whole samples, got {audio_rate}"
             )
-        self.path = Path(path)
+        self._file = None if isinstance(path, (str, Path)) else path
+        """A file object given in place of a path (created by the caller, e.g. exclusively), closed with the writer."""
+        self.path = Path(path) if self._file is None else None
         self.width, self.height, self.fps, self.audio_rate = width, height, fps, audio_rate
         self.frames_written = 0
         self._samples_per_frame = audio_rate // fps
         self._encoder = X264Encoder(width, height, H264Settings(crf=crf, preset=preset), live=False)
-        self._container = av.open(str(self.path), mode="w")
+        self._container = av.open(str(self.path) if self._file is None else self._file, mode="w", format="mp4")
         self._video = self._container.add_mux_stream("h264", rate=fps, width=width, height=height)
         self._video.time_base = Fraction(1, fps)
         self._audio = self._container.add_stream("aac", rate=audio_rate, layout="mono")
@@ -86,6 +89,18 @@ class Mp4Writer:
             self.frames_written += 1
         self._drain_audio(final=False)
 
+    def write_picture(self, picture: np.ndarray) -> None:
+        """Append one picture already in I420 (an (H * 3/2, W) uint8 host array, as a frame ring holds it)."""
+        self._check_open()
+        if picture.dtype != np.uint8 or picture.shape != (self.height * 3 // 2, self.width):
+            raise ValueError(
+                f"an I420 picture must be ({self.height * 3 // 2}, {self.width}) uint8, got {picture.shape} "
+                f"{picture.dtype}"
+            )
+        self._mux_video(self._encoder.encode_picture(picture, self.frames_written))
+        self.frames_written += 1
+        self._drain_audio(final=False)
+
     def write_audio(self, samples: np.ndarray) -> None:
         """Append mono float32 samples at ``audio_rate`` (1-D, full scale 1.0)."""
         self._check_open()
@@ -107,6 +122,8 @@ class Mp4Writer:
                 self._container.mux(packet)
         finally:
             self._container.close()
+            if self._file is not None:
+                self._file.close()
 
     def __enter__(self) -> Mp4Writer:
         return self
@@ -118,7 +135,7 @@ class Mp4Writer:
 
     def _check_open(self) -> None:
         if self._closed:
-            raise RuntimeError(f"{self.path}: the writer is closed")
+            raise RuntimeError(f"{self.path or 'the MP4'}: the writer is closed")
 
     def _frames(self, frames: np.ndarray | torch.Tensor, batched: bool) -> torch.Tensor:
         """Frames as a uint8 tensor on their own device (numpy arrays become CPU tensors)."""

@@ -40,3 +40,20 @@ def test_a_reader_of_the_wrong_size_is_refused_and_the_writer_removes_the_name()
     finally:
         writer.close()
     assert not (Path("/dev/shm") / writer.name).exists()
+
+
+def test_a_slot_is_free_for_the_frame_a_ring_later_only_once_its_reader_released_it() -> None:
+    writer = FrameRing(None, 64, 32, slots=2, create=True)
+    reader = FrameRing(writer.name, 64, 32, slots=2)
+    try:
+        picture, audio = np.zeros((48, 64), np.uint8), np.zeros(AUDIO_SAMPLES_PER_FRAME, np.float32)
+        assert writer.free(0) and writer.free(1), "an empty ring has room"
+        writer.write(0, picture, audio)
+        writer.write(1, picture, audio)
+        assert not writer.free(2) and not writer.free(3), "frames 0 and 1 are not written out yet"
+        assert reader.read(0) is not None
+        reader.release(0)
+        assert writer.free(2) and not writer.free(3), "frame 0 released: its slot takes frame 2, not frame 1's"
+    finally:
+        reader.close()
+        writer.close()
