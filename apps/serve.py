@@ -27,6 +27,7 @@ from apps.control_flags import add_control_arguments, control_changes
 from engine.latency import FAITHFUL, MODES
 from engine.timebase import DEFAULT_STEPS
 from serving.access import is_loopback, origin_name
+from serving.renders import RenderLimits
 from serving.server import AVATAR_AT_START, ServerOptions, SessionsAtStart, serve
 from serving.service import ServiceOptions
 from serving.timeline import process_started
@@ -87,6 +88,28 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         metavar="DIR",
         type=Path,
         help='the folder clients\' sessions record their "mp4" names into (created at start; default: no recordings)',
+    )
+    renders = parser.add_argument_group("render jobs (POST /renders: clips to MP4 in the live loop's slack)")
+    renders.add_argument(
+        "--renders",
+        metavar="DIR",
+        type=Path,
+        help="take render jobs, their MP4s written into DIR under names the service chooses (default: no jobs)",
+    )
+    renders.add_argument(
+        "--render-audio",
+        metavar="DIR",
+        type=Path,
+        help='the folder a job\'s "audio_file" names a file of (default: jobs upload their audio)',
+    )
+    renders.add_argument(
+        "--render-queue", type=int, default=4, metavar="N", help="jobs waiting beside the one running (default 4)"
+    )
+    renders.add_argument(
+        "--render-max-seconds", type=float, default=600.0, metavar="S", help="longest clip taken (default 600 s)"
+    )
+    renders.add_argument(
+        "--render-max-mb", type=float, default=64.0, metavar="MB", help="largest audio upload taken (default 64 MB)"
     )
     audio = parser.add_mutually_exclusive_group()
     audio.add_argument("--audio", metavar="FILE", type=Path, help="speak this file once, in real time, then end")
@@ -317,6 +340,26 @@ def service_options(
         loopback_only=is_loopback(host),
         recordings=recordings and str(recordings),
         launched=launched,
+        renders=render_limits(args),
+    )
+
+
+def render_limits(args: argparse.Namespace) -> RenderLimits | None:
+    """What render jobs may take, from the command line; None without ``--renders``."""
+    if args.renders is None:
+        if args.render_audio is not None:
+            raise SystemExit("error: --render-audio needs --renders DIR (where the jobs' files go)")
+        return None
+    if args.render_queue < 0 or args.render_max_seconds <= 0 or args.render_max_mb <= 0:
+        raise SystemExit("error: --render-queue is 0 or more, --render-max-seconds and --render-max-mb above 0")
+    if args.render_audio is not None and not args.render_audio.is_dir():
+        raise SystemExit(f"error: --render-audio {args.render_audio} is not a folder")
+    return RenderLimits(
+        args.renders.absolute(),
+        args.render_audio and args.render_audio.absolute(),
+        args.render_queue,
+        args.render_max_seconds,
+        args.render_max_mb,
     )
 
 

@@ -32,6 +32,7 @@ import zmq
 from engine.controls import ControlError, Controls, check_changes
 from engine.runtime import AdmissionError, AudioError, Backpressure, SessionClosed
 from engine.runtime.session import Frame, Session
+from engine.timebase import OFFLINE_OVERLAP
 from serving.ipc import send_nowait, socket
 from serving.protocol import (
     AvatarInfo,
@@ -51,6 +52,7 @@ from serving.protocol import (
     Hello,
     Interrupt,
     Opened,
+    OpenRender,
     OpenSession,
     PushAudio,
     Refused,
@@ -90,6 +92,11 @@ class CoreSession:
     staged: list = field(default_factory=list)
     host: torch.Tensor | None = None
     registered: bool = False
+    render: bool = False
+    """A render job: not live; its frames enter the ring only where its worker released the slot, and it ends only
+    once the worker has released the last one (or it was closed), so the ring outlives every frame's writing."""
+    next_index: int = 0
+    closing: bool = False
 
 
 class Avatars:
@@ -225,6 +232,8 @@ class EngineCore:
                 return AvatarInfo(int(width), int(height))
             case OpenSession():
                 return self._open(request)
+            case OpenRender():
+                return self._open_render(request)
         core_session = self.sessions.get(request.id)
         if core_session is None:
             return Refused(f"no session {request.id!r}", "not_found")
@@ -245,6 +254,7 @@ class EngineCore:
                     session.end()
                     return Done()
                 case CloseSession():
+                    core_session.closing = True
                     session.close()
                     return Done()
         except Backpressure as exc:
@@ -309,6 +319,37 @@ class EngineCore:
             )
         return Opened(width, height, ring.name, ring.slots)
 
+    def _open_render(self, request: OpenRender) -> Opened | Refused:
+        """A render job: a session that is not live (no admission, no clock) speaking the whole clip, pushed by a
+        thread of its own as the session takes it (its lead bounds what it holds), then ended."""
+        try:
+            avatar = self.avatars.get(request.avatar)
+        except LookupError as exc:
+            return Refused(str(exc.args[0]), "not_found")
+        height, width = (int(n) for n in avatar.frames.shape[1:3])
+        ring = FrameRing(None, width, height, create=True)
+        host, registered = self._pin(ring)
+        try:
+            controls = self.runtime.default_controls
+            if request.controls:
+                controls = controls.replace(**request.controls)
+            overlap = OFFLINE_OVERLAP if request.overlap is None else request.overlap
+            session = self.runtime.open_session(
+                avatar, live=False, overlap=overlap, seed=request.seed, controls=controls
+            )
+        except (ControlError, TypeError, ValueError) as exc:
+            free_ring(ring, host if registered else None)
+            return Refused(str(exc), "invalid")
+        pcm = np.frombuffer(request.pcm, np.float32)
+        threading.Thread(
+            target=feed_clip, args=(session, pcm, request.rate), name=f"render-{request.id}", daemon=True
+        ).start()
+        with self._lock:
+            self.sessions[request.id] = CoreSession(
+                request.id, session, ring, request.worker, host=host, registered=registered, render=True
+            )
+        return Opened(width, height, ring.name, ring.slots)
+
     # -- frames out (publisher thread) --------------------------------------------------------
 
     def _publish_loop(self, events_address: str) -> None:
@@ -346,9 +387,10 @@ class EngineCore:
             )
             if not core.announced:
                 return False
-        if core.session.clock_anchor is None and not core.session.finished:
+        if not core.render and core.session.clock_anchor is None and not core.session.finished:
             return False  # its frames leave with the session's clock, once the runtime has started it (or it is closed)
-        frames = core.session.take_ready()
+        frames = core.session.take_ready(self._free_slots(core) if core.render else None)
+        core.next_index += len(frames)
         closed = core.session.closed_segments()  # after the take: closed before any frame numbered above them was made
         if closed:
             send_nowait(worker, SegmentsClosed(core.id, tuple(closed)))
@@ -356,9 +398,19 @@ class EngineCore:
             self._stage(core, frames, stream)
         sent = self._send_staged(core, worker)
         if not frames and not core.staged and core.session.finished:
+            if core.render and not core.closing and core.next_index and not core.ring.released(core.next_index - 1):
+                return False  # the worker is still writing the job's file (or has yet to attach its ring)
             self._finish(core, worker, events)
             return True
         return bool(frames) or sent
+
+    @staticmethod
+    def _free_slots(core: CoreSession) -> int:
+        """How many of a render job's next frames its ring has room for (slots its worker has released)."""
+        free = 0
+        while free < core.ring.slots and core.ring.free(core.next_index + free):
+            free += 1
+        return free
 
     def _stage(self, core: CoreSession, frames: list[Frame], stream: torch.cuda.Stream | None) -> None:
         """Scale ``frames`` to the ring's size (the session's output size), convert them to I420 and copy each into its
@@ -436,6 +488,21 @@ class EngineCore:
         """Unregister and free the session's ring (its worker has its own mapping; the block goes once both let go)."""
         free_ring(core.ring, core.host if core.registered else None)
         core.host, core.registered = None, False
+
+
+def feed_clip(session: Session, pcm: np.ndarray, rate: int) -> None:
+    """Push a render job's clip in 200 ms pieces as the session takes them, then end it; a job cancelled meanwhile
+    (its session closed) stops the feed."""
+    hop = rate // 5
+    try:
+        for lo in range(0, len(pcm), hop):
+            session.push_audio(pcm[lo : lo + hop], rate, None, block=True)
+        session.end()
+    except SessionClosed:
+        pass
+    except (AudioError, ValueError) as exc:
+        log.error("core: a render job's audio was refused: %s", exc)
+        session.close()
 
 
 def free_ring(ring: FrameRing, registered: torch.Tensor | None) -> None:

@@ -31,6 +31,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry
 
 from serving.access import Access
 from serving.metrics import render, stream_families
+from serving.renders import Renders
 from serving.service import Service
 from serving.sessions import ServedSession, SessionError, SessionSpec, parse_body
 from serving.whep import add_whep_routes
@@ -124,6 +125,8 @@ class ServiceCollector:
             if value is not None:
                 capacity.add_metric([kind], value)
         yield capacity
+        if self.service.renders is not None:
+            yield from render_families(self.service.renders)
         share = self.service.encoding()["measured_share"]
         if share is not None:
             yield GaugeMetricFamily(
@@ -131,6 +134,25 @@ class ServiceCollector:
                 "What the live streams use of their calibrated encode cost, as admission counts it",
                 value=share,
             )
+
+
+def render_families(renders: Renders):
+    """The render jobs' figures: jobs by state, frames written, the running job's frames per second."""
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+    counts = renders.counts()
+    jobs = GaugeMetricFamily("ditto_render_jobs", "Render jobs queued and running now", labels=["state"])
+    for state in ("queued", "running"):
+        jobs.add_metric([state], counts[state])
+    yield jobs
+    ended = CounterMetricFamily("ditto_render_jobs_ended", "Render jobs ended since the start", labels=["state"])
+    for state in ("done", "failed", "cancelled"):
+        ended.add_metric([state], counts[state])
+    yield ended
+    yield CounterMetricFamily("ditto_render_frames", "Frames of finished render jobs", value=counts["frames"])
+    yield GaugeMetricFamily(
+        "ditto_render_frames_per_second", "Frames per second the running render job writes", value=renders.offline_fps()
+    )
 
 
 def create_service_app(
@@ -215,6 +237,10 @@ def create_service_app(
         yield
         task.cancel()
 
+    if service.renders is not None:
+        from serving.render_routes import add_render_routes
+
+        add_render_routes(app, service, STATUS)
     app.router.add_post("/sessions", create)
     app.router.add_get("/sessions", listing)
     app.router.add_get("/sessions/{id}", one)

@@ -104,6 +104,22 @@ class OpenSession:
 
 
 @dataclass(frozen=True, slots=True)
+class OpenRender:
+    """Open render job ``id``: a session that is not live, speaking the whole clip ``pcm`` (mono float32 bytes at
+    ``rate`` Hz) as fast as the GPU's slack allows, its frames to the worker at ``worker`` through a ring it releases
+    frame by frame. Answered with ``Opened``."""
+
+    id: str
+    avatar: str
+    pcm: bytes
+    rate: int
+    overlap: int | None
+    seed: int
+    controls: dict[str, Any] | None
+    worker: str
+
+
+@dataclass(frozen=True, slots=True)
 class PushAudio:
     """Mono float32 PCM (``pcm``: its bytes) at ``rate`` Hz for session ``id``; refused as backpressure when full."""
 
@@ -283,6 +299,9 @@ class SessionOutputs:
     output: dict[str, Any] = field(default_factory=dict)
     livekit: tuple[str, str] | None = None
     """(url, token) of the LiveKit room the avatar joins (``serving.rooms``); its audio then comes from the room."""
+    render: bool = False
+    """A render job: ``mp4`` is its file, every frame written as it comes (no output clock, no repeat), each slot of
+    its ring released once written."""
 
     @property
     def encoded(self) -> bool:
@@ -412,6 +431,14 @@ class RoomJoined:
 
 
 @dataclass(frozen=True, slots=True)
+class RenderProgress:
+    """Render job ``id`` has written ``frames`` frames to its file."""
+
+    id: str
+    frames: int
+
+
+@dataclass(frozen=True, slots=True)
 class OutputsClosed:
     """Session ``id``'s outputs have flushed and closed; its final counters."""
 
@@ -425,6 +452,7 @@ CoreRequest = (  # what the core's ROUTER receives, each answered with one CoreR
     | Shutdown
     | DescribeAvatar
     | OpenSession
+    | OpenRender
     | PushAudio
     | UpdateControls
     | Interrupt
@@ -456,6 +484,7 @@ Event = (
     | Playback
     | OutputFailed
     | OutputsClosed
+    | RenderProgress
     | RoomJoined
 )
 """What the front end's events socket receives, from the core and the workers."""

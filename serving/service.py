@@ -66,6 +66,7 @@ from serving.protocol import (
     decode,
     to_argument,
 )
+from serving.renders import RenderJob, RenderLimits, Renders, open_request, render_outputs
 from serving.sessions import RemoteSession, ServedSession, SessionError, SessionSpec
 from streaming.encoders.room_cost import ROOM
 from streaming.output import SILENCE, EncodedFrame
@@ -143,6 +144,8 @@ class ServiceOptions:
     launched: float | None = None
     """When the server process was launched (wall clock), the origin of the start-up timeline; None: when ``start`` is
     called."""
+    renders: RenderLimits | None = None
+    """Where render jobs write their files and what they may take (``serving.renders``); None: no ``/renders``."""
     core_restarts: int = CORE_RESTARTS
     """Engine core deaths within CORE_RESTART_WINDOW after which the core is started again; one more and the service
     fails (0: at the first; a cluster replica, which Serve replaces)."""
@@ -181,6 +184,12 @@ class Service:
         """Costs being measured: (the measuring worker, the future of its answer)."""
         self.live_cost = LiveCost()
         """What the workers' streams use of their calibrated costs, as they run."""
+        self.renders = (
+            None
+            if options.renders is None
+            else Renders(options.renders, self._open_render, self.core_request, self._job_to_worker)
+        )
+        """The render jobs (None when the service takes none)."""
 
     # -- start and stop ---------------------------------------------------------------------
 
@@ -402,6 +411,33 @@ class Service:
             await self._in_room(session)
         return session
 
+    async def _open_render(self, job: RenderJob) -> None:
+        """Start a render job: its file on the least loaded worker (a file is not live: no admission), then its
+        session on the core."""
+        if self.failure is not None or self.restarting is not None:
+            raise SessionError(self._unavailable(), "unavailable")
+        alive = [w for w in self._workers if w.alive]
+        if not alive:
+            raise SessionError("no output worker is running (starting or being replaced)", "unavailable")
+        worker = min(alive, key=self.load_ms)
+        job.worker = worker.index
+        self._job_to_worker(job, render_outputs(job))
+        try:
+            await self.core.request(open_request(job, worker.address))
+        except BaseException:
+            self._job_to_worker(job, RemoveStream(job.id))
+            raise
+
+    async def core_request(self, request: Any) -> Any:
+        """A request to the engine core, answered (SessionError when refused)."""
+        return await self.core.request(request)
+
+    def _job_to_worker(self, job: RenderJob, message: ToWorker) -> None:
+        if job.worker is not None and not send_nowait(self._workers[job.worker].inbox, message):
+            log.warning(
+                "worker %d is not taking messages; %s for render %s dropped", job.worker, type(message).__name__, job.id
+            )
+
     async def _in_room(self, session: ServedSession) -> None:
         """Wait until the session's avatar is in its LiveKit room; one that cannot join is ended, never listed, and
         the client hears why (502)."""
@@ -550,6 +586,8 @@ class Service:
                         self._degrade(self.sessions[session_id], values)
             case _ if message.id in self.sessions:
                 self._session_event(self.sessions[message.id], message)
+            case _ if self.renders is not None and message.id in self.renders.jobs:
+                self.renders.event(message)
 
     def _session_event(self, session: ServedSession, message: Event) -> None:
         match message:
@@ -680,6 +718,8 @@ class Service:
             session.audio.fail(message)
             self._to_worker(session, RemoveStream(session.id))
             session.closed.set()
+        if self.renders is not None:
+            self.renders.failed(message)
         if self.failure is not None:
             self.failed.set()
             return
@@ -735,6 +775,8 @@ class Service:
                 del self._measuring[key]
                 if not future.done():
                     future.set_exception(SessionError(f"{message} while measuring a stream's cost; retry", "internal"))
+        if self.renders is not None:
+            self.renders.failed(message, worker.index)
         worker.inbox.close()
         self._workers[worker.index] = self._spawn_worker(worker.index)
 

@@ -49,6 +49,7 @@ from serving.protocol import (
     PreviewPacket,
     PreviewWatched,
     RemoveStream,
+    RenderProgress,
     RequestKeyframe,
     RoomJoined,
     SegmentsClosed,
@@ -63,6 +64,7 @@ from serving.protocol import (
     decode,
     from_argument,
 )
+from serving.render_file import RenderFile
 from serving.timeline import process_started
 from streaming.encoders.cost import stream_cost_ms
 from streaming.encoders.h264 import H264Settings
@@ -332,9 +334,13 @@ class Worker:
 
     def _cpu_ms_per_slot(self, since: tuple[float, float]) -> tuple[float | None, tuple[float, float]]:
         """This process's CPU (every thread) in core milliseconds per frame slot since ``since`` (monotonic, CPU
-        seconds), None where a cost measurement ran meanwhile; and the start of the next window."""
+        seconds), None where a cost measurement or a render job's file ran meanwhile (neither is a live stream's); and
+        the start of the next window."""
         now = (time.monotonic(), time.process_time())
         self._measurements = [t for t in self._measurements if t.is_alive()]
+        rendering = any(isinstance(s.output, RenderFile) for s in self.streams.values())
+        if rendering:
+            self._measured_until = now[0]
         if self._measurements or self._measured_until >= since[0] or now[0] <= since[0]:
             return None, now
         return (now[1] - since[1]) * 1000 / ((now[0] - since[0]) * FPS), now
@@ -397,6 +403,9 @@ class Worker:
             self.streams.pop(stream.id, None)
             return
         spec = stream.outputs
+        if spec.render:
+            self._start_render(stream)
+            return
         settings = OutputSettings.from_json(spec.output)
         channels = settings.audio_channels
         output = SessionOutput(
@@ -426,6 +435,21 @@ class Worker:
             stream.relay = PreviewRelay(stream.id, self.emit, None if still is None else still[0], output.settings)
             output.add_sink(stream.relay)
         stream.output = output.start()
+        for message in stream.early:
+            self.handle(message)
+        stream.early.clear()
+
+    def _start_render(self, stream: WorkerStream) -> None:
+        """A render job's stream: its file written from the ring, frame by frame (``serving.render_file``)."""
+        ring = stream.source.ring
+        render = RenderFile(
+            stream.id,
+            ring,
+            stream.outputs.mp4,
+            lambda frames: self.emit(RenderProgress(stream.id, frames)),
+            lambda message: self.emit(OutputFailed(stream.id, "mp4", message)),
+        )
+        stream.source = stream.output = render.start()
         for message in stream.early:
             self.handle(message)
         stream.early.clear()
@@ -502,6 +526,8 @@ def playback(session_id: str, event: dict[str, Any]) -> Playback:
 
 def stream_stats(stream: WorkerStream) -> dict[str, Any]:
     """A stream's counters: its output's (see ``SessionOutput.snapshot``) and its ring's."""
+    if isinstance(stream.output, RenderFile):
+        return stream.output.stats()
     return {**stream.output.snapshot(), **stream.source.stats()}
 
 

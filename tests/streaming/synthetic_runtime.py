@@ -16,6 +16,7 @@ speaks it. A service may serve a synthetic avatar under another name (``avatars=
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections import deque
@@ -44,6 +45,8 @@ AVATARS = {
     "echo": (128, 128),
 }
 LEAD = 0.2
+OFFLINE_SPEED = 10
+"""Times real time a session that is not live (a render job) makes its frames."""
 CAPACITY = 4
 FIRST_LATE = 4.0
 PORTRAIT = (200, 60, 60)
@@ -80,8 +83,10 @@ class FakeSession:
 
     audio_rate = AUDIO_RATE
 
-    def __init__(self, avatar: FakeAvatar, seed: int) -> None:
-        self.avatar, self.seed = avatar, seed
+    def __init__(self, avatar: FakeAvatar, seed: int, live: bool = True) -> None:
+        self.avatar, self.seed, self.live = avatar, seed, live
+        self.opened = time.monotonic()
+        self.pushed_samples = 0
         self.height, self.width = avatar.frames.shape[1:3]
         self._anchor = time.monotonic() + LEAD + (FIRST_LATE if avatar.name == "late" else 0.0)
         self.period = {"slow": 2 / FPS, "crawl": 2.0, "anchor1080": 1.0}.get(avatar.name, 1 / FPS)
@@ -102,17 +107,23 @@ class FakeSession:
     @property
     def clock_anchor(self) -> float | None:
         """When frame 0 is shown; None until its first frame is ready, as the engine's runtime starts its clock."""
+        if not self.live:
+            return None
         return self._anchor if time.monotonic() >= self._anchor - LEAD else None
 
     @property
     def finished(self) -> bool:
         return self.closed or (self.ending_at is not None and self.next_index >= self.ending_at)
 
-    def take_ready(self) -> list[Frame]:
+    def take_ready(self, limit: int | None = None) -> list[Frame]:
         with self._lock:
             frames = []
             due = (time.monotonic() - self._anchor + LEAD) / self.period
-            while self.next_index <= due and not self.finished:
+            if not self.live:  # a render job: OFFLINE_SPEED times real time, as far as its audio goes
+                due = min(
+                    (time.monotonic() - self.opened) * FPS * OFFLINE_SPEED, len(self.speaking) + self.next_index - 1
+                )
+            while self.next_index <= due and not self.finished and (limit is None or len(frames) < limit):
                 i = self.next_index
                 speech = bool(self.speaking)
                 segment = self.speaking.popleft() if speech else self.segment
@@ -134,9 +145,15 @@ class FakeSession:
 
     def push_audio(self, pcm: np.ndarray, sample_rate: int, channels=None, block: bool = False) -> None:
         self._check_open()
-        if self.pushed_seconds - (time.monotonic() - self._anchor) > 5.0:
+        if self.live and self.pushed_seconds - (time.monotonic() - self._anchor) > 5.0:
             raise Backpressure("the synthetic session holds 5 s of audio not yet spoken")
         self.pushed_seconds += pcm.size / sample_rate
+        if not self.live:  # a file's frames: its length at 25 fps, the last one started
+            before = math.ceil(self.pushed_samples * FPS / sample_rate)
+            self.pushed_samples += pcm.size
+            with self._lock:
+                self.speaking.extend([self.segment] * (math.ceil(self.pushed_samples * FPS / sample_rate) - before))
+            return
         with self._lock:
             frames = (
                 max(1, round(pcm.size / sample_rate * FPS)) if self.echo is None else self.echo.add(pcm, sample_rate)
@@ -180,7 +197,7 @@ class FakeSession:
         self._check_open()
         with self._lock:
             self._close_segment(interrupted=False)
-            self.ending_at = self.next_index + len(self.speaking) + FPS // 5
+            self.ending_at = self.next_index + len(self.speaking) + (FPS // 5 if self.live else 0)
 
     def close(self) -> None:
         self.closed = True
@@ -263,9 +280,9 @@ class FakeRuntime:
         latency: str = "faithful",
     ) -> FakeSession:
         self.sessions = deque(s for s in self.sessions if not s.finished)  # as the engine's, it keeps no ended one
-        if self.admission and len(self.sessions) >= CAPACITY:
+        if live and self.admission and sum(s.live for s in self.sessions) >= CAPACITY:
             raise AdmissionError(f"this synthetic runtime serves at most {CAPACITY} live sessions")
-        session = FakeSession(avatar, seed)
+        session = FakeSession(avatar, seed, live)
         self.sessions.append(session)
         return session
 
