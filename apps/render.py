@@ -27,10 +27,10 @@ from avatars.load import demo_avatar, load_or_register
 from engine.audio.files import read_audio
 from engine.audio.pcm import to_mono_16k
 from engine.buckets import RENDER_BUCKETS
-from engine.engine import LIVE_OVERLAP, OFFLINE_OVERLAP, RANDOM_WEIGHTS_NOTICE, models_dir, random_checkpoints
+from engine.engine import LIVE_OVERLAP, RANDOM_WEIGHTS_NOTICE, models_dir, random_checkpoints
 from engine.runtime import OutOfMemoryAtStart, Runtime, RuntimeConfig
 from engine.runtime.session import Frame, Session
-from engine.timebase import DEFAULT_STEPS, FPS, SEQ_FRAMES
+from engine.timebase import DEFAULT_STEPS, FPS, OFFLINE_OVERLAP, SEQ_FRAMES
 from serving.timeline import process_age
 from streaming.mp4 import Mp4Writer
 
@@ -75,11 +75,22 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="torch.compile the networks (GPU): a minute more at start, faster frames for long renders",
     )
     parser.add_argument("--demo", action="store_true", help="bundled speech + astronaut portrait on random weights")
+    parser.add_argument(
+        "--service",
+        metavar="URL",
+        help="render on a running apps.serve (started with --renders DIR) instead of loading a runtime here: the "
+        "avatar is one the service serves, the job runs in its GPU loop's slack beside its live sessions",
+    )
+    parser.add_argument("--token", help="the service's API token (--service on an address beyond loopback)")
     add_control_arguments(parser)
     args = parser.parse_args(argv)
     args.control_changes = control_changes(args, parser)
     if not args.demo and (args.avatar is None or args.audio is None):
         parser.error("--avatar and --audio are required (or use --demo)")
+    if args.service and (args.demo or args.mode != "offline" or args.max_seconds is not None):
+        parser.error(
+            "--service renders --avatar and --audio as the service's jobs do (no --demo, --mode, --max-seconds)"
+        )
     if args.overlap is None:
         args.overlap = OFFLINE_OVERLAP if args.mode == "offline" else LIVE_OVERLAP
     if not 0 <= args.overlap < SEQ_FRAMES:
@@ -155,6 +166,8 @@ def next_frame_ticking(session: Session, bar: tqdm, tick: float = 1.0) -> Frame 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.service:
+        return on_service(args)
     device = torch.device(args.device) if args.device else torch.device("cuda" if torch.cuda.is_available() else "cpu")
     random_weights = args.checkpoints is None or args.demo
     if random_weights:
@@ -232,6 +245,35 @@ def main(argv: list[str] | None = None) -> int:
     )
     if random_weights:
         print("(random weights: the picture is not a face)", file=sys.stderr)
+    return 0
+
+
+def on_service(args: argparse.Namespace) -> int:
+    """Send the clip to a running service as a render job and write its MP4 where asked."""
+    from apps.render_client import ServiceRefused, render_on_service
+
+    started = time.perf_counter()
+    try:
+        job = render_on_service(
+            args.service,
+            args.avatar,
+            args.audio,
+            args.out,
+            args.token,
+            args.seed,
+            args.overlap if args.overlap != OFFLINE_OVERLAP else None,
+            args.control_changes or None,
+        )
+    except ServiceRefused as exc:
+        raise SystemExit(f"error: {exc}") from None
+    except KeyboardInterrupt:
+        return 130
+    elapsed = time.perf_counter() - started
+    print(
+        f"wrote {args.out}: {job['frames_done']} frames ({job['audio_seconds']:.2f} s of audio) in {elapsed:.1f} s, "
+        f"{job['audio_seconds'] / elapsed:.1f}x real time (submit to download; rendering {job['seconds']:.1f} s)",
+        file=sys.stderr,
+    )
     return 0
 
 
