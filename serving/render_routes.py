@@ -66,7 +66,7 @@ def add_render_routes(app: web.Application, service: Service, status: dict[str, 
             job = renders.submit(RenderSpec(pcm=pcm, **options))
         except AudioRefused as exc:
             http = TooLarge if exc.status == 413 else web.HTTPUnsupportedMediaType
-            raise http_error(http, str(exc)) from exc
+            raise http(text=str(exc)) from exc
         except SessionError as exc:
             raise refused(exc) from exc
         return web.json_response(described(request, job), status=202)
@@ -111,10 +111,6 @@ class TooLarge(web.HTTPClientError):
     status_code = 413
 
 
-def http_error(kind: type[web.HTTPException], message: str) -> web.HTTPException:
-    return kind(text=message)
-
-
 def query_options(query: Any) -> dict[str, Any]:
     """The motion options of an upload, from its query string (``controls`` as JSON)."""
     unknown = set(query) - set(OPTIONS) - {"token"}
@@ -156,12 +152,12 @@ async def read_body(request: web.Request, limits: RenderLimits) -> bytes:
     limit = int(limits.max_mb * 1024 * 1024)
     too_big = f"the upload is over this service's {limits.max_mb:g} MB"
     if request.content_length is not None and request.content_length > limit:
-        raise http_error(TooLarge, too_big)
+        raise TooLarge(text=too_big)
     parts, size = [], 0
     async for chunk in request.content.iter_chunked(1 << 16):
         size += len(chunk)
         if size > limit:
-            raise http_error(TooLarge, too_big)
+            raise TooLarge(text=too_big)
         parts.append(chunk)
     if not size:
         raise SessionError(
@@ -188,5 +184,5 @@ def read_audio_file(name: Any, limits: RenderLimits) -> bytes:
     if not inside or not path.is_file():
         raise SessionError(f"no audio file {name!r} in the service's audio folder", "not_found")
     if path.stat().st_size > limits.max_mb * 1024 * 1024:
-        raise http_error(TooLarge, f"{name} is over this service's {limits.max_mb:g} MB")
+        raise TooLarge(text=f"{name} is over this service's {limits.max_mb:g} MB")
     return Path(path).read_bytes()

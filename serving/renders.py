@@ -42,7 +42,6 @@ EVENTS_KEPT = 50
 """Events a job keeps (its progress events are folded into the last one)."""
 DONE_KEPT = 100
 """Finished jobs kept (their files until the job is deleted); beyond, the oldest goes with its file."""
-STATES = ("queued", "running", "done", "failed", "cancelled")
 
 
 @dataclass(frozen=True)

@@ -8,43 +8,27 @@ cancel, and the file's frames and length against the audio's.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import io
 import math
 import sys
 import wave
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import aiohttp
 import av
 import numpy as np
 import pytest
-from aiohttp import web
 
-from serving.http import app_runner, create_service_app
 from serving.renders import RenderLimits
-from serving.service import Service, ServiceOptions
-from tests.streaming.conftest import free_port
+from tests.serving.test_service import running
 
 pytestmark = pytest.mark.slow
 RUNTIME = "tests.streaming.synthetic_runtime:build"
 
 
-@contextlib.asynccontextmanager
-async def serving(limits: RenderLimits) -> AsyncIterator[tuple[Service, aiohttp.ClientSession, str]]:
-    service = Service(ServiceOptions(workers=1, runtime=RUNTIME, renders=limits))
-    await service.start()
-    runner = app_runner(create_service_app(service))
-    await runner.setup()
-    port = free_port()
-    await web.TCPSite(runner, "127.0.0.1", port).start()
-    try:
-        async with aiohttp.ClientSession() as http:
-            yield service, http, f"http://127.0.0.1:{port}"
-    finally:
-        await runner.cleanup()
-        await service.close()
+def serving(limits: RenderLimits):
+    """The synthetic service with one output worker, taking render jobs within ``limits``."""
+    return running(workers=1, renders=limits)
 
 
 def wav_bytes(seconds: float, rate: int = 24_000) -> bytes:

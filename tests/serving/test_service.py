@@ -26,6 +26,7 @@ import pytest
 from aiohttp import web
 
 from serving.http import app_runner, create_service_app
+from serving.renders import RenderLimits
 from serving.service import Service, ServiceOptions
 from serving.sessions import SessionError, SessionSpec
 from tests.streaming.conftest import free_port
@@ -36,12 +37,17 @@ RUNTIME = "tests.streaming.synthetic_runtime:build"
 
 @contextlib.asynccontextmanager
 async def running(
-    workers: int = 2, admission: bool = True, recordings: Path | None = None
+    workers: int = 2, admission: bool = True, recordings: Path | None = None, renders: RenderLimits | None = None
 ) -> AsyncIterator[tuple[Service, aiohttp.ClientSession, str]]:
     """A started service with its HTTP API on a free port, and a client; everything stopped on the way out.
-    ``recordings``: the folder sessions record their MP4 names into (None: the server records no files)."""
+    ``recordings``: the folder sessions record their MP4 names into (None: the server records no files); ``renders``:
+    what its render jobs may take (None: it takes none)."""
     options = ServiceOptions(
-        workers=workers, admission=admission, runtime=RUNTIME, recordings=recordings and str(recordings)
+        workers=workers,
+        admission=admission,
+        runtime=RUNTIME,
+        recordings=recordings and str(recordings),
+        renders=renders,
     )
     service = Service(options)
     await service.start()
