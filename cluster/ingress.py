@@ -26,16 +26,15 @@ from typing import Any
 
 import aiohttp
 from starlette.requests import Request
-from starlette.responses import JSONResponse, PlainTextResponse, Response
+from starlette.responses import JSONResponse, Response
 
 from cluster.reports import REPORTED
 from engine.nesting import load_json
 from serving.access import Access
+from serving.api import MAX_BODY_DEPTH, ErrorKind, error_body
 
 ATTEMPTS = 3
 """Offers of one POST to replicas before the answer may be 503 (more while a reported replica has not refused)."""
-MAX_BODY_DEPTH = 8
-"""How deep a POST body may nest: the single server's limit (``serving.sessions``, not imported: it brings torch)."""
 STARTED_WAIT = 2.0
 """Seconds a request waits for the first engine replica before it is answered 503 (the engines are warming up)."""
 WARMUP_RETRY_AFTER = 10
@@ -76,10 +75,10 @@ class SessionsIngress:
             return refused
         path = request.url.path[len(request.scope.get("root_path", "")) :].rstrip("/") or "/"
         if path.startswith("/sessions") and not await self._started():
-            return PlainTextResponse(
+            return error(
                 "the engine replicas are starting (each warms up its engine); try again shortly",
-                status_code=503,
-                headers={"Retry-After": str(WARMUP_RETRY_AFTER)},
+                ErrorKind.UNAVAILABLE,
+                {"Retry-After": str(WARMUP_RETRY_AFTER)},
             )
         if path == "/sessions" and request.method == "POST":
             return await self.create(await request.body())
@@ -95,10 +94,10 @@ class SessionsIngress:
             )
         if path.startswith("/sessions/") and request.method in ("GET", "DELETE"):
             return await self.forward(request.method, path.removeprefix("/sessions/"))
-        return PlainTextResponse(
+        return error(
             "the cluster answers POST and GET /sessions, GET and DELETE /sessions/{id}; a session's other routes "
             "are on its replica (its urls)",
-            status_code=404,
+            ErrorKind.NOT_FOUND,
         )
 
     async def forward(self, method: str, session_id: str) -> Response:
@@ -106,7 +105,7 @@ class SessionsIngress:
         place."""
         holder = self.holders.get(session_id)
         if holder is None:
-            return PlainTextResponse(f"no session {session_id!r} was placed through this proxy", status_code=404)
+            return error(f"no session {session_id!r} was placed through this proxy", ErrorKind.NOT_FOUND)
         headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
         try:
             async with aiohttp.ClientSession() as http:
@@ -114,7 +113,7 @@ class SessionsIngress:
                     body, status, kind = await response.read(), response.status, response.content_type
         except aiohttp.ClientError as exc:
             text = f"session {session_id!r}: its replica {holder} does not answer ({exc})"
-            return PlainTextResponse(text, status_code=502)
+            return error(text, ErrorKind.BAD_GATEWAY)
         if method == "DELETE" and status in (200, 404):
             self.holders.pop(session_id, None)
         return Response(body, status_code=status, media_type=kind)
@@ -124,7 +123,7 @@ class SessionsIngress:
         try:
             load_json(body, MAX_BODY_DEPTH, "the request body")  # nested 100k deep: a 400, never a RecursionError
         except ValueError as exc:
-            return PlainTextResponse(f"POST /sessions takes JSON: {exc}", status_code=400)
+            return error(f"POST /sessions takes JSON: {exc}", ErrorKind.INVALID)
         refusals: dict[str, dict[str, Any]] = {}
         tries = 0
         while tries < self.attempts or (set(REPORTED) - set(refusals) and tries < self.attempts + len(REPORTED)):
@@ -147,7 +146,7 @@ class SessionsIngress:
                 )
             self.refused += 1
             refusals[replica] = reply["capacity"]
-        return PlainTextResponse(full_message({**self.replicas(), **refusals}), status_code=503)
+        return error(full_message({**self.replicas(), **refusals}), ErrorKind.ADMISSION)
 
     def replicas(self) -> dict[str, dict[str, Any]]:
         """Each replica the router routes to, as its last report or its last answer here says, whichever is newer."""
@@ -165,7 +164,12 @@ class SessionsIngress:
     def _refuse(self, request: Request) -> Response | None:
         """400/401/403 for a request the token, Host or Origin rules do not let in (``serving.access``)."""
         refusal = self.access.check(request.method, request.headers, request.query_params.get("token", ""))
-        return None if refusal is None else PlainTextResponse(refusal.text, status_code=refusal.status)
+        return None if refusal is None else error(refusal.text, ErrorKind.of_status(refusal.status))
+
+
+def error(message: str, kind: ErrorKind, headers: dict[str, str] | None = None) -> JSONResponse:
+    """An error answer in the API's one shape (``serving.api.error_body``), with the kind's status."""
+    return JSONResponse(error_body(message, kind), status_code=kind.status, headers=headers)
 
 
 def refusal(status: int) -> bool:

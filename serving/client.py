@@ -8,9 +8,9 @@ import logging
 import zmq
 import zmq.asyncio
 
+from serving.api import SessionError
 from serving.ipc import socket
 from serving.protocol import CoreReply, CoreRequest, Refused, decode, encode
-from serving.sessions import SessionError
 
 log = logging.getLogger("serving.client")
 

@@ -33,6 +33,7 @@ from engine.controls import ControlError, Controls, check_changes
 from engine.runtime import AdmissionError, AudioError, Backpressure, SessionClosed
 from engine.runtime.session import Frame, Session
 from engine.timebase import OFFLINE_OVERLAP
+from serving.api import ErrorKind
 from serving.ipc import send_nowait, socket
 from serving.protocol import (
     AvatarInfo,
@@ -180,13 +181,13 @@ class EngineCore:
                     request = decode(data)
                 except ValueError as exc:
                     log.warning("core: dropped an undecodable request: %s", exc)
-                    router.send_multipart([peer, number, encode(Refused(str(exc), "invalid"))])
+                    router.send_multipart([peer, number, encode(Refused(str(exc), ErrorKind.INVALID))])
                     continue
                 try:
                     reply = self.handle(request)
                 except Exception as exc:
                     log.exception("core: request failed")
-                    reply = Refused(f"{type(exc).__name__}: {exc}", "internal")
+                    reply = Refused(f"{type(exc).__name__}: {exc}", ErrorKind.INTERNAL)
                 router.send_multipart([peer, number, encode(reply)])
         finally:
             self._stopping.set()
@@ -228,7 +229,7 @@ class EngineCore:
                 try:
                     height, width = self.avatars.get(name).frames.shape[1:3]
                 except LookupError as exc:
-                    return Refused(str(exc.args[0]), "not_found")
+                    return Refused(str(exc.args[0]), ErrorKind.NOT_FOUND)
                 return AvatarInfo(int(width), int(height))
             case OpenSession():
                 return self._open(request)
@@ -236,7 +237,7 @@ class EngineCore:
                 return self._open_render(request)
         core_session = self.sessions.get(request.id)
         if core_session is None:
-            return Refused(f"no session {request.id!r}", "not_found")
+            return Refused(f"no session {request.id!r}", ErrorKind.NOT_FOUND)
         session = core_session.session
         try:
             match request:
@@ -258,12 +259,14 @@ class EngineCore:
                     session.close()
                     return Done()
         except Backpressure as exc:
-            return Refused(str(exc), "backpressure")
+            return Refused(str(exc), ErrorKind.BACKPRESSURE)
         except SessionClosed:
-            return Refused(f"session {core_session.id} has ended; create a new one with POST /sessions", "closed")
+            return Refused(
+                f"session {core_session.id} has ended; create a new one with POST /sessions", ErrorKind.CLOSED
+            )
         except (AudioError, ControlError, TypeError, ValueError) as exc:
-            return Refused(str(exc), "invalid")
-        return Refused(f"unknown request {type(request).__name__}", "invalid")
+            return Refused(str(exc), ErrorKind.INVALID)
+        return Refused(f"unknown request {type(request).__name__}", ErrorKind.INVALID)
 
     def _memory(self) -> dict[str, float]:
         """This process's resident memory and, on CUDA, the GPU memory torch holds (MB): what must stay flat."""
@@ -290,7 +293,7 @@ class EngineCore:
         try:
             avatar = self.avatars.get(request.avatar)
         except LookupError as exc:
-            return Refused(str(exc.args[0]), "not_found")
+            return Refused(str(exc.args[0]), ErrorKind.NOT_FOUND)
         height, width = avatar.frames.shape[1:3]
         width, height = request.width or int(width), request.height or int(height)
         ring = FrameRing(None, width, height, create=True)
@@ -312,7 +315,7 @@ class EngineCore:
             )
         except (AdmissionError, ControlError, TypeError, ValueError) as exc:
             free_ring(ring, host if registered else None)
-            return Refused(str(exc), "admission" if isinstance(exc, AdmissionError) else "invalid")
+            return Refused(str(exc), ErrorKind.ADMISSION if isinstance(exc, AdmissionError) else ErrorKind.INVALID)
         with self._lock:
             self.sessions[request.id] = CoreSession(
                 request.id, session, ring, request.worker, host=host, registered=registered
@@ -325,7 +328,7 @@ class EngineCore:
         try:
             avatar = self.avatars.get(request.avatar)
         except LookupError as exc:
-            return Refused(str(exc.args[0]), "not_found")
+            return Refused(str(exc.args[0]), ErrorKind.NOT_FOUND)
         height, width = (int(n) for n in avatar.frames.shape[1:3])
         ring = FrameRing(None, width, height, create=True)
         host, registered = self._pin(ring)
@@ -339,7 +342,7 @@ class EngineCore:
             )
         except (ControlError, TypeError, ValueError) as exc:
             free_ring(ring, host if registered else None)
-            return Refused(str(exc), "invalid")
+            return Refused(str(exc), ErrorKind.INVALID)
         pcm = np.frombuffer(request.pcm, np.float32)
         threading.Thread(
             target=feed_clip, args=(session, pcm, request.rate), name=f"render-{request.id}", daemon=True

@@ -8,10 +8,11 @@
     DELETE /sessions/{id}    -> ends it now; its outputs flush and close; 200 with its final state
 
 Beyond capacity POST answers 503 naming it; an unknown avatar is a 404 naming the registered ones, an unknown id a
-404, a bad body a 400; every error is JSON ``{"error": "..."}``. Beside them: ``GET /`` the preview page
-(``?session=NAME``), ``GET /info`` the session names and the notice shown on the page, ``POST /whep/NAME`` and
-``DELETE /whep/NAME/VIEWER`` WHEP playback (``serving.whep``: the page plays the preview through it, and so can any
-WHEP player), ``GET /push?session=NAME`` the WebSocket audio push (``streaming.sources.push``), ``GET /metrics``.
+404, a bad body a 400; every error is JSON ``{"error": "...", "kind": "..."}`` (``serving.api``). Beside them: ``GET
+/`` the preview page (``?session=NAME``), ``GET /info`` the session names and the notice shown on the page, ``POST
+/whep/NAME`` and ``DELETE /whep/NAME/VIEWER`` WHEP playback (``serving.whep``: the page plays the preview through it,
+and so can any WHEP player), ``GET /push?session=NAME`` the WebSocket audio push (``streaming.sources.push``), ``GET
+/metrics``.
 Every route is behind the token, Host and Origin rules of ``serving.access``; a token is given as ``Authorization:
 Bearer TOKEN`` or ``?token=TOKEN`` (how the page's URL carries it to viewers).
 """
@@ -30,10 +31,11 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry
 
 from serving.access import Access
+from serving.api import ErrorKind, SessionError, error_body
 from serving.metrics import render, stream_families
 from serving.renders import Renders
 from serving.service import Service
-from serving.sessions import ServedSession, SessionError, SessionSpec, parse_body
+from serving.sessions import ServedSession, SessionSpec, parse_body
 from serving.whep import add_whep_routes
 from streaming.sinks.webrtc import WebRtcPreview
 from streaming.sources.push import MAX_CLOSE_REASON, push_handler
@@ -80,18 +82,6 @@ class Served(Protocol):
     def pushing(self) -> AbstractContextManager[None]:
         """Held while a push connection is open (the service may end a session whose last one left)."""
         ...
-
-
-STATUS = {
-    "admission": web.HTTPServiceUnavailable,
-    "not_found": web.HTTPNotFound,
-    "invalid": web.HTTPBadRequest,
-    "closed": web.HTTPConflict,
-    "backpressure": web.HTTPServiceUnavailable,
-    "internal": web.HTTPInternalServerError,
-    "unavailable": web.HTTPServiceUnavailable,
-    "bad_gateway": web.HTTPBadGateway,
-}
 
 
 class ServiceCollector:
@@ -192,11 +182,8 @@ def create_service_app(
         return {**session.describe(), "urls": urls(request, session)}
 
     async def create(request: web.Request) -> web.Response:
-        try:
-            spec = SessionSpec.from_json(parse_body(await request.text()), service.recordings)
-            session = await service.create(spec)
-        except SessionError as exc:
-            raise _http(exc) from exc
+        spec = SessionSpec.from_json(parse_body(await request.text()), service.recordings)
+        session = await service.create(spec)
         return web.json_response(described(request, session), status=201)
 
     async def listing(request: web.Request) -> web.Response:
@@ -212,18 +199,13 @@ def create_service_app(
 
     async def one(request: web.Request) -> web.Response:
         await _refresh(service, collector)
-        try:
-            return web.json_response(described(request, service.get(request.match_info["id"])))
-        except SessionError as exc:
-            raise _http(exc) from exc
+        return web.json_response(described(request, service.get(request.match_info["id"])))
 
     async def delete(request: web.Request) -> web.Response:
         try:
             session = await service.delete(request.match_info["id"])
-        except SessionError as exc:
-            raise _http(exc) from exc
-        except TimeoutError as exc:
-            raise web.HTTPGatewayTimeout(text="the session's outputs did not close in time") from exc
+        except TimeoutError:
+            raise SessionError("the session's outputs did not close in time", ErrorKind.TIMEOUT) from None
         service.forget(session.id)
         return web.json_response(described(request, session))
 
@@ -240,7 +222,7 @@ def create_service_app(
     if service.renders is not None:
         from serving.render_routes import add_render_routes
 
-        add_render_routes(app, service, STATUS)
+        add_render_routes(app, service)
     app.router.add_post("/sessions", create)
     app.router.add_get("/sessions", listing)
     app.router.add_get("/sessions/{id}", one)
@@ -341,21 +323,20 @@ async def _refresh(service: Service, collector: ServiceCollector) -> None:
         collector.runtime = {}
 
 
-def _http(error: SessionError) -> web.HTTPException:
-    """The HTTP answer for a refused request: 503 beyond capacity or while the service cannot serve, 404 unknown, 400
-    invalid, 409 closed."""
-    return STATUS.get(error.kind, web.HTTPInternalServerError)(text=str(error))
-
-
-def error_response(status: int, message: str, headers: Mapping[str, str] | None = None) -> web.Response:
-    """An error answer as the API documents it: JSON ``{"error": message}`` with ``status``."""
+def error_response(
+    status: int, message: str, headers: Mapping[str, str] | None = None, kind: ErrorKind | None = None
+) -> web.Response:
+    """An error answer in the API's one shape (``serving.api.error_body``) with ``status``; ``kind`` defaults to the
+    status's."""
     kept = {k: v for k, v in (headers or {}).items() if k.lower() not in ("content-type", "content-length")}
-    return web.json_response({"error": message}, status=status, headers=kept)
+    body = error_body(message, kind or ErrorKind.of_status(status))
+    return web.json_response(body, status=status, headers=kept)
 
 
 def _access_middleware(access: Access):
     """Answer a request the token, Host or Origin rules do not let in (``serving.access``) before any route sees it;
-    answer an allowed origin's CORS preflight, add the CORS headers its requests need, and give every error as JSON."""
+    answer an allowed origin's CORS preflight, add the CORS headers its requests need, and give every error as JSON (a
+    route refuses by raising ``SessionError``, whose kind gives the status)."""
 
     @web.middleware
     async def check(request: web.Request, handler):
@@ -368,6 +349,8 @@ def _access_middleware(access: Access):
             return error_response(refusal.status, refusal.text, cors)
         try:
             response = await handler(request)
+        except SessionError as exc:
+            return error_response(exc.kind.status, str(exc), cors, exc.kind)
         except web.HTTPException as exc:
             if exc.status < 400:
                 raise

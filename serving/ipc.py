@@ -21,10 +21,6 @@ SEND_HWM = 1000
 """Messages a PUSH socket queues for a slow receiver before sends would block (they are dropped instead)."""
 
 
-class ServiceError(RuntimeError):
-    """A request the engine core refused or could not carry out; the message says why."""
-
-
 def endpoint(folder: Path, name: str) -> str:
     """The ``ipc://`` address of socket ``name`` in the service's folder."""
     return f"ipc://{folder / name}"

@@ -23,23 +23,22 @@ from typing import Any
 from aiohttp import web
 
 from engine.controls import ControlError, check_changes
+from serving.api import ErrorKind, RenderState, SessionError
 from serving.protocol import DescribeAvatar
 from serving.render_audio import AudioRefused, decode_clip
 from serving.renders import RenderJob, RenderLimits, RenderSpec
 from serving.service import Service
-from serving.sessions import SessionError, parse_body
+from serving.sessions import parse_body
 
 OPTIONS = ("avatar", "overlap", "seed", "controls")
 JSON_FIELDS = (*OPTIONS, "audio_file")
 
 
-def add_render_routes(app: web.Application, service: Service, status: dict[str, type[web.HTTPException]]) -> None:
-    """``/renders`` on ``app``, over ``service``'s jobs; ``status``: the HTTP answer of each refusal kind."""
+def add_render_routes(app: web.Application, service: Service) -> None:
+    """``/renders`` on ``app``, over ``service``'s jobs; a refusal is a ``SessionError``, which the app's middleware
+    answers (``serving.http``)."""
     renders = service.renders
     limits = renders.limits
-
-    def refused(error: SessionError) -> web.HTTPException:
-        return status.get(error.kind, web.HTTPInternalServerError)(text=str(error))
 
     def described(request: web.Request, job: RenderJob) -> dict[str, Any]:
         base = f"{request.scheme}://{request.host}/renders/{job.id}"
@@ -50,11 +49,13 @@ def add_render_routes(app: web.Application, service: Service, status: dict[str, 
             if request.content_type == "application/json":
                 values = parse_body(await request.text())
                 if not isinstance(values, dict):
-                    raise SessionError('POST /renders takes a JSON object, e.g. {"avatar": "anchor", ...}', "invalid")
+                    raise SessionError(
+                        'POST /renders takes a JSON object, e.g. {"avatar": "anchor", ...}', ErrorKind.INVALID
+                    )
                 unknown = set(values) - set(JSON_FIELDS)
                 if unknown:
                     raise SessionError(
-                        f"unknown field(s) {sorted(unknown)}; known: {', '.join(JSON_FIELDS)}", "invalid"
+                        f"unknown field(s) {sorted(unknown)}; known: {', '.join(JSON_FIELDS)}", ErrorKind.INVALID
                     )
                 data = read_audio_file(values.get("audio_file"), limits)
             else:
@@ -65,10 +66,7 @@ def add_render_routes(app: web.Application, service: Service, status: dict[str, 
             pcm = await asyncio.to_thread(decode_clip, data, limits.max_seconds)
             job = renders.submit(RenderSpec(pcm=pcm, **options))
         except AudioRefused as exc:
-            http = TooLarge if exc.status == 413 else web.HTTPUnsupportedMediaType
-            raise http(text=str(exc)) from exc
-        except SessionError as exc:
-            raise refused(exc) from exc
+            raise SessionError(str(exc), ErrorKind.of_status(exc.status)) from exc
         return web.json_response(described(request, job), status=202)
 
     async def listing(request: web.Request) -> web.Response:
@@ -77,18 +75,17 @@ def add_render_routes(app: web.Application, service: Service, status: dict[str, 
         return web.json_response({"renders": jobs, "queue": queue})
 
     def job_of(request: web.Request) -> RenderJob:
-        try:
-            return renders.get(request.match_info["id"])
-        except SessionError as exc:
-            raise refused(exc) from exc
+        return renders.get(request.match_info["id"])
 
     async def one(request: web.Request) -> web.Response:
         return web.json_response(described(request, job_of(request)))
 
     async def video(request: web.Request) -> web.StreamResponse:
         job = job_of(request)
-        if job.state != "done":
-            raise web.HTTPConflict(text=f"render {job.id} is {job.state}: its video is served once it is done")
+        if job.state != RenderState.DONE:
+            raise SessionError(
+                f"render {job.id} is {job.state}: its video is served once it is done", ErrorKind.NOT_READY
+            )
         response = web.FileResponse(job.path, headers={"Content-Type": "video/mp4"})
         response.headers["Content-Disposition"] = f'attachment; filename="{job.path.name}"'
         return response
@@ -105,29 +102,23 @@ def add_render_routes(app: web.Application, service: Service, status: dict[str, 
     app.router.add_delete("/renders/{id}", cancel)
 
 
-class TooLarge(web.HTTPClientError):
-    """413 with the service's own message (aiohttp's own class words it for its body-size limit alone)."""
-
-    status_code = 413
-
-
 def query_options(query: Any) -> dict[str, Any]:
     """The motion options of an upload, from its query string (``controls`` as JSON)."""
     unknown = set(query) - set(OPTIONS) - {"token"}
     if unknown:
-        raise SessionError(f"unknown option(s) {sorted(unknown)}; known: {', '.join(OPTIONS)}", "invalid")
+        raise SessionError(f"unknown option(s) {sorted(unknown)}; known: {', '.join(OPTIONS)}", ErrorKind.INVALID)
     values: dict[str, Any] = {k: query[k] for k in OPTIONS if k in query}
     for key in ("overlap", "seed"):
         if key in values:
             try:
                 values[key] = int(values[key])
             except ValueError:
-                raise SessionError(f'"{key}" is an integer, got {values[key]!r}', "invalid") from None
+                raise SessionError(f'"{key}" is an integer, got {values[key]!r}', ErrorKind.INVALID) from None
     if "controls" in values:
         try:
             values["controls"] = json.loads(values["controls"])
         except json.JSONDecodeError as exc:
-            raise SessionError(f'"controls" is a JSON object: {exc}', "invalid") from None
+            raise SessionError(f'"controls" is a JSON object: {exc}', ErrorKind.INVALID) from None
     return values
 
 
@@ -135,15 +126,15 @@ def check_options(values: dict[str, Any]) -> dict[str, Any]:
     """avatar, overlap, seed, controls checked as a session's are; SessionError(invalid) naming the field."""
     avatar = values.get("avatar")
     if not isinstance(avatar, str) or not avatar:
-        raise SessionError('a render names its "avatar"', "invalid")
+        raise SessionError('a render names its "avatar"', ErrorKind.INVALID)
     overlap, seed = values.get("overlap"), values.get("seed", 0)
     for key, value, low, high in (("overlap", overlap, 0, 79), ("seed", seed, 0, 2**31 - 1)):
         if value is not None and (type(value) is not int or not low <= value <= high):
-            raise SessionError(f'"{key}" is an integer from {low} to {high}, got {value!r}', "invalid")
+            raise SessionError(f'"{key}" is an integer from {low} to {high}, got {value!r}', ErrorKind.INVALID)
     try:
         controls = check_changes(values["controls"]) if values.get("controls") is not None else None
     except ControlError as exc:
-        raise SessionError(f'"controls": {exc}', "invalid") from None
+        raise SessionError(f'"controls": {exc}', ErrorKind.INVALID) from None
     return {"avatar": avatar, "overlap": overlap, "seed": seed, "controls": controls}
 
 
@@ -152,17 +143,17 @@ async def read_body(request: web.Request, limits: RenderLimits) -> bytes:
     limit = int(limits.max_mb * 1024 * 1024)
     too_big = f"the upload is over this service's {limits.max_mb:g} MB"
     if request.content_length is not None and request.content_length > limit:
-        raise TooLarge(text=too_big)
+        raise SessionError(too_big, ErrorKind.TOO_LARGE)
     parts, size = [], 0
     async for chunk in request.content.iter_chunked(1 << 16):
         size += len(chunk)
         if size > limit:
-            raise TooLarge(text=too_big)
+            raise SessionError(too_big, ErrorKind.TOO_LARGE)
         parts.append(chunk)
     if not size:
         raise SessionError(
             "POST /renders takes the audio as its body (or JSON naming an audio_file of the service's folder)",
-            "invalid",
+            ErrorKind.INVALID,
         )
     return b"".join(parts)
 
@@ -172,17 +163,17 @@ def read_audio_file(name: Any, limits: RenderLimits) -> bytes:
     folder = limits.audio_folder
     if folder is None:
         raise SessionError(
-            "this service takes no audio_file (start it with --render-audio DIR); upload the audio", "invalid"
+            "this service takes no audio_file (start it with --render-audio DIR); upload the audio", ErrorKind.INVALID
         )
     if not isinstance(name, str) or not name or "/" in name or "\\" in name or name.startswith("."):
-        raise SessionError('"audio_file" is the plain name of a file in the service\'s audio folder', "invalid")
+        raise SessionError('"audio_file" is the plain name of a file in the service\'s audio folder', ErrorKind.INVALID)
     path = folder / name
     try:
         inside = path.resolve(strict=True).parent == folder.resolve()
     except (OSError, RuntimeError):
         inside = False
     if not inside or not path.is_file():
-        raise SessionError(f"no audio file {name!r} in the service's audio folder", "not_found")
+        raise SessionError(f"no audio file {name!r} in the service's audio folder", ErrorKind.NOT_FOUND)
     if path.stat().st_size > limits.max_mb * 1024 * 1024:
-        raise TooLarge(text=f"{name} is over this service's {limits.max_mb:g} MB")
+        raise SessionError(f"{name} is over this service's {limits.max_mb:g} MB", ErrorKind.TOO_LARGE)
     return Path(path).read_bytes()

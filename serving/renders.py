@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from engine.timebase import FPS, SAMPLE_RATE
+from serving.api import ErrorKind, RenderState, SessionError
 from serving.protocol import (
     CloseSession,
     Event,
@@ -35,7 +36,6 @@ from serving.protocol import (
     SessionEnded,
     SessionOutputs,
 )
-from serving.sessions import SessionError
 
 log = logging.getLogger("serving.renders")
 EVENTS_KEPT = 50
@@ -85,7 +85,7 @@ class RenderJob:
     id: str
     spec: RenderSpec
     path: Path
-    state: str = "queued"
+    state: RenderState = RenderState.QUEUED
     frames_done: int = 0
     error: str | None = None
     submitted: float = field(default_factory=time.monotonic)
@@ -124,7 +124,7 @@ class RenderJob:
             "audio_seconds": round(self.spec.seconds, 3),
             "audio_seconds_rendered": round(self.frames_done / FPS, 2),
             "frames_per_second": None if fps is None else round(fps, 1),
-            "eta_seconds": round(left / fps, 1) if fps and self.state == "running" else None,
+            "eta_seconds": round(left / fps, 1) if fps and self.state == RenderState.RUNNING else None,
             "seconds": round((self.ended or time.monotonic()) - (self.started or self.submitted), 2)
             if self.started
             else None,
@@ -161,7 +161,7 @@ class Renders:
             raise SessionError(
                 f"the render queue is full ({self.limits.queue} job(s) waiting beside the one running); retry once "
                 "one has finished, or delete one",
-                "admission",
+                ErrorKind.ADMISSION,
             )
         job_id = secrets.token_hex(6)
         job = RenderJob(job_id, spec, self.limits.folder / f"render-{job_id}.mp4")
@@ -175,17 +175,17 @@ class Renders:
     def get(self, job_id: str) -> RenderJob:
         job = self.jobs.get(job_id)
         if job is None:
-            raise SessionError(f"no render job {job_id!r}; jobs: {', '.join(self.jobs) or 'none'}", "not_found")
+            raise SessionError(f"no render job {job_id!r}; jobs: {', '.join(self.jobs) or 'none'}", ErrorKind.NOT_FOUND)
         return job
 
     async def cancel(self, job_id: str, timeout: float = 10.0) -> RenderJob:
         """Cancel a queued or running job, or forget a finished one; its file is removed either way."""
         job = self.get(job_id)
-        if job.state == "queued":
+        if job.state == RenderState.QUEUED:
             self._queue.remove(job)
-            self._end(job, "cancelled")
-        elif job.state == "running":
-            job.state = "cancelling"
+            self._end(job, RenderState.CANCELLED)
+        elif job.state == RenderState.RUNNING:
+            job.state = RenderState.CANCELLING
             self._to_worker(job, RemoveStream(job.id))
             try:
                 await self._send_core(CloseSession(job.id))
@@ -194,7 +194,7 @@ class Renders:
             try:
                 await asyncio.wait_for(job.finished.wait(), timeout)
             except TimeoutError:
-                self._end(job, "cancelled")
+                self._end(job, RenderState.CANCELLED)
         job.path.unlink(missing_ok=True)
         self.jobs.pop(job_id, None)
         return job
@@ -203,7 +203,7 @@ class Renders:
         """Jobs by state now, and the totals since the start (``/metrics``)."""
         states = [j.state for j in self.jobs.values()]
         return {
-            "queued": states.count("queued"),
+            "queued": states.count(RenderState.QUEUED),
             "running": int(self._running is not None),
             **self.counters,
         }
@@ -217,7 +217,7 @@ class Renders:
     def event(self, message: Event) -> None:
         """What the core or a worker said of a job."""
         job = self.jobs.get(message.id)
-        if job is None or job.state not in ("running", "cancelling"):
+        if job is None or job.state not in (RenderState.RUNNING, RenderState.CANCELLING):
             return
         match message:
             case RenderProgress(frames=frames):
@@ -228,21 +228,21 @@ class Renders:
                 asyncio.ensure_future(self._close_on_core(job))
             case SessionEnded(error=error):
                 job.core_ended = True
-                if error is not None and job.state == "running" and job.error is None:
+                if error is not None and job.state == RenderState.RUNNING and job.error is None:
                     job.error = f"the engine core ended the job: {error}"
                     self._to_worker(job, RemoveStream(job.id))
             case OutputsClosed(stats=stats):
                 job.file_closed = True
                 job.frames_done = int(stats.get("frames_written", job.frames_done))
-                if job.state == "cancelling":
-                    self._end(job, "cancelled")
+                if job.state == RenderState.CANCELLING:
+                    self._end(job, RenderState.CANCELLED)
                 elif job.error is None and job.frames_done == job.spec.frames:
-                    self._end(job, "done")
+                    self._end(job, RenderState.DONE)
                 else:
                     job.error = job.error or (
                         f"the file holds {job.frames_done} of the clip's {job.spec.frames} frames"
                     )
-                    self._end(job, "failed")
+                    self._end(job, RenderState.FAILED)
 
     def failed(self, reason: str, worker: int | None = None) -> None:
         """A process died: the running job fails (every job, ``worker`` None: the core; else only that worker's)."""
@@ -251,7 +251,7 @@ class Renders:
             job.error = reason
             if worker is not None:
                 asyncio.ensure_future(self._close_on_core(job))
-            self._end(job, "failed")
+            self._end(job, RenderState.FAILED)
 
     # -- running ---------------------------------------------------------------------------------
 
@@ -259,7 +259,7 @@ class Renders:
         if self._running is not None or not self._queue:
             return
         job = self._running = self._queue.popleft()
-        job.state, job.started = "running", time.monotonic()
+        job.state, job.started = RenderState.RUNNING, time.monotonic()
         job.event("started", frames_total=job.spec.frames)
         asyncio.ensure_future(self._start(job))
 
@@ -268,7 +268,7 @@ class Renders:
             await self._open_job(job)
         except SessionError as exc:
             job.error = str(exc)
-            self._end(job, "failed")
+            self._end(job, RenderState.FAILED)
 
     async def _close_on_core(self, job: RenderJob) -> None:
         try:
@@ -276,15 +276,15 @@ class Renders:
         except SessionError:
             pass
 
-    def _end(self, job: RenderJob, state: str) -> None:
-        if job.state in ("done", "failed", "cancelled"):
+    def _end(self, job: RenderJob, state: RenderState) -> None:
+        if job.state.ended:
             return
         job.state, job.ended = state, time.monotonic()
         self.counters[state] += 1
-        if state == "done":
+        if state == RenderState.DONE:
             self.counters["frames"] += job.frames_done
             job.event("done", frames=job.frames_done, seconds=round(job.ended - (job.started or job.submitted), 2))
-        elif state == "failed":
+        elif state == RenderState.FAILED:
             job.event("failed", error=job.error)
             log.error("render %s failed: %s", job.id, job.error)
             job.path.unlink(missing_ok=True)
@@ -296,7 +296,7 @@ class Renders:
         self._next()
 
     def _prune(self) -> None:
-        ended = [j for j in self.jobs.values() if j.state in ("done", "failed", "cancelled")]
+        ended = [j for j in self.jobs.values() if j.state.ended]
         for job in ended[: max(0, len(ended) - DONE_KEPT)]:
             job.path.unlink(missing_ok=True)
             del self.jobs[job.id]

@@ -21,9 +21,10 @@ from aiohttp import WSCloseCode, web
 
 from engine.latency import FAITHFUL
 from serving.access import resolve_token
+from serving.api import SessionError
 from serving.http import app_runner, close_websockets, create_service_app
 from serving.service import Service, ServiceOptions
-from serving.sessions import SessionError, SessionSpec, recording_path
+from serving.sessions import SessionSpec, recording_path
 from streaming.output_settings import OutputSettings
 from streaming.targets import TargetError, masked_rtmp_url
 

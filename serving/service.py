@@ -32,9 +32,10 @@ import zmq.asyncio
 
 from engine.timebase import FPS
 from serving import timeline
+from serving.api import ErrorKind, ServiceError, SessionError, SessionState
 from serving.client import CoreClient
 from serving.core import resident_mb
-from serving.ipc import ServiceError, endpoint, send_nowait, socket
+from serving.ipc import endpoint, send_nowait, socket
 from serving.live_cost import LiveCost
 from serving.protocol import (
     CloseSession,
@@ -67,7 +68,7 @@ from serving.protocol import (
     to_argument,
 )
 from serving.renders import RenderJob, RenderLimits, Renders, open_request, render_outputs
-from serving.sessions import RemoteSession, ServedSession, SessionError, SessionSpec
+from serving.sessions import RemoteSession, ServedSession, SessionSpec
 from streaming.encoders.room_cost import ROOM
 from streaming.output import SILENCE, EncodedFrame
 from streaming.output_settings import OutputSettings, OutputSettingsError
@@ -334,17 +335,20 @@ class Service:
         if key not in self._measuring:
             alive = [w for w in self._workers if w.alive]
             if not alive:
-                raise SessionError("no output worker is running (starting or being replaced); retry", "admission")
+                raise SessionError(
+                    "no output worker is running (starting or being replaced); retry", ErrorKind.ADMISSION
+                )
             worker = min(alive, key=self.load_ms)
             if not send_nowait(worker.inbox, MeasureCost(width, height, preset)):
-                raise SessionError(f"output worker {worker.index} is not taking messages; retry", "internal")
+                raise SessionError(f"output worker {worker.index} is not taking messages; retry", ErrorKind.INTERNAL)
             self._measuring[key] = (worker.index, self._loop.create_future())
         try:
             return await asyncio.wait_for(asyncio.shield(self._measuring[key][1]), COST_TIMEOUT)
         except TimeoutError:
             self._measuring.pop(key, None)
             raise SessionError(
-                f"measuring what a {width}x{height} {preset} stream costs took over {COST_TIMEOUT:.0f} s", "internal"
+                f"measuring what a {width}x{height} {preset} stream costs took over {COST_TIMEOUT:.0f} s",
+                ErrorKind.INTERNAL,
             ) from None
 
     async def create(self, spec: SessionSpec, session_id: str | None = None) -> ServedSession:
@@ -352,14 +356,14 @@ class Service:
         room's, or both) must fit the outputs' budget; its outputs on the least loaded worker, then the session on the
         core."""
         if self.failure is not None or self.restarting is not None:
-            raise SessionError(self._unavailable(), "unavailable")
+            raise SessionError(self._unavailable(), ErrorKind.UNAVAILABLE)
         if self.refusing is not None:
-            raise SessionError(self.refusing, "admission")
+            raise SessionError(self.refusing, ErrorKind.ADMISSION)
         avatar = await self.core.request(DescribeAvatar(spec.avatar))
         try:
             output = spec.output.describe(avatar.width, avatar.height)
         except OutputSettingsError as exc:
-            raise SessionError(str(exc), "invalid") from None
+            raise SessionError(str(exc), ErrorKind.INVALID) from None
         width, height, preset = output["width"], output["height"], spec.output.preset
         session_id = session_id or secrets.token_hex(4)
         outputs = SessionOutputs(
@@ -369,7 +373,7 @@ class Service:
         kinds += [ROOM] if spec.livekit is not None else []
         cost = sum([await self.cost_ms(width, height, kind) for kind in kinds])
         if session_id in self.sessions and self.sessions[session_id].live:
-            raise SessionError(f"session {session_id!r} exists", "invalid")
+            raise SessionError(f"session {session_id!r} exists", ErrorKind.INVALID)
         worker = self._pick_worker(f"{width}x{height} {' and '.join(map(_named, kinds))}", cost)
         session = ServedSession(session_id, spec, worker.index, cost_ms=cost, output={**output, "cost_ms": cost})
         if spec.preview:
@@ -406,7 +410,7 @@ class Service:
             worker.sessions.discard(session_id)
             del self.sessions[session_id]
             raise
-        session.width, session.height, session.state = opened.width, opened.height, "live"
+        session.width, session.height, session.state = opened.width, opened.height, SessionState.LIVE
         if session.joined is not None:
             await self._in_room(session)
         return session
@@ -415,10 +419,10 @@ class Service:
         """Start a render job: its file on the least loaded worker (a file is not live: no admission), then its
         session on the core."""
         if self.failure is not None or self.restarting is not None:
-            raise SessionError(self._unavailable(), "unavailable")
+            raise SessionError(self._unavailable(), ErrorKind.UNAVAILABLE)
         alive = [w for w in self._workers if w.alive]
         if not alive:
-            raise SessionError("no output worker is running (starting or being replaced)", "unavailable")
+            raise SessionError("no output worker is running (starting or being replaced)", ErrorKind.UNAVAILABLE)
         worker = min(alive, key=self.load_ms)
         job.worker = worker.index
         self._job_to_worker(job, render_outputs(job))
@@ -457,14 +461,14 @@ class Service:
         except (TimeoutError, SessionError) as exc:
             log.warning("session %s did not end cleanly after its room failed: %s", session.id, exc)
         self.forget(session.id)
-        raise SessionError(f"livekit: {error}", "bad_gateway")
+        raise SessionError(f"livekit: {error}", ErrorKind.BAD_GATEWAY)
 
     def _pick_worker(self, what: str, cost: float) -> WorkerProcess:
         """The least loaded worker, when the outputs' budget holds one more session's outputs (``what``, e.g. "1280x720
         veryfast stream") of ``cost`` (or admission is off)."""
         alive = [w for w in self._workers if w.alive]
         if not alive:
-            raise SessionError("no output worker is running (starting or being replaced); retry", "admission")
+            raise SessionError("no output worker is running (starting or being replaced); retry", ErrorKind.ADMISSION)
         share = self.share()
         load, budget = self.load_ms() * share, self.budget_ms()
         if self.options.admission and load + cost * share > budget:
@@ -474,7 +478,7 @@ class Service:
                 f"and {len(self._live())} live session(s) take {load:.1f} of the {budget:.1f} ms that {len(alive)} "
                 "output worker(s) encode in real time; end a session, choose a smaller output size or a faster "
                 "preset, or start the service with more --output-workers (a core each)",
-                "admission",
+                ErrorKind.ADMISSION,
             )
         return min(alive, key=self.load_ms)
 
@@ -495,11 +499,11 @@ class Service:
         """End a session now: the core stops it, its worker flushes and closes its outputs; returns once closed."""
         session = self.get(session_id)
         if session.live:
-            session.state = "ending"
+            session.state = SessionState.ENDING
             try:
                 await self.core.request(CloseSession(session_id))
             except SessionError as exc:
-                if exc.kind != "not_found":
+                if exc.kind != ErrorKind.NOT_FOUND:
                     raise
             await asyncio.wait_for(session.closed.wait(), timeout)
         return session
@@ -507,7 +511,7 @@ class Service:
     async def _end_abandoned(self, session: ServedSession) -> None:
         """End a session whose push client left without ``end`` and did not come back within the grace."""
         await asyncio.sleep(END_ON_DISCONNECT_GRACE)
-        if not session.live or session.pushers or session.audio.ending or session.state == "ending":
+        if not session.live or session.pushers or session.audio.ending or session.state == SessionState.ENDING:
             return
         log.info('session %s: its push client disconnected without "end"; ending it', session.id)
         session.error = 'push: the client disconnected without "end" (end_on_disconnect)'
@@ -526,7 +530,7 @@ class Service:
         session = self.sessions.get(session_id)
         if session is None:
             raise SessionError(
-                f"no session {session_id!r}; sessions: {', '.join(self.sessions) or 'none'}", "not_found"
+                f"no session {session_id!r}; sessions: {', '.join(self.sessions) or 'none'}", ErrorKind.NOT_FOUND
             )
         return session
 
@@ -577,7 +581,7 @@ class Service:
                         future.set_result(ms)
                     else:
                         text = f"the output worker could not encode a {width}x{height} {preset} stream: {error}"
-                        future.set_exception(SessionError(text, "internal"))
+                        future.set_exception(SessionError(text, ErrorKind.INTERNAL))
             case WorkerStats(worker=index, streams=streams, cpu_ms_per_slot=cpu_ms):
                 if cpu_ms is not None:
                     self.live_cost.add(time.monotonic(), cpu_ms, self.load_ms(self._workers[index]))
@@ -612,8 +616,8 @@ class Service:
                 asyncio.ensure_future(session.preview.aclose())
             case SessionEnded(error=error, stats=stats):
                 session.core_stats = stats or session.core_stats
-                if error is not None and session.state != "ending":
-                    session.state, session.error = "failed", error
+                if error is not None and session.state != SessionState.ENDING:
+                    session.state, session.error = SessionState.FAILED, error
             case RoomJoined() if session.joined is not None and not session.joined.done():
                 session.joined.set_result(message)
             case OutputFailed(sink="livekit", message=text) if session.live:
@@ -626,10 +630,12 @@ class Service:
                 session.audio.playback({"type": "output_failed", "sink": sink, "message": text})
             case OutputsClosed(stats=stats):
                 session.output_stats = stats or session.output_stats
-                if session.state == "live":  # its outputs closed on their own (a ring it could not attach): end it
+                if (
+                    session.state == SessionState.LIVE
+                ):  # its outputs closed on their own (a ring it could not attach): end it
                     asyncio.ensure_future(self._close_quietly(session.id))
-                if session.state != "failed":
-                    session.state = "ended"
+                if session.state != SessionState.FAILED:
+                    session.state = SessionState.ENDED
                 self._workers[session.worker].sessions.discard(session.id)
                 session.closed.set()
                 self._prune()
@@ -712,9 +718,9 @@ class Service:
         else:
             self.restarting = died
             log.error("%s; starting it again", message)
-        self.core.fail_all(SessionError(self._unavailable(), "unavailable"))
+        self.core.fail_all(SessionError(self._unavailable(), ErrorKind.UNAVAILABLE))
         for session in self._live():
-            session.state, session.error = "failed", message
+            session.state, session.error = SessionState.FAILED, message
             session.audio.fail(message)
             self._to_worker(session, RemoveStream(session.id))
             session.closed.set()
@@ -749,9 +755,9 @@ class Service:
         self._closing = True
         self.failure = reason
         if self.core is not None:
-            self.core.fail_all(SessionError(reason, "closed"))
+            self.core.fail_all(SessionError(reason, ErrorKind.CLOSED))
         for session in self._live():
-            session.state, session.error = "failed", reason
+            session.state, session.error = SessionState.FAILED, reason
             session.closed.set()
         for process in [self._core, *(w.process for w in self._workers)]:
             if process is not None and process.poll() is None:
@@ -764,7 +770,7 @@ class Service:
         for session_id in list(worker.sessions):
             session = self.sessions.get(session_id)
             if session is not None and session.live:
-                session.state, session.error = "failed", message
+                session.state, session.error = SessionState.FAILED, message
                 session.audio.fail(message)
                 session.closed.set()
                 if session.joined is not None and not session.joined.done():
@@ -774,7 +780,9 @@ class Service:
             if index == worker.index:
                 del self._measuring[key]
                 if not future.done():
-                    future.set_exception(SessionError(f"{message} while measuring a stream's cost; retry", "internal"))
+                    future.set_exception(
+                        SessionError(f"{message} while measuring a stream's cost; retry", ErrorKind.INTERNAL)
+                    )
         if self.renders is not None:
             self.renders.failed(message, worker.index)
         worker.inbox.close()

@@ -24,7 +24,7 @@ from engine.latency import FAITHFUL, MODES, latency_mode
 from engine.nesting import load_json
 from engine.runtime.backpressure import push_when_room
 from engine.runtime.errors import Backpressure
-from serving.ipc import ServiceError
+from serving.api import MAX_BODY_DEPTH, SESSION_FIELDS, ErrorKind, SessionError, SessionState
 from serving.protocol import EndSegment, EndSession, Interrupt, PushAudio, UpdateControls
 from streaming.output_settings import OutputSettings
 from streaming.sinks.webrtc import WebRtcPreview
@@ -35,38 +35,13 @@ if TYPE_CHECKING:
 
 PUSH_SPLIT_SECONDS = 1.0
 """Pushed audio goes to the core in pieces of at most this much, so no piece waits for more room than a session has."""
-SPEC_FIELDS = (
-    "avatar",
-    "rtmp",
-    "srt",
-    "mp4",
-    "preview",
-    "livekit",
-    "latency",
-    "overlap",
-    "seed",
-    "controls",
-    "output",
-    "end_on_disconnect",
-)
-"""The fields of a ``POST /sessions`` body."""
 AVATAR_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 """A client names a registered avatar; never a path (the server reads no folder a client points it at)."""
-MAX_BODY_DEPTH = 8
-"""How deep a request body's JSON may nest (a session's controls are three levels)."""
 LIVEKIT_FIELDS = ("url", "token")
 LIVEKIT_SCHEMES = ("wss", "ws", "https", "http")
 MAX_LIVEKIT_URL = 2048
 MAX_LIVEKIT_TOKEN = 16384
 JWT = re.compile(r"[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]*")
-
-
-class SessionError(ServiceError):
-    """A session request that cannot be served; ``kind`` is the reason (admission, not_found, invalid, closed)."""
-
-    def __init__(self, message: str, kind: str) -> None:
-        super().__init__(message)
-        self.kind = kind
 
 
 @dataclass(frozen=True)
@@ -98,14 +73,16 @@ class SessionSpec:
         """Validate a ``POST /sessions`` body, resolving an MP4 name inside the ``recordings`` folder (None: this server
         records no files); SessionError(invalid) naming the bad field."""
         if not isinstance(body, dict):
-            raise SessionError('POST /sessions takes a JSON object, e.g. {"avatar": "anchor"}', "invalid")
-        unknown = set(body) - set(SPEC_FIELDS)
+            raise SessionError('POST /sessions takes a JSON object, e.g. {"avatar": "anchor"}', ErrorKind.INVALID)
+        unknown = set(body) - set(SESSION_FIELDS)
         if unknown:
-            raise SessionError(f"unknown field(s) {sorted(unknown)}; known: {', '.join(SPEC_FIELDS)}", "invalid")
+            raise SessionError(
+                f"unknown field(s) {sorted(unknown)}; known: {', '.join(SESSION_FIELDS)}", ErrorKind.INVALID
+            )
         avatar = body.get("avatar")
         if not isinstance(avatar, str) or not AVATAR_NAME.fullmatch(avatar):
             raise SessionError(
-                '"avatar" (a registered avatar\'s name: letters, digits, ".", "_", "-") is required', "invalid"
+                '"avatar" (a registered avatar\'s name: letters, digits, ".", "_", "-") is required', ErrorKind.INVALID
             )
         try:
             rtmp = check_rtmp_urls(body.get("rtmp", []))
@@ -117,23 +94,23 @@ class SessionSpec:
                 check_srt_urls(body["srt"])
             output = OutputSettings.from_json(body.get("output"))
         except ControlError as exc:
-            raise SessionError(f'"controls": {exc}', "invalid") from None
+            raise SessionError(f'"controls": {exc}', ErrorKind.INVALID) from None
         except ValueError as exc:  # TargetError, OutputSettingsError and a bad "output" name their field
-            raise SessionError(str(exc), "invalid") from None
+            raise SessionError(str(exc), ErrorKind.INVALID) from None
         latency = body.get("latency", FAITHFUL.name)
         try:
             latency = latency_mode(latency).name
         except ValueError:
-            raise SessionError(f'"latency" is one of {", ".join(MODES)}, got {latency!r}', "invalid") from None
+            raise SessionError(f'"latency" is one of {", ".join(MODES)}, got {latency!r}', ErrorKind.INVALID) from None
         livekit = check_livekit(body["livekit"]) if body.get("livekit") is not None else None
         preview, end_on_disconnect = body.get("preview", False), body.get("end_on_disconnect", False)
         for key, value in (("preview", preview), ("end_on_disconnect", end_on_disconnect)):
             if not isinstance(value, bool):
-                raise SessionError(f'"{key}" is true or false', "invalid")
+                raise SessionError(f'"{key}" is true or false', ErrorKind.INVALID)
         overlap, seed = body.get("overlap", MODES[latency].overlap), body.get("seed", 0)
         for key, value, low, high in (("overlap", overlap, 0, 79), ("seed", seed, 0, 2**31 - 1)):
             if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-                raise SessionError(f'"{key}" is an integer from {low} to {high}, got {value!r}', "invalid")
+                raise SessionError(f'"{key}" is an integer from {low} to {high}, got {value!r}', ErrorKind.INVALID)
         return cls(
             avatar, rtmp, mp4, preview, overlap, seed, controls, latency, output, end_on_disconnect, livekit, recording
         )
@@ -154,10 +131,12 @@ def check_livekit(value: Any) -> tuple[str, str]:
     """A ``livekit`` field: ``{"url": "wss://...", "token": JWT}`` as (url, token); SessionError(invalid) naming the
     field, also when this server cannot join rooms (the ``livekit`` extra is not installed where it runs)."""
     if not isinstance(value, dict):
-        raise SessionError('"livekit" is an object {"url": "wss://...", "token": "..."} (a room token)', "invalid")
+        raise SessionError(
+            '"livekit" is an object {"url": "wss://...", "token": "..."} (a room token)', ErrorKind.INVALID
+        )
     unknown = set(value) - set(LIVEKIT_FIELDS)
     if unknown:
-        raise SessionError(f'"livekit": unknown field(s) {sorted(unknown)}; known: url, token', "invalid")
+        raise SessionError(f'"livekit": unknown field(s) {sorted(unknown)}; known: url, token', ErrorKind.INVALID)
     url, token = value.get("url"), value.get("token")
     if (
         not isinstance(url, str)
@@ -168,14 +147,16 @@ def check_livekit(value: Any) -> tuple[str, str]:
         or urlsplit(url).scheme not in LIVEKIT_SCHEMES
         or not urlsplit(url).hostname
     ):
-        raise SessionError('"livekit.url" is the LiveKit server\'s wss:// (or ws://, https://) URL', "invalid")
+        raise SessionError('"livekit.url" is the LiveKit server\'s wss:// (or ws://, https://) URL', ErrorKind.INVALID)
     if not isinstance(token, str) or len(token) > MAX_LIVEKIT_TOKEN or not JWT.fullmatch(token):
-        raise SessionError('"livekit.token" is a room token (a JWT) for the avatar, minted by the agent', "invalid")
+        raise SessionError(
+            '"livekit.token" is a room token (a JWT) for the avatar, minted by the agent', ErrorKind.INVALID
+        )
     if importlib.util.find_spec("livekit.agents") is None:
         raise SessionError(
             '"livekit": this server cannot join LiveKit rooms: install its livekit extra (pip install -e ".[livekit]") '
             "where it runs",
-            "invalid",
+            ErrorKind.INVALID,
         )
     return url, token
 
@@ -192,7 +173,7 @@ def parse_body(text: str) -> Any:
     try:
         return load_json(text, MAX_BODY_DEPTH, "the request body")
     except ValueError as exc:
-        raise SessionError(f"the request body is JSON: {exc}", "invalid") from None
+        raise SessionError(f"the request body is JSON: {exc}", ErrorKind.INVALID) from None
 
 
 @dataclass
@@ -204,7 +185,7 @@ class ServedSession:
     worker: int
     width: int = 0
     height: int = 0
-    state: str = "starting"
+    state: SessionState = SessionState.STARTING
     error: str | None = None
     created_at: float = field(default_factory=time.time)
     preview: WebRtcPreview | None = None
@@ -236,7 +217,7 @@ class ServedSession:
 
     @property
     def live(self) -> bool:
-        return self.state in ("starting", "live", "ending")
+        return self.state.live
 
     def audio_sink(self) -> RemoteSession:
         """Where the push WebSocket sends this session's audio and commands."""
@@ -314,7 +295,7 @@ class RemoteSession:
         try:
             await self._core.request(piece)
         except SessionError as exc:
-            if exc.kind == "backpressure":
+            if exc.kind == ErrorKind.BACKPRESSURE:
                 raise Backpressure(str(exc)) from exc
             raise
 
@@ -324,7 +305,7 @@ class RemoteSession:
         try:
             changes = check_changes(changes)
         except ControlError as exc:
-            raise SessionError(str(exc), "invalid") from None
+            raise SessionError(str(exc), ErrorKind.INVALID) from None
         return (await self._core.request(UpdateControls(self.id, changes))).applied
 
     async def interrupt(self) -> int | None:

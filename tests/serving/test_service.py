@@ -25,10 +25,11 @@ import numpy as np
 import pytest
 from aiohttp import web
 
+from serving.api import SessionError
 from serving.http import app_runner, create_service_app
 from serving.renders import RenderLimits
 from serving.service import Service, ServiceOptions
-from serving.sessions import SessionError, SessionSpec
+from serving.sessions import SessionSpec
 from tests.streaming.conftest import free_port
 
 pytestmark = pytest.mark.slow
