@@ -51,6 +51,7 @@ from harness.push import Pusher
 from harness.rtmp_read import OPEN_OPTIONS
 from streaming.encoders.audio import AAC_BLOCK
 from streaming.frames import AUDIO_RATE
+from streaming.push_messages import EndOfSegment, Interrupt
 
 READ_TIMEOUT = 15.0
 """Seconds a reader waits for the next packet: a stream that stalls this long has stopped (an error, before the end)."""
@@ -235,10 +236,10 @@ async def speak(url: str, speech: np.ndarray, stop: asyncio.Event, rng: random.R
             spoken += 1
             if spoken % every == 0:
                 await pusher.play(speech[: speech.size // 2])
-                await pusher.send({"type": "interrupt"})
+                await pusher.send(Interrupt())
             else:
                 await pusher.play(speech)
-                await pusher.send({"type": "end_of_segment"})
+                await pusher.send(EndOfSegment())
             await pusher.pause(rng.uniform(1.0, 3.0))
         deadline = time.monotonic() + EVENTS_GRACE
         while playback(pusher.events)["lost"] and time.monotonic() < deadline and not pusher.closed:
@@ -261,7 +262,7 @@ async def churn(api: Api, nginx: NginxRtmp, every: float, stop: asyncio.Event, s
             continue
         async with Pusher(session["urls"]["push"], PUSH_RATE, round(CHUNK_SECONDS * PUSH_RATE)) as pusher:
             await pusher.play(speech[: 2 * PUSH_RATE])
-            await pusher.send({"type": "end_of_segment"})
+            await pusher.send(EndOfSegment())
             await pusher.play(speech[2 * PUSH_RATE : 3 * PUSH_RATE])
             ended = await api.delete(session["id"])
             await asyncio.sleep(2.0)  # the open segment's end, told as the stream ends

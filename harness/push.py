@@ -10,6 +10,8 @@ from collections.abc import Sequence
 import aiohttp
 import numpy as np
 
+from streaming.push_messages import ClientMessage, Format, Ready
+
 
 class Pusher:
     """One push connection; ``play`` sends audio in real time, continuing the clock where the last call left it. Every
@@ -29,9 +31,9 @@ class Pusher:
     async def __aenter__(self) -> Pusher:
         self._http = aiohttp.ClientSession()
         self._ws = await self._http.ws_connect(self.url)
-        await self._ws.send_json({"type": "format", "sample_rate": self.rate, "channels": 1, "encoding": "s16le"})
+        await self.send(Format(self.rate, 1, "s16le"))
         reply = await self._ws.receive_json(timeout=30)
-        if reply.get("type") != "ready":
+        if reply.get("type") != Ready.TYPE:
             raise RuntimeError(f"the push endpoint refused the format: {reply}")
         self._reader = asyncio.ensure_future(self._read())
         return self
@@ -43,9 +45,9 @@ class Pusher:
                 if '"error"' in message.data:
                     self.errors.append(message.data)
 
-    async def send(self, message: dict) -> None:
-        """One control message (``end_of_segment``, ``interrupt``, ...); its answer arrives in ``events``."""
-        await self._ws.send_json(message)
+    async def send(self, message: ClientMessage) -> None:
+        """One control message (``EndOfSegment``, ``Interrupt``, ...); its answer arrives in ``events``."""
+        await self._ws.send_json(message.to_json())
 
     @property
     def closed(self) -> bool:

@@ -18,9 +18,22 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 import aiohttp
+
+from streaming.push_messages import (
+    AheadLimit,
+    EndOfSegment,
+    Error,
+    Format,
+    Interrupt,
+    Interrupted,
+    PlaybackFinished,
+    PushMessageError,
+    SegmentEnded,
+    ServerMessage,
+    server_message,
+)
 
 LEAD_S = 10.0
 """Seconds of audio on the socket ahead of wall time at most (the service takes 5 in the session and 10 more)."""
@@ -59,10 +72,10 @@ class PushClient:
         """The highest segment number the service has named so far."""
         self.cut_through = -1
         """Every segment up to this one was cut by an answered interrupt."""
-        self.last_finished: dict[str, Any] | None = None
+        self.last_finished: PlaybackFinished | None = None
         """The last ``playback_finished`` event as it arrived (its ``position``: the seconds of speech shown)."""
         self.interrupts_answered = 0
-        self.held_back: dict[str, Any] | None = None
+        self.held_back: AheadLimit | None = None
         """The service's last ``ahead_limit`` event: this client pushed past what it takes ahead of real time."""
         self._reader = asyncio.ensure_future(self._read())
         self._sender = asyncio.ensure_future(self._send())
@@ -98,7 +111,7 @@ class PushClient:
         self._queued_s, self._sent_until = 0.0, 0.0
         self._changed.set()
         if not self._ws.closed:
-            await self._ws.send_json({"type": "interrupt"})
+            await self._ws.send_json(Interrupt().to_json())
 
     async def end_segment(self) -> int | None:
         """Close the segment pushed since the last close, behind the audio held here: its number, or None when
@@ -132,7 +145,7 @@ class PushClient:
                 self._queue.popleft()
                 if not item.done() and not self._ws.closed:
                     self._segment_answers.append(item)
-                    await self._ws.send_json({"type": "end_of_segment"})
+                    await self._ws.send_json(EndOfSegment().to_json())
                 continue
             wait = max(time.monotonic(), self._sent_until) - time.monotonic() + item.seconds - LEAD_S
             if wait > 0:
@@ -147,33 +160,35 @@ class PushClient:
                 if self._format != (item.sample_rate, item.channels):
                     self._format = (item.sample_rate, item.channels)
                     rate, channels = self._format
-                    await self._ws.send_json(
-                        {"type": "format", "sample_rate": rate, "channels": channels, "encoding": "s16le"}
-                    )
+                    await self._ws.send_json(Format(rate, channels, "s16le").to_json())
                 await self._ws.send_bytes(item.pcm)
 
     async def _read(self) -> None:
         async for message in self._ws:
             if message.type == aiohttp.WSMsgType.TEXT:
-                self._on(message.json())
+                try:
+                    self._on(server_message(message.json()))
+                except PushMessageError as exc:
+                    log.warning("the service sent a message this client does not know: %s", exc)
 
-    def _on(self, event: dict[str, Any]) -> None:
-        kind, segment = event.get("type"), event.get("segment")
+    def _on(self, event: ServerMessage) -> None:
+        segment = getattr(event, "segment", None)
         if isinstance(segment, int):
             self.highest_segment = max(self.highest_segment, segment)
-        if kind == "end_of_segment":
-            while self._segment_answers:
-                answer = self._segment_answers.popleft()
-                if not answer.done():
-                    answer.set_result(segment)
-                    break
-        elif kind == "interrupted":
-            self.interrupts_answered += 1
-            self.cut_through = max(self.cut_through, self.highest_segment)
-        elif kind == "playback_finished":
-            self.last_finished = event
-        elif kind == "ahead_limit":
-            self.held_back = event
-            log.warning("the service holds back this bot's audio: %s", event)
-        elif kind == "error":
-            log.warning("the service refused a push message: %s", event.get("message"))
+        match event:
+            case SegmentEnded():
+                while self._segment_answers:
+                    answer = self._segment_answers.popleft()
+                    if not answer.done():
+                        answer.set_result(segment)
+                        break
+            case Interrupted():
+                self.interrupts_answered += 1
+                self.cut_through = max(self.cut_through, self.highest_segment)
+            case PlaybackFinished():
+                self.last_finished = event
+            case AheadLimit():
+                self.held_back = event
+                log.warning("the service holds back this bot's audio: %s", event)
+            case Error(message=text):
+                log.warning("the service refused a push message: %s", text)

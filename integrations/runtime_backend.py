@@ -19,6 +19,7 @@ from engine.runtime.backpressure import push_when_room
 from integrations.avatar_backend import Refused, Shown
 from integrations.slots import SlotPicker
 from streaming.playback import PlaybackEvents
+from streaming.push_messages import PlaybackEvent, PlaybackFinished
 from streaming.sources.push import ProtocolError, PushFormat, decode_chunk
 
 if TYPE_CHECKING:
@@ -102,9 +103,9 @@ class RuntimeBackend:
         """Anywhere: the picker shows each frame at the slot nearest its due time."""
         return None
 
-    def _take_event(self, event: dict[str, Any]) -> bool:
-        if event["event"] == "playback_finished":
-            self._finished_through = event["segment"]
+    def _take_event(self, event: PlaybackEvent) -> bool:
+        if isinstance(event, PlaybackFinished):
+            self._finished_through = event.segment
         return True
 
     async def close(self) -> None:

@@ -403,7 +403,7 @@ class PreviewEnded:
 
 @dataclass(frozen=True, slots=True)
 class Playback:
-    """A playback event of session ``id`` (``streaming.playback``): ``event`` names it, ``fields`` carry the rest."""
+    """A playback event of session ``id`` (``streaming.push_messages``): ``event`` is its type, ``fields`` the rest."""
 
     id: str
     event: str

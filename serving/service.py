@@ -69,10 +69,12 @@ from serving.protocol import (
 )
 from serving.renders import RenderJob, RenderLimits, Renders, open_request, render_outputs
 from serving.sessions import RemoteSession, ServedSession, SessionSpec
+from streaming import push_messages as push
 from streaming.encoders.room_cost import ROOM
 from streaming.output import SILENCE, EncodedFrame
 from streaming.output_settings import OutputSettings, OutputSettingsError
 from streaming.protocols import srt_unavailable
+from streaming.push_messages import playback_event
 from streaming.sinks.webrtc import WebRtcPreview
 
 log = logging.getLogger("serving.service")
@@ -611,7 +613,7 @@ class Service:
                     )
                 )
             case Playback(event=event, fields=fields):
-                session.audio.playback({"type": event, **fields})
+                session.audio.playback(playback_event(event, fields))
             case PreviewEnded() if session.preview is not None:
                 asyncio.ensure_future(session.preview.aclose())
             case SessionEnded(error=error, stats=stats):
@@ -627,7 +629,7 @@ class Service:
             case OutputFailed(sink=sink, message=text):
                 log.error("session %s: its %s output failed: %s", session.id, sink, text)
                 session.error = f"{sink}: {text}"
-                session.audio.playback({"type": "output_failed", "sink": sink, "message": text})
+                session.audio.playback(push.OutputFailed(sink, text))
             case OutputsClosed(stats=stats):
                 session.output_stats = stats or session.output_stats
                 if (
@@ -657,10 +659,10 @@ class Service:
                 seconds,
                 self._device(),
             )
-            session.audio.playback({"type": "behind_real_time", "seconds": seconds})
+            session.audio.playback(push.BehindRealTime(seconds))
         elif session.behind and not behind and seconds is not None:
             log.info("session %s is back within %.0f s of real time", session.id, BEHIND_SECONDS)
-            session.audio.playback({"type": "keeps_up", "seconds": seconds})
+            session.audio.playback(push.KeepsUp(seconds))
         session.behind = behind
         degraded = slots > 0 and repeats > DEGRADED_SHARE * slots
         if degraded != session.degraded:

@@ -27,6 +27,7 @@ from engine.runtime.errors import Backpressure
 from serving.api import MAX_BODY_DEPTH, SESSION_FIELDS, ErrorKind, SessionError, SessionState
 from serving.protocol import EndSegment, EndSession, Interrupt, PushAudio, UpdateControls
 from streaming.output_settings import OutputSettings
+from streaming.push_messages import PlaybackEvent, PlaybackFinished, PlaybackStarted, SessionFailed
 from streaming.sinks.webrtc import WebRtcPreview
 from streaming.targets import TargetError, check_rtmp_urls, check_srt_url, masked_rtmp_url, resolve_mp4_target
 
@@ -276,7 +277,7 @@ class RemoteSession:
     ) -> None:
         self._core, self.id, self._loop = core, session_id, loop
         self.latency = latency
-        self._listeners: list[Callable[[dict[str, Any]], None]] = []
+        self._listeners: list[Callable[[PlaybackEvent], None]] = []
         self._unfinished: dict[int, float | None] = {}
         """Segments told of but not finished -> when their playback started (None: not yet): finished on a failure."""
         self.ending = False
@@ -323,17 +324,17 @@ class RemoteSession:
         self.ending = True
         await self._core.request(EndSession(self.id))
 
-    def subscribe(self, listener: Callable[[dict[str, Any]], None]) -> Callable[[], None]:
+    def subscribe(self, listener: Callable[[PlaybackEvent], None]) -> Callable[[], None]:
         """Call ``listener`` (on the event loop) with each playback event; returns the call that unsubscribes it."""
         self._listeners.append(listener)
         return lambda: self._listeners.remove(listener)
 
-    def playback(self, event: dict[str, Any]) -> None:
+    def playback(self, event: PlaybackEvent) -> None:
         """Hand one playback event from the session's worker to every listener."""
-        if event["type"] == "playback_started":
-            self._unfinished[event["segment"]] = time.monotonic()
-        elif event["type"] == "playback_finished":
-            self._unfinished.pop(event["segment"], None)
+        if isinstance(event, PlaybackStarted):
+            self._unfinished[event.segment] = time.monotonic()
+        elif isinstance(event, PlaybackFinished):
+            self._unfinished.pop(event.segment, None)
         for listener in tuple(self._listeners):
             listener(event)
 
@@ -342,8 +343,8 @@ class RemoteSession:
         listeners, whose sockets then close; no event of the session follows."""
         for segment, started in sorted(self._unfinished.items()):
             position = 0.0 if started is None else round(time.monotonic() - started, 2)
-            self.playback({"type": "playback_finished", "segment": segment, "position": position, "interrupted": True})
-        self.playback({"type": "session_failed", "message": reason})
+            self.playback(PlaybackFinished(segment, position, interrupted=True))
+        self.playback(SessionFailed(reason))
         self._listeners.clear()
 
     def blocking(self) -> BlockingSession:

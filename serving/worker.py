@@ -74,6 +74,7 @@ from streaming.frame_ring import STILL, FrameRing
 from streaming.output import EncodedFrame, SessionOutput
 from streaming.output_settings import OutputSettings
 from streaming.playback import PlaybackEvents
+from streaming.push_messages import PlaybackEvent, PlaybackFinished, PlaybackStarted, fields_of
 from streaming.sinks.mp4 import Mp4Sink
 from streaming.sinks.rtmp import RtmpSink
 
@@ -503,7 +504,7 @@ class Worker:
 
         self.rooms.run(self.join(stream.room, url, token, left)).add_done_callback(joined)
 
-    def _playback(self, stream: WorkerStream, event: dict[str, Any]) -> bool:
+    def _playback(self, stream: WorkerStream, event: PlaybackStarted | PlaybackFinished) -> bool:
         """A playback event to the front end (the push sockets), and to the stream's room (the agent)."""
         if stream.room is not None:
             self.rooms.call(stream.room.playback, event)
@@ -519,9 +520,9 @@ class Worker:
                 gc.collect()
 
 
-def playback(session_id: str, event: dict[str, Any]) -> Playback:
-    """A playback event of ``streaming.playback`` (its name under ``event``) as the message to the front end."""
-    return Playback(session_id, event["event"], {k: v for k, v in event.items() if k != "event"})
+def playback(session_id: str, event: PlaybackEvent) -> Playback:
+    """A playback event of ``streaming.playback`` as the message to the front end."""
+    return Playback(session_id, event.TYPE, fields_of(event))
 
 
 def stream_stats(stream: WorkerStream) -> dict[str, Any]:

@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from typing import Any
 
 from engine.timebase import FPS
 from streaming.output import EncodedFrame
+from streaming.push_messages import PlaybackFinished, PlaybackStarted
 
 
 class PlaybackEvents:
@@ -26,7 +26,7 @@ class PlaybackEvents:
 
     name = "playback"
 
-    def __init__(self, emit: Callable[[dict[str, Any]], bool]) -> None:
+    def __init__(self, emit: Callable[[PlaybackStarted | PlaybackFinished], bool]) -> None:
         self._emit = emit
         self._lock = threading.Lock()
         self._next = 0
@@ -34,7 +34,7 @@ class PlaybackEvents:
         self._started: int | None = None
         self._spoken = 0
         self._closed: dict[int, bool] = {}
-        self._outbox: list[dict[str, Any]] = []
+        self._outbox: list[PlaybackStarted | PlaybackFinished] = []
         self.started = 0
         self.finished = 0
 
@@ -61,7 +61,7 @@ class PlaybackEvents:
             if speech and segment >= self._next:
                 if self._started != segment:
                     self._started, self._spoken = segment, 0
-                    self._outbox.append({"event": "playback_started", "segment": segment})
+                    self._outbox.append(PlaybackStarted(segment))
                     self.started += 1
                 self._spoken += 1
             self._flush()
@@ -86,9 +86,7 @@ class PlaybackEvents:
             done = self._next
             position = self._spoken / FPS if self._started == done else 0.0
             interrupted = self._closed.pop(done, True)
-            self._outbox.append(
-                {"event": "playback_finished", "segment": done, "position": position, "interrupted": interrupted}
-            )
+            self._outbox.append(PlaybackFinished(done, position, interrupted))
             self.finished += 1
             self._next += 1
 

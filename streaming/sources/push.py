@@ -1,7 +1,8 @@
 """WebSocket push for TTS engines: declare a PCM format in JSON, send audio as binary messages, change the
 session's controls, interrupt or end.
 
-Protocol (one WebSocket per session, ``/push?session=NAME``):
+Protocol (one WebSocket per session, ``/push?session=NAME``; every text message below is a typed value of
+``streaming.push_messages``):
 
 client -> server, text (JSON):
   {"type": "format", "sample_rate": 24000, "channels": 1, "encoding": "s16le" | "f32le"}
@@ -65,6 +66,26 @@ from engine.audio.pcm import MAX_CHANNELS, PcmError, check_rate, to_float_mono
 from engine.controls import ControlError, check_changes
 from engine.nesting import load_json
 from engine.runtime.errors import SessionClosed
+from streaming.push_messages import (
+    AheadLimit,
+    ClientMessage,
+    Controls,
+    ControlsApplied,
+    End,
+    Ended,
+    EndOfSegment,
+    Error,
+    Format,
+    Interrupt,
+    Interrupted,
+    PlaybackEvent,
+    PushMessage,
+    PushMessageError,
+    Ready,
+    SegmentEnded,
+    SessionFailed,
+    client_message,
+)
 
 log = logging.getLogger(__name__)
 ENCODINGS = {"s16le": np.dtype("<i2"), "f32le": np.dtype("<f4")}
@@ -93,20 +114,21 @@ class PushFormat:
     channels: int
     encoding: str
 
-    def as_message(self) -> dict:
-        return {"sample_rate": self.sample_rate, "channels": self.channels, "encoding": self.encoding}
+    def ready(self, latency: str) -> Ready:
+        """The answer to the ``format`` message that declared this."""
+        return Ready(self.sample_rate, self.channels, self.encoding, latency)
 
 
-def parse_format(message: dict) -> PushFormat:
+def parse_format(message: Format) -> PushFormat:
     """Validate a ``format`` message."""
     try:
-        rate = check_rate(message.get("sample_rate"))
+        rate = check_rate(message.sample_rate)
     except PcmError as exc:
         raise ProtocolError(str(exc)) from exc
-    channels = message.get("channels", 1)
+    channels = message.channels
     if isinstance(channels, bool) or not isinstance(channels, int) or not 1 <= channels <= MAX_CHANNELS:
         raise ProtocolError(f"channels must be an integer from 1 to {MAX_CHANNELS}, got {channels!r}")
-    encoding = message.get("encoding", "s16le")
+    encoding = message.encoding
     if not isinstance(encoding, str) or encoding not in ENCODINGS:
         raise ProtocolError(f"encoding must be one of {', '.join(ENCODINGS)}, got {encoding!r}")
     return PushFormat(rate, channels, encoding)
@@ -140,7 +162,7 @@ async def push_handler(request: web.Request, session) -> web.WebSocketResponse:
     ws = web.WebSocketResponse(max_msg_size=MAX_MESSAGE_BYTES, autoclose=False)
     await ws.prepare(request)
     state = PushState(request.query.get("session", ""), ws, session)
-    events: asyncio.Queue[dict] = asyncio.Queue()
+    events: asyncio.Queue[PlaybackEvent] = asyncio.Queue()
     unsubscribe = session.subscribe(events.put_nowait)
     sender = asyncio.ensure_future(_send_events(ws, events))
     try:
@@ -148,9 +170,9 @@ async def push_handler(request: web.Request, session) -> web.WebSocketResponse:
             try:
                 await _handle(ws, message, session, state)
             except SessionClosed:
-                await _reply(ws, {"type": "error", "message": _ended(state.name)})
+                await _reply(ws, Error(_ended(state.name)))
             except (ValueError, RuntimeError) as exc:
-                await _reply(ws, {"type": "error", "message": str(exc)})
+                await _reply(ws, Error(str(exc)))
             if ws.closed:
                 break
         await state.pushed()  # a client that sends its last audio and closes is heard to the end, then answered
@@ -168,8 +190,8 @@ async def _send_events(ws: web.WebSocketResponse, events: asyncio.Queue) -> None
     while True:
         event = await events.get()
         await _reply(ws, event)
-        if event.get("type") == "session_failed":
-            reason = event.get("message", "").encode()[:MAX_CLOSE_REASON].decode(errors="ignore")
+        if isinstance(event, SessionFailed):
+            reason = event.message.encode()[:MAX_CLOSE_REASON].decode(errors="ignore")
             await ws.close(code=WSCloseCode.INTERNAL_ERROR, message=reason.encode())
             return
 
@@ -194,14 +216,7 @@ class PushState:
         while self.queued_seconds > 0 and self.queued_seconds + seconds > MAX_QUEUED_SECONDS:
             if not self._told:
                 self._told = True
-                await _reply(
-                    self._ws,
-                    {
-                        "type": "ahead_limit",
-                        "queued_seconds": round(self.queued_seconds, 3),
-                        "limit_seconds": MAX_QUEUED_SECONDS,
-                    },
-                )
+                await _reply(self._ws, AheadLimit(round(self.queued_seconds, 3), MAX_QUEUED_SECONDS))
             await self._change()
         self._queue.append((pcm, rate))
         self.queued_seconds += seconds
@@ -245,34 +260,34 @@ async def _handle(ws: web.WebSocketResponse, message, session, state: PushState)
             raise ProtocolError('send {"type": "format", ...} before any audio')
         await state.add(decode_chunk(message.data, state.fmt), state.fmt.sample_rate)
     elif message.type == WSMsgType.TEXT:
-        control = _control(message.data)
-        kind = control.get("type")
-        if kind == "format":
-            state.fmt = parse_format(control)
-            await _reply(ws, {"type": "ready", **state.fmt.as_message(), "latency": session.latency})
-        elif kind == "controls":
-            try:
-                fields = check_changes({k: v for k, v in control.items() if k != "type"})
-            except ControlError as exc:
-                raise ProtocolError(str(exc)) from exc
-            await _reply(ws, {"type": "controls", "applied": await session.update_controls(**fields)})
-        elif kind == "end_of_segment":
-            await state.pushed()
-            await _reply(ws, {"type": "end_of_segment", "segment": await session.end_segment()})
-        elif kind == "interrupt":
-            await state.drop_push()
-            await _reply(ws, {"type": "interrupted", "segment": await session.interrupt()})
-        elif kind == "end":
-            await state.pushed()
-            await session.end()
-            await _reply(ws, {"type": "ended"})
-            await ws.close()
-        else:
-            raise ProtocolError(
-                f"unknown message type {kind!r}; expected format, controls, end_of_segment, interrupt or end"
-            )
+        await _command(ws, _control(message.data), session, state)
     elif message.type == WSMsgType.ERROR:
         log.warning("push: connection error: %s", ws.exception())
+
+
+async def _command(ws: web.WebSocketResponse, control: ClientMessage, session, state: PushState) -> None:
+    """Carry out one text message and answer it."""
+    match control:
+        case Format():
+            state.fmt = parse_format(control)
+            await _reply(ws, state.fmt.ready(session.latency))
+        case Controls(changes=changes):
+            try:
+                fields = check_changes(changes)
+            except ControlError as exc:
+                raise ProtocolError(str(exc)) from exc
+            await _reply(ws, ControlsApplied(await session.update_controls(**fields)))
+        case EndOfSegment():
+            await state.pushed()
+            await _reply(ws, SegmentEnded(await session.end_segment()))
+        case Interrupt():
+            await state.drop_push()
+            await _reply(ws, Interrupted(await session.interrupt()))
+        case End():
+            await state.pushed()
+            await session.end()
+            await _reply(ws, Ended())
+            await ws.close()
 
 
 async def _push(ws: web.WebSocketResponse, session, state: PushState, pcm: np.ndarray, rate: int) -> None:
@@ -280,30 +295,31 @@ async def _push(ws: web.WebSocketResponse, session, state: PushState, pcm: np.nd
     try:
         await session.push_audio(pcm, rate)
     except SessionClosed:
-        await _reply(ws, {"type": "error", "message": _ended(state.name)})
+        await _reply(ws, Error(_ended(state.name)))
     except (ValueError, RuntimeError) as exc:
-        await _reply(ws, {"type": "error", "message": str(exc)})
+        await _reply(ws, Error(str(exc)))
 
 
 def _ended(name: str) -> str:
     return f"session {name!r} has ended; create a new one with POST /sessions"
 
 
-async def _reply(ws: web.WebSocketResponse, message: dict) -> None:
+async def _reply(ws: web.WebSocketResponse, message: PushMessage) -> None:
     """Answer the client, unless it has gone away meanwhile (a push answered after a disconnect is not an error)."""
     if ws.closed:
         return
     try:
-        await ws.send_json(message)
+        await ws.send_json(message.to_json())
     except ConnectionResetError:
         log.info("push: the client left before its answer")
 
 
-def _control(text: str) -> dict:
+def _control(text: str) -> ClientMessage:
     try:
         control = load_json(text, MAX_CONTROL_DEPTH, "a control message")
     except ValueError as exc:
         raise ProtocolError(f"text messages must be JSON: {exc}") from exc
-    if not isinstance(control, dict):
-        raise ProtocolError("a control message must be a JSON object with a 'type'")
-    return control
+    try:
+        return client_message(control)
+    except PushMessageError as exc:
+        raise ProtocolError(str(exc)) from None

@@ -161,7 +161,7 @@ def test_pictures_at_25_fps_speech_with_its_audio_and_tts_stopped_after_the_last
             await bot.task.queue_frames(tts(1.0))
             await bot.until(lambda: bot.out.stopped, 10)
             speech = bot.out.audio
-            spoken = bot.video.backend.push.last_finished["position"]  # a starved machine's service sheds frames
+            spoken = bot.video.backend.push.last_finished.position  # a starved machine's service sheds frames
             assert spoken > 0.5 and len(speech) == pytest.approx(spoken * 25, abs=3), "audio of each speech frame"
             assert all(a.sample_rate == 48_000 and a.num_channels == 1 and a.num_frames == 1920 for _, a in speech)
             assert max(np.abs(np.frombuffer(a.audio, np.int16)).max() for _, a in speech) > 1000, "audible"
@@ -242,7 +242,7 @@ def test_an_interruption_during_a_pre_fill_cuts_the_speech_at_once_and_later_spe
             cut = time.monotonic()
             await bot.until(lambda: bot.video.backend.push.last_finished is not None, 2)
             finished = bot.video.backend.push.last_finished
-            assert finished["interrupted"] and finished["position"] < 2.5, finished
+            assert finished.interrupted and finished.position < 2.5, finished
             await asyncio.sleep(1.0)
             late = [round(t - cut, 3) for t, _ in bot.out.audio if t > cut + 0.045]
             assert not late, f"speech audio {late} s after the interruption"
@@ -295,7 +295,7 @@ def test_end_frame_waits_for_the_last_speech_then_deletes_the_session(synthetic_
         await bot.task.queue_frames(tts(1.0)[:-1])  # no TTSStoppedFrame: EndFrame closes the segment
         push = bot.video.backend.push
         await bot.end()
-        spoken = push.last_finished["position"]
+        spoken = push.last_finished.position
         assert spoken > 0.5 and len(bot.out.audio) == pytest.approx(spoken * 25, abs=3), "all shown before the end"
         assert await sessions(synthetic_service.url) == []
 

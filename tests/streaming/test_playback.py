@@ -9,6 +9,7 @@ import numpy as np
 
 from streaming.output import EncodedFrame
 from streaming.playback import PlaybackEvents
+from streaming.push_messages import PlaybackFinished, PlaybackStarted
 
 
 def frame(segment: int, speech: bool, repeat: bool = False) -> EncodedFrame:
@@ -31,22 +32,22 @@ def test_a_segment_starts_at_its_first_speech_frame_and_finishes_at_the_first_fr
     playback = PlaybackEvents(events)
     for f in [frame(0, False)] * 3 + [frame(0, True)] * 5 + [frame(0, True, repeat=True)] * 4:
         playback.send(f)
-    assert events.events == [{"event": "playback_started", "segment": 0}]
+    assert events.events == [PlaybackStarted(0)]
     playback.closed([(0, False)])
     playback.send(frame(1, False))
-    assert events.events[-1] == {"event": "playback_finished", "segment": 0, "position": 0.2, "interrupted": False}
+    assert events.events[-1] == PlaybackFinished(0, 0.2, False)
     for f in [frame(1, True)] * 3:
         playback.send(f)
     playback.closed([(1, True), (2, True)])  # 1 cut short, 2 interrupted before any of it was shown
     playback.send(frame(3, False))
     assert events.events[2:] == [
-        {"event": "playback_started", "segment": 1},
-        {"event": "playback_finished", "segment": 1, "position": 0.12, "interrupted": True},
-        {"event": "playback_finished", "segment": 2, "position": 0.0, "interrupted": True},
+        PlaybackStarted(1),
+        PlaybackFinished(1, 0.12, True),
+        PlaybackFinished(2, 0.0, True),
     ]
     playback.send(frame(3, True))
     playback.close()
-    assert events.events[-1] == {"event": "playback_finished", "segment": 3, "position": 0.04, "interrupted": True}, (
+    assert events.events[-1] == PlaybackFinished(3, 0.04, True), (
         "a segment still open when the stream ends is finished then, as interrupted"
     )
 
@@ -60,7 +61,7 @@ def test_events_a_full_queue_refused_are_sent_later_in_order() -> None:
     assert playback.stats()["events_waiting"] == 2
     events.accept = True
     playback.send(frame(1, False))
-    assert [e["event"] for e in events.events] == ["playback_started", "playback_finished"]
+    assert [e.TYPE for e in events.events] == ["playback_started", "playback_finished"]
     assert playback.stats()["events_waiting"] == 0
 
 
@@ -78,10 +79,10 @@ def test_a_thousand_segments_with_random_interrupts_each_finish_exactly_once() -
         interrupted[segment] = rng.random() < 0.5
         playback.closed([(segment, interrupted[segment])])
     playback.send(frame(1000, False))
-    finished = [e for e in events.events if e["event"] == "playback_finished"]
-    assert [e["segment"] for e in finished] == list(range(1000))
-    assert all(e["interrupted"] == interrupted[e["segment"]] for e in finished)
-    started = [e["segment"] for e in events.events if e["event"] == "playback_started"]
+    finished = [e for e in events.events if isinstance(e, PlaybackFinished)]
+    assert [e.segment for e in finished] == list(range(1000))
+    assert all(e.interrupted == interrupted[e.segment] for e in finished)
+    started = [e.segment for e in events.events if isinstance(e, PlaybackStarted)]
     assert len(started) == len(set(started)), "at most one start per segment"
     playback.close()
-    assert len([e for e in events.events if e["event"] == "playback_finished"]) == 1000, "and nothing twice at the end"
+    assert len([e for e in events.events if isinstance(e, PlaybackFinished)]) == 1000, "and nothing twice at the end"
