@@ -17,7 +17,7 @@ from cluster.local import REPLICA_GRPC, request_stop_now, start_ray
 from cluster.replica import DRAIN_SECONDS, EngineReplica, ReplicaConfig, default_health_timeout
 from cluster.router import CapacityRouter
 from serving.access import is_loopback, resolve_token
-from serving.service import ServiceOptions
+from serving.processes import ServiceOptions
 
 APP_NAME = "ditto"
 SHUTDOWN_MARGIN = 30.0

@@ -27,7 +27,8 @@ from aiohttp import web
 from cluster.local import stop_now_requested
 from serving.access import is_loopback
 from serving.http import app_runner, close_websockets, create_service_app
-from serving.service import Service, ServiceOptions
+from serving.processes import ServiceOptions
+from serving.service import Service
 
 log = logging.getLogger("cluster.replica")
 DRAIN_SECONDS = 600.0
@@ -251,7 +252,7 @@ class EngineReplica:
 
     def figures(self) -> dict[str, Any]:
         """This replica: its id, node address and process, and its capacity (the engine's admission) and use."""
-        admitted = self.service.capacity()["admitted"]
+        admitted = self.service.budget.capacity()["admitted"]
         live = self._live()
         free = 0 if self.draining or self.failure else max(0, admitted - live)
         return {

@@ -111,13 +111,13 @@ class ServiceCollector:
         capacity = GaugeMetricFamily(
             "ditto_capacity", "Live sessions served in real time: runtime, outputs, admitted", labels=["kind"]
         )
-        for kind, value in self.service.capacity().items():
+        for kind, value in self.service.budget.capacity().items():
             if value is not None:
                 capacity.add_metric([kind], value)
         yield capacity
         if self.service.renders is not None:
             yield from render_families(self.service.renders)
-        share = self.service.encoding()["measured_share"]
+        share = self.service.budget.encoding()["measured_share"]
         if share is not None:
             yield GaugeMetricFamily(
                 "ditto_output_measured_share",
@@ -191,8 +191,8 @@ def create_service_app(
         return web.json_response(
             {
                 "sessions": [described(request, s) for s in service.sessions.values()],
-                "capacity": service.capacity(),
-                "encoding": service.encoding(),
+                "capacity": service.budget.capacity(),
+                "encoding": service.budget.encoding(),
                 "avatars": list(service.core_info.avatars) if service.core_info else [],
             }
         )

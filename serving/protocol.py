@@ -24,7 +24,7 @@ Stats = dict[str, Any]
 
 @dataclass(frozen=True, slots=True)
 class CoreConfig:
-    """How to start an engine core: its sockets, then the runtime to warm up (``serving.service.ServiceOptions``)."""
+    """How to start an engine core: its sockets, then the runtime to warm up (``serving.processes.ServiceOptions``)."""
 
     address: str
     """Where it answers the front end's requests (it binds a ROUTER)."""

@@ -62,7 +62,7 @@ def add_render_routes(app: web.Application, service: Service) -> None:
                 values = query_options(request.query)
                 data = await read_body(request, limits)
             options = check_options(values)
-            await service.core_request(DescribeAvatar(options["avatar"]))
+            await service.core.request(DescribeAvatar(options["avatar"]))
             pcm = await asyncio.to_thread(decode_clip, data, limits.max_seconds)
             job = renders.submit(RenderSpec(pcm=pcm, **options))
         except AudioRefused as exc:

@@ -23,7 +23,8 @@ from engine.latency import FAITHFUL
 from serving.access import resolve_token
 from serving.api import SessionError
 from serving.http import app_runner, close_websockets, create_service_app
-from serving.service import Service, ServiceOptions
+from serving.processes import ServiceOptions
+from serving.service import Service
 from serving.sessions import SessionSpec, recording_path
 from streaming.output_settings import OutputSettings
 from streaming.targets import TargetError, masked_rtmp_url
@@ -235,7 +236,7 @@ def _announce(
     shown = f"[{host}]" if ":" in host else host
     suffix = f"?token={TOKEN_SHOWN}" if token else ""
     also = f"&token={TOKEN_SHOWN}" if token else ""
-    capacity = service.capacity()
+    capacity = service.budget.capacity()
     if generated:
         print(f"token (give it to viewers and pushers; {TOKEN_SHOWN} below): {token}", file=sys.stderr)
     print(

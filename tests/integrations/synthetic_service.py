@@ -20,7 +20,8 @@ from pathlib import Path
 from aiohttp import web
 
 from serving.http import create_service_app
-from serving.service import Service, ServiceOptions
+from serving.processes import ServiceOptions
+from serving.service import Service
 
 RUNTIME = "tests.streaming.synthetic_runtime:build"
 REPO = Path(__file__).resolve().parents[2]

@@ -30,8 +30,9 @@ from aiohttp import web
 from integrations.livekit_avatar import DittoAvatarSession
 from integrations.livekit_compat import LiveSession
 from serving.http import create_service_app
+from serving.processes import ServiceOptions
 from serving.protocol import OutputFailed
-from serving.service import Service, ServiceOptions
+from serving.service import Service
 from streaming.encoders.room_cost import ROOM
 from tests.integrations.loopback_room import room_pair
 from tests.integrations.room_service import RUNTIME, call, harness, say, speech, until

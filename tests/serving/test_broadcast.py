@@ -16,7 +16,7 @@ import pytest
 
 from engine.timebase import FPS
 from serving.live_cost import FLOOR
-from serving.service import FRAME_MS, UTILIZATION
+from serving.output_budget import FRAME_MS, UTILIZATION
 from tests.serving.test_service import _more, running, until
 
 pytestmark = pytest.mark.slow

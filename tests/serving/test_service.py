@@ -27,8 +27,9 @@ from aiohttp import web
 
 from serving.api import SessionError
 from serving.http import app_runner, create_service_app
+from serving.processes import ServiceOptions
 from serving.renders import RenderLimits
-from serving.service import Service, ServiceOptions
+from serving.service import Service
 from serving.sessions import SessionSpec
 from tests.streaming.conftest import free_port
 
@@ -318,7 +319,7 @@ def test_malformed_messages_on_the_internal_sockets_are_dropped_and_every_proces
                 core.send_multipart([b"\x00" * 8, b"not msgpack"])
                 assert core.poll(5000), "the core answers an undecodable request"
                 worker = context.socket(zmq.PUSH)
-                worker.connect(service._workers[0].address)
+                worker.connect(service.processes.workers[0].address)
                 for junk in (b"not msgpack", b"\x92\xa3Bad\x80", encode(Hello())):
                     worker.send(junk)
                 await asyncio.sleep(1.0)
@@ -326,7 +327,8 @@ def test_malformed_messages_on_the_internal_sockets_are_dropped_and_every_proces
                 worker.close(0)
             finally:
                 context.term()
-            assert service._core.poll() is None and service._workers[0].process.poll() is None, "nobody died"
+            processes = service.processes
+            assert processes.core_process.poll() is None and processes.workers[0].process.poll() is None, "nobody died"
             before = await released(http, base, session_id)
             await until(lambda: _more(http, base, session_id, before + 10))
             assert (await http.post(f"{base}/sessions", json={"avatar": "ben"})).status == 201
@@ -412,7 +414,8 @@ def test_an_rtmp_server_that_goes_and_comes_back_and_a_full_disk_are_told_in_the
 def test_an_overloaded_session_sheds_frames_and_its_stream_keeps_wall_time(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    monkeypatch.setattr("serving.service.BEHIND_SECONDS", 1.0)  # the pushers are told past it (5 s takes 10 s here)
+    # the pushers are told past it (5 s takes 10 s here)
+    monkeypatch.setattr("serving.session_events.BEHIND_SECONDS", 1.0)
 
     async def scenario() -> None:
         async with running(workers=1) as (service, http, base):
@@ -471,7 +474,7 @@ def test_a_dead_output_worker_fails_only_its_sessions_and_is_replaced() -> None:
                 await ws.send_json({"type": "end_of_segment"})
                 assert (await ws.receive_json(timeout=5)) == {"type": "end_of_segment", "segment": 0}
                 assert (await ws.receive_json(timeout=5)) == {"type": "playback_started", "segment": 0}
-                dead = service._workers[service.sessions[first].worker]
+                dead = service.processes.workers[service.sessions[first].worker]
                 os.kill(dead.process.pid, signal.SIGKILL)
                 finished = await ws.receive_json(timeout=5)
                 assert finished["type"] == "playback_finished" and finished["segment"] == 0 and finished["interrupted"]
@@ -489,7 +492,7 @@ def test_a_dead_output_worker_fails_only_its_sessions_and_is_replaced() -> None:
             before = await released(http, base, second)
             await asyncio.sleep(1.0)
             assert await released(http, base, second) >= before + 20, "the other worker's stream goes on"
-            replacement = service._workers[dead.index]
+            replacement = service.processes.workers[dead.index]
             await asyncio.wait_for(replacement.ready.wait(), 30)
             assert replacement.process.pid != dead.process.pid and replacement.alive
             third = await http.post(f"{base}/sessions", json={"avatar": "ben"})
@@ -514,7 +517,7 @@ def test_a_dead_core_fails_every_session_saying_why_answers_503_at_once_and_is_s
             async with http.ws_connect(f"{base}/push?session={ids[0]}") as ws:
                 await ws.send_json({"type": "format", "sample_rate": 16000, "channels": 1, "encoding": "s16le"})
                 assert (await ws.receive_json(timeout=5))["type"] == "ready"
-                dead = service._core.pid
+                dead = service.processes.core_process.pid
                 os.kill(dead, signal.SIGKILL)
                 killed = time.monotonic()
                 response = await http.post(f"{base}/sessions", json={"avatar": "anna"})
@@ -534,11 +537,11 @@ def test_a_dead_core_fails_every_session_saying_why_answers_503_at_once_and_is_s
                 return response.status == 201 and bool(ids.append((await response.json())["id"]) or True)
 
             await until(created, seconds=60)
-            assert service._core.pid != dead and service.failure is None
+            assert service.processes.core_process.pid != dead and service.failure is None
             await until(lambda: _more(http, base, ids[-1], 10))
 
             service.options = dataclasses.replace(service.options, core_restarts=1)  # one restart in the window
-            os.kill(service._core.pid, signal.SIGKILL)
+            os.kill(service.processes.core_process.pid, signal.SIGKILL)
             await asyncio.wait_for(service.failed.wait(), 5)
             response = await http.post(f"{base}/sessions", json={"avatar": "anna"})
             refused = (await response.json())["error"]
@@ -591,7 +594,7 @@ def test_sessions_created_and_deleted_leave_the_workers_memory_flat(tmp_path: Pa
 
     async def scenario() -> list[float]:
         async with running(workers=1) as (service, http, base):
-            pid = service._workers[0].process.pid
+            pid = service.processes.workers[0].process.pid
             sizes = []
             for i in range(51):
                 if i in (30, 50):  # after the first sessions' allocations have settled

@@ -15,7 +15,8 @@ from aiohttp import web
 
 from harness.viewers import CHROMIUM_FLAGS, chromium_path
 from serving.http import create_service_app
-from serving.service import Service, ServiceOptions
+from serving.processes import ServiceOptions
+from serving.service import Service
 from tests.streaming.conftest import INSTALL_HINT, free_port
 from tests.streaming.sinks.test_webrtc import poll
 
