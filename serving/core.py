@@ -21,7 +21,7 @@ import signal
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -31,10 +31,11 @@ import zmq
 
 from engine.controls import ControlError, Controls, check_changes
 from engine.runtime import AdmissionError, AudioError, Backpressure, SessionClosed
-from engine.runtime.session import Frame, Session
+from engine.runtime.clip_feed import feed_clip
+from engine.runtime.session import Session
 from engine.timebase import OFFLINE_OVERLAP
 from serving.api import ErrorKind
-from serving.ipc import send_nowait, socket
+from serving.ipc import socket
 from serving.protocol import (
     AvatarInfo,
     CloseSession,
@@ -49,7 +50,6 @@ from serving.protocol import (
     Done,
     EndSegment,
     EndSession,
-    FrameReady,
     Hello,
     Interrupt,
     Opened,
@@ -58,46 +58,22 @@ from serving.protocol import (
     PushAudio,
     Refused,
     SegmentNumber,
-    SegmentsClosed,
-    SessionEnded,
     Shutdown,
-    StreamEnded,
-    StreamRing,
     UpdateControls,
     decode,
     encode,
     from_argument,
 )
+from serving.publisher import CoreSession, Publisher, free_ring, pin, release_ring
 from serving.timeline import process_started
 from streaming.encoders.colour import rgb_to_i420_batch
 from streaming.encoders.scale import scale_frames
-from streaming.frame_ring import HEADER_BYTES, STILL, FrameRing
+from streaming.frame_ring import STILL, FrameRing
 from streaming.frames import AUDIO_SAMPLES_PER_FRAME
 
 log = logging.getLogger("ditto.core")
-PUBLISH_POLL = 0.003
-"""Seconds the publisher sleeps when no frame is ready (frames are ready a lead of 100+ ms before they are due)."""
 RUNTIME_CLOSE_WAIT = 2.0
 """Seconds a stopping core waits for its runtime's loop to finish its tick."""
-
-
-@dataclass
-class CoreSession:
-    """One session as the core sees it: the runtime's handle, its ring, the worker that encodes it."""
-
-    id: str
-    session: Session
-    ring: FrameRing
-    worker: str
-    announced: bool = False
-    staged: list = field(default_factory=list)
-    host: torch.Tensor | None = None
-    registered: bool = False
-    render: bool = False
-    """A render job: not live; its frames enter the ring only where its worker released the slot, and it ends only
-    once the worker has released the last one (or it was closed), so the ring outlives every frame's writing."""
-    next_index: int = 0
-    closing: bool = False
 
 
 class Avatars:
@@ -165,7 +141,8 @@ class EngineCore:
     def serve(self, address: str, events: str) -> None:
         """Answer requests on ``address`` until a shutdown request; frames and events go out from the publisher."""
         router = socket(self.context, zmq.ROUTER, address, bind=True)
-        publisher = threading.Thread(target=self._publish_loop, args=(events,), name="ditto-publisher", daemon=True)
+        publish = Publisher(self.sessions, self._lock, self._stopping, self.context, self.device)
+        publisher = threading.Thread(target=publish.run, args=(events,), name="ditto-publisher", daemon=True)
         publisher.start()
         parent = os.getppid()
         try:
@@ -195,7 +172,7 @@ class EngineCore:
             router.close()
             self.runtime_closed = self._close_runtime()
             for core_session in list(self.sessions.values()):
-                self._release_ring(core_session)
+                release_ring(core_session)
             self.context.term()
             if os.getppid() != parent:  # orphaned (the front end was killed): nobody else removes the service's folder
                 shutil.rmtree(Path(address.removeprefix("ipc://")).parent, ignore_errors=True)
@@ -290,22 +267,8 @@ class EngineCore:
         )
 
     def _open(self, request: OpenSession) -> Opened | Refused:
-        try:
-            avatar = self.avatars.get(request.avatar)
-        except LookupError as exc:
-            return Refused(str(exc.args[0]), ErrorKind.NOT_FOUND)
-        height, width = avatar.frames.shape[1:3]
-        width, height = request.width or int(width), request.height or int(height)
-        ring = FrameRing(None, width, height, create=True)
-        write_still(ring, avatar.frames[0])
-        # Page-locked before the session's clock starts, so its first frames' staging does not wait for it (155 MB at
-        # 1080p); a refused session's ring is freed again.
-        host, registered = self._pin(ring)
-        try:
-            controls = self.runtime.default_controls
-            if request.controls:
-                controls = controls.replace(**request.controls)
-            session = self.runtime.open_session(
+        def live(avatar: Any, controls: Controls) -> Session:
+            return self.runtime.open_session(
                 avatar,
                 live=True,
                 overlap=request.overlap,
@@ -313,206 +276,70 @@ class EngineCore:
                 controls=controls,
                 latency=request.latency,
             )
-        except (AdmissionError, ControlError, TypeError, ValueError) as exc:
-            free_ring(ring, host if registered else None)
-            return Refused(str(exc), ErrorKind.ADMISSION if isinstance(exc, AdmissionError) else ErrorKind.INVALID)
-        with self._lock:
-            self.sessions[request.id] = CoreSession(
-                request.id, session, ring, request.worker, host=host, registered=registered
-            )
-        return Opened(width, height, ring.name, ring.slots)
+
+        return self._open_with(request, live, (request.width, request.height), still=True)
 
     def _open_render(self, request: OpenRender) -> Opened | Refused:
         """A render job: a session that is not live (no admission, no clock) speaking the whole clip, pushed by a
         thread of its own as the session takes it (its lead bounds what it holds), then ended."""
+        overlap = OFFLINE_OVERLAP if request.overlap is None else request.overlap
+
+        def offline(avatar: Any, controls: Controls) -> Session:
+            return self.runtime.open_session(avatar, live=False, overlap=overlap, seed=request.seed, controls=controls)
+
+        opened = self._open_with(request, offline, (None, None), still=False)
+        if isinstance(opened, Opened):
+            pcm = np.frombuffer(request.pcm, np.float32)
+            name = f"render-{request.id}"
+            session = self.sessions[request.id].session
+            threading.Thread(target=_feed_job, args=(session, pcm, request.rate), name=name, daemon=True).start()
+        return opened
+
+    def _open_with(
+        self,
+        request: OpenSession | OpenRender,
+        open_session: Callable[[Any, Controls], Session],
+        size: tuple[int | None, int | None],
+        still: bool,
+    ) -> Opened | Refused:
+        """Open a session of ``request``'s avatar with its controls: its ring at ``size`` (None: the avatar's), with the
+        portrait as its still picture if ``still``, page-locked before the session's clock starts (so its first
+        frames' staging does not wait for it: 155 MB at 1080p); a refused session's ring is freed again."""
         try:
             avatar = self.avatars.get(request.avatar)
         except LookupError as exc:
             return Refused(str(exc.args[0]), ErrorKind.NOT_FOUND)
         height, width = (int(n) for n in avatar.frames.shape[1:3])
+        width, height = size[0] or width, size[1] or height
         ring = FrameRing(None, width, height, create=True)
-        host, registered = self._pin(ring)
+        if still:
+            write_still(ring, avatar.frames[0])
+        host, registered = pin(ring, self.device)
         try:
             controls = self.runtime.default_controls
             if request.controls:
                 controls = controls.replace(**request.controls)
-            overlap = OFFLINE_OVERLAP if request.overlap is None else request.overlap
-            session = self.runtime.open_session(
-                avatar, live=False, overlap=overlap, seed=request.seed, controls=controls
-            )
-        except (ControlError, TypeError, ValueError) as exc:
+            session = open_session(avatar, controls)
+        except (AdmissionError, ControlError, TypeError, ValueError) as exc:
             free_ring(ring, host if registered else None)
-            return Refused(str(exc), ErrorKind.INVALID)
-        pcm = np.frombuffer(request.pcm, np.float32)
-        threading.Thread(
-            target=feed_clip, args=(session, pcm, request.rate), name=f"render-{request.id}", daemon=True
-        ).start()
+            return Refused(str(exc), ErrorKind.ADMISSION if isinstance(exc, AdmissionError) else ErrorKind.INVALID)
+        render = isinstance(request, OpenRender)
         with self._lock:
             self.sessions[request.id] = CoreSession(
-                request.id, session, ring, request.worker, host=host, registered=registered, render=True
+                request.id, session, ring, request.worker, host=host, registered=registered, render=render
             )
         return Opened(width, height, ring.name, ring.slots)
 
-    # -- frames out (publisher thread) --------------------------------------------------------
 
-    def _publish_loop(self, events_address: str) -> None:
-        """Take finished frames from every session into its ring and tell its worker; report sessions that end."""
-        workers: dict[str, zmq.Socket] = {}
-        events = socket(self.context, zmq.PUSH, events_address, bind=False)
-        stream = torch.cuda.Stream(self.device) if self.device.type == "cuda" else None
-        try:
-            with torch.inference_mode():
-                while not self._stopping.is_set():
-                    busy = False
-                    for core_session in list(self.sessions.values()):
-                        sock = workers.get(core_session.worker)
-                        if sock is None:
-                            sock = workers[core_session.worker] = socket(
-                                self.context, zmq.PUSH, core_session.worker, bind=False
-                            )
-                        busy |= self._publish(core_session, sock, events, stream)
-                    if not busy:
-                        time.sleep(PUBLISH_POLL)
-        except Exception:
-            log.exception("core: the publisher stopped; sessions can no longer reach their outputs")
-            self._stopping.set()
-        finally:
-            for sock in (*workers.values(), events):
-                sock.close()
-
-    def _publish(
-        self, core: CoreSession, worker: zmq.Socket, events: zmq.Socket, stream: torch.cuda.Stream | None
-    ) -> bool:
-        """Stage this session's ready frames, send the staged ones whose copy is done; True if anything moved."""
-        if not core.announced:
-            core.announced = send_nowait(
-                worker, StreamRing(core.id, core.ring.name, core.ring.width, core.ring.height, core.ring.slots)
-            )
-            if not core.announced:
-                return False
-        if not core.render and core.session.clock_anchor is None and not core.session.finished:
-            return False  # its frames leave with the session's clock, once the runtime has started it (or it is closed)
-        frames = core.session.take_ready(self._free_slots(core) if core.render else None)
-        core.next_index += len(frames)
-        closed = core.session.closed_segments()  # after the take: closed before any frame numbered above them was made
-        if closed:
-            send_nowait(worker, SegmentsClosed(core.id, tuple(closed)))
-        if frames:
-            self._stage(core, frames, stream)
-        sent = self._send_staged(core, worker)
-        if not frames and not core.staged and core.session.finished:
-            if core.render and not core.closing and core.next_index and not core.ring.released(core.next_index - 1):
-                return False  # the worker is still writing the job's file (or has yet to attach its ring)
-            self._finish(core, worker, events)
-            return True
-        return bool(frames) or sent
-
-    @staticmethod
-    def _free_slots(core: CoreSession) -> int:
-        """How many of a render job's next frames its ring has room for (slots its worker has released)."""
-        free = 0
-        while free < core.ring.slots and core.ring.free(core.next_index + free):
-            free += 1
-        return free
-
-    def _stage(self, core: CoreSession, frames: list[Frame], stream: torch.cuda.Stream | None) -> None:
-        """Scale ``frames`` to the ring's size (the session's output size), convert them to I420 and copy each into its
-        ring slot (on CUDA: on the publisher's stream, DMA into the ring, done when the recorded event is)."""
-        ring = core.ring
-        anchor = core.session.clock_anchor
-        slots = [ring.begin(f.index) for f in frames]
-        for frame, slot in zip(frames, slots):
-            ring.audio(slot)[:] = frame.audio
-        if stream is None:
-            images = scale_frames(torch.stack([f.image for f in frames]), ring.width, ring.height)
-            pictures = rgb_to_i420_batch(images).numpy()
-            for slot, picture in zip(slots, pictures):
-                ring.picture(slot)[:] = picture
-            core.staged.append((None, frames, anchor))
-            return
-        host = core.host
-        for event in {id(f.ready): f.ready for f in frames if f.ready is not None}.values():
-            stream.wait_event(event)
-        with torch.cuda.stream(stream):
-            images = scale_frames(torch.stack([f.image for f in frames]), ring.width, ring.height)
-            pictures = rgb_to_i420_batch(images)
-            for slot, picture in zip(slots, pictures):
-                host[slot, HEADER_BYTES : HEADER_BYTES + ring.picture_bytes].view(picture.shape).copy_(
-                    picture, non_blocking=True
-                )
-            done = torch.cuda.Event()
-            done.record(stream)
-        core.staged.append((done, frames, anchor))
-
-    def _pin(self, ring: FrameRing) -> tuple[torch.Tensor | None, bool]:
-        """The ring as a host tensor registered with CUDA (page-locked), so the copies into it are DMA, asynchronous;
-        (None, False) on a CPU core, (the tensor, False) where the registration failed (its copies are synchronous)."""
-        if self.device.type != "cuda":
-            return None, False
-        host = torch.from_numpy(ring.buffer)
-        result = torch.cuda.cudart().cudaHostRegister(host.data_ptr(), host.numel(), 0)
-        if int(result) != 0:
-            log.warning(
-                "core: could not page-lock a %dx%d ring (%s); its copies are synchronous",
-                ring.width,
-                ring.height,
-                result,
-            )
-        return host, int(result) == 0
-
-    def _send_staged(self, core: CoreSession, worker: zmq.Socket) -> bool:
-        sent = False
-        while core.staged and (core.staged[0][0] is None or core.staged[0][0].query()):
-            _, frames, anchor = core.staged.pop(0)
-            for frame in frames:
-                core.ring.commit(frame.index)
-                send_nowait(worker, FrameReady(core.id, frame.index, frame.speech, anchor, frame.segment))
-            sent = True
-        return sent
-
-    def _finish(self, core: CoreSession, worker: zmq.Socket, events: zmq.Socket) -> None:
-        """The session has ended (or failed, or was closed) and every frame went out: tell its worker and the front
-        end."""
-        error = None
-        try:
-            core.session.next_frame(timeout=0)
-        except SessionClosed as exc:
-            error = str(exc)
-        except TimeoutError:
-            pass
-        send_nowait(worker, StreamEnded(core.id))
-        send_nowait(events, SessionEnded(core.id, error or None, core.session.stats()))
-        with self._lock:
-            self.sessions.pop(core.id, None)
-        self._release_ring(core)
-
-    @staticmethod
-    def _release_ring(core: CoreSession) -> None:
-        """Unregister and free the session's ring (its worker has its own mapping; the block goes once both let go)."""
-        free_ring(core.ring, core.host if core.registered else None)
-        core.host, core.registered = None, False
-
-
-def feed_clip(session: Session, pcm: np.ndarray, rate: int) -> None:
-    """Push a render job's clip in 200 ms pieces as the session takes them, then end it; a job cancelled meanwhile
-    (its session closed) stops the feed."""
-    hop = rate // 5
+def _feed_job(session: Session, pcm: np.ndarray, rate: int) -> None:
+    """A render job's clip into its session (``engine.runtime.clip_feed``); a job cancelled meanwhile (its session
+    closed) stops the feed."""
     try:
-        for lo in range(0, len(pcm), hop):
-            session.push_audio(pcm[lo : lo + hop], rate, None, block=True)
-        session.end()
+        feed_clip(session, pcm, rate)
     except SessionClosed:
         pass
     except (AudioError, ValueError) as exc:
         log.error("core: a render job's audio was refused: %s", exc)
-        session.close()
-
-
-def free_ring(ring: FrameRing, registered: torch.Tensor | None) -> None:
-    """Unregister the ring's page-locked host view (``registered``, if any) and close the ring."""
-    if registered is not None:
-        torch.cuda.cudart().cudaHostUnregister(registered.data_ptr())
-    ring.close()
 
 
 def engine_runtime(config: CoreConfig, marks: dict[str, float] | None = None) -> tuple[Any, Avatars]:

@@ -166,20 +166,8 @@ def create_service_app(
 
     app = stream_app(live, token, notice, registry, bound, origins)
 
-    def urls(request: web.Request, session: ServedSession) -> dict[str, str]:
-        base = f"{request.scheme}://{request.host}"
-        suffix = f"&token={token}" if token else ""
-        found = {
-            "self": f"{base}/sessions/{session.id}",
-            "push": f"ws://{request.host}/push?session={session.id}{suffix}",
-        }
-        if session.preview is not None:
-            found["preview"] = f"{base}/?session={session.id}{suffix}"
-            found["whep"] = f"{base}/whep/{session.id}"  # a WHEP player sends the token as a bearer header
-        return found
-
     def described(request: web.Request, session: ServedSession) -> dict[str, Any]:
-        return {**session.describe(), "urls": urls(request, session)}
+        return {**session.describe(), "urls": session_urls(request, session, token)}
 
     async def create(request: web.Request) -> web.Response:
         spec = SessionSpec.from_json(parse_body(await request.text()), service.recordings)
@@ -229,6 +217,21 @@ def create_service_app(
     app.router.add_delete("/sessions/{id}", delete)
     app.cleanup_ctx.append(metrics_refresh)
     return app
+
+
+def session_urls(request: web.Request, session: ServedSession, token: str | None) -> dict[str, str]:
+    """Where a session is reached, as its client was answered from ``request``'s host (with the token where a browser
+    needs it in the URL)."""
+    base = f"{request.scheme}://{request.host}"
+    suffix = f"&token={token}" if token else ""
+    found = {
+        "self": f"{base}/sessions/{session.id}",
+        "push": f"ws://{request.host}/push?session={session.id}{suffix}",
+    }
+    if session.preview is not None:
+        found["preview"] = f"{base}/?session={session.id}{suffix}"
+        found["whep"] = f"{base}/whep/{session.id}"  # a WHEP player sends the token as a bearer header
+    return found
 
 
 def stream_app(

@@ -13,20 +13,17 @@ import os
 import signal
 import socket
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
 
 from aiohttp import WSCloseCode, web
 
-from engine.latency import FAITHFUL
 from serving.access import resolve_token
 from serving.api import SessionError
 from serving.http import app_runner, close_websockets, create_service_app
 from serving.processes import ServiceOptions
 from serving.service import Service
 from serving.sessions import SessionSpec, recording_path
-from streaming.output_settings import OutputSettings
 from streaming.targets import TargetError, masked_rtmp_url
 
 TOKEN_SHOWN = "TOKEN"
@@ -47,27 +44,29 @@ def numbered(text: str, index: int, count: int) -> str:
 
 @dataclass(frozen=True)
 class SessionsAtStart:
-    """The sessions a server opens at start, each of the avatar given at start (``AVATAR_AT_START``), and what each
-    speaks: the demo clip on loop, a file, a microphone, or audio pushed to it."""
+    """The sessions a server opens at start: ``count`` of them like ``first`` (of the avatar given at start,
+    ``AVATAR_AT_START``; session i's RTMP URL and MP4 name end -i, ``numbered``, and its seed is first's + i), and what
+    each speaks: the demo clip on loop, a file, a microphone, or audio pushed to it."""
 
+    first: SessionSpec = SessionSpec(AVATAR_AT_START)
     count: int = 1
-    rtmp: str | None = None
-    """Session 0's RTMP URL; session i's ends -i (``numbered``)."""
-    mp4: str | None = None
-    """Session 0's MP4 name inside the service's recordings folder; session i's ends -i (``numbered``)."""
-    preview: bool = False
-    overlap: int | None = None
-    seed: int = 0
-    """Session 0's seed; session i's is seed + i."""
-    controls: dict[str, Any] | None = None
-    latency: str = FAITHFUL.name
-    output: OutputSettings = OutputSettings()
-    """How each session's stream is encoded (``--output``)."""
     push: bool = False
     audio: str | None = None
     mic: str | None = None
     """A microphone: its index or name ("" the default device)."""
     demo_audio: bool = False
+
+    def spec(self, index: int, recordings: Path | None) -> SessionSpec:
+        """Session ``index``'s spec, its MP4 name resolved inside ``recordings``."""
+        first, count = self.first, self.count
+        mp4 = numbered(first.mp4, index, count) if first.mp4 else None
+        return replace(
+            first,
+            rtmp=tuple(numbered(url, index, count) for url in first.rtmp),
+            mp4=mp4,
+            seed=first.seed + index,
+            recording=str(recording_path(mp4, recordings)) if mp4 else None,
+        )
 
 
 @dataclass(frozen=True)
@@ -180,19 +179,7 @@ async def _open_at_start(at_start: SessionsAtStart | None, service: Service) -> 
         audio = demo_audio()
     sessions, sources = [], []
     for i in range(at_start.count):
-        mp4 = numbered(at_start.mp4, i, at_start.count) if at_start.mp4 else None
-        spec = SessionSpec(
-            AVATAR_AT_START,
-            rtmp=(numbered(at_start.rtmp, i, at_start.count),) if at_start.rtmp else (),
-            mp4=mp4,
-            preview=at_start.preview,
-            overlap=at_start.overlap,
-            seed=at_start.seed + i,
-            controls=at_start.controls,
-            latency=at_start.latency,
-            output=at_start.output,
-            recording=str(recording_path(mp4, service.recordings)) if mp4 else None,
-        )
+        spec = at_start.spec(i, service.recordings)
         session = await service.create(spec, session_id=str(i))
         session.push = at_start.push
         sessions.append(session)
@@ -251,7 +238,7 @@ def _announce(
             print(f"preview: http://{shown}:{port}/?session={session.id}{also}", file=sys.stderr)
         if session.push:
             print(f"push:    ws://{shown}:{port}/push?session={session.id}{also}", file=sys.stderr)
-    if at_start is not None and at_start.rtmp and sessions:
+    if at_start is not None and at_start.first.rtmp and sessions:
         others = f" (sessions 1 to {at_start.count - 1}: the same URL ending -1, -2, ...)" if at_start.count > 1 else ""
-        print(f"rtmp:    {masked_rtmp_url(at_start.rtmp)}{others}", file=sys.stderr)
+        print(f"rtmp:    {masked_rtmp_url(at_start.first.rtmp[0])}{others}", file=sys.stderr)
     print(f"metrics: http://{shown}:{port}/metrics{suffix}", file=sys.stderr)

@@ -327,7 +327,12 @@ class RemoteSession:
     def subscribe(self, listener: Callable[[PlaybackEvent], None]) -> Callable[[], None]:
         """Call ``listener`` (on the event loop) with each playback event; returns the call that unsubscribes it."""
         self._listeners.append(listener)
-        return lambda: self._listeners.remove(listener)
+
+        def unsubscribe() -> None:
+            if listener in self._listeners:  # gone already when the session failed
+                self._listeners.remove(listener)
+
+        return unsubscribe
 
     def playback(self, event: PlaybackEvent) -> None:
         """Hand one playback event from the session's worker to every listener."""

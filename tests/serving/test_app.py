@@ -206,18 +206,20 @@ def test_bound_to_every_interface_any_host_with_a_token_but_origin_is_same_origi
 
 
 def test_the_service_routes_get_the_host_check_too() -> None:
-    class Idle:
-        sessions: dict = {}
-        renders = None
-        core_info = None
-
-        async def refresh(self) -> dict:
-            return {}
-
+    class Budget:
         def capacity(self) -> dict:
             return {}
 
         def encoding(self) -> dict:
+            return {}
+
+    class Idle:
+        sessions: dict = {}
+        renders = None
+        core_info = None
+        budget = Budget()
+
+        async def refresh(self) -> dict:
             return {}
 
     app = create_service_app(Idle(), bound=("127.0.0.1", 8080))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from serving.core import EngineCore
 from serving.protocol import CoreConfig, Done, EndSession, Opened, OpenSession, Refused
+from serving.publisher import release_ring
 
 RUNTIME = "tests.streaming.synthetic_runtime:build"
 
@@ -20,6 +21,6 @@ def test_the_engine_core_tells_service_clients_to_create_a_new_session_with_post
         assert reply == Refused("session s1 has ended; create a new one with POST /sessions", "closed")
     finally:
         for core_session in list(core.sessions.values()):
-            core._release_ring(core_session)
+            release_ring(core_session)
         core.runtime.close()
         core.context.term()

@@ -21,6 +21,7 @@ import pytest
 import serving.server as server_module
 from apps.serve import parse_args, server_options
 from serving.server import ServerOptions, numbered
+from serving.sessions import SessionSpec
 from tests.serving.test_service import RUNTIME
 from tests.streaming.conftest import free_port
 from tests.streaming.media import LiveReader
@@ -273,10 +274,11 @@ def test_a_given_token_and_a_stream_key_are_never_printed(capsys: pytest.Capture
     service = types.SimpleNamespace(
         core_info=types.SimpleNamespace(device="cpu"),
         options=types.SimpleNamespace(device="cpu"),
-        capacity=lambda: {"admitted": 1, "runtime": 1, "outputs": 4},
+        budget=types.SimpleNamespace(capacity=lambda: {"admitted": 1, "runtime": 1, "outputs": 4}),
     )
     session = types.SimpleNamespace(id="0", preview=object(), push=True)
-    at_start = server_module.SessionsAtStart(rtmp="rtmp://live.example/app/sk_live_secret")
+    first = SessionSpec(server_module.AVATAR_AT_START, rtmp=("rtmp://live.example/app/sk_live_secret",))
+    at_start = server_module.SessionsAtStart(first)
     server_module._announce(at_start, "0.0.0.0", 8080, "given-s3cret", False, [session], service)
     printed = capsys.readouterr().err
     assert "given-s3cret" not in printed and "sk_live_secret" not in printed

@@ -540,7 +540,8 @@ def test_a_dead_core_fails_every_session_saying_why_answers_503_at_once_and_is_s
             assert service.processes.core_process.pid != dead and service.failure is None
             await until(lambda: _more(http, base, ids[-1], 10))
 
-            service.options = dataclasses.replace(service.options, core_restarts=1)  # one restart in the window
+            processes = service.processes
+            processes.options = dataclasses.replace(processes.options, core_restarts=1)  # one restart in the window
             os.kill(service.processes.core_process.pid, signal.SIGKILL)
             await asyncio.wait_for(service.failed.wait(), 5)
             response = await http.post(f"{base}/sessions", json={"avatar": "anna"})
