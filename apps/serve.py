@@ -31,7 +31,6 @@ from serving.renders import RenderLimits
 from serving.server import AVATAR_AT_START, ServerOptions, SessionsAtStart, serve
 from serving.service import ServiceOptions
 from serving.timeline import process_started
-from streaming.encoders.select import ENCODERS
 from streaming.output_settings import OutputSettings
 
 if TYPE_CHECKING:
@@ -147,12 +146,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="processes that encode and send the streams (default: half the cores, at most 8)",
     )
     parser.add_argument(
-        "--encoder",
-        choices=ENCODERS,
-        default="auto",
-        help="H.264 encoder; the service's output workers encode with x264 (see README)",
-    )
-    parser.add_argument(
         "--token", help="required from viewers and pushers; generated when binding beyond loopback without one"
     )
     parser.add_argument(
@@ -248,10 +241,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error("--replicas and --gpus-per-replica deploy on a Ray cluster: add --ray")
     if args.replicas is not None and args.replicas < 1:
         parser.error("--replicas must be at least 1")
-    if args.encoder == "nvenc":
-        parser.error(
-            "--encoder nvenc: the service's output workers take frames in host memory and encode with x264 (see README)"
-        )
     if args.demo and args.webrtc is None:
         args.webrtc = host_port(DEFAULT_HTTP)
     return args

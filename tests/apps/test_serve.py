@@ -14,7 +14,7 @@ from serving.server import AVATAR_AT_START
 def test_defaults_bind_loopback_and_demo_turns_on_the_preview() -> None:
     args = parse_args(["--avatar", "anna"])
     assert args.http == ("127.0.0.1", 8080) and args.webrtc is None
-    assert args.encoder == "auto" and args.sessions == 1 and not args.no_admission
+    assert args.sessions == 1 and not args.no_admission
     assert args.latency == "faithful" and args.overlap is None, "the latency mode picks the overlap (75 faithful)"
     assert args.output_workers >= 1
     demo = parse_args(["--demo"])
@@ -28,12 +28,11 @@ def test_defaults_bind_loopback_and_demo_turns_on_the_preview() -> None:
     [
         (["--rtmp", "rtmp://h/live/k"], "--avatar is required"),
         (["--avatar", "a", "--output-workers", "0"], "at least 1"),
-        (["--avatar", "a", "--encoder", "nvenc"], "x264"),
         (["--avatar", "a", "--audio", "x.wav", "--listen"], "not allowed with"),
         (["--demo", "--listen"], "takes no --audio"),
         (["--avatar", "a", "--webrtc", "8080"], "HOST:PORT"),
         (["--avatar", "a", "--sessions", "-1"], "at least 0"),
-        (["--avatar", "a", "--encoder", "vp8"], "invalid choice"),
+        (["--avatar", "a", "--latency", "fast"], "invalid choice"),
         (["--avatar", "a", "--output", "preset=placebo"], '"output.preset": one of ultrafast'),
         (["--avatar", "a", "--output", "size"], "KEY=VALUE pairs"),
         (["--output", "size=720p"], "--avatar is required"),
