@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import pytest
 
-from apps.serve import CPU_DEMO_SECONDS, deploy_options, parse_args, server_options
+from apps.serve import CPU_DEMO_SECONDS, EXAMPLES, deploy_options, parse_args, server_options
 from serving.server import AVATAR_AT_START
 
 
@@ -21,6 +21,13 @@ def test_defaults_bind_loopback_and_demo_turns_on_the_preview() -> None:
     assert demo.webrtc == ("127.0.0.1", 8080)
     service = parse_args([])
     assert service.avatar is None and not service.demo, "no avatar: the service starts with zero sessions"
+
+
+def test_the_examples_of_the_help_are_command_lines_it_takes() -> None:
+    examples = [line.split()[3:] for line in EXAMPLES.splitlines() if line.startswith("  python -m apps.serve")]
+    assert len(examples) == 3
+    for argv in examples:
+        parse_args(argv)
 
 
 @pytest.mark.parametrize(
