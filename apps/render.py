@@ -164,6 +164,28 @@ def next_frame_ticking(session: Session, bar: tqdm, tick: float = 1.0) -> Frame 
             bar.set_postfix_str("rendering a batch of frames", refresh=True)
 
 
+def clip_audio(args: argparse.Namespace, device: torch.device) -> tuple[np.ndarray, int]:
+    """The speech to render and its rate: ``--audio``'s, or with ``--demo`` the bundled clip (on a CPU only its first
+    CPU_DEMO_SECONDS unless ``--max-seconds`` says), cut to ``--max-seconds``."""
+    seconds = args.max_seconds
+    if args.demo:
+        from engine.assets import demo_audio
+
+        audio, rate = demo_audio()
+        if seconds is None and device.type == "cpu":
+            seconds = CPU_DEMO_SECONDS
+            print(
+                f"CPU demo: rendering the first {CPU_DEMO_SECONDS} s only (the decoder takes seconds per frame on a "
+                "CPU)",
+                file=sys.stderr,
+            )
+    else:
+        audio, rate = read_audio(args.audio)
+    if seconds is not None:
+        audio = audio[: int(seconds * rate)]
+    return audio, rate
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.service:
@@ -173,22 +195,7 @@ def main(argv: list[str] | None = None) -> int:
     if random_weights:
         print(RANDOM_WEIGHTS_NOTICE, file=sys.stderr)
     checkpoints = random_checkpoints() if random_weights else models_dir(args.checkpoints)
-
-    if args.demo:
-        from engine.assets import demo_audio
-
-        audio, rate = demo_audio()
-        if args.max_seconds is None and device.type == "cpu":
-            args.max_seconds = CPU_DEMO_SECONDS
-            print(
-                f"CPU demo: rendering the first {CPU_DEMO_SECONDS} s only (the decoder takes seconds per frame on a "
-                "CPU)",
-                file=sys.stderr,
-            )
-    else:
-        audio, rate = read_audio(args.audio)
-    if args.max_seconds is not None:
-        audio = audio[: int(args.max_seconds * rate)]
+    audio, rate = clip_audio(args, device)
 
     started = time.perf_counter()
     hash_checkpoints_ahead(checkpoints)  # the avatar's load checks them; hashed while the networks load

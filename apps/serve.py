@@ -1,16 +1,17 @@
-"""Serve avatars live: ``python -m apps.serve [--http HOST:PORT] [--avatar NAME [--rtmp URL] [--audio FILE | --mic |
---listen]]``.
+"""python -m apps.serve: serve talking-head avatars live, one service per GPU.
 
-The service: an HTTP front end (the session API ``POST/GET/DELETE /sessions``, the preview page,
-WHEP playback, the audio push WebSocket, /metrics), an engine core process that owns the GPU,
-and output worker processes that encode and send (``serving.service``, run by ``serving.server``).
-With no ``--avatar`` it starts with zero sessions and runs until stopped; sessions come and go through the API.
-``--avatar`` (or ``--demo``) also opens ``--sessions N`` sessions at start through the same API,
-each encoded once and fanned out to an RTMP server, the browser preview and/or an MP4 file,
-its audio from a file played in real time, a microphone, or a TTS engine pushing over the
-WebSocket; the server then ends when they have. The HTTP side binds 127.0.0.1 unless told
-otherwise; any other address requires a token, given or generated and printed. ``--demo``
-streams the bundled speech on loop with the demo portrait on random weights.
+The service is an HTTP front end (the session API POST/GET/DELETE /sessions, the
+browser preview, WHEP playback, the audio push WebSocket, /metrics), an engine core
+process that owns the GPU, and output worker processes that encode and send
+(serving.service, run by serving.server).
+
+With no --avatar it starts with zero sessions and runs until stopped; clients open
+sessions through the API. --avatar (or --demo) also opens --sessions N sessions at
+start through the same API, each encoded once and fanned out to an RTMP server, the
+browser preview and/or an MP4 file, its audio from a file played in real time, a
+microphone, or a TTS engine pushing over the WebSocket; the server then ends when
+they have. HTTP binds 127.0.0.1 unless told otherwise; any other address requires a
+token, given or generated and printed. The manual: docs/service.md.
 """
 
 from __future__ import annotations
@@ -31,7 +32,6 @@ from serving.renders import RenderLimits
 from serving.server import AVATAR_AT_START, ServerOptions, SessionsAtStart, serve
 from serving.service import ServiceOptions
 from serving.timeline import process_started
-from streaming.encoders.select import ENCODERS
 from streaming.output_settings import OutputSettings
 
 if TYPE_CHECKING:
@@ -47,6 +47,19 @@ AT_START_FLAGS = {
 }
 """Flags of the sessions opened at start, refused with ``--ray`` (each POSTed session names its own): flag -> dest."""
 CPU_DEMO_SECONDS = 20.0
+EXAMPLES = """\
+examples:
+  python -m apps.serve
+      the service on 127.0.0.1:8080 with no sessions yet: clients open them with
+      POST /sessions (README.md)
+  python -m apps.serve --demo
+      the demo portrait speaking the bundled clip on loop (random weights), its
+      preview at http://127.0.0.1:8080/?session=0
+  python -m apps.serve --avatar anchor --listen --rtmp rtmp://host/live/KEY
+      one session at start of the avatar "anchor" (python -m apps.avatars register),
+      sent to the RTMP server, speaking what a TTS engine pushes to
+      ws://127.0.0.1:8080/push?session=0
+"""
 
 
 def host_port(text: str) -> tuple[str, int]:
@@ -58,60 +71,76 @@ def host_port(text: str) -> tuple[str, int]:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m apps.serve", description=__doc__.splitlines()[0])
-    parser.add_argument(
+    """The command line, checked: what applies together, and the preview ``--demo`` turns on."""
+    parser = argparse.ArgumentParser(
+        prog="python -m apps.serve",
+        description=__doc__,
+        epilog=EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_sessions_at_start(parser)
+    add_outputs(parser)
+    add_http_and_access(parser)
+    add_engine_and_device(parser)
+    add_admission_and_capacity(parser)
+    add_render_jobs(parser)
+    add_cluster(parser)
+    add_control_arguments(parser)
+    args = parser.parse_args(argv)
+    args.control_changes = control_changes(args, parser)
+    if args.sessions < 0:
+        parser.error("--sessions must be at least 0")
+    if args.output_workers < 1:
+        parser.error("--output-workers must be at least 1")
+    check_sessions_at_start(parser, args)
+    check_ray(parser, args)
+    if args.demo and args.webrtc is None:
+        args.webrtc = host_port(DEFAULT_HTTP)
+    return args
+
+
+def add_sessions_at_start(parser: argparse.ArgumentParser) -> None:
+    """The sessions opened at start: their avatar, count, latency and audio, and how long the server runs."""
+    group = parser.add_argument_group(
+        "sessions at start", "opened by --avatar or --demo through the session API (ids 0, 1, ...)"
+    )
+    group.add_argument(
         "--avatar",
         help="open sessions at start with this avatar: a registered name or cache folder, or a portrait image",
     )
-    parser.add_argument(
-        "--rtmp", metavar="URL", help="publish to this rtmp:// URL (sessions after the first get -1, -2, ... appended)"
+    group.add_argument(
+        "--demo", action="store_true", help="the demo portrait speaking the bundled clip on loop, random weights"
     )
-    parser.add_argument(
-        "--webrtc", metavar="HOST:PORT", type=host_port, help="serve the browser preview (and everything HTTP) here"
+    group.add_argument(
+        "--sessions",
+        type=int,
+        default=1,
+        metavar="N",
+        help="sessions opened at start with --avatar (0: none, the avatar is only served as 'anchor')",
     )
-    parser.add_argument(
-        "--http",
-        metavar="HOST:PORT",
-        type=host_port,
-        default=host_port(DEFAULT_HTTP),
-        help=f"HTTP address of the API, push and metrics without a preview (default {DEFAULT_HTTP})",
+    group.add_argument(
+        "--latency",
+        choices=sorted(MODES),
+        default=FAITHFUL.name,
+        help="faithful: the reference's 200 ms hop (speech shown ~540 ms after it is pushed); low: a 120 ms hop, "
+        "frames released before the next window's cross-fade (~280 ms), 5/3 the LMDM work per session (see README)",
     )
-    parser.add_argument(
-        "--mp4",
-        metavar="FILE",
-        type=Path,
-        help="also record each session at start to a new MP4 file (its folder is the recordings folder unless "
-        "--recordings names one: then FILE is a name inside it)",
+    group.add_argument(
+        "--overlap",
+        type=int,
+        metavar="FRAMES",
+        help="frames shared by consecutive 80-frame windows (default: 75 faithful, 77 low)",
     )
-    parser.add_argument(
-        "--recordings",
-        metavar="DIR",
-        type=Path,
-        help='the folder clients\' sessions record their "mp4" names into (created at start; default: no recordings)',
+    group.add_argument(
+        "--seed", type=int, default=0, metavar="N", help="seed of session 0's diffusion noise (session i uses seed + i)"
     )
-    renders = parser.add_argument_group("render jobs (POST /renders: clips to MP4 in the live loop's slack)")
-    renders.add_argument(
-        "--renders",
-        metavar="DIR",
-        type=Path,
-        help="take render jobs, their MP4s written into DIR under names the service chooses (default: no jobs)",
+    group.add_argument(
+        "--duration",
+        type=float,
+        metavar="S",
+        help="stop this many seconds after the first frame is out (default: when every session has ended)",
     )
-    renders.add_argument(
-        "--render-audio",
-        metavar="DIR",
-        type=Path,
-        help='the folder a job\'s "audio_file" names a file of (default: jobs upload their audio)',
-    )
-    renders.add_argument(
-        "--render-queue", type=int, default=4, metavar="N", help="jobs waiting beside the one running (default 4)"
-    )
-    renders.add_argument(
-        "--render-max-seconds", type=float, default=600.0, metavar="S", help="longest clip taken (default 600 s)"
-    )
-    renders.add_argument(
-        "--render-max-mb", type=float, default=64.0, metavar="MB", help="largest audio upload taken (default 64 MB)"
-    )
-    audio = parser.add_mutually_exclusive_group()
+    audio = parser.add_argument_group("audio of the sessions at start (one of)").add_mutually_exclusive_group()
     audio.add_argument("--audio", metavar="FILE", type=Path, help="speak this file once, in real time, then end")
     audio.add_argument(
         "--mic",
@@ -121,7 +150,22 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="speak what the microphone hears (default input, or a device name/index)",
     )
     audio.add_argument("--listen", action="store_true", help="take audio pushed over WebSocket at /push (TTS engines)")
-    parser.add_argument(
+
+
+def add_outputs(parser: argparse.ArgumentParser) -> None:
+    """Where the sessions at start are sent and how they are encoded; the folder clients' recordings go to."""
+    group = parser.add_argument_group("outputs")
+    group.add_argument(
+        "--rtmp", metavar="URL", help="publish to this rtmp:// URL (sessions after the first get -1, -2, ... appended)"
+    )
+    group.add_argument(
+        "--mp4",
+        metavar="FILE",
+        type=Path,
+        help="also record each session at start to a new MP4 file (its folder is the recordings folder unless "
+        "--recordings names one: then FILE is a name inside it)",
+    )
+    group.add_argument(
         "--output",
         metavar="KEY=VALUE,...",
         type=output_argument,
@@ -129,33 +173,31 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "rate_control, preset, tune, keyframe_seconds, profile, audio_channels, e.g. size=720p,preset=veryfast "
         "(or the JSON object; docs/output.md; default: the avatar's size, each size's defaults)",
     )
-    parser.add_argument(
-        "--sessions",
-        type=int,
-        default=1,
-        help="sessions opened at start with --avatar (0: none, the avatar is only served as 'anchor')",
+    group.add_argument(
+        "--recordings",
+        metavar="DIR",
+        type=Path,
+        help='the folder clients\' sessions record their "mp4" names into (created at start; default: no recordings)',
     )
-    parser.add_argument(
-        "--no-admission",
-        action="store_true",
-        help="open every session even beyond the live capacity measured at start (they may then shed frames)",
+
+
+def add_http_and_access(parser: argparse.ArgumentParser) -> None:
+    """Where the HTTP side listens, and who may use it."""
+    group = parser.add_argument_group("HTTP and access")
+    group.add_argument(
+        "--http",
+        metavar="HOST:PORT",
+        type=host_port,
+        default=host_port(DEFAULT_HTTP),
+        help=f"HTTP address of the API, push and metrics without a preview (default {DEFAULT_HTTP})",
     )
-    parser.add_argument(
-        "--output-workers",
-        type=int,
-        default=default_workers(),
-        help="processes that encode and send the streams (default: half the cores, at most 8)",
+    group.add_argument(
+        "--webrtc", metavar="HOST:PORT", type=host_port, help="serve the browser preview (and everything HTTP) here"
     )
-    parser.add_argument(
-        "--encoder",
-        choices=ENCODERS,
-        default="auto",
-        help="H.264 encoder; the service's output workers encode with x264 (see README)",
-    )
-    parser.add_argument(
+    group.add_argument(
         "--token", help="required from viewers and pushers; generated when binding beyond loopback without one"
     )
-    parser.add_argument(
+    group.add_argument(
         "--allow-origin",
         metavar="ORIGIN",
         action="append",
@@ -164,69 +206,106 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="a page of another origin (https://player.example) that may use the API and WHEP from a browser "
         "(CORS; repeatable; default: none)",
     )
-    parser.add_argument(
-        "--checkpoints", type=Path, help="official checkpoints folder (default: random stand-in weights)"
+
+
+def add_engine_and_device(parser: argparse.ArgumentParser) -> None:
+    """The weights, the device and how the engine runs on it."""
+    group = parser.add_argument_group("engine and device")
+    group.add_argument(
+        "--checkpoints", type=Path, metavar="DIR", help="official checkpoints folder (default: random stand-in weights)"
     )
-    parser.add_argument("--device", help="cuda or cpu (default: cuda when available)")
-    parser.add_argument(
-        "--latency",
-        choices=sorted(MODES),
-        default=FAITHFUL.name,
-        help="faithful: the reference's 200 ms hop (speech shown ~540 ms after it is pushed); low: a 120 ms hop, "
-        "frames "
-        "released before the next window's cross-fade (~280 ms), 5/3 the LMDM work per session (see README)",
+    group.add_argument("--device", help="cuda or cpu (default: cuda when available)")
+    group.add_argument(
+        "--steps", type=int, default=DEFAULT_STEPS, metavar="N", help=f"DDIM steps per window (default {DEFAULT_STEPS})"
     )
-    parser.add_argument(
-        "--overlap", type=int, help="frames shared by consecutive 80-frame windows (default: 75 faithful, 77 low)"
-    )
-    parser.add_argument("--steps", type=int, default=DEFAULT_STEPS, help="DDIM steps per window")
-    parser.add_argument(
+    group.add_argument(
         "--plans",
         type=Path,
+        metavar="DIR",
         help="the torch backend's compiled packages (python -m compile.build_plans): a start in seconds where they fit",
     )
-    parser.add_argument(
-        "--duration",
-        type=float,
-        help="stop this many seconds after the first frame is out (default: when every session has ended)",
+
+
+def add_admission_and_capacity(parser: argparse.ArgumentParser) -> None:
+    """How many sessions the service takes, and the processes that encode them."""
+    group = parser.add_argument_group("admission and capacity")
+    group.add_argument(
+        "--no-admission",
+        action="store_true",
+        help="open every session even beyond the live capacity measured at start (they may then shed frames)",
     )
-    parser.add_argument(
-        "--seed", type=int, default=0, help="seed of session 0's diffusion noise (session i uses seed + i)"
+    group.add_argument(
+        "--output-workers",
+        type=int,
+        default=default_workers(),
+        metavar="N",
+        help="processes that encode and send the streams (default: half the cores, at most 8)",
     )
-    parser.add_argument(
-        "--demo", action="store_true", help="the demo portrait speaking the bundled clip on loop, random weights"
+
+
+def add_render_jobs(parser: argparse.ArgumentParser) -> None:
+    """Render jobs: clips to MP4 in the live loop's slack, and what a job may take."""
+    group = parser.add_argument_group("render jobs (POST /renders: clips to MP4 in the live loop's slack)")
+    group.add_argument(
+        "--renders",
+        metavar="DIR",
+        type=Path,
+        help="take render jobs, their MP4s written into DIR under names the service chooses (default: no jobs)",
     )
-    parser.add_argument(
+    group.add_argument(
+        "--render-audio",
+        metavar="DIR",
+        type=Path,
+        help='the folder a job\'s "audio_file" names a file of (default: jobs upload their audio)',
+    )
+    group.add_argument(
+        "--render-queue", type=int, default=4, metavar="N", help="jobs waiting beside the one running (default 4)"
+    )
+    group.add_argument(
+        "--render-max-seconds", type=float, default=600.0, metavar="S", help="longest clip taken (default 600 s)"
+    )
+    group.add_argument(
+        "--render-max-mb", type=float, default=64.0, metavar="MB", help="largest audio upload taken (default 64 MB)"
+    )
+
+
+def add_cluster(parser: argparse.ArgumentParser) -> None:
+    """Serving on a Ray cluster instead of one server."""
+    group = parser.add_argument_group("cluster (--ray)")
+    group.add_argument(
         "--ray",
         action="store_true",
         help="serve on a Ray cluster (RAY_ADDRESS, or a local one bound to loopback when --http is): one engine "
-        "per GPU as Ray Serve replicas, sessions placed by capacity (cluster/, docs/cluster.md); every service option "
-        "above applies to each replica; the flags of sessions opened at start (--sessions, --latency, --overlap, "
-        "--seed, the controls) are refused: a POSTed session names its own",
+        "per GPU as Ray Serve replicas, sessions placed by capacity (cluster/, docs/cluster.md); the options of HTTP "
+        "and access, engine and device, admission and capacity, render jobs and --recordings apply to each replica; "
+        "the flags of sessions opened at start (--sessions, --latency, --overlap, --seed, the controls) are refused: "
+        "a POSTed session names its own",
     )
-    parser.add_argument(
-        "--replicas", type=int, help="--ray: engine replicas (default: one per GPU of the cluster; 1 on the CPU)"
+    group.add_argument(
+        "--replicas",
+        type=int,
+        metavar="N",
+        help="--ray: engine replicas (default: one per GPU of the cluster; 1 on the CPU)",
     )
-    parser.add_argument(
-        "--gpus-per-replica", type=float, default=1.0, help="--ray: GPUs each replica takes (default 1)"
+    group.add_argument(
+        "--gpus-per-replica", type=float, default=1.0, metavar="N", help="--ray: GPUs each replica takes (default 1)"
     )
-    add_control_arguments(parser)
-    args = parser.parse_args(argv)
-    args.control_changes = control_changes(args, parser)
-    if args.sessions < 0:
-        parser.error("--sessions must be at least 0")
-    if args.output_workers < 1:
-        parser.error("--output-workers must be at least 1")
-    if (
-        not args.demo
-        and not args.avatar
-        and (args.audio or args.mic is not None or args.listen or args.rtmp or args.mp4 or args.output)
-    ):
+
+
+def check_sessions_at_start(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Exit through ``parser.error`` when flags of sessions at start come without an avatar, or audio with --demo."""
+    audio = args.audio or args.mic is not None or args.listen
+    if not args.demo and not args.avatar and (audio or args.rtmp or args.mp4 or args.output):
         parser.error(
             "--avatar is required for sessions opened at start (or use --demo, or none: open them with POST /sessions)"
         )
-    if args.demo and (args.audio or args.mic is not None or args.listen):
+    if args.demo and audio:
         parser.error("--demo speaks the bundled clip; it takes no --audio, --mic or --listen")
+
+
+def check_ray(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Exit through ``parser.error`` when ``--ray`` meets what only the single server does, or the replica flags
+    come without it: a cluster serves only the sessions clients open, each naming its own settings."""
     if args.ray and (
         args.demo or args.audio or args.mic is not None or args.listen or args.rtmp or args.mp4 or args.duration
     ):
@@ -248,13 +327,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error("--replicas and --gpus-per-replica deploy on a Ray cluster: add --ray")
     if args.replicas is not None and args.replicas < 1:
         parser.error("--replicas must be at least 1")
-    if args.encoder == "nvenc":
-        parser.error(
-            "--encoder nvenc: the service's output workers take frames in host memory and encode with x264 (see README)"
-        )
-    if args.demo and args.webrtc is None:
-        args.webrtc = host_port(DEFAULT_HTTP)
-    return args
 
 
 def output_argument(text: str) -> OutputSettings:

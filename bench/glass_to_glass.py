@@ -73,7 +73,6 @@ def parse_args(argv: list[str] | None = None, parser: argparse.ArgumentParser | 
     parser.add_argument("--steps", type=int, default=DEFAULT_STEPS, help="DDIM steps per window")
     parser.add_argument("--latency", choices=sorted(MODES), default=FAITHFUL.name, help="the session's latency mode")
     parser.add_argument("--overlap", type=int, help="default: the latency mode's (75 faithful, 77 low)")
-    parser.add_argument("--encoder", default="x264", choices=("auto", "x264", "nvenc"))
     parser.add_argument("--device", help="cuda or cpu (default: cuda when available)")
     parser.add_argument("--utterances", type=int, default=10, help="utterances pushed, two markers each")
     parser.add_argument(
@@ -126,7 +125,7 @@ async def measure(args: argparse.Namespace, work: Path) -> dict:
     base = f"http://127.0.0.1:{http_port}"
     server = LiveServer(
         ["--avatar", avatar, "--listen", "--rtmp", nginx.url("glass"), "--webrtc", f"127.0.0.1:{http_port}"]
-        + ["--encoder", args.encoder, "--steps", str(args.steps), "--latency", args.latency, "--device", device]
+        + ["--steps", str(args.steps), "--latency", args.latency, "--device", device]
         + (["--overlap", str(args.overlap)] if args.overlap is not None else [])
         + (["--plans", str(args.plans)] if args.plans is not None else [])
         + (["--output", args.output] if args.output is not None else []),
@@ -140,7 +139,7 @@ async def measure(args: argparse.Namespace, work: Path) -> dict:
         "steps": args.steps,
         "latency": args.latency,
         "overlap": args.overlap if args.overlap is not None else MODES[args.latency].overlap,
-        "encoder": args.encoder,
+        "encoder": "x264",
         "output": args.output,
         "plans": str(args.plans) if args.plans is not None else None,
         "utterances": args.utterances,

@@ -41,7 +41,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--sessions", type=int, default=8)
     parser.add_argument("--minutes", type=float, default=10.0, help="length of the measured window")
     parser.add_argument("--steps", type=int, default=DEFAULT_STEPS, help="DDIM steps per window")
-    parser.add_argument("--encoder", default="x264", choices=("auto", "x264", "nvenc"))
     parser.add_argument("--device", help="cuda or cpu (default: cuda when available)")
     parser.add_argument("--out", type=Path, required=True, help="write the results here as JSON")
     args = parser.parse_args(argv)
@@ -61,7 +60,7 @@ async def measure(args: argparse.Namespace, work: Path) -> dict:
     base_url = nginx.url("bench")
     server = LiveServer(
         ["--avatar", avatar, "--listen", "--sessions", str(args.sessions), "--rtmp", base_url, "--no-admission"]
-        + ["--http", f"127.0.0.1:{port}", "--encoder", args.encoder, "--steps", str(args.steps), "--device", device],
+        + ["--http", f"127.0.0.1:{port}", "--steps", str(args.steps), "--device", device],
         port,
         work / "serve.log",
     )
@@ -71,7 +70,7 @@ async def measure(args: argparse.Namespace, work: Path) -> dict:
         "sessions": args.sessions,
         "minutes": args.minutes,
         "steps": args.steps,
-        "encoder": args.encoder,
+        "encoder": "x264",
         "audio": "the bundled speech on loop, pushed over the WebSocket in real time (200 ms chunks)",
         "admission": "off (--no-admission): every session is opened whatever the warm-up capacity says",
         "nginx": nginx.install.origin,

@@ -21,6 +21,18 @@ def stream_families(streams: Mapping[str, Mapping], live: int, runtime: Mapping 
     stats and ``viewers``: WebRTC viewers), ``live`` sessions being served, and the runtime's own figures."""
     sessions = GaugeMetricFamily("ditto_sessions", "Sessions being served")
     sessions.add_metric([], live)
+    return [
+        sessions,
+        *output_families(streams),
+        *sink_families(streams),
+        *session_families(streams),
+        *runtime_families(runtime or {}),
+    ]
+
+
+def output_families(streams: Mapping[str, Mapping]) -> list[Metric]:
+    """What each output did with its session's frames: encoded, released on time or late, repeated, skipped, and the
+    latency and slack of its clock."""
     encoded = CounterMetricFamily(
         "ditto_frames_encoded", "Frames taken from the session and encoded", labels=["session", "encoder"]
     )
@@ -55,14 +67,6 @@ def stream_families(streams: Mapping[str, Mapping], live: int, runtime: Mapping 
     encode_ms = GaugeMetricFamily(
         "ditto_encode_milliseconds", "Per-frame encode time (video + Opus), recent", labels=["session", "quantile"]
     )
-    sent = CounterMetricFamily("ditto_frames_sent", "Frames sent, per sink", labels=["session", "sink"])
-    dropped = CounterMetricFamily("ditto_frames_dropped", "Frames dropped, per sink", labels=["session", "sink"])
-    reconnects = CounterMetricFamily(
-        "ditto_rtmp_reconnects", "RTMP reconnections after a lost connection", labels=["session"]
-    )
-    connected = GaugeMetricFamily("ditto_rtmp_connected", "1 while the RTMP connection is up", labels=["session"])
-    viewers = GaugeMetricFamily("ditto_webrtc_viewers", "WebRTC preview viewers connected", labels=["session"])
-    session_stats: dict[str, GaugeMetricFamily] = {}
     for name, stream in streams.items():
         encoded.add_metric([name, stream.get("encoder") or "none"], stream.get("frames_in", 0))
         released.add_metric([name], stream.get("frames_released", 0))
@@ -74,6 +78,19 @@ def stream_families(streams: Mapping[str, Mapping], live: int, runtime: Mapping 
             slack.add_metric([name], stream["slack_ms"])
         for q in ("0.5", "0.99"):
             encode_ms.add_metric([name, q], stream.get(f"encode_ms_p{round(float(q) * 100)}", 0.0))
+    return [encoded, released, late, repeated, skipped, added, slack, encode_ms]
+
+
+def sink_families(streams: Mapping[str, Mapping]) -> list[Metric]:
+    """What each output's sinks report: frames sent and dropped, the RTMP connection, the WebRTC viewers."""
+    sent = CounterMetricFamily("ditto_frames_sent", "Frames sent, per sink", labels=["session", "sink"])
+    dropped = CounterMetricFamily("ditto_frames_dropped", "Frames dropped, per sink", labels=["session", "sink"])
+    reconnects = CounterMetricFamily(
+        "ditto_rtmp_reconnects", "RTMP reconnections after a lost connection", labels=["session"]
+    )
+    connected = GaugeMetricFamily("ditto_rtmp_connected", "1 while the RTMP connection is up", labels=["session"])
+    viewers = GaugeMetricFamily("ditto_webrtc_viewers", "WebRTC preview viewers connected", labels=["session"])
+    for name, stream in streams.items():
         for sink, stats in stream.get("sinks", {}).items():
             if "frames_sent" in stats:  # not the playback events, which send no frames
                 sent.add_metric([name, sink], stats["frames_sent"])
@@ -83,30 +100,26 @@ def stream_families(streams: Mapping[str, Mapping], live: int, runtime: Mapping 
                 connected.add_metric([name], stats["connected"])
         if stream.get("viewers") is not None:
             viewers.add_metric([name], stream["viewers"])
+    return [sent, dropped, reconnects, connected, viewers]
+
+
+def session_families(streams: Mapping[str, Mapping]) -> list[Metric]:
+    """Every numeric entry of the runtime sessions' ``stats()`` as ``ditto_session_<key>``, labelled by session."""
+    families: dict[str, GaugeMetricFamily] = {}
+    for name, stream in streams.items():
         for key, value in numeric(stream.get("session", {})).items():
             metric = f"ditto_session_{re.sub(r'[^a-zA-Z0-9_]', '_', key)}"
-            family = session_stats.setdefault(
+            family = families.setdefault(
                 metric, GaugeMetricFamily(metric, f"The runtime session's {key!r} statistic", labels=["session"])
             )
             family.add_metric([name], value)
-    families: list[Metric] = [
-        sessions,
-        encoded,
-        released,
-        late,
-        repeated,
-        skipped,
-        added,
-        slack,
-        encode_ms,
-        sent,
-        dropped,
-        reconnects,
-        connected,
-        viewers,
-    ]
-    families += session_stats.values()
-    for key, value in numeric(runtime or {}).items():
+    return list(families.values())
+
+
+def runtime_families(runtime: Mapping) -> list[Metric]:
+    """Every numeric entry of the runtime's ``metrics()`` as ``ditto_runtime_<key>``."""
+    families: list[Metric] = []
+    for key, value in numeric(runtime).items():
         family = GaugeMetricFamily(
             f"ditto_runtime_{re.sub(r'[^a-zA-Z0-9_]', '_', key)}", f"The runtime's {key!r} figure"
         )

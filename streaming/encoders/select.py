@@ -1,4 +1,4 @@
-"""``--encoder auto|nvenc|x264``: open the requested H.264 encoder, or for auto the best one that works here."""
+"""The H.264 encoder by name, auto|nvenc|x264: the one asked for, or for auto the best one that works here."""
 
 from __future__ import annotations
 

@@ -7,14 +7,14 @@ from dataclasses import replace
 
 import pytest
 
-from apps.serve import CPU_DEMO_SECONDS, deploy_options, parse_args, server_options
+from apps.serve import CPU_DEMO_SECONDS, EXAMPLES, deploy_options, parse_args, server_options
 from serving.server import AVATAR_AT_START
 
 
 def test_defaults_bind_loopback_and_demo_turns_on_the_preview() -> None:
     args = parse_args(["--avatar", "anna"])
     assert args.http == ("127.0.0.1", 8080) and args.webrtc is None
-    assert args.encoder == "auto" and args.sessions == 1 and not args.no_admission
+    assert args.sessions == 1 and not args.no_admission
     assert args.latency == "faithful" and args.overlap is None, "the latency mode picks the overlap (75 faithful)"
     assert args.output_workers >= 1
     demo = parse_args(["--demo"])
@@ -23,17 +23,23 @@ def test_defaults_bind_loopback_and_demo_turns_on_the_preview() -> None:
     assert service.avatar is None and not service.demo, "no avatar: the service starts with zero sessions"
 
 
+def test_the_examples_of_the_help_are_command_lines_it_takes() -> None:
+    examples = [line.split()[3:] for line in EXAMPLES.splitlines() if line.startswith("  python -m apps.serve")]
+    assert len(examples) == 3
+    for argv in examples:
+        parse_args(argv)
+
+
 @pytest.mark.parametrize(
     "argv, message",
     [
         (["--rtmp", "rtmp://h/live/k"], "--avatar is required"),
         (["--avatar", "a", "--output-workers", "0"], "at least 1"),
-        (["--avatar", "a", "--encoder", "nvenc"], "x264"),
         (["--avatar", "a", "--audio", "x.wav", "--listen"], "not allowed with"),
         (["--demo", "--listen"], "takes no --audio"),
         (["--avatar", "a", "--webrtc", "8080"], "HOST:PORT"),
         (["--avatar", "a", "--sessions", "-1"], "at least 0"),
-        (["--avatar", "a", "--encoder", "vp8"], "invalid choice"),
+        (["--avatar", "a", "--latency", "fast"], "invalid choice"),
         (["--avatar", "a", "--output", "preset=placebo"], '"output.preset": one of ultrafast'),
         (["--avatar", "a", "--output", "size"], "KEY=VALUE pairs"),
         (["--output", "size=720p"], "--avatar is required"),

@@ -52,8 +52,6 @@ def test_serve_opens_its_sessions_through_the_service_and_ends_with_them(nginx_r
             "--sessions",
             "2",
             "--listen",
-            "--encoder",
-            "x264",
             "--device",
             "cpu",
             "--no-admission",
@@ -127,7 +125,7 @@ def test_a_spoken_file_reaches_rtmp_and_mp4_with_its_audio(tmp_path, nginx_rtmp)
         out.writeframes((0.4 * np.sin(2 * np.pi * 220 * t) * 32767).astype(np.int16).tobytes())
     mp4 = tmp_path / "live.mp4"
     argv = ["--avatar", "echo", "--audio", str(tmp_path / "speech.wav"), "--mp4", str(mp4)]
-    argv += ["--rtmp", nginx_rtmp.url("file"), "--encoder", "x264", "--device", "cpu", "--output-workers", "1"]
+    argv += ["--rtmp", nginx_rtmp.url("file"), "--device", "cpu", "--output-workers", "1"]
     options = synthetic(argv + ["--http", f"127.0.0.1:{free_port()}"])
     assert asyncio.run(asyncio.wait_for(server_module.serve(options), 120)) == 0
     with av.open(str(mp4)) as container:

@@ -1,4 +1,4 @@
-"""--encoder auto|nvenc|x264: NVENC where it works, otherwise a clear reason and x264."""
+"""open_video_encoder auto|nvenc|x264: NVENC where it works, otherwise a clear reason and x264."""
 
 from __future__ import annotations
 
