@@ -34,7 +34,7 @@ import asyncio
 import logging
 import threading
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from concurrent import futures
 from concurrent.futures import Future
 from dataclasses import dataclass, field
@@ -43,13 +43,13 @@ from typing import Any, Protocol
 import numpy as np
 import zmq.asyncio
 from livekit import rtc
-from livekit.agents.voice.avatar import AudioReceiver, AudioSegmentEnd, DataStreamAudioReceiver, QueueAudioOutput
-from livekit.agents.voice.avatar._datastream_io import RPC_CLEAR_BUFFER
+from livekit.agents.voice.avatar import AudioReceiver, AudioSegmentEnd, QueueAudioOutput
 
 from engine.timebase import FPS
 from serving.client import CoreClient
 from serving.sessions import SessionError
 from streaming.output import EncodedFrame
+from streaming.sinks.livekit_avatar_io import RoomAudioReceiver, pending_playback_count, remote_participant
 from streaming.sinks.room_tracks import RoomTracks
 from streaming.sources.push import ProtocolError, PushFormat, decode_chunk
 
@@ -59,7 +59,8 @@ JOIN_TIMEOUT = 15.0
 QUEUED_FRAMES = 5
 """Released frames waiting for the room's tracks at most; older ones are dropped (a room that stalls slows no one)."""
 RECEIVE_FRAME_MS = 1000 // FPS
-"""The agent's audio reaches the session in frames of one video frame's length."""
+"""The agent's audio reaches the session in frames of one video frame's length (the receiver's stock 100 ms frames
+would hold each segment's first 100 ms back from the session)."""
 NEVER = 1 << 62
 RPC_PAUSE = "ditto.pause"
 RPC_RESUME = "ditto.resume"
@@ -198,7 +199,7 @@ class RoomOutput:
 
     async def enter(self, room: rtc.Room) -> None:
         """In a connected ``room``: publish there, take the agent's audio from its byte streams, answer its RPCs."""
-        await self.attach(RoomAudioReceiver(room), room)
+        await self.attach(RoomAudioReceiver(room, frame_size_ms=RECEIVE_FRAME_MS), room)
         for method, action in ((RPC_PAUSE, self.pause), (RPC_RESUME, self.resume)):
             room.local_participant.register_rpc_method(method, self._from_agent(action))
 
@@ -206,7 +207,7 @@ class RoomOutput:
         """An RPC handler doing ``action`` when the agent whose audio this takes calls it."""
 
         def handler(data: rtc.RpcInvocationData) -> str:
-            sender = getattr(self.receiver, "_remote_participant", None)
+            sender = remote_participant(self.receiver)
             if sender is None or data.caller_identity != sender.identity:
                 return "reject"
             action()
@@ -296,7 +297,7 @@ class RoomOutput:
         (``QueueAudioOutput``); over a room, the byte streams the receiver took against the segments read here."""
         receiver = self.receiver
         if isinstance(receiver, QueueAudioOutput):
-            return max(0, receiver._pending_playback_count - len(self._segments))
+            return max(0, pending_playback_count(receiver) - len(self._segments))
         if isinstance(receiver, RoomAudioReceiver):
             return max(0, receiver.streams_taken() - self._opened)
         return 0
@@ -499,51 +500,6 @@ class RoomOutput:
     def stats(self) -> dict[str, float]:
         """The counters, and the tracks' (``RoomTracks.stats``: the sound queued, the worst picture-to-sound offset)."""
         return {**self.counters, **(self.tracks.stats() if self.tracks is not None else {})}
-
-
-class RoomAudioReceiver(DataStreamAudioReceiver):
-    """``DataStreamAudioReceiver`` whose ``lk.clear_buffer`` handler belongs to its own room, which lets go of every
-    byte stream it stops reading, and hands on the agent's audio in frames of one video frame.
-
-    The stock receiver (livekit-agents 1.8 and 2.0.0b1 alike) ends a segment when its stream's trailer comes, when a
-    newer stream arrives while it is open (the trailer was lost), when a clear discards it, or after
-    ``STREAM_IDLE_TIMEOUT`` (10 s) with no chunk (``_iter_reader``). It keeps its clear handlers in one table per
-    process, by the agent's identity: two rooms of one worker whose agents share an identity would answer each other's
-    clears, so each receiver here registers its handler on its own room's participant. A stream it ends early stays
-    subscribed to the FFI's events for the life of the process (its reader is never closed): here it is closed. Its
-    100 ms frames would hold each segment's first 100 ms back from the session; here a frame is 40 ms. It also counts
-    the byte streams it takes, so that a clear that drops a whole segment before any of it was read still answers it
-    (``RoomOutput._held_segments``)."""
-
-    def _register_clear_buffer_rpc(
-        self, room: rtc.Room, *, caller_identity: str, handler: Callable[[rtc.RpcInvocationData], str]
-    ) -> None:
-        room.local_participant.register_rpc_method(RPC_CLEAR_BUFFER, handler)
-
-    def __init__(self, room: rtc.Room) -> None:
-        super().__init__(room, frame_size_ms=RECEIVE_FRAME_MS)
-        self._stream_readers = _Counted()
-
-    async def _iter_reader(self, reader: rtc.ByteStreamReader) -> AsyncIterator[bytes]:
-        try:
-            async for chunk in super()._iter_reader(reader):
-                yield chunk
-        finally:
-            reader.close()  # a no-op once its trailer was read
-
-    def streams_taken(self) -> int:
-        """Byte streams (agent segments) this receiver has begun to read or read whole."""
-        return self._stream_readers.appended - len(self._stream_readers)
-
-
-class _Counted(list):
-    """A list that counts what was ever appended to it (the receiver's queue of byte streams)."""
-
-    appended = 0
-
-    def append(self, item: Any) -> None:
-        self.appended += 1
-        super().append(item)
 
 
 class RoomsLoop:
