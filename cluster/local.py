@@ -2,7 +2,8 @@
 
 Joining an existing cluster (``RAY_ADDRESS``) leaves its addresses and its files to the operator who started it; a
 local cluster started here keeps to loopback when the service was given a loopback address: Ray takes 127.0.0.1 for
-its node address (``loopback_node``), so every process of the cluster listens on loopback only (GCS, raylet, agents,
+its node address (``cluster.ray_internals.loopback_node_address``: otherwise it replaces even an explicit
+127.0.0.1 with the machine's address), so every process of the cluster listens on loopback only (GCS, raylet, agents,
 every worker's gRPC server, Serve's proxy and controller), but one socket per Serve replica: Ray Serve binds the
 replica's inter-deployment gRPC server to every interface (``[::]:0``, no option moves it; Ray's token authentication
 guards it). The dashboard is off. Its files are the service's (``cluster.ray_files``), removed when it stops, or kept
@@ -13,11 +14,11 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Iterator
-from contextlib import contextmanager, nullcontext
+from contextlib import nullcontext
 from dataclasses import dataclass
 
 from cluster.ray_files import RayFiles
+from cluster.ray_internals import kv_delete, kv_has, kv_put, loopback_node_address
 from serving.access import is_loopback
 
 REPLICA_GRPC = (
@@ -63,7 +64,7 @@ def start_ray(host: str) -> RayCluster:
         said = f"ray: joined the cluster at RAY_ADDRESS={os.environ['RAY_ADDRESS']} (its addresses are its operator's)"
         return RayCluster(said)
     if is_loopback(host):
-        options, starting, where = {"include_dashboard": False}, loopback_node(), "on loopback, no dashboard"
+        options, starting, where = {"include_dashboard": False}, loopback_node_address(), "on loopback, no dashboard"
     else:
         options, starting, where = {}, nullcontext(), "(the service is served beyond loopback)"
     files = None if os.environ.get("RAY_TMPDIR") else RayFiles()
@@ -82,32 +83,14 @@ def start_ray(host: str) -> RayCluster:
     return RayCluster(f"{said}; its files in {files.path} (removed at the stop)", files)
 
 
-@contextmanager
-def loopback_node() -> Iterator[None]:
-    """Ray takes loopback for the node address of a local cluster started meanwhile, as where Ray clusters are off
-    (macOS, Windows): otherwise it replaces even an explicit 127.0.0.1 with the machine's address, which it binds."""
-    from ray._private import ray_constants
-
-    enabled = ray_constants.ENABLE_RAY_CLUSTER
-    ray_constants.ENABLE_RAY_CLUSTER = False
-    try:
-        yield
-    finally:
-        ray_constants.ENABLE_RAY_CLUSTER = enabled
-
-
 def request_stop_now(now: bool = True) -> None:
     """Tell every draining replica to end its live sessions now (``now=False``: clear the word, before a deploy)."""
-    from ray.experimental import internal_kv
-
     if now:
-        internal_kv._internal_kv_put(STOP_NOW, b"1", overwrite=True)
+        kv_put(STOP_NOW, b"1")
     else:
-        internal_kv._internal_kv_del(STOP_NOW)
+        kv_delete(STOP_NOW)
 
 
 def stop_now_requested() -> bool:
     """Whether the service is being stopped now (its replicas' drains end at once)."""
-    from ray.experimental import internal_kv
-
-    return internal_kv._internal_kv_initialized() and internal_kv._internal_kv_exists(STOP_NOW)
+    return kv_has(STOP_NOW)

@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import sys
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
 import aiohttp
@@ -29,22 +29,31 @@ from livekit import api, rtc
 from livekit.agents.voice.avatar import (
     AudioSegmentEnd,
     AvatarOptions,
-    AvatarRunner,
     AvatarSession,
     DataStreamAudioReceiver,
     QueueAudioOutput,
     VideoGenerator,
 )
-from livekit.agents.voice.io import AudioOutput, AudioOutputCapabilities
+from livekit.agents.voice.io import AudioOutput
 
 from engine.audio.pcm import to_s16
 from engine.runtime import SessionClosed
 from engine.runtime.backpressure import push_when_room
 from engine.timebase import FPS
-from integrations.livekit_compat import RPC_PLAYBACK_FINISHED, RPC_PLAYBACK_STARTED, DataStreamOutput, LiveSession
+from integrations.livekit_compat import DataStreamOutput, LiveSession
 from integrations.slots import SlotPicker
 from serving.rooms import RPC_PAUSE, RPC_RESUME
 from streaming.playback import PlaybackEvents
+from streaming.sinks.livekit_avatar_io import (
+    ClearHookRunner,
+    PlaybackRpcsOnItsRoom,
+    allow_pause,
+    keep_task,
+    open_stream,
+    output_room,
+    pending_playback_count,
+    runner_parts,
+)
 from streaming.sources.push import ProtocolError, PushFormat, decode_chunk
 
 if TYPE_CHECKING:
@@ -170,7 +179,7 @@ class DittoVideoGenerator(VideoGenerator):
         return ended
 
 
-class DittoAvatarRunner(AvatarRunner):
+class DittoAvatarRunner(ClearHookRunner):
     """``AvatarRunner`` that answers every clear of a segment the agent is waiting on, also one it never read.
 
     The base runner sends ``playback_finished(interrupted=True)`` on a clear only once it has read a frame of the
@@ -185,26 +194,27 @@ class DittoAvatarRunner(AvatarRunner):
         super().__init__(*args, **kwargs)
         self._answered: object = None
 
-    def _on_clear_buffer(self) -> None:
+    def answers_clear(self, audio_playing: bool) -> bool:
         segment = self._open_segment()
-        if self._audio_playing or (segment is not None and segment != self._answered):
-            self._audio_playing = True
+        if audio_playing or (segment is not None and segment != self._answered):
             self._answered = segment
-        super()._on_clear_buffer()
+            return True
+        return False
 
     async def aclose(self) -> None:
         """Stop the runner, then close the generator's runtime session (its frames are no longer rendered)."""
         await super().aclose()
-        if isinstance(self._video_gen, DittoVideoGenerator):
-            self._video_gen.session.close()
+        generator = runner_parts(self)[1]
+        if isinstance(generator, DittoVideoGenerator):
+            generator.session.close()
 
     def _open_segment(self) -> object:
         """An identity of the segment the receiver holds unfinished, or None."""
-        receiver = self._audio_recv
+        receiver = runner_parts(self)[0]
         if isinstance(receiver, QueueAudioOutput):
-            return receiver.captured_playout_segments if receiver._pending_playback_count > 0 else None
+            return receiver.captured_playout_segments if pending_playback_count(receiver) > 0 else None
         if isinstance(receiver, DataStreamAudioReceiver):
-            reader = receiver._current_reader or (receiver._stream_readers[0] if receiver._stream_readers else None)
+            reader = open_stream(receiver)
             return None if reader is None else id(reader)
         return None
 
@@ -236,28 +246,19 @@ async def run_in_process(
 # -- the agent's side ---------------------------------------------------------------------------
 
 
-class DittoAudioOutput(DataStreamOutput):
+class DittoAudioOutput(PlaybackRpcsOnItsRoom, DataStreamOutput):
     """LiveKit's ``DataStreamAudioOutput`` to the service's avatar, which can pause: the agent's false-interruption
     handling (``resume_false_interruption``) then holds the avatar's speech and resumes it where it stopped, where the
     stock output (no pause) restarts or loses the sentence. ``pause`` and ``resume`` are RPCs to the avatar.
 
     Its clears follow livekit-agents 1.8.9's rules in every release (``integrations.livekit_compat``), and the avatar's
-    playback RPCs reach the output of their own room: the stock output keeps their handlers in one table per process
-    by the avatar's identity, so two rooms of one agent process with avatars of one name answered each other."""
+    playback RPCs reach the output of their own room (``PlaybackRpcsOnItsRoom``): the stock output keeps their handlers
+    in one table per process by the avatar's identity, so two rooms of one agent process with avatars of one name
+    answered each other."""
 
     def __init__(self, room: rtc.Room, *, destination_identity: str, **options: Any) -> None:
         super().__init__(room, destination_identity=destination_identity, **options)
-        self._capabilities = AudioOutputCapabilities(pause=True)
-
-    def _register_playback_finished_rpc(
-        self, room: rtc.Room, *, caller_identity: str, handler: Callable[[rtc.RpcInvocationData], str]
-    ) -> None:
-        room.local_participant.register_rpc_method(RPC_PLAYBACK_FINISHED, handler)
-
-    def _register_playback_started_rpc(
-        self, room: rtc.Room, *, caller_identity: str, handler: Callable[[rtc.RpcInvocationData], str]
-    ) -> None:
-        room.local_participant.register_rpc_method(RPC_PLAYBACK_STARTED, handler)
+        allow_pause(self)
 
     def pause(self) -> None:
         AudioOutput.pause(self)  # the stock output's pause only warns that it cannot
@@ -268,17 +269,15 @@ class DittoAudioOutput(DataStreamOutput):
         self._tell(RPC_RESUME)
 
     def _tell(self, method: str) -> None:
+        room, avatar = output_room(self)
+
         async def call() -> None:
             try:
-                await self._room.local_participant.perform_rpc(
-                    destination_identity=self._destination_identity, method=method, payload=""
-                )
+                await room.local_participant.perform_rpc(destination_identity=avatar, method=method, payload="")
             except rtc.RpcError as exc:
                 log.warning("the avatar did not take %s: %s", method, exc)
 
-        task = asyncio.ensure_future(call())
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        keep_task(self, asyncio.ensure_future(call()))
 
 
 class DittoAvatarSession(AvatarSession):

@@ -9,6 +9,9 @@
   per clear that, unless a ``playback_finished`` comes after it, finishes whatever segment is then playing, also the
   next reply, and resets the output's counts. ``DataStreamOutput`` is the release's own output where it has 1.8.9's
   rules, else ``ClearsInTurn``, which brings them.
+
+The output's private state that ``ClearsInTurn`` reads, and the protocol's RPC names (re-exported here), come from
+``streaming.sinks.livekit_avatar_io``, the one module that touches livekit-agents' private names.
 """
 
 from __future__ import annotations
@@ -20,10 +23,18 @@ from livekit import rtc
 from livekit.agents import __version__ as AGENTS_VERSION
 from livekit.agents import voice
 from livekit.agents.voice.avatar import DataStreamAudioOutput
-from livekit.agents.voice.avatar._datastream_io import (
+
+from streaming.sinks.livekit_avatar_io import (
+    CLEARS_IN_TURN,
     RPC_CLEAR_BUFFER,
     RPC_PLAYBACK_FINISHED,
     RPC_PLAYBACK_STARTED,
+    clear_buffer_timeout,
+    keep_task,
+    output_room,
+    output_started,
+    pending_playback_count,
+    pushed_duration,
 )
 
 __all__ = [
@@ -58,37 +69,33 @@ class ClearsInTurn(DataStreamAudioOutput):
         await super().capture_frame(frame)
 
     def clear_buffer(self) -> None:
-        if not self._started or not self._pending_playback_count:
+        if not output_started(self) or not pending_playback_count(self):
             return
         if self._clearing is not None and not self._clearing.done():
             return
-        clearing = asyncio.ensure_future(self._clear(self._pushed_duration, self.captured_playout_segments))
-        if self._clear_buffer_timeout is not None:
+        clearing = asyncio.ensure_future(self._clear(pushed_duration(self), self.captured_playout_segments))
+        if clear_buffer_timeout(self) is not None:
             self._clearing = clearing
-        self._tasks.add(clearing)
-        clearing.add_done_callback(self._tasks.discard)
+        keep_task(self, clearing)
 
-    async def _clear(self, pushed_duration: float, captured: int) -> None:
-        timeout = self._clear_buffer_timeout
+    async def _clear(self, pushed: float, captured: int) -> None:
+        timeout = clear_buffer_timeout(self)
+        room, avatar = output_room(self)
         try:
-            await self._room.local_participant.perform_rpc(
-                destination_identity=self._destination_identity, method=RPC_CLEAR_BUFFER, payload=""
-            )
+            await room.local_participant.perform_rpc(destination_identity=avatar, method=RPC_CLEAR_BUFFER, payload="")
         except Exception as exc:
             log.error("the avatar did not take lk.clear_buffer: %s", exc)
             timeout = 0  # nothing will answer: the segments are done now
-        if timeout is None or not self._pending_playback_count:
+        if timeout is None or not pending_playback_count(self):
             return
         try:
             await asyncio.wait_for(self.wait_for_playout(), timeout)
         except TimeoutError:
             log.warning("no playback_finished %.1f s after lk.clear_buffer: marking the playback done", timeout)
-            answered = self.captured_playout_segments - self._pending_playback_count
+            answered = self.captured_playout_segments - pending_playback_count(self)
             for _ in range(captured - answered):
-                self.on_playback_finished(playback_position=pushed_duration, interrupted=True)
+                self.on_playback_finished(playback_position=pushed, interrupted=True)
 
 
-DataStreamOutput: type[DataStreamAudioOutput] = (
-    DataStreamAudioOutput if hasattr(DataStreamAudioOutput, "_finish_cancelled_capture") else ClearsInTurn
-)
+DataStreamOutput: type[DataStreamAudioOutput] = DataStreamAudioOutput if CLEARS_IN_TURN else ClearsInTurn
 """The agent's data-stream audio output to a remote avatar, with 1.8.9's clear rules in every release."""

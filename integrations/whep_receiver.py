@@ -101,7 +101,13 @@ class WhepReceiver:
         if URL(url).host in ("127.0.0.1", "localhost"):
             gather_on_loopback_too()
         receiver = cls(RTCPeerConnection(RTCConfiguration(iceServers=[])))
-        pc = receiver._pc
+        await receiver._offer(http, url)
+        return receiver
+
+    async def _offer(self, http: aiohttp.ClientSession, url: str) -> None:
+        """Offer to receive video and audio from ``url``; its answer sets up the connection and the viewer's location
+        (DELETEd at ``close``)."""
+        pc = self._pc
         pc.addTransceiver("video", direction="recvonly")
         pc.addTransceiver("audio", direction="recvonly")
         await pc.setLocalDescription(await pc.createOffer())  # aiortc gathers every candidate here: no trickle needed
@@ -111,8 +117,7 @@ class WhepReceiver:
                 raise ConnectionError(f"WHEP {url} answered {answer.status}: {await answer.text()}")
             sdp, location = await answer.text(), answer.headers.get("Location")
         await pc.setRemoteDescription(RTCSessionDescription(sdp=sdp, type="answer"))
-        receiver._http, receiver._location = http, location and str(answer.url.join(URL(location)))
-        return receiver
+        self._http, self._location = http, location and str(answer.url.join(URL(location)))
 
     def complete(self, slot: int) -> bool:
         """Whether every sample of picture ``slot`` has arrived (or, lost, never will: later audio has)."""

@@ -26,6 +26,10 @@ protocol is LiveKit Agents' avatar protocol (``livekit.agents.voice.avatar``), i
 Numbering: the session numbers segments 0, 1, 2, ... as audio is pushed and closed (``engine.runtime.session``); its
 audio comes from the room alone (a LiveKit session takes no pushed audio), so each agent segment's number is known
 when its first audio is pushed, before the session confirms it at the close.
+
+One module a job: ``RoomOutput`` here joins the room, tells the agent what was played and ends; the speech in is
+``serving.room_speech`` (push, clear, pause, resume), the frames out ``serving.room_frames``, the segments they share
+``serving.room_segments``; what livekit-agents keeps private is reached through ``streaming.sinks.livekit_avatar_io``.
 """
 
 from __future__ import annotations
@@ -33,76 +37,33 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from concurrent import futures
 from concurrent.futures import Future
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
-import numpy as np
 import zmq.asyncio
 from livekit import rtc
-from livekit.agents.voice.avatar import AudioReceiver, AudioSegmentEnd, DataStreamAudioReceiver, QueueAudioOutput
-from livekit.agents.voice.avatar._datastream_io import RPC_CLEAR_BUFFER
+from livekit.agents.voice.avatar import AudioReceiver
 
 from engine.timebase import FPS
 from serving.client import CoreClient
-from serving.sessions import SessionError
+from serving.room_frames import RoomFrames
+from serving.room_segments import Segment, SegmentBook
+from serving.room_speech import AgentSpeech, SessionAudio
 from streaming.output import EncodedFrame
+from streaming.sinks.livekit_avatar_io import RoomAudioReceiver, remote_participant
 from streaming.sinks.room_tracks import RoomTracks
-from streaming.sources.push import ProtocolError, PushFormat, decode_chunk
 
 log = logging.getLogger("serving.rooms")
 JOIN_TIMEOUT = 15.0
 """Seconds the avatar has to connect to the room and publish its tracks."""
-QUEUED_FRAMES = 5
-"""Released frames waiting for the room's tracks at most; older ones are dropped (a room that stalls slows no one)."""
 RECEIVE_FRAME_MS = 1000 // FPS
-"""The agent's audio reaches the session in frames of one video frame's length."""
-NEVER = 1 << 62
+"""The agent's audio reaches the session in frames of one video frame's length (the receiver's stock 100 ms frames
+would hold each segment's first 100 ms back from the session)."""
 RPC_PAUSE = "ditto.pause"
 RPC_RESUME = "ditto.resume"
 """The agent pauses and resumes its speech (LiveKit's false-interruption handling; ``DittoAudioOutput`` sends them)."""
-
-
-class SessionAudio(Protocol):
-    """A session's audio side, awaited (``serving.sessions.RemoteSession``)."""
-
-    async def push_audio(self, pcm: Any, sample_rate: int) -> None: ...
-
-    async def end_segment(self) -> int | None: ...
-
-    async def interrupt(self) -> int | None: ...
-
-
-@dataclass
-class _Segment:
-    """One agent speech segment (one byte stream): its audio, the session's number for it, what the agent was told.
-
-    A pause cuts the session's speech; the resume pushes the segment's audio again from the position shown, as a new
-    part (a new number on the session), so one agent segment may be spoken as several of the session's."""
-
-    number: int | None = None
-    """The session's number for its part now: set at the part's first push (the session's next number)."""
-    audio: list[tuple[np.ndarray, int]] = field(default_factory=list)
-    """Its audio as received (mono float32, rate): kept until it is answered, to resume from where a pause cut it."""
-    shown_before: float = 0.0
-    """Seconds of it shown in parts a pause cut."""
-    ended: bool = False
-    """Its stream has ended (its last part is closed, or will be at the resume)."""
-    started: bool = False
-    answered: bool = False
-
-    def audio_from(self, seconds: float, start: int = 0) -> list[tuple[np.ndarray, int]]:
-        """Its audio from ``seconds`` in, of the chunks from index ``start`` on (earlier ones counted, not returned)."""
-        rest, elapsed = [], 0.0
-        for index, (pcm, rate) in enumerate(self.audio):
-            duration = pcm.size / rate
-            if index >= start and elapsed + duration > seconds:
-                rest.append((pcm[max(0, round((seconds - elapsed) * rate)) :], rate))
-            elapsed += duration
-        return rest
 
 
 class RoomOutput:
@@ -114,36 +75,10 @@ class RoomOutput:
     def __init__(self, audio: SessionAudio, width: int, height: int, loop: asyncio.AbstractEventLoop) -> None:
         self.audio, self.width, self.height, self._loop = audio, width, height, loop
         self.receiver: AudioReceiver | None = None
-        self.tracks: RoomTracks | None = None
-        self._queued: deque[tuple[rtc.VideoFrame, np.ndarray]] = deque()
-        self._queue_changed = asyncio.Event()
         self._tasks: set[asyncio.Task] = set()
         self._room: rtc.Room | None = None
         self.leaving: Future | None = None
         """Once the output has ended: the leaving of the room, running on the rooms loop."""
-        self._segments: list[_Segment] = []
-        """Agent segments not answered yet, oldest first."""
-        self._by_number: dict[int, _Segment] = {}
-        self._open: _Segment | None = None
-        self._opened = 0
-        """Agent segments begun here (their first frame read), and those answered unread at a clear."""
-        self._next_number = 0
-        self._last_closed = -1
-        self._paused = False
-        """The agent paused its speech (a possible false interruption): audio is kept, none reaches the session."""
-        self._holding = False
-        """Paused, or pushing again what a pause cut: new audio waits in its segment."""
-        self._held: asyncio.Task | None = None
-        self._turn = 0
-        """Counts clears: a resume's replay stops at the next one (what follows a clear is new speech)."""
-        self._session_lock = asyncio.Lock()
-        """Held around each request to the session, so an interrupt never overtakes the push or close before it."""
-        self._pushing: asyncio.Task | None = None
-        self._cut = -1
-        """Speech frames of segments numbered up to this were cut by a clear: the room shows idle in their place."""
-        self._spoken: dict[int, int] = {}
-        """Speech frames released per segment (written on the release thread)."""
-        self._idle: Any = None
         self._closed = False
         self.counters = {
             "frames_sent": 0,
@@ -155,22 +90,39 @@ class RoomOutput:
             "segments": 0,
             "playback_finished": 0,
         }
+        self.book = SegmentBook()
+        """The agent's segments not answered yet, their numbers on the session, the frames shown of each, the cut."""
+        self.speech = AgentSpeech(audio, self.book, self._answer, self._spawn, self.counters)
+        self.frames = RoomFrames(width, height, loop, self.book, self.counters)
+
+    @property
+    def tracks(self) -> RoomTracks | None:
+        """The room's video and audio sources, once attached."""
+        return self.frames.tracks
+
+    @property
+    def _by_number(self) -> dict[int, Segment]:
+        return self.book.by_number
+
+    @property
+    def _spoken(self) -> dict[int, int]:
+        return self.book.spoken
 
     # -- the agent's side (rooms loop) ------------------------------------------------------------------------------
 
     async def attach(self, receiver: AudioReceiver, room: rtc.Room | None = None) -> None:
         """Start taking the agent's audio from ``receiver`` and publishing frames (tracks of ``room``, when given)."""
-        tracks = self.tracks = RoomTracks.create(self.width, self.height)
+        tracks = self.frames.open_tracks()
         if room is not None:
             publish = room.local_participant.publish_track
             audio_track = rtc.LocalAudioTrack.create_audio_track("avatar_audio", tracks.audio)
             await publish(audio_track, rtc.TrackPublishOptions(source=rtc.TrackSource.SOURCE_MICROPHONE))
             video_track = rtc.LocalVideoTrack.create_video_track("avatar_video", tracks.video)
             await publish(video_track, rtc.TrackPublishOptions(source=rtc.TrackSource.SOURCE_CAMERA))
-        self.receiver = receiver
-        receiver.on("clear_buffer", self._clear)
-        self._spawn(self._publish())
-        self._spawn(self._receive())
+        self.receiver = self.speech.receiver = receiver
+        receiver.on("clear_buffer", self.speech.clear)
+        self._spawn(self.frames.publish())
+        self._spawn(self.speech.receive())
 
     async def join(self, url: str, token: str, on_left: Callable[[str], None]) -> tuple[str, str]:
         """Connect to the room ``token`` grants, publish there and take the agent's audio: (room name, the avatar's
@@ -198,7 +150,7 @@ class RoomOutput:
 
     async def enter(self, room: rtc.Room) -> None:
         """In a connected ``room``: publish there, take the agent's audio from its byte streams, answer its RPCs."""
-        await self.attach(RoomAudioReceiver(room), room)
+        await self.attach(RoomAudioReceiver(room, frame_size_ms=RECEIVE_FRAME_MS), room)
         for method, action in ((RPC_PAUSE, self.pause), (RPC_RESUME, self.resume)):
             room.local_participant.register_rpc_method(method, self._from_agent(action))
 
@@ -206,7 +158,7 @@ class RoomOutput:
         """An RPC handler doing ``action`` when the agent whose audio this takes calls it."""
 
         def handler(data: rtc.RpcInvocationData) -> str:
-            sender = getattr(self.receiver, "_remote_participant", None)
+            sender = remote_participant(self.receiver)
             if sender is None or data.caller_identity != sender.identity:
                 return "reject"
             action()
@@ -214,198 +166,21 @@ class RoomOutput:
 
         return handler
 
-    def _spawn(self, coroutine: Coroutine[Any, Any, Any]) -> None:
+    def _spawn(self, coroutine: Coroutine[Any, Any, Any]) -> asyncio.Task:
         task = asyncio.ensure_future(coroutine)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
-
-    async def _receive(self) -> None:
-        """The agent's audio into the session, segment by segment (the receiver waits for the agent to join)."""
-        receiver = self.receiver
-        try:
-            await receiver.start()
-            async for item in receiver:
-                if isinstance(item, AudioSegmentEnd):
-                    await self._end_segment()
-                else:
-                    await self._push(item)
-        except SessionError as exc:
-            log.info("room output: the session no longer takes audio: %s", exc)
-        except asyncio.CancelledError:
-            raise
-        except Exception:
-            log.exception("room output: taking the agent's audio failed")
-
-    async def _push(self, frame: rtc.AudioFrame) -> None:
-        if self._open is None:
-            self._open = _Segment()
-            self._segments.append(self._open)
-            self._opened += 1
-            self.counters["segments"] += 1
-        segment = self._open
-        try:
-            pcm = decode_chunk(bytes(frame.data), PushFormat(frame.sample_rate, frame.num_channels, "s16le"))
-        except ProtocolError as exc:
-            log.warning("room output: dropped a frame of the agent's audio: %s", exc)
-            return
-        segment.audio.append((pcm, frame.sample_rate))
-        if not self._holding:
-            await self._send_audio(segment, pcm, frame.sample_rate)
-
-    async def _send_audio(self, segment: _Segment, pcm: np.ndarray, rate: int) -> None:
-        """Push ``segment``'s audio into the session, in order with every other request (a clear or a pause that
-        comes meanwhile cancels it)."""
-        async with self._session_lock:
-            if segment.answered or self._paused:  # cleared or paused while this waited
-                return
-            if segment.number is None:
-                segment.number = self._next_number
-                self._by_number[segment.number] = segment
-            self._pushing = asyncio.ensure_future(self.audio.push_audio(pcm, rate))
-            await asyncio.wait([self._pushing])
-            pushing, self._pushing = self._pushing, None
-            if pushing.cancelled():
-                return
-            try:
-                pushing.result()
-            except SessionError as exc:
-                if exc.kind != "invalid":
-                    raise
-                log.warning("room output: the session refused a frame of the agent's audio: %s", exc)
-
-    async def _end_segment(self) -> None:
-        """The agent's stream ended: close the session's segment (a stream cleared or without audio has none open;
-        while paused it is closed at the resume)."""
-        segment, self._open = self._open, None
-        if segment is None:
-            return
-        segment.ended = True
-        if not self._holding:
-            await self._close(segment)
-
-    async def _close(self, segment: _Segment) -> None:
-        async with self._session_lock:
-            number = await self.audio.end_segment()
-        self._confirm(segment, number)
-        if number is None:
-            self._answer(segment, segment.shown_before, interrupted=False)
-
-    def _held_segments(self) -> int:
-        """Segments the agent sent whose every frame the receiver held unread and dropped at this clear: the agent
-        waits for their ``playback_finished`` too. Its audio output's own count tells when it is in this process
-        (``QueueAudioOutput``); over a room, the byte streams the receiver took against the segments read here."""
-        receiver = self.receiver
-        if isinstance(receiver, QueueAudioOutput):
-            return max(0, receiver._pending_playback_count - len(self._segments))
-        if isinstance(receiver, RoomAudioReceiver):
-            return max(0, receiver.streams_taken() - self._opened)
-        return 0
-
-    def _confirm(self, segment: _Segment | None, number: int | None) -> None:
-        """The session closed ``number`` (None: nothing was open) as ``segment``'s."""
-        if number is None:
-            if segment is not None and segment.number is not None:
-                self._by_number.pop(segment.number, None)
-                segment.number = None
-            return
-        if segment is not None and segment.number != number:
-            log.warning("room output: the session numbered a segment %d, expected %s", number, segment.number)
-            self._by_number.pop(segment.number, None)
-            segment.number = number
-            self._by_number[number] = segment
-        self._next_number, self._last_closed = number + 1, number
-
-    def _clear(self) -> None:
-        """``lk.clear_buffer``: answer every unfinished segment now, then cut the session's speech."""
-        self.counters["clears"] += 1
-        self._cut = NEVER  # no speech frame reaches the room until the session has been interrupted
-        self._paused = self._holding = False  # a clear ends a pause: what follows is new speech
-        self._turn += 1
-        held = self._held_segments()
-        for segment in list(self._segments):
-            self._answer(segment, self._shown(segment), interrupted=True)
-        for _ in range(held):  # segments whose every frame the receiver dropped before this output read one
-            self._segments.append(_Segment())
-            self._answer(self._segments[-1], 0.0, interrupted=True)
-        self._opened += held
-        cleared, self._open = self._open, None
-        if self._pushing is not None:
-            self._pushing.cancel()
-        self._spawn(self._interrupt(cleared))
-
-    async def _interrupt(self, cleared: _Segment | None) -> None:
-        async with self._session_lock:
-            try:
-                number = await self.audio.interrupt()
-            except SessionError as exc:
-                log.info("room output: could not interrupt the session: %s", exc)
-                number = None
-            self._confirm(cleared, number)
-            self._cut = self._last_closed
-
-    def _shown(self, segment: _Segment) -> float:
-        """Seconds of ``segment`` shown so far."""
-        now = self._spoken.get(segment.number, 0) / FPS if segment.number is not None else 0.0
-        return segment.shown_before + now
+        return task
 
     def pause(self) -> None:
         """The agent paused its speech: cut the session's speech now (the avatar idles), keep the audio to resume."""
-        if self._paused:
-            return
-        self.counters["pauses"] += 1
-        self._paused = self._holding = True
-        self._cut = NEVER
-        if self._pushing is not None:
-            self._pushing.cancel()
-        held = asyncio.ensure_future(self._hold())
-        self._tasks.add(held)
-        held.add_done_callback(self._tasks.discard)
-        self._held = held
-
-    async def _hold(self) -> None:
-        """Interrupt the session; each unfinished segment keeps the seconds shown, its cut part forgotten."""
-        async with self._session_lock:
-            try:
-                number = await self.audio.interrupt()
-            except SessionError as exc:
-                log.info("room output: could not pause the session: %s", exc)
-                number = None
-            if number is not None:
-                self._next_number, self._last_closed = number + 1, number
-            for segment in self._segments:
-                segment.shown_before = self._shown(segment)
-                if segment.number is not None:
-                    self._by_number.pop(segment.number, None)
-                    self._spoken.pop(segment.number, None)
-                    segment.number = None
-            self._cut = self._last_closed
+        self.speech.pause()
 
     def resume(self) -> None:
         """The pause was a false alarm: speak each unfinished segment on from where it was cut."""
-        if not self._paused:
-            return
-        self._paused = False
-        self._spawn(self._replay(self._held, self._turn))
+        self.speech.resume()
 
-    async def _replay(self, held: asyncio.Task, turn: int) -> None:
-        """Push each unfinished segment's audio again from the position shown (and what came meanwhile), closing
-        those whose stream ended; then new audio flows again. A clear or another pause stops it."""
-        await asyncio.wait([held])
-        replayed: set[int] = set()
-        while not self._paused and self._turn == turn:
-            waiting = [segment for segment in self._segments if id(segment) not in replayed]
-            if not waiting:
-                self._holding = False  # no await since the last look: nothing can slip in between
-                return
-            segment = waiting[0]
-            chunks, pushed = segment.audio_from(segment.shown_before), len(segment.audio)
-            while chunks and not self._paused and self._turn == turn:
-                for pcm, rate in chunks:
-                    await self._send_audio(segment, pcm, rate)
-                chunks, pushed = segment.audio[pushed:], len(segment.audio)
-            if segment.ended and not segment.answered and not self._paused and self._turn == turn:
-                await self._close(segment)
-            replayed.add(id(segment))
+    # -- what the agent is told (rooms loop) ------------------------------------------------------------------------
 
     def playback(self, event: dict[str, Any]) -> None:
         """One of the session's playback events (``streaming.playback``), on the rooms loop."""
@@ -422,12 +197,12 @@ class RoomOutput:
             if not segment.answered:
                 self._notify(self.receiver.notify_playback_started())
 
-    def _answer(self, segment: _Segment, position: float, interrupted: bool) -> None:
+    def _answer(self, segment: Segment, position: float, interrupted: bool) -> None:
         """Tell the agent ``segment`` is finished: once, whatever else happens to it."""
         if segment.answered:
             return
         segment.answered = True
-        self._segments.remove(segment)
+        self.book.unanswered.remove(segment)
         self.counters["playback_finished"] += 1
         finished = self.receiver.notify_playback_finished(playback_position=round(position, 3), interrupted=interrupted)
         self._notify(finished)
@@ -440,36 +215,8 @@ class RoomOutput:
 
     def send(self, frame: EncodedFrame) -> None:
         """One released frame, to the room (never blocks the output clock)."""
-        if self._closed or self.tracks is None or frame.picture is None:  # not in a room (yet), or left
-            return
-        picture, audio = frame.picture, frame.audio
-        if frame.speech and frame.segment <= self._cut:
-            picture, audio = self._idle if self._idle is not None else picture, audio * 0
-            self.counters["frames_cut"] += 1
-        elif frame.speech:
-            self._spoken[frame.segment] = self._spoken.get(frame.segment, 0) + 1
-            self.counters["speech_frames_sent"] += 1
-        elif not frame.repeat:
-            self._idle = picture
-        video = rtc.VideoFrame(self.width, self.height, rtc.VideoBufferType.I420, picture.tobytes())
-        self._loop.call_soon_threadsafe(self._offer, video, audio)
-
-    def _offer(self, video: rtc.VideoFrame, audio: np.ndarray) -> None:
-        self._queued.append((video, audio))
-        while len(self._queued) > QUEUED_FRAMES:
-            self._queued.popleft()
-            self.counters["frames_dropped"] += 1
-        self._queue_changed.set()
-
-    async def _publish(self) -> None:
-        """Frames to the room's tracks, paced in real time by the audio source (``RoomTracks``)."""
-        while True:
-            await self._queue_changed.wait()
-            self._queue_changed.clear()
-            while self._queued:
-                video, audio = self._queued.popleft()
-                await self.tracks.push(video, audio)
-                self.counters["frames_sent"] += 1
+        if not self._closed:  # not left
+            self.frames.send(frame)
 
     def close(self) -> None:
         """The session's output has ended (release thread): leave the room (``leaving``)."""
@@ -480,10 +227,10 @@ class RoomOutput:
     async def aclose(self) -> None:
         """Answer what is left (interrupted), stop taking audio and publishing, leave the room."""
         self._closed = True
-        for segment in list(self._segments):
+        for segment in list(self.book.unanswered):
             self._answer(segment, 0.0, interrupted=True)
         if self.receiver is not None:
-            self.receiver.off("clear_buffer", self._clear)
+            self.receiver.off("clear_buffer", self.speech.clear)
         await asyncio.sleep(0.05)  # the last notifications go out
         tasks = list(self._tasks)
         for task in tasks:
@@ -499,51 +246,6 @@ class RoomOutput:
     def stats(self) -> dict[str, float]:
         """The counters, and the tracks' (``RoomTracks.stats``: the sound queued, the worst picture-to-sound offset)."""
         return {**self.counters, **(self.tracks.stats() if self.tracks is not None else {})}
-
-
-class RoomAudioReceiver(DataStreamAudioReceiver):
-    """``DataStreamAudioReceiver`` whose ``lk.clear_buffer`` handler belongs to its own room, which lets go of every
-    byte stream it stops reading, and hands on the agent's audio in frames of one video frame.
-
-    The stock receiver (livekit-agents 1.8 and 2.0.0b1 alike) ends a segment when its stream's trailer comes, when a
-    newer stream arrives while it is open (the trailer was lost), when a clear discards it, or after
-    ``STREAM_IDLE_TIMEOUT`` (10 s) with no chunk (``_iter_reader``). It keeps its clear handlers in one table per
-    process, by the agent's identity: two rooms of one worker whose agents share an identity would answer each other's
-    clears, so each receiver here registers its handler on its own room's participant. A stream it ends early stays
-    subscribed to the FFI's events for the life of the process (its reader is never closed): here it is closed. Its
-    100 ms frames would hold each segment's first 100 ms back from the session; here a frame is 40 ms. It also counts
-    the byte streams it takes, so that a clear that drops a whole segment before any of it was read still answers it
-    (``RoomOutput._held_segments``)."""
-
-    def _register_clear_buffer_rpc(
-        self, room: rtc.Room, *, caller_identity: str, handler: Callable[[rtc.RpcInvocationData], str]
-    ) -> None:
-        room.local_participant.register_rpc_method(RPC_CLEAR_BUFFER, handler)
-
-    def __init__(self, room: rtc.Room) -> None:
-        super().__init__(room, frame_size_ms=RECEIVE_FRAME_MS)
-        self._stream_readers = _Counted()
-
-    async def _iter_reader(self, reader: rtc.ByteStreamReader) -> AsyncIterator[bytes]:
-        try:
-            async for chunk in super()._iter_reader(reader):
-                yield chunk
-        finally:
-            reader.close()  # a no-op once its trailer was read
-
-    def streams_taken(self) -> int:
-        """Byte streams (agent segments) this receiver has begun to read or read whole."""
-        return self._stream_readers.appended - len(self._stream_readers)
-
-
-class _Counted(list):
-    """A list that counts what was ever appended to it (the receiver's queue of byte streams)."""
-
-    appended = 0
-
-    def append(self, item: Any) -> None:
-        self.appended += 1
-        super().append(item)
 
 
 class RoomsLoop:

@@ -34,7 +34,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 import torch
@@ -44,6 +44,8 @@ from streaming.encoders.audio import OpusEncoder
 from streaming.encoders.h264 import EncodedVideo, H264Settings
 from streaming.encoders.raw import RawPictures
 from streaming.encoders.select import VideoEncoder, open_video_encoder
+from streaming.fanout import Fanout, Sink
+from streaming.fanout import SinkFailed as SinkFailed  # raised by sinks: importable from here as from its home
 from streaming.frames import AUDIO_SAMPLES_PER_FRAME, FrameSource
 from streaming.slots import EPSILON, PERIOD, Fill, catch_up, fill, slot_time
 
@@ -88,23 +90,6 @@ class EncodedFrame:
     def pts(self) -> Fraction:
         """Seconds from the output's start, from the slot alone."""
         return Fraction(self.index, FPS)
-
-
-class SinkFailed(Exception):
-    """A sink can no longer deliver (its file cannot be written, its server gave up): raised from ``send`` or
-    ``close``, the output detaches and closes it and reports the message (``SessionOutput``'s ``on_sink_failed``)."""
-
-
-class Sink(Protocol):
-    """Something that takes encoded frames at their release time; ``send`` must never block."""
-
-    name: str
-
-    def send(self, frame: EncodedFrame) -> None: ...
-
-    def close(self) -> None: ...
-
-    def stats(self) -> dict[str, int | float]: ...
 
 
 @dataclass
@@ -168,7 +153,8 @@ class SessionOutput:
     ``encoder``: ``auto``, ``nvenc`` or ``x264`` (``streaming.encoders.select``), or ``raw``: no H.264, each frame's
     picture goes to the sinks as it is (``streaming.encoders.raw``: sinks that take pictures, such as a LiveKit room);
     ``playout_delay``: seconds after a slot's deadline that its frame is released (time to encode it);
-    ``on_sink_failed(sink name, message)``: told, from the release thread, of each sink that failed and was detached.
+    ``on_sink_failed(sink name, message)``: told, from the release thread, of each sink that failed and was detached
+    (``streaming.fanout``).
     """
 
     def __init__(
@@ -181,14 +167,12 @@ class SessionOutput:
         on_sink_failed: Callable[[str, str], None] | None = None,
     ) -> None:
         self.session, self.name = session, name
-        self._on_sink_failed = on_sink_failed
+        self._fanout = Fanout(name, on_sink_failed)
         self.encoder_kind, self.settings = encoder, settings
         self.encoder: VideoEncoder | None = None
         self.encoder_note = ""
         self.stats = OutputStats()
         self.playout_delay = playout_delay
-        self._sinks: tuple[Sink, ...] = ()
-        self._lock = threading.Lock()
         self._ready = threading.Condition()
         self._prepared: deque[Prepared] = deque()
         self._ended = False
@@ -204,17 +188,15 @@ class SessionOutput:
     @property
     def sinks(self) -> tuple[Sink, ...]:
         """The sinks now attached."""
-        return self._sinks
+        return self._fanout.sinks
 
     def add_sink(self, sink: Sink) -> None:
         """Attach a sink; it receives frames from the next release on."""
-        with self._lock:
-            self._sinks = (*self._sinks, sink)
+        self._fanout.add(sink)
 
     def remove_sink(self, sink: Sink) -> None:
         """Detach a sink (it is not closed)."""
-        with self._lock:
-            self._sinks = tuple(s for s in self._sinks if s is not sink)
+        self._fanout.remove(sink)
 
     def request_keyframe(self) -> None:
         """Make an upcoming frame an IDR (a new viewer, a PLI, a reconnected server)."""
@@ -252,7 +234,7 @@ class SessionOutput:
             "reclaimed": stats.reclaimed,
             "encode_ms_p50": round(self.encode_ms(0.5), 3),
             "encode_ms_p99": round(self.encode_ms(0.99), 3),
-            "sinks": {sink.name: sink.stats() for sink in self._sinks},
+            "sinks": {sink.name: sink.stats() for sink in self._fanout.sinks},
         }
 
     def encode_ms(self, quantile: float) -> float:
@@ -372,7 +354,7 @@ class SessionOutput:
         except Exception:
             log.exception("output %s: encoding failed; the output stops", self.name)
         finally:
-            self._close_sinks()
+            self._fanout.close_all()
             self.finished.set()
 
     def _give_back_slot(self, shift: float) -> bool:
@@ -436,35 +418,8 @@ class SessionOutput:
             )
 
     def _send(self, frame: EncodedFrame) -> None:
-        for sink in self._sinks:
-            try:
-                sink.send(frame)
-            except Exception as exc:
-                self.remove_sink(sink)
-                self._failed(sink, exc)
-                self._close(sink)
+        self._fanout.send(frame)
         self.stats.frames_released += 1
-
-    def _close_sinks(self) -> None:
-        for sink in self._sinks:
-            self._close(sink)
-
-    def _close(self, sink: Sink) -> None:
-        try:
-            sink.close()
-        except Exception as exc:
-            self._failed(sink, exc)
-
-    def _failed(self, sink: Sink, exc: Exception) -> None:
-        """Log a sink's failure and report it (a SinkFailed says why; anything else is a fault of the sink)."""
-        if isinstance(exc, SinkFailed):
-            log.error("output %s: sink %s failed: %s", self.name, sink.name, exc)
-            message = str(exc)
-        else:
-            log.error("output %s: sink %s failed", self.name, sink.name, exc_info=exc)
-            message = f"the {sink.name} output failed ({type(exc).__name__})"
-        if self._on_sink_failed is not None:
-            self._on_sink_failed(sink.name, message)
 
 
 def image_device(image: torch.Tensor | np.ndarray) -> torch.device:

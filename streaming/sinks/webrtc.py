@@ -4,10 +4,10 @@ A track whose ``recv()`` returns an ``av.Packet`` makes aiortc packetise it with
 (Annex-B H.264, Opus). With pre-encoded packets aiortc's own keyframe handling never reaches
 our encoder, so this module does it: a viewer is fed from the moment its connection is up
 (ICE + DTLS done), starting at the next IDR, which it asks the shared encoder for; the
-browser's PLI/FIR (which aiortc routes to ``RTCRtpSender
-._send_keyframe``, overridden per sender here) asks for one too. Each picture carries what it
-shows (``streaming.picture_tags``: its timestamp, segment, speech), and a viewer's audio starts
-with a picture the tags name, on the pictures' timeline, so a client can pair samples with pictures exactly.
+browser's PLI/FIR (routed to it per sender by ``streaming.sinks.keyframe_requests``) asks
+for one too. Each picture carries what it shows (``streaming.picture_tags``: its timestamp,
+segment, speech), and a viewer's audio starts with a picture the tags name, on the pictures'
+timeline, so a client can pair samples with pictures exactly.
 
 Each viewer has bounded queues (drop-oldest): a viewer that stalls loses its own frames
 (video then resumes at an IDR) and never slows the others, the RTMP output or the encoder.
@@ -37,6 +37,7 @@ from engine.timebase import FPS
 from streaming.frames import AUDIO_RATE, AUDIO_SAMPLES_PER_FRAME
 from streaming.output import EncodedFrame
 from streaming.picture_tags import PictureTag, tag_access_unit
+from streaming.sinks.keyframe_requests import route_keyframe_requests
 
 log = logging.getLogger(__name__)
 VIDEO_TIME_BASE = Fraction(1, FPS)
@@ -249,7 +250,7 @@ class WebRtcPreview:
             [c for c in codecs if c.mimeType == "video/H264" and c.parameters.get("profile-level-id") == H264_PROFILE]
             + [c for c in codecs if c.mimeType == "video/rtx"]
         )
-        video.sender._send_keyframe = viewer.keyframe_wanted
+        route_keyframe_requests(video.sender, viewer.keyframe_wanted)
         pc.addTransceiver(viewer.audio, direction="sendonly")
 
         @pc.on("connectionstatechange")

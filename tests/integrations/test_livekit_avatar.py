@@ -31,6 +31,7 @@ from integrations.livekit_avatar import (
     avatar_options,
     run_in_process,
 )
+from streaming.sinks.livekit_avatar_io import runner_parts
 from tests.integrations.agent_audio import TTS_RATE, AgentAudio
 from tests.integrations.fast_session import SIZE, FastSession, portrait
 
@@ -238,11 +239,12 @@ def test_in_process_mode_pushes_into_a_real_runtime_session_and_a_clear_interrup
 
     async def scenario() -> None:
         audio, runner = await run_in_process(rtc.Room(), cpu_runtime, registered_avatar)
-        session = runner._video_gen.session
+        generator = runner_parts(runner)[1]
+        session = generator.session
         finished_events = []
         audio.on("playback_finished", finished_events.append)
         try:
-            first = await runner._video_gen.__aiter__().__anext__()
+            first = await generator.__aiter__().__anext__()
             assert (first.width, first.height) == (320, 320), "the portrait, before the runtime's first frame"
             for _ in range(25):
                 await audio.capture_frame(tts_chunk())  # 0.5 s
