@@ -29,6 +29,7 @@ from engine.audio.pcm import to_mono_16k
 from engine.buckets import RENDER_BUCKETS
 from engine.engine import LIVE_OVERLAP, RANDOM_WEIGHTS_NOTICE, models_dir, random_checkpoints
 from engine.runtime import OutOfMemoryAtStart, Runtime, RuntimeConfig
+from engine.runtime.clip_feed import feed_clip
 from engine.runtime.session import Frame, Session
 from engine.timebase import DEFAULT_STEPS, FPS, OFFLINE_OVERLAP, SEQ_FRAMES
 from serving.timeline import process_age
@@ -99,16 +100,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def feed(session: Session, audio: np.ndarray, rate: int, errors: list[BaseException]) -> None:
-    """Push the clip in 200 ms pieces as fast as the session's lead allows, then end it (close it on an error)."""
-    hop = rate // 5
-    channels = audio.shape[1] if audio.ndim == 2 else None
+    """Push the clip as fast as the session's lead allows, then end it (``engine.runtime.clip_feed``); what went wrong
+    goes to ``errors``."""
     try:
-        for lo in range(0, len(audio), hop):
-            session.push_audio(audio[lo : lo + hop], rate, channels=channels, block=True)
-        session.end()
+        feed_clip(session, audio, rate, audio.shape[1] if audio.ndim == 2 else None)
     except BaseException as exc:
         errors.append(exc)
-        session.close()
 
 
 def open_render(

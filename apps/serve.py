@@ -28,9 +28,10 @@ from apps.control_flags import add_control_arguments, control_changes
 from engine.latency import FAITHFUL, MODES
 from engine.timebase import DEFAULT_STEPS
 from serving.access import is_loopback, origin_name
+from serving.processes import ServiceOptions
 from serving.renders import RenderLimits
 from serving.server import AVATAR_AT_START, ServerOptions, SessionsAtStart, serve
-from serving.service import ServiceOptions
+from serving.sessions import SessionSpec
 from serving.timeline import process_started
 from streaming.output_settings import OutputSettings
 
@@ -363,9 +364,9 @@ def server_options(args: argparse.Namespace) -> ServerOptions:
     recordings, mp4 = recordings_and_name(args.recordings, args.mp4)
     at_start = None
     if args.demo or args.avatar:
-        at_start = SessionsAtStart(
-            count=args.sessions,
-            rtmp=args.rtmp,
+        first = SessionSpec(
+            AVATAR_AT_START,
+            rtmp=(args.rtmp,) if args.rtmp else (),
             mp4=mp4,
             preview=args.webrtc is not None,
             overlap=args.overlap,
@@ -373,6 +374,10 @@ def server_options(args: argparse.Namespace) -> ServerOptions:
             controls=args.control_changes or None,
             latency=args.latency,
             output=args.output or OutputSettings(),
+        )
+        at_start = SessionsAtStart(
+            first,
+            count=args.sessions,
             push=args.listen,
             audio=args.audio and str(args.audio),
             mic=args.mic,

@@ -44,6 +44,7 @@ from integrations.livekit_compat import DataStreamOutput, LiveSession
 from integrations.slots import SlotPicker
 from serving.rooms import RPC_PAUSE, RPC_RESUME
 from streaming.playback import PlaybackEvents
+from streaming.push_messages import PlaybackEvent, PlaybackFinished
 from streaming.sinks.livekit_avatar_io import (
     ClearHookRunner,
     PlaybackRpcsOnItsRoom,
@@ -87,7 +88,7 @@ class DittoVideoGenerator(VideoGenerator):
         self.audio_rate: int = session.audio_rate
         self._picker = SlotPicker(session, max_held_frames)
         self._picture = self._idle_picture = _rgba(portrait)
-        self._finished: list[dict[str, Any]] = []
+        self._finished: list[PlaybackFinished] = []
         self._playback = PlaybackEvents(self._take_event)
         """The service's playback events, from the frames shown here: a segment ends at the first frame above it."""
         self._speaking = False
@@ -166,15 +167,15 @@ class DittoVideoGenerator(VideoGenerator):
             for _ in range(self._played_through()):
                 yield AudioSegmentEnd()
 
-    def _take_event(self, event: dict[str, Any]) -> bool:
-        if event["event"] == "playback_finished":
+    def _take_event(self, event: PlaybackEvent) -> bool:
+        if isinstance(event, PlaybackFinished):
             self._finished.append(event)
         return True
 
     def _played_through(self) -> int:
         """How many segments finished since the last call, not cut: each is one ``AudioSegmentEnd`` (the runner
         answered a cut one at its clear)."""
-        ended = sum(not event["interrupted"] for event in self._finished)
+        ended = sum(not event.interrupted for event in self._finished)
         self._finished.clear()
         return ended
 

@@ -21,8 +21,8 @@ import numpy as np
 from livekit import rtc
 from livekit.agents.voice.avatar import AudioReceiver, AudioSegmentEnd, QueueAudioOutput
 
+from serving.api import SessionError
 from serving.room_segments import NEVER, Segment, SegmentBook
-from serving.sessions import SessionError
 from streaming.sinks.livekit_avatar_io import RoomAudioReceiver, pending_playback_count
 from streaming.sources.push import ProtocolError, PushFormat, decode_chunk
 

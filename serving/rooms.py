@@ -52,6 +52,7 @@ from serving.room_frames import RoomFrames
 from serving.room_segments import Segment, SegmentBook
 from serving.room_speech import AgentSpeech, SessionAudio
 from streaming.output import EncodedFrame
+from streaming.push_messages import PlaybackFinished, PlaybackStarted
 from streaming.sinks.livekit_avatar_io import RoomAudioReceiver, remote_participant
 from streaming.sinks.room_tracks import RoomTracks
 
@@ -182,17 +183,17 @@ class RoomOutput:
 
     # -- what the agent is told (rooms loop) ------------------------------------------------------------------------
 
-    def playback(self, event: dict[str, Any]) -> None:
+    def playback(self, event: PlaybackStarted | PlaybackFinished) -> None:
         """One of the session's playback events (``streaming.playback``), on the rooms loop."""
-        number = event["segment"]
-        if event["event"] == "playback_finished":
+        number = event.segment
+        if isinstance(event, PlaybackFinished):
             segment = self._by_number.pop(number, None)
             self._spoken.pop(number, None)
             if segment is not None:
-                self._answer(segment, segment.shown_before + event["position"], event["interrupted"])
+                self._answer(segment, segment.shown_before + event.position, event.interrupted)
             return
         segment = self._by_number.get(number)
-        if event["event"] == "playback_started" and segment is not None and not segment.started:
+        if segment is not None and not segment.started:
             segment.started = True
             if not segment.answered:
                 self._notify(self.receiver.notify_playback_started())

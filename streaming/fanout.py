@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
-    from streaming.output import EncodedFrame
+    from streaming.frames import EncodedFrame
 
 log = logging.getLogger("streaming.output")
 

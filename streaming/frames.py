@@ -1,4 +1,5 @@
-"""What streaming consumes: the session's frames (index, RGB image on the device, 48 kHz audio) and its clock.
+"""What streaming consumes and makes: the session's frames (index, RGB image on the device, 48 kHz audio), its clock,
+and each output frame once encoded (``EncodedFrame``).
 
 These are the serving runtime's contract (``engine.runtime.session``), restated as protocols so that
 streaming depends only on the shape of a frame, never on how it was made: tests drive every
@@ -7,8 +8,9 @@ sink with a synthetic source, the server drives them with the runtime.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from fractions import Fraction
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 import torch
@@ -87,3 +89,28 @@ def check_image(image: torch.Tensor) -> tuple[int, int]:
     height, width = image.shape[:2]
     check_size(width, height)
     return height, width
+
+
+@dataclass(frozen=True)
+class EncodedFrame:
+    """Output frame ``index`` (its slot) encoded: its H.264 access unit, its own audio (48 kHz float32) and that audio
+    as Opus; ``repeat``: a stand-in for a frame that was not ready (the last picture again, silence); ``segment``: the
+    speech segment of the session frame it shows (``engine.runtime.session``)."""
+
+    index: int
+    width: int
+    height: int
+    video: bytes
+    keyframe: bool
+    audio: np.ndarray
+    opus: tuple[tuple[int, bytes], ...]
+    speech: bool
+    repeat: bool = False
+    segment: int = 0
+    picture: Any = None
+    """The picture encoded (the encoder's input: a host I420 array for x264 and for the raw output)."""
+
+    @property
+    def pts(self) -> Fraction:
+        """Seconds from the output's start, from the slot alone."""
+        return Fraction(self.index, FPS)

@@ -33,7 +33,6 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from fractions import Fraction
 from typing import Any
 
 import numpy as np
@@ -45,8 +44,7 @@ from streaming.encoders.h264 import EncodedVideo, H264Settings
 from streaming.encoders.raw import RawPictures
 from streaming.encoders.select import VideoEncoder, open_video_encoder
 from streaming.fanout import Fanout, Sink
-from streaming.fanout import SinkFailed as SinkFailed  # raised by sinks: importable from here as from its home
-from streaming.frames import AUDIO_SAMPLES_PER_FRAME, FrameSource
+from streaming.frames import AUDIO_SAMPLES_PER_FRAME, EncodedFrame, FrameSource
 from streaming.slots import EPSILON, PERIOD, Fill, catch_up, fill, slot_time
 
 log = logging.getLogger(__name__)
@@ -65,31 +63,6 @@ RECLAIM_MARGIN = 0.005
 """Seconds the frames must still be early by once the slot is given back: the runtime keeps its frames only half a
 slot ahead of the clock, staging and transport included, so a larger margin is rarely there to see."""
 SILENCE = np.zeros(AUDIO_SAMPLES_PER_FRAME, np.float32)
-
-
-@dataclass(frozen=True)
-class EncodedFrame:
-    """Output frame ``index`` (its slot) encoded: its H.264 access unit, its own audio (48 kHz float32) and that audio
-    as Opus; ``repeat``: a stand-in for a frame that was not ready (the last picture again, silence); ``segment``: the
-    speech segment of the session frame it shows (``engine.runtime.session``)."""
-
-    index: int
-    width: int
-    height: int
-    video: bytes
-    keyframe: bool
-    audio: np.ndarray
-    opus: tuple[tuple[int, bytes], ...]
-    speech: bool
-    repeat: bool = False
-    segment: int = 0
-    picture: Any = None
-    """The picture encoded (the encoder's input: a host I420 array for x264 and for the raw output)."""
-
-    @property
-    def pts(self) -> Fraction:
-        """Seconds from the output's start, from the slot alone."""
-        return Fraction(self.index, FPS)
 
 
 @dataclass

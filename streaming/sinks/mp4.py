@@ -24,7 +24,8 @@ from pathlib import Path
 from typing import BinaryIO
 
 from engine.timebase import FPS
-from streaming.output import EncodedFrame, SinkFailed
+from streaming.fanout import SinkFailed
+from streaming.frames import EncodedFrame
 from streaming.sinks.mux import Muxer
 
 log = logging.getLogger(__name__)

@@ -27,7 +27,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from engine.timebase import FPS
-from streaming.output import EncodedFrame, SinkFailed
+from streaming.fanout import SinkFailed
+from streaming.frames import EncodedFrame
 from streaming.sinks.mux import Muxer
 from streaming.sinks.rtmp_io import RtmpConnection
 from streaming.targets import check_rtmp_url, masked_rtmp_url

@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 
 from engine.timebase import FPS
-from streaming.frames import AUDIO_SAMPLES_PER_FRAME
-from streaming.output import EncodedFrame, SessionOutput, SinkFailed
+from streaming.fanout import SinkFailed
+from streaming.frames import AUDIO_SAMPLES_PER_FRAME, EncodedFrame
+from streaming.output import SessionOutput
 from tests.streaming.synthetic import SyntheticSession, sound
 
 
