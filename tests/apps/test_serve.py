@@ -62,7 +62,7 @@ def test_ray_serves_only_sessions_opened_through_the_api() -> None:
 def test_the_command_line_becomes_the_options_of_the_libraries() -> None:
     demo = server_options(parse_args(["--demo", "--device", "cpu"]))
     assert demo.service.checkpoints is None and demo.service.avatars == {AVATAR_AT_START: None}
-    assert demo.at_start.demo_audio and demo.at_start.preview and demo.duration == CPU_DEMO_SECONDS
+    assert demo.at_start.demo_audio and demo.at_start.first.preview and demo.duration == CPU_DEMO_SECONDS
     bare = server_options(parse_args(["--http", "0.0.0.0:9000", "--token", "t0k3n"]))
     assert bare.at_start is None and (bare.host, bare.port, bare.token) == ("0.0.0.0", 9000, "t0k3n")
     assert not bare.service.loopback_only
@@ -73,16 +73,16 @@ def test_the_command_line_becomes_the_options_of_the_libraries() -> None:
 
 def test_output_sets_how_the_sessions_at_start_are_encoded() -> None:
     argv = ["--avatar", "anchor.png", "--device", "cpu", "--output", "size=720p,bitrate_kbps=3000,audio_channels=1"]
-    output = server_options(parse_args(argv)).at_start.output
+    output = server_options(parse_args(argv)).at_start.first.output
     assert (output.size, output.bitrate_kbps, output.audio_channels, output.preset) == ("720p", 3000, 1, "veryfast")
     json_given = parse_args(["--avatar", "a", "--output", '{"size": "1080p", "preset": "superfast"}']).output
     assert (json_given.size, json_given.preset) == ("1080p", "superfast")
-    assert server_options(parse_args(["--avatar", "a", "--device", "cpu"])).at_start.output.size == "avatar"
+    assert server_options(parse_args(["--avatar", "a", "--device", "cpu"])).at_start.first.output.size == "avatar"
 
 
 def test_mp4_at_start_records_into_its_folder_and_recordings_names_the_clients_folder(tmp_path) -> None:
     options = server_options(parse_args(["--avatar", "a.png", "--mp4", str(tmp_path / "live.mp4"), "--device", "cpu"]))
-    assert (options.service.recordings, options.at_start.mp4) == (str(tmp_path), "live.mp4")
+    assert (options.service.recordings, options.at_start.first.mp4) == (str(tmp_path), "live.mp4")
     options = server_options(parse_args(["--recordings", str(tmp_path), "--device", "cpu"]))
     assert options.service.recordings == str(tmp_path) and options.at_start is None
     assert server_options(parse_args(["--device", "cpu"])).service.recordings is None, "no recordings unless asked"

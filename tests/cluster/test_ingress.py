@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 
 import pytest
 
@@ -21,4 +22,6 @@ def test_a_body_that_is_not_json_or_nests_too_deep_is_a_400_never_a_500() -> Non
     ingress = object.__new__(SessionsIngress)  # create() reads the body before it needs any replica
     for body in (b"[" * 100_000 + b"]" * 100_000, b"\xff", b"{", b'{"a":' * 20 + b"1" + b"}" * 20):
         response = asyncio.run(ingress.create(body))
-        assert response.status_code == 400 and response.body.startswith(b"POST /sessions takes JSON"), body[:20]
+        answer = json.loads(response.body)
+        assert response.status_code == 400 and answer["kind"] == "invalid", body[:20]
+        assert answer["error"].startswith("POST /sessions takes JSON"), body[:20]

@@ -228,11 +228,12 @@ def test_admission_counts_a_room_s_encoding_and_refuses_a_room_the_outputs_canno
     async def scenario() -> None:
         async with service() as (served, http, base):
             width, height = AVATARS.get("anchor", (128, 128))
-            measured = await served.cost_ms(width, height, ROOM)
+            measured = await served.budget.cost_ms(width, height, ROOM)
             listing = await (await http.get(f"{base}/sessions")).json()
             assert measured > 0 and listing["encoding"]["costs"][f"{width}x{height} livekit"] == measured
-            dear = served.costs[width, height, ROOM] = served.budget_ms() + 1.0  # as a far slower core measures it
-            stream = await served.cost_ms(width, height, "veryfast")
+            budget = served.budget
+            dear = budget.costs[width, height, ROOM] = budget.budget_ms() + 1.0  # as a far slower core measures it
+            stream = await served.budget.cost_ms(width, height, "veryfast")
             room = {"url": f"ws://127.0.0.1:{free_port()}", "token": "a.b.c"}
             for body, says in [
                 ({"avatar": "anchor", "livekit": room}, f"a {width}x{height} LiveKit room costs {dear:.1f} ms"),
