@@ -173,13 +173,18 @@ class AgentSpeech:
             return max(0, receiver.streams_taken() - self._opened)
         return 0
 
+    async def _interrupt_session(self, doing: str) -> int | None:
+        """Interrupt the session (for the agent's ``doing``, interrupt or pause); the segment it cut, None when none
+        was open or the session refused (logged)."""
+        try:
+            return await self.audio.interrupt()
+        except SessionError as exc:
+            log.info("room output: could not %s the session: %s", doing, exc)
+            return None
+
     async def _interrupt(self, cleared: Segment | None) -> None:
         async with self._session_lock:
-            try:
-                number = await self.audio.interrupt()
-            except SessionError as exc:
-                log.info("room output: could not interrupt the session: %s", exc)
-                number = None
+            number = await self._interrupt_session("interrupt")
             self.book.confirm(cleared, number)
             self.book.cut = self.book.last_closed
 
@@ -197,11 +202,7 @@ class AgentSpeech:
     async def _hold(self) -> None:
         """Interrupt the session; each unfinished segment keeps the seconds shown, its cut part forgotten."""
         async with self._session_lock:
-            try:
-                number = await self.audio.interrupt()
-            except SessionError as exc:
-                log.info("room output: could not pause the session: %s", exc)
-                number = None
+            number = await self._interrupt_session("pause")
             if number is not None:
                 self.book.closed(number)
             self.book.forget_parts()

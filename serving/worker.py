@@ -28,7 +28,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Coroutine
 from concurrent.futures import Future
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
@@ -74,7 +74,7 @@ from streaming.frame_ring import STILL, FrameRing
 from streaming.output import EncodedFrame, SessionOutput
 from streaming.output_settings import OutputSettings
 from streaming.playback import PlaybackEvents
-from streaming.push_messages import PlaybackEvent, PlaybackFinished, PlaybackStarted, fields_of
+from streaming.push_messages import PlaybackEvent, PlaybackFinished, PlaybackStarted
 from streaming.sinks.mp4 import Mp4Sink
 from streaming.sinks.rtmp import RtmpSink
 
@@ -522,7 +522,7 @@ class Worker:
 
 def playback(session_id: str, event: PlaybackEvent) -> Playback:
     """A playback event of ``streaming.playback`` as the message to the front end."""
-    return Playback(session_id, event.TYPE, fields_of(event))
+    return Playback(session_id, event.TYPE, asdict(event))
 
 
 def stream_stats(stream: WorkerStream) -> dict[str, Any]:

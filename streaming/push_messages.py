@@ -193,26 +193,12 @@ ClientMessage = Format | Controls | EndOfSegment | Interrupt | End
 PlaybackEvent = PlaybackStarted | PlaybackFinished | OutputFailed | SessionFailed | BehindRealTime | KeepsUp
 ServerMessage = Ready | ControlsApplied | SegmentEnded | Interrupted | Ended | Error | AheadLimit | PlaybackEvent
 CLIENT_MESSAGES: dict[str, type[ClientMessage]] = {k.TYPE: k for k in (Format, Controls, EndOfSegment, Interrupt, End)}
-SERVER_MESSAGES: dict[str, type[ServerMessage]] = {
-    k.TYPE: k
-    for k in (
-        Ready,
-        ControlsApplied,
-        SegmentEnded,
-        Interrupted,
-        Ended,
-        Error,
-        AheadLimit,
-        PlaybackStarted,
-        PlaybackFinished,
-        OutputFailed,
-        SessionFailed,
-        BehindRealTime,
-        KeepsUp,
-    )
-}
 PLAYBACK_EVENTS: dict[str, type[PlaybackEvent]] = {
     k.TYPE: k for k in (PlaybackStarted, PlaybackFinished, OutputFailed, SessionFailed, BehindRealTime, KeepsUp)
+}
+SERVER_MESSAGES: dict[str, type[ServerMessage]] = {
+    **{k.TYPE: k for k in (Ready, ControlsApplied, SegmentEnded, Interrupted, Ended, Error, AheadLimit)},
+    **PLAYBACK_EVENTS,
 }
 
 
@@ -245,11 +231,6 @@ def playback_event(kind: str, values: dict[str, Any]) -> PlaybackEvent:
     if kind not in PLAYBACK_EVENTS:
         raise PushMessageError(f"unknown playback event {kind!r}")
     return _build(PLAYBACK_EVENTS[kind], values)
-
-
-def fields_of(message: PushMessage) -> dict[str, Any]:
-    """A message's fields without its type."""
-    return {f.name: getattr(message, f.name) for f in fields(message)}
 
 
 def _type_of(data: Any) -> Any:
