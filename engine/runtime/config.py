@@ -35,12 +35,13 @@ class RuntimeConfig:
     """Frames rendered per tick across all sessions, earliest deadline first. None: 80 where sessions are batched (CUDA)
     and share it; a hop each on the CPU, where a frame takes seconds and the loop answers its callers (session opens,
     closes) only between ticks."""
-    slack_render_ms: float = 8.0
-    """While live sessions are open, the render time per tick that sessions not live (render jobs) may add beside the
-    padding of the live frames' batch: the jobs take only the GPU's slack, and each tick stays short."""
+    slack_reserve_ms: float = 10.0
+    """While live sessions are open, the GPU time kept free before the earliest one's next window falls due: render
+    jobs take the rest of the time until then, by the costs measured at warm-up, this much less for their error
+    (``engine.runtime.slack``). It comes out of the lead's margin (``min_lead_frames``) if a job's calls overrun."""
     slack_chunks_per_tick: int = 2
-    """While live sessions are open, HuBERT chunks a session not live encodes per tick (its windows run only in
-    ticks without a live one, one at a time)."""
+    """While live sessions are open, HuBERT chunks a session not live encodes per tick, if they fit its slack (its
+    windows run only in ticks without a live one, one at a time)."""
     audio_rate: int = 48_000
     """Rate of the audio each frame carries, resampled from the pushed PCM (sinks want 48 kHz)."""
     admission: bool | None = None

@@ -49,6 +49,10 @@ class TickTimes:
             self.gpu.append(ms)
             self.busy.append((at, ms))
 
+    def gpu_idle(self) -> bool:
+        """Whether the GPU has finished the work of every tick recorded so far (always, on the CPU)."""
+        return not self._events or self._events[-1][1].query()
+
     def summary(self) -> dict[str, float | None]:
         """p50 and p99 of each tick time, and the slowest of the last ``RECENT`` ticks' wall times, in ms."""
         wall, cpu, gpu = list(self.wall), list(self.cpu), list(self.gpu)

@@ -100,6 +100,11 @@ def window_due(produced: int, due: float, lead: Lead) -> bool:
     return needs_idle(produced, due, lead, speech_tail=False)
 
 
+def window_due_at(anchor: float, produced: int, lead: Lead, fps: int = FPS) -> float:
+    """Wall time at which a live session's next window (its first frame: ``produced``) falls due (``window_due``)."""
+    return anchor + (produced - lead.frames) / fps
+
+
 def speech_start(committed: int, due: float, lead: Lead, depth: float) -> int:
     """Sample (model rate, on the stream's own timeline) where speech arriving now begins.
 

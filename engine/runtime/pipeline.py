@@ -42,6 +42,7 @@ from engine.runtime.pacing import (
     speech_depth,
     speech_start,
     window_due,
+    window_due_at,
 )
 from engine.runtime.session import Frame
 from engine.timebase import FPS, SAMPLE_RATE, SAMPLES_PER_FRAME
@@ -329,6 +330,13 @@ class SessionPipeline:
         if not self.session.live or self.anchor is None:
             return True
         return window_due(self.produced, frames_due(now, self.anchor), self.lead)
+
+    def next_work_at(self) -> float:
+        """When this live session next needs the GPU: now (``-inf``) while it has frames to render or no clock yet,
+        else when its next window falls due."""
+        if self.anchor is None or self.backlog.shape[0]:
+            return -math.inf
+        return window_due_at(self.anchor, self.produced, self.lead)
 
     def complete(self, window: torch.Tensor) -> None:
         """Take a sampled window; its final frames join the render backlog."""

@@ -32,6 +32,7 @@ from tqdm import tqdm
 
 from engine.audio.hubert import CHUNK_SAMPLES
 from engine.avatar import Avatar
+from engine.buckets import call_cost
 from engine.controls import Controls
 from engine.diffusion.graphed import BucketedSampler
 from engine.engine import LIVE_OVERLAP, Engine
@@ -50,6 +51,7 @@ from engine.runtime.pacing import Lead
 from engine.runtime.pipeline import SessionPipeline
 from engine.runtime.scheduler import FrameJob, Scheduler
 from engine.runtime.session import Session
+from engine.runtime.slack import GpuQueue, Slack
 from engine.timebase import DEFAULT_STEPS, FPS, HOP_FRAMES, OFFLINE_OVERLAP, SEQ_FRAMES
 from engine.timing import gpu_time
 
@@ -90,6 +92,8 @@ class Runtime:
         self.avatars = AvatarStore(self.device, engine.backend.dtype)
         self.window_ms: dict[int, float] = {}
         self.render_ms: dict[int, float] = {}
+        self.hubert_ms: dict[int, float] = {}
+        self._gpu = GpuQueue()
         self.warmup_seconds = 0.0
         self.warmup_memory: dict[str, memory.Reserve] = {}
         """The allocator's reserve after each warm-up step (a bucket captured and timed), and its peak so far (CUDA)."""
@@ -170,6 +174,10 @@ class Runtime:
             if self.engine.hubert.graphs:
                 self.engine.hubert.capture(pool=pool)
             self.engine.hubert.encode_batch(torch.zeros(1, CHUNK_SAMPLES))
+            if self.config.live:
+                for bucket in self.engine.hubert.buckets:
+                    chunks = torch.zeros(bucket, CHUNK_SAMPLES)
+                    self.hubert_ms[bucket] = self._time(lambda c=chunks: self.engine.hubert.encode_batch(c))
             self.warmup_memory["HuBERT chunks"] = memory.reserve(self.device)
             torch.cuda.empty_cache()
         self._captures = self._capture_count()
@@ -439,11 +447,13 @@ class Runtime:
             started = self._times.begin()
             worked |= self._intake(now)
             pipelines = list(self._pipelines.values())
-            worked |= self._encode_features(pipelines)
-            worked |= self._sample_windows(pipelines, now)
+            start = self._gpu.start(now, self._times.gpu_idle())
+            slack = self.scheduler.slack(pipelines, start, priced=bool(self.render_ms))
+            worked |= self._encode_features(pipelines, slack)
+            worked |= self._sample_windows(pipelines, now, slack)
             for pipeline in pipelines:
                 pipeline.finish_if_done()
-            worked |= self._render(pipelines)
+            worked |= self._render(pipelines, slack)
             self._times.end(started, worked)
             for pipeline in update.settle(pipelines, self.clock()):
                 self._remove(pipeline)
@@ -480,10 +490,11 @@ class Runtime:
                 self._remove(pipeline)
         return worked
 
-    def _encode_features(self, pipelines: list[SessionPipeline]) -> bool:
+    def _encode_features(self, pipelines: list[SessionPipeline], slack: Slack) -> bool:
         """The HuBERT stage: every session's complete chunks encoded (a failed call fails its sessions)."""
-        batches = self.scheduler.chunks(pipelines)
+        batches = self.scheduler.chunks(pipelines, slack, self.hubert_ms)
         for batch in batches:
+            self._launched(sum(job.chunks.shape[0] for job in batch), self.hubert_ms)
             try:
                 features = self.executor.encode(batch)
             except Exception as exc:
@@ -493,25 +504,33 @@ class Runtime:
             update.add_features(batch, features)
         return bool(batches)
 
-    def _sample_windows(self, pipelines: list[SessionPipeline], now: float) -> bool:
+    def _sample_windows(self, pipelines: list[SessionPipeline], now: float, slack: Slack) -> bool:
         """The LMDM stage: every due window sampled, in the scheduler's batches."""
-        batches = self.scheduler.windows(pipelines, now, self.window_ms)
+        batches = self.scheduler.windows(pipelines, now, self.window_ms, slack)
         for batch in batches:
+            self._launched(len(batch), self.window_ms)
             windows = self.executor.sample(batch)
             if windows is not None:
                 update.complete_windows(batch, windows)
         return bool(batches)
 
-    def _render(self, pipelines: list[SessionPipeline]) -> bool:
+    def _render(self, pipelines: list[SessionPipeline], slack: Slack) -> bool:
         """The render stage: the scheduler's frames posed per session (a failure fails only its session), stitched
         (one set of calls per batch), warped+decoded and pasted back, and delivered."""
-        batches = [posed for batch in self.scheduler.frames(pipelines, self.render_ms) if (posed := self._pose(batch))]
+        planned = self.scheduler.frames(pipelines, slack, self.render_ms)
+        batches = [posed for batch in planned if (posed := self._pose(batch))]
         for batch in batches:
+            self._launched(sum(job.rows.shape[0] for job in batch), self.render_ms)
             x_s, x_d = stitch_posed([job.posed for job in batch], self.engine.backend.stitch)
             rendered = self.executor.render(batch, x_s, x_d, self.render_ms)
             if rendered is not None:
                 update.deliver_frames(batch, rendered)
         return bool(batches)
+
+    def _launched(self, rows: int, costs: dict[int, float]) -> None:
+        """A call of ``rows`` rows goes to the GPU: its measured cost joins the queue's (where it was measured)."""
+        if costs and rows:
+            self._gpu.launched(call_cost(rows, costs), self.clock())
 
     def _pose(self, batch: list[FrameJob]) -> list[PosedJob]:
         posed = []

@@ -15,6 +15,7 @@ from engine.runtime.pacing import (
     speech_depth,
     speech_start,
     window_due,
+    window_due_at,
 )
 
 RENDER_MS = {5: 23.6, 10: 42.2, 20: 81.4, 40: 151.2}
@@ -49,6 +50,13 @@ def test_a_window_runs_once_the_clock_is_within_the_lead_of_its_first_frame_as_i
         assert window_due(10, due, LEAD) == needs_idle(10, due, LEAD, speech_tail=False), (
             "silence and its window come together"
         )
+
+
+def test_a_window_falls_due_at_the_instant_the_clock_comes_within_the_lead_of_it() -> None:
+    at = window_due_at(anchor=100.0, produced=10, lead=LEAD)
+    assert at == pytest.approx(100.0 + 8.5 / 25)
+    assert not window_due(10, frames_due(at - 1e-6, 100.0), LEAD)
+    assert window_due(10, frames_due(at + 1e-6, 100.0), LEAD)
 
 
 def test_a_clock_starts_on_the_next_point_of_the_grid() -> None:
