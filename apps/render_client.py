@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import sys
-import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -18,7 +17,8 @@ from typing import Any
 
 from tqdm import tqdm
 
-POLL_SECONDS = 0.5
+FOLLOW_SECONDS = 0.5
+"""How long each ``GET /renders/{id}?wait=`` may wait: the bar's refresh; the job's end is answered at once."""
 
 
 class ServiceRefused(Exception):
@@ -84,13 +84,13 @@ def render_on_service(
 
 
 def follow(job: dict[str, Any], token: str | None) -> dict[str, Any]:
-    """Poll the job until it ends, its frames on a progress bar (its position in the queue while it waits)."""
+    """Follow the job until it ends, its frames on a progress bar (its position in the queue while it waits); each
+    request waits on the service until the job ends or ``FOLLOW_SECONDS`` pass, so the end is seen when it comes."""
     with tqdm(total=job["frames_total"], unit="frame", desc="rendering on the service") as bar:
         while job["state"] in ("queued", "running", "cancelling"):
             if job["state"] == "queued":
                 bar.set_postfix_str("queued", refresh=True)
             bar.update(job["frames_done"] - bar.n)
-            time.sleep(POLL_SECONDS)
-            job = call("GET", job["urls"]["self"], token)
+            job = call("GET", f"{job['urls']['self']}?wait={FOLLOW_SECONDS}", token)
         bar.update(job["frames_done"] - bar.n)
     return job

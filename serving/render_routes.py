@@ -4,8 +4,9 @@
     POST   /renders   {"avatar": NAME, "audio_file": NAME, "overlap": 10, "seed": 0, "controls": {...}}
                       (a file of the operator's --render-audio folder)          -> 202 {"id": ..., "state": "queued"}
     GET    /renders           -> {"renders": [...], "queue": {...}}
-    GET    /renders/{id}      -> state, frames done / total, audio seconds rendered, frames per second, time left,
-                                 events
+    GET    /renders/{id}[?wait=S] -> state, frames done / total, audio seconds rendered, frames per second, time left,
+                                 events; with ``wait``, answered once the job ends or after S seconds (at most
+                                 MAX_WAIT), whichever comes first: a client following it learns the end at once
     GET    /renders/{id}/video -> the finished MP4 (409 before it is done)
     DELETE /renders/{id}      -> cancels it (or forgets it once done) and removes its file
 
@@ -16,7 +17,9 @@ while it is decoded (413); anything but audio of those formats is a 415; every r
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +34,8 @@ from serving.service import Service
 from serving.sessions import parse_body
 
 OPTIONS = ("avatar", "overlap", "seed", "controls")
+MAX_WAIT = 30.0
+"""The longest a ``GET /renders/{id}?wait=`` holds its answer."""
 JSON_FIELDS = (*OPTIONS, "audio_file")
 
 
@@ -78,7 +83,12 @@ def add_render_routes(app: web.Application, service: Service) -> None:
         return renders.get(request.match_info["id"])
 
     async def one(request: web.Request) -> web.Response:
-        return web.json_response(described(request, job_of(request)))
+        job = job_of(request)
+        wait = wait_seconds(request.query.get("wait"))
+        if wait and not job.state.ended:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(job.finished.wait(), wait)
+        return web.json_response(described(request, job))
 
     async def video(request: web.Request) -> web.StreamResponse:
         job = job_of(request)
@@ -100,6 +110,19 @@ def add_render_routes(app: web.Application, service: Service) -> None:
     app.router.add_get("/renders/{id}", one)
     app.router.add_get("/renders/{id}/video", video)
     app.router.add_delete("/renders/{id}", cancel)
+
+
+def wait_seconds(value: str | None) -> float:
+    """The ``wait`` of a ``GET /renders/{id}``: seconds in [0, MAX_WAIT] (0 when absent)."""
+    if value is None:
+        return 0.0
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = math.nan
+    if not 0 <= seconds <= MAX_WAIT:
+        raise SessionError(f"wait must be seconds from 0 to {MAX_WAIT:g}, got {value!r}", ErrorKind.INVALID)
+    return seconds
 
 
 def query_options(query: Any) -> dict[str, Any]:

@@ -63,9 +63,12 @@ def test_a_clip_renders_to_an_mp4_of_exactly_its_length_with_progress_then_its_f
             assert answer.status == 202, await answer.text()
             job = await answer.json()
             assert job["state"] in ("queued", "running") and job["frames_total"] == math.ceil(seconds * 25)
-            done = await finished(http, job["urls"]["self"])
-            assert done["state"] == "done", done
+            done = await (await http.get(f"{job['urls']['self']}?wait=25")).json()
+            assert done["state"] == "done", f"a GET with wait answers once the job ends: {done}"
             assert done["frames_done"] == done["frames_total"] == 83
+            for wait in ("-1", "31", "soon"):
+                refused = await http.get(f"{job['urls']['self']}?wait={wait}")
+                assert refused.status == 400 and "wait must be seconds" in (await refused.json())["error"]
             kinds = [e["type"] for e in done["events"]]
             assert kinds[:2] == ["queued", "started"] and kinds[-1] == "done" and "progress" in kinds
 
