@@ -7,8 +7,9 @@ clip (the bundled speech looped to 7.84 s) through ``apps.render --service``'s c
 MP4 written here: twice on the idle service, then once while ``--live`` sessions speak (each pushed the bundled speech
 on loop in real time over its WebSocket, each encoding its H.264 stream). For the live sessions it reports the
 pictures their outputs repeated (shed) and the frames they released while the job ran, from the server's /metrics
-before and after, and the same over a window of equal length before the job, without one. Every MP4's frames are
-counted. Random weights: the pictures are not a face.
+before and after, the same over a window before the job (the live sessions alone: the baseline) and over one of equal
+length after it, with the runtime's GPU busy share and capacity at each. Every MP4's frames are counted. Random
+weights: the pictures are not a face.
 """
 
 from __future__ import annotations
@@ -30,12 +31,20 @@ from apps.render_client import render_on_service
 from bench.common.live import CPU_NOTICE, START, device_of
 from bench.common.streams import feed, server_counters
 from engine.timebase import FPS
-from harness.live_server import LiveServer, run_keeping_server_log
+from harness.live_server import LiveServer, metric, run_keeping_server_log
 from harness.nginx import free_port
 
 NEWSROOM_SECONDS = 7.84
 SETTLE = 8.0
 """Seconds the live sessions speak before anything is measured."""
+BASELINE = 6.0
+"""Seconds the live sessions are measured alone, before the job."""
+COUNTED = ("repeated", "released", "skipped", "deadline_misses")
+"""Each live session's counters over a window: its output's repeated, released and skipped slots, and the runtime's
+deadline misses (a frame not ready when its clock showed it: the GPU loop's lateness, not the output's)."""
+POLL_SECONDS = 0.2
+"""How often the repeats are read while the job beside the live sessions runs."""
+RUNTIME_FIGURES = ("gpu_busy", "capacity", "tick_gpu_ms_p50", "tick_gpu_ms_p99", "tick_wall_ms_p99")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -100,7 +109,7 @@ def shed(before: dict, after: dict, sessions: list[str]) -> dict:
     rows = []
     for name in sessions:
         a, b = server_counters(before, name), server_counters(after, name)
-        rows.append({"session": name, **{k: (b[k] or 0) - (a[k] or 0) for k in ("repeated", "released")}})
+        rows.append({"session": name, **{k: (b[k] or 0) - (a[k] or 0) for k in COUNTED}})
     repeated, released = sum(r["repeated"] for r in rows), sum(r["released"] for r in rows)
     return {
         "repeated": repeated,
@@ -108,6 +117,26 @@ def shed(before: dict, after: dict, sessions: list[str]) -> dict:
         "repeated_share": round(repeated / released, 5) if released else None,
         "per_session": rows,
     }
+
+
+async def repeats_over_time(server: LiveServer, sessions: list[str], done: asyncio.Event) -> list[dict]:
+    """When the live sessions' repeats grew, and the running job's frame rate then: /metrics every
+    ``POLL_SECONDS`` until ``done``, seconds counted from the call."""
+    started, rows, last = time.perf_counter(), [], None
+    while not done.is_set():
+        metrics = await asyncio.to_thread(server.fetch_metrics) or {}
+        repeated = sum(server_counters(metrics, name)["repeated"] or 0 for name in sessions)
+        rate = metric(metrics, "ditto_render_frames_per_second")
+        if last is not None and repeated > last:
+            rows.append({"at_s": round(time.perf_counter() - started, 2), "repeats": repeated - last, "job_fps": rate})
+        last = repeated
+        await asyncio.sleep(POLL_SECONDS)
+    return rows
+
+
+def runtime_figures(metrics: dict) -> dict:
+    """The runtime's GPU busy share (last 10 s), capacity and tick times (last 4,096 ticks) from /metrics."""
+    return {f"runtime_{name}": metric(metrics, f"ditto_runtime_{name}") for name in RUNTIME_FIGURES}
 
 
 async def measure(args: argparse.Namespace, work: Path) -> dict:
@@ -154,17 +183,24 @@ async def measure(args: argparse.Namespace, work: Path) -> dict:
             names = [s["id"] for s in opened]
             feeders = [asyncio.ensure_future(feed(port, 0, speech, rate, stop, url=s["urls"]["push"])) for s in opened]
             await asyncio.sleep(SETTLE)
+            alone_start = server.fetch_metrics() or {}
+            await asyncio.sleep(BASELINE)
             quiet_start = server.fetch_metrics() or {}
             quiet_from = time.monotonic()
+            polled = asyncio.Event()
+            timeline = asyncio.ensure_future(repeats_over_time(server, names, polled))
             busy = await timed_job(base, clip, work / "busy.mp4", seconds)  # first, to know the window's length
+            polled.set()
             busy_metrics = server.fetch_metrics() or {}
             window = time.monotonic() - quiet_from
             await asyncio.sleep(window)
             quiet_end = server.fetch_metrics() or {}
             result["beside_live"] = {
                 **busy,
-                "live_while_the_job_ran": shed(quiet_start, busy_metrics, names),
-                "live_in_as_long_after_it": shed(busy_metrics, quiet_end, names),
+                "live_alone_before_it": {**shed(alone_start, quiet_start, names), **runtime_figures(quiet_start)},
+                "live_while_the_job_ran": {**shed(quiet_start, busy_metrics, names), **runtime_figures(busy_metrics)},
+                "repeats_while_the_job_ran": await timeline,
+                "live_in_as_long_after_it": {**shed(busy_metrics, quiet_end, names), **runtime_figures(quiet_end)},
             }
             print(json.dumps({"beside_live": result["beside_live"]}), flush=True)
     finally:
