@@ -14,7 +14,7 @@ from typing import Any
 
 from cluster.ingress import ATTEMPTS, SessionsIngress
 from cluster.local import REPLICA_GRPC, request_stop_now, start_ray
-from cluster.replica import DRAIN_SECONDS, EngineReplica, ReplicaConfig, default_health_timeout
+from cluster.replica import DRAIN_SECONDS, EngineReplica, ReplicaConfig, default_health_timeout, render_limits
 from cluster.router import CapacityRouter
 from serving.access import is_loopback, resolve_token
 from serving.processes import ServiceOptions
@@ -87,6 +87,8 @@ def build(args: dict[str, Any]):
         if not is_loopback(bound) and not token:
             raise ValueError(f"serving {bound} (beyond loopback) needs a token: set args.token in the serve config")
     service = {"device": "cuda", **{k: args[k] for k in SERVICE_ARGS if k in args}}
+    if service.get("renders") is not None:
+        render_limits(service["renders"])  # a bad renders mapping fails the deploy, not every replica's start
     health = float(args.get("health_timeout", default_health_timeout(service["device"])))
     replica = ReplicaConfig(
         service=service,

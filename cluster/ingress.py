@@ -28,7 +28,7 @@ import aiohttp
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from cluster.reports import REPORTED
+from cluster.reports import REPORTED, summary
 from engine.nesting import load_json
 from serving.access import Access
 from serving.api import MAX_BODY_DEPTH, ErrorKind, error_body
@@ -55,7 +55,8 @@ class SessionsIngress:
         self.holders: dict[str, str] = {}
         """Session id -> the URL of the replica that took it (for GET and DELETE through the proxy)."""
         self.answered: dict[str, tuple[int, dict[str, Any]]] = {}
-        """Replica id -> (the seq of its report current then, its capacity) from its last answer to a POST."""
+        """Replica id -> (the seq of its report current then, its figures as a report has them) from its last answer
+        to a POST."""
         self.started = asyncio.ensure_future(self._first_call())
         """Done once an engine replica answered: the handle's router starts with its first call, and has the reports
         from then on; until then (the engines warm up) requests are answered 503 with Retry-After."""
@@ -130,7 +131,7 @@ class SessionsIngress:
             tries += 1
             reply = await self.engines.create.remote(body, sorted(refusals))
             replica = reply["replica"]["id"]
-            self.answered[replica] = (REPORTED.get(replica, {}).get("seq", 0), reply["capacity"])
+            self.answered[replica] = (REPORTED.get(replica, {}).get("seq", 0), summary(reply))
             if not refusal(reply["status"]):
                 if reply["status"] == 201:
                     self.placed += 1
