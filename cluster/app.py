@@ -72,7 +72,10 @@ def application(options: ClusterOptions):
     ingress = serve.deployment(SessionsIngress, name="sessions").options(
         num_replicas=1, ray_actor_options={"num_cpus": 0}
     )
-    return ingress.bind(engine.bind(asdict(options.replica)), options.replica.token, options.http, options.attempts)
+    renders = options.replica.service.get("renders")
+    upload_mb = None if renders is None else render_limits(renders).max_mb
+    config = asdict(options.replica)
+    return ingress.bind(engine.bind(config), options.replica.token, options.http, options.attempts, upload_mb)
 
 
 def build(args: dict[str, Any]):
@@ -179,7 +182,8 @@ def serve_until_stopped(deploy: DeployOptions, started: float) -> int:
     suffix = f"?token={token}" if token else ""
     print(
         f"cluster: ready in {time.monotonic() - started:.0f} s: {replicas} engine replica(s) on {device}; sessions: "
-        f"POST http://{host}:{port}/sessions{suffix} (each replica's URL is in its log line and its sessions' urls)",
+        f"POST http://{host}:{port}/sessions{suffix} (each replica's URL is in its log line and its sessions' urls)"
+        + (f"; render jobs: POST http://{host}:{port}/renders{suffix}" if deploy.service.renders else ""),
         file=sys.stderr,
     )
     stopped = Stopped()
