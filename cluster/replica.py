@@ -291,6 +291,10 @@ class EngineReplica:
                 )
             while (self._live() or self._rendering()) and time.monotonic() < deadline and not stop_now_requested():
                 await asyncio.sleep(DRAIN_POLL)
+            if self._rendering() and not stop_now_requested():
+                log.warning(
+                    "replica %s: %d render job(s) did not end in time; they go with it", self.id, self._rendering()
+                )
             if self._live():
                 reason = (
                     f"replica {self.id}: the service is stopping"
