@@ -14,7 +14,7 @@ from typing import Any
 
 from cluster.ingress import ATTEMPTS, SessionsIngress
 from cluster.local import REPLICA_GRPC, request_stop_now, start_ray
-from cluster.replica import DRAIN_SECONDS, EngineReplica, ReplicaConfig, default_health_timeout
+from cluster.replica import DRAIN_SECONDS, EngineReplica, ReplicaConfig, default_health_timeout, render_limits
 from cluster.router import CapacityRouter
 from serving.access import is_loopback, resolve_token
 from serving.processes import ServiceOptions
@@ -72,7 +72,10 @@ def application(options: ClusterOptions):
     ingress = serve.deployment(SessionsIngress, name="sessions").options(
         num_replicas=1, ray_actor_options={"num_cpus": 0}
     )
-    return ingress.bind(engine.bind(asdict(options.replica)), options.replica.token, options.http, options.attempts)
+    renders = options.replica.service.get("renders")
+    upload_mb = None if renders is None else render_limits(renders).max_mb
+    config = asdict(options.replica)
+    return ingress.bind(engine.bind(config), options.replica.token, options.http, options.attempts, upload_mb)
 
 
 def build(args: dict[str, Any]):
@@ -87,6 +90,8 @@ def build(args: dict[str, Any]):
         if not is_loopback(bound) and not token:
             raise ValueError(f"serving {bound} (beyond loopback) needs a token: set args.token in the serve config")
     service = {"device": "cuda", **{k: args[k] for k in SERVICE_ARGS if k in args}}
+    if service.get("renders") is not None:
+        render_limits(service["renders"])  # a bad renders mapping fails the deploy, not every replica's start
     health = float(args.get("health_timeout", default_health_timeout(service["device"])))
     replica = ReplicaConfig(
         service=service,
@@ -177,7 +182,8 @@ def serve_until_stopped(deploy: DeployOptions, started: float) -> int:
     suffix = f"?token={token}" if token else ""
     print(
         f"cluster: ready in {time.monotonic() - started:.0f} s: {replicas} engine replica(s) on {device}; sessions: "
-        f"POST http://{host}:{port}/sessions{suffix} (each replica's URL is in its log line and its sessions' urls)",
+        f"POST http://{host}:{port}/sessions{suffix} (each replica's URL is in its log line and its sessions' urls)"
+        + (f"; render jobs: POST http://{host}:{port}/renders{suffix}" if deploy.service.renders else ""),
         file=sys.stderr,
     )
     stopped = Stopped()

@@ -6,15 +6,17 @@
     GET  /sessions   every replica: capacity, live sessions, free, draining, from its last report or its
                      last answer to a POST, whichever is newer ("reported": false before either)
     GET, DELETE /sessions/{id}   forwarded to the replica that holds the session (placed by this ingress)
+    /renders, /renders/{id}, /renders/{id}/video   render jobs, each on the replica with the most slack
+                     (``cluster.render_ingress``), when the deployment takes them
 
 A refusal from a replica (its report was stale, it just started draining, or it is failing) is retried on
 another: each retry names the replicas that refused so far, and the router offers it to one that
 has not; ``attempts`` offers at least, and on until every replica reported has refused once (the
 503 then names figures each replica gave just now). Everything else about a session (push, signalling,
 preview) is on the replica's own URLs, which stay the same for the session's life.
-The single server's token, Host and Origin rules (``serving.access``): the token (``Authorization: Bearer`` or
-``?token=``) is required when one is set, a ``Host`` the proxy is not bound to is refused, and a browser page of
-another host may not open sessions.
+The single server's token, Host and Origin rules (``serving.access``), for every route: the token
+(``Authorization: Bearer`` or ``?token=``) is required when one is set, a ``Host`` the proxy is not bound to is
+refused, and a browser page of another host may not open sessions or submit jobs.
 """
 
 from __future__ import annotations
@@ -28,10 +30,11 @@ import aiohttp
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from cluster.reports import REPORTED
+from cluster.render_ingress import RenderRouting, error
+from cluster.reports import REPORTED, summary
 from engine.nesting import load_json
 from serving.access import Access
-from serving.api import MAX_BODY_DEPTH, ErrorKind, error_body
+from serving.api import MAX_BODY_DEPTH, ErrorKind
 
 ATTEMPTS = 3
 """Offers of one POST to replicas before the answer may be 503 (more while a reported replica has not refused)."""
@@ -44,10 +47,20 @@ HOLDERS_KEPT = 100_000
 
 
 class SessionsIngress:
-    """The Serve deployment class of ``/sessions``: places sessions through the engine deployment's handle."""
+    """The Serve deployment class of ``/sessions`` (and ``/renders``): places sessions through the engine deployment's
+    handle, render jobs on the replicas' own HTTP servers; ``upload_mb`` bounds a job's upload (None: the deployment
+    takes no render jobs)."""
 
-    async def __init__(self, engines: Any, token: str | None, bound: tuple[str, int], attempts: int = ATTEMPTS) -> None:
+    async def __init__(
+        self,
+        engines: Any,
+        token: str | None,
+        bound: tuple[str, int],
+        attempts: int = ATTEMPTS,
+        upload_mb: float | None = None,
+    ) -> None:
         self.engines, self.attempts = engines, attempts
+        self.renders = RenderRouting(token, upload_mb)
         self.access = Access.bound(bound, token)
         self.placed = 0
         self.refused = 0
@@ -55,7 +68,8 @@ class SessionsIngress:
         self.holders: dict[str, str] = {}
         """Session id -> the URL of the replica that took it (for GET and DELETE through the proxy)."""
         self.answered: dict[str, tuple[int, dict[str, Any]]] = {}
-        """Replica id -> (the seq of its report current then, its capacity) from its last answer to a POST."""
+        """Replica id -> (the seq of its report current then, its figures as a report has them) from its last answer
+        to a POST."""
         self.started = asyncio.ensure_future(self._first_call())
         """Done once an engine replica answered: the handle's router starts with its first call, and has the reports
         from then on; until then (the engines warm up) requests are answered 503 with Retry-After."""
@@ -74,7 +88,7 @@ class SessionsIngress:
         if refused is not None:
             return refused
         path = request.url.path[len(request.scope.get("root_path", "")) :].rstrip("/") or "/"
-        if path.startswith("/sessions") and not await self._started():
+        if path.startswith(("/sessions", "/renders")) and not await self._started():
             return error(
                 "the engine replicas are starting (each warms up its engine); try again shortly",
                 ErrorKind.UNAVAILABLE,
@@ -94,9 +108,11 @@ class SessionsIngress:
             )
         if path.startswith("/sessions/") and request.method in ("GET", "DELETE"):
             return await self.forward(request.method, path.removeprefix("/sessions/"))
+        if path == "/renders" or path.startswith("/renders/"):
+            return await self.renders.route(request, path)
         return error(
-            "the cluster answers POST and GET /sessions, GET and DELETE /sessions/{id}; a session's other routes "
-            "are on its replica (its urls)",
+            "the cluster answers POST and GET /sessions, GET and DELETE /sessions/{id}, and /renders; a session's "
+            "other routes are on its replica (its urls)",
             ErrorKind.NOT_FOUND,
         )
 
@@ -130,7 +146,7 @@ class SessionsIngress:
             tries += 1
             reply = await self.engines.create.remote(body, sorted(refusals))
             replica = reply["replica"]["id"]
-            self.answered[replica] = (REPORTED.get(replica, {}).get("seq", 0), reply["capacity"])
+            self.answered[replica] = (REPORTED.get(replica, {}).get("seq", 0), summary(reply))
             if not refusal(reply["status"]):
                 if reply["status"] == 201:
                     self.placed += 1
@@ -165,11 +181,6 @@ class SessionsIngress:
         """400/401/403 for a request the token, Host or Origin rules do not let in (``serving.access``)."""
         refusal = self.access.check(request.method, request.headers, request.query_params.get("token", ""))
         return None if refusal is None else error(refusal.text, ErrorKind.of_status(refusal.status))
-
-
-def error(message: str, kind: ErrorKind, headers: dict[str, str] | None = None) -> JSONResponse:
-    """An error answer in the API's one shape (``serving.api.error_body``), with the kind's status."""
-    return JSONResponse(error_body(message, kind), status_code=kind.status, headers=headers)
 
 
 def refusal(status: int) -> bool:

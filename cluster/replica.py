@@ -4,10 +4,12 @@ A replica holds one ``serving.service.Service`` (an engine core on the GPU Ray g
 ``CUDA_VISIBLE_DEVICES``, and its output workers) and serves that service's whole HTTP side on an
 address of its node (``serving.http``: sessions, push WebSocket, WebRTC signalling, /metrics), so
 a session's push, signalling and media stay on the replica that holds it, and RTMP and WebRTC
-leave from its node. Through Serve it answers only what placement needs: ``create`` (a session
-here, answered with URLs of this replica), ``record_routing_stats`` (its free capacity, from the
-engine's own admission), ``check_health`` (the engine core still answers) and the drain when
-Serve removes it.
+leave from its node. Its render jobs (``serving.renders``, when the deployment takes them) are on the same
+HTTP server, their files in a subfolder of the renders folder of its own (``replica_renders``); the ingress
+sends them there (``cluster.render_ingress``). Through Serve it answers only what placement needs: ``create``
+(a session here, answered with URLs of this replica), ``record_routing_stats`` (its free capacity, from the
+engine's own admission, its render queue and its URL), ``check_health`` (the engine core still answers) and
+the drain when Serve removes it.
 """
 
 from __future__ import annotations
@@ -17,17 +19,20 @@ import logging
 import os
 import socket
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
 from typing import Any
 
 import aiohttp
 from aiohttp import web
 
 from cluster.local import stop_now_requested
+from cluster.reports import summary
 from serving.access import is_loopback
 from serving.http import app_runner, close_websockets, create_service_app
 from serving.processes import ServiceOptions
+from serving.renders import RenderLimits
 from serving.service import Service
 
 log = logging.getLogger("cluster.replica")
@@ -59,6 +64,61 @@ def log_to_driver() -> None:
             handler.setFormatter(logging.Formatter("%(name)s: %(message)s"))
             logger.addHandler(handler)
             logger.setLevel(logging.INFO)
+
+
+def render_limits(renders: Mapping[str, Any]) -> RenderLimits:
+    """``RenderLimits`` from plain data: a serve config's ``renders`` mapping, or what ``asdict`` made of the command
+    line's; ValueError naming what is wrong (the folder is required, and absolute: a replica's working folder is
+    Ray's)."""
+    known = {f.name for f in fields(RenderLimits)}
+    unknown = set(renders) - known
+    if unknown:
+        raise ValueError(f"renders: unknown field(s) {sorted(unknown)}; known: {', '.join(sorted(known))}")
+    folder, audio = renders.get("folder"), renders.get("audio_folder")
+    if folder is None or not Path(folder).is_absolute() or (audio is not None and not Path(audio).is_absolute()):
+        raise ValueError("renders: folder (and audio_folder, if given) are absolute paths, the same on every node")
+    return RenderLimits(**{**renders, "folder": Path(folder), "audio_folder": audio and Path(audio)})
+
+
+def replica_renders(renders: Mapping[str, Any] | None, replica: str) -> RenderLimits | None:
+    """A replica's render limits (None: it takes no jobs), its files in ``replica-ID`` inside the renders folder:
+    replicas of one node (or of a shared mount) share the folder, and one's jobs never touch another's files."""
+    if renders is None:
+        return None
+    limits = render_limits(renders)
+    return replace(limits, folder=limits.folder / f"replica-{replica}")
+
+
+def live_sessions(service: Service) -> int:
+    """The service's live sessions."""
+    return sum(s.live for s in service.sessions.values())
+
+
+def service_figures(service: Service, draining: bool = False, failed: bool = False) -> dict[str, Any]:
+    """A service's capacity (the engine's admission) and use, and its render queue (None: it takes no jobs): what a
+    replica reports, and what the ingress ranks replicas by for a render job."""
+    admitted = service.budget.capacity()["admitted"]
+    live = live_sessions(service)
+    free = 0 if draining or failed else max(0, admitted - live)
+    renders = None
+    if service.renders is not None:
+        counts = service.renders.counts()
+        renders = {"limit": service.renders.limits.queue, "queued": counts["queued"], "running": counts["running"]}
+    return {"capacity": {"admitted": admitted, "live": live, "free": free, "draining": draining}, "renders": renders}
+
+
+def replica_app(
+    service: Service, token: str | None, notice: str, bound: tuple[str, int], figures: Callable[[], dict[str, Any]]
+) -> web.Application:
+    """A replica's HTTP application: the service's own (``serving.http``: sessions, render jobs, push, WHEP, /metrics)
+    and ``GET /replica``, ``figures()`` now (the ingress ranks replicas for a render job by it)."""
+    app = create_service_app(service, token, notice, bound=bound)
+
+    async def replica_route(request: web.Request) -> web.Response:
+        return web.json_response(figures())
+
+    app.router.add_get("/replica", replica_route)
+    return app
 
 
 class TickWatch:
@@ -97,7 +157,8 @@ class ReplicaConfig:
 
     service: dict[str, Any] = field(default_factory=dict)
     """``serving.service.ServiceOptions`` fields (any of them: checkpoints, device, steps, plans, admission, workers,
-    avatars, loopback_only, runtime...); the replica's WebRTC stays on loopback when its ``host`` is."""
+    avatars, loopback_only, runtime, renders as ``RenderLimits``' fields...); the replica's WebRTC stays on loopback
+    when its ``host`` is."""
     host: str = "127.0.0.1"
     """Where the replica's HTTP server binds; 0.0.0.0 serves remote clients (then a token is required) at the node's
     IP."""
@@ -125,7 +186,8 @@ class EngineReplica:
         host = self.config.host
         if not is_loopback(host) and not self.config.token:
             raise ValueError(f"a replica serving {host} (beyond loopback) needs a token")
-        options = ServiceOptions(**self.config.service)
+        service = self.config.service
+        options = ServiceOptions(**{**service, "renders": replica_renders(service.get("renders"), self.id)})
         loopback = options.loopback_only and is_loopback(host)
         self.service = Service(replace(options, loopback_only=loopback, core_restarts=0))  # Serve replaces a replica
         self._http: aiohttp.ClientSession | None = None
@@ -149,8 +211,7 @@ class EngineReplica:
         advertised = get_node_ip_address() if wildcard else host
         self.netloc = f"[{advertised}]:{port}" if ":" in advertised else f"{advertised}:{port}"
         self._local = f"http://{'127.0.0.1' if wildcard else self.netloc}"
-        app = create_service_app(self.service, self.config.token, self.config.notice, bound=(host, port))
-        app.router.add_get("/replica", self._replica_route)
+        app = replica_app(self.service, self.config.token, self.config.notice, (host, port), self.figures)
         self._runner = app_runner(app)
         await self._runner.setup()
         await web.SockSite(self._runner, listener).start()
@@ -180,9 +241,10 @@ class EngineReplica:
 
     async def record_routing_stats(self) -> dict[str, Any]:
         """What the capacity router places by: the free room, ``seq`` numbering the reports, and ``answered`` (the
-        create calls answered so far), so the router knows which of the sessions it sent a report already counts."""
+        create calls answered so far), so the router knows which of the sessions it sent a report already counts;
+        with the render queue and this replica's URL, which the ingress sends render jobs to."""
         self._reports += 1
-        return {**self.figures()["capacity"], "seq": self._reports, "answered": self._answered}
+        return {**summary(self.figures()), "seq": self._reports, "answered": self._answered}
 
     async def check_health(self) -> None:
         """Raise when the engine core does not answer in ``health_timeout`` s, its runtime loop's tick counter
@@ -210,23 +272,29 @@ class EngineReplica:
             raise RuntimeError(self.failure)
 
     async def __del__(self) -> None:
-        """Serve removes this replica (scale-down, redeploy, failed health): stop admitting, let the live sessions end
-        for up to ``drain_seconds``, end what is left with that reason, then stop the engine."""
+        """Serve removes this replica (scale-down, redeploy, failed health): stop admitting, let the live sessions and
+        the render jobs queued or running end for up to ``drain_seconds``, end what is left with that reason, then stop
+        the engine."""
         if self._closed:
             return
         if self.failure is None:
             self.draining = True
-            self.service.refusing = f"replica {self.id} is draining for removal; it admits no new session"
+            self.service.refusing = f"replica {self.id} is draining for removal; it admits no new session or render job"
             deadline = time.monotonic() + self.config.drain_seconds
             if not stop_now_requested():
                 log.info(
-                    "replica %s: draining %d live session(s), for at most %g s",
+                    "replica %s: draining %d live session(s) and %d render job(s), for at most %g s",
                     self.id,
                     self._live(),
+                    self._rendering(),
                     self.config.drain_seconds,
                 )
-            while self._live() and time.monotonic() < deadline and not stop_now_requested():
+            while (self._live() or self._rendering()) and time.monotonic() < deadline and not stop_now_requested():
                 await asyncio.sleep(DRAIN_POLL)
+            if self._rendering() and not stop_now_requested():
+                log.warning(
+                    "replica %s: %d render job(s) did not end in time; they go with it", self.id, self._rendering()
+                )
             if self._live():
                 reason = (
                     f"replica {self.id}: the service is stopping"
@@ -251,20 +319,22 @@ class EngineReplica:
     # -- the replica's own figures and routes -----------------------------------------------
 
     def figures(self) -> dict[str, Any]:
-        """This replica: its id, node address and process, and its capacity (the engine's admission) and use."""
-        admitted = self.service.budget.capacity()["admitted"]
-        live = self._live()
-        free = 0 if self.draining or self.failure else max(0, admitted - live)
+        """This replica: its id, node address and process, its capacity (the engine's admission) and use, and its render
+        queue."""
         return {
             "replica": {"id": self.id, "url": f"http://{self.netloc}", "pid": os.getpid()},
-            "capacity": {"admitted": admitted, "live": live, "free": free, "draining": self.draining},
+            **service_figures(self.service, self.draining, self.failure is not None),
         }
 
     def _live(self) -> int:
-        return sum(s.live for s in self.service.sessions.values())
+        return live_sessions(self.service)
 
-    async def _replica_route(self, request: web.Request) -> web.Response:
-        return web.json_response(self.figures())
+    def _rendering(self) -> int:
+        """Render jobs queued or running here (0 when it takes none)."""
+        if self.service.renders is None:
+            return 0
+        counts = self.service.renders.counts()
+        return counts["queued"] + counts["running"]
 
     def _fail(self, reason: str) -> None:
         log.error("%s", reason)

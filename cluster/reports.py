@@ -7,8 +7,15 @@ so the router and the ingress share it.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 REPORTED: dict[str, dict[str, Any]] = {}
-"""Replica id -> its last report (admitted, live, free, draining, seq), for every replica the router routes to;
-``{}`` for one that has not reported yet."""
+"""Replica id -> its last report (admitted, live, free, draining, renders, url, seq, answered), for every replica the
+router routes to; ``{}`` for one that has not reported yet."""
+
+
+def summary(figures: Mapping[str, Any]) -> dict[str, Any]:
+    """What a replica's figures (``EngineReplica.figures``) put in a report: its capacity, its render queue (None: it
+    takes no render jobs) and its HTTP URL (where the ingress sends render jobs)."""
+    return {**figures["capacity"], "renders": figures["renders"], "url": figures["replica"]["url"]}

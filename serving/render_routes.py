@@ -50,6 +50,8 @@ def add_render_routes(app: web.Application, service: Service) -> None:
         return {**job.describe(), "urls": {"self": base, "video": f"{base}/video"}}
 
     async def submit(request: web.Request) -> web.Response:
+        if service.refusing is not None:  # a cluster replica draining for removal: another one takes the job
+            raise SessionError(service.refusing, ErrorKind.ADMISSION)
         try:
             if request.content_type == "application/json":
                 values = parse_body(await request.text())

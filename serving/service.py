@@ -83,7 +83,8 @@ class Service:
         if self.recordings is not None:
             self.recordings.mkdir(parents=True, exist_ok=True)
         self.refusing: str | None = None
-        """Set to a reason to stop admitting new sessions while the live ones go on (a cluster replica draining)."""
+        """Set to a reason to stop admitting new sessions and render jobs while the live ones go on (a cluster replica
+        draining)."""
         placement = RenderPlacement(self.processes, self.budget)
         self.renders = (
             None

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import io
 import json
 import os
 import re
@@ -22,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import aiohttp
+import av
 import numpy as np
 import pytest
 
@@ -30,6 +32,7 @@ from ray import serve  # noqa: E402
 
 from cluster.app import APP_NAME  # noqa: E402
 from cluster.ray_files import RayFiles  # noqa: E402
+from tests.serving.test_renders import wav_bytes  # noqa: E402
 from tests.streaming.conftest import free_port  # noqa: E402
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
@@ -38,8 +41,9 @@ RUNTIME = "tests.cluster.small_runtime:build"
 DRAIN_SECONDS = 30.0
 
 
-def config(port: int, replicas: int = 2) -> dict:
-    """A serve config (as cluster/serve.yaml) for two CPU replicas of the synthetic runtime on loopback."""
+def config(port: int, renders: Path, replicas: int = 2) -> dict:
+    """A serve config (as cluster/serve.yaml) for two CPU replicas of the synthetic runtime on loopback, taking render
+    jobs into ``renders``."""
     args = {
         "http": f"127.0.0.1:{port}",
         "device": "cpu",
@@ -49,6 +53,7 @@ def config(port: int, replicas: int = 2) -> dict:
         "drain_seconds": DRAIN_SECONDS,
         "health_timeout": 2,
         "health_period": 1,
+        "renders": {"folder": str(renders), "queue": 1},
     }
     app = {
         "name": APP_NAME,
@@ -64,7 +69,7 @@ def config(port: int, replicas: int = 2) -> dict:
 def deploy(tmp: Path, dashboard: str, port: int, replicas: int) -> None:
     """``serve deploy`` of ``config`` (JSON is YAML), through the dashboard's REST API as an operator would."""
     path = tmp / f"serve-{replicas}.yaml"
-    path.write_text(json.dumps(config(port, replicas)))
+    path.write_text(json.dumps(config(port, tmp / "renders", replicas)))
     subprocess.run(
         [sys.executable, "-m", "ray.serve.scripts", "deploy", str(path), "-a", dashboard],
         check=True,
@@ -101,7 +106,9 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         while not running():
             assert time.monotonic() < deadline, f"the application did not start: {serve.status()}"
             time.sleep(0.5)
-        yield Cluster(f"http://127.0.0.1:{port}", lambda replicas: deploy(tmp, dashboard, port, replicas))
+        yield Cluster(
+            f"http://127.0.0.1:{port}", lambda replicas: deploy(tmp, dashboard, port, replicas), tmp / "renders"
+        )
     finally:
         serve.delete(APP_NAME)  # the replicas stop their services (and remove their folders) before Ray goes
         serve.shutdown()
@@ -116,6 +123,8 @@ class Cluster:
     base: str
     deploy: Callable[[int], None]
     """Deploy the same config again with this many engine replicas."""
+    renders: Path
+    """The render jobs' folder (each replica's in a subfolder)."""
 
 
 def run(coroutine):
@@ -257,6 +266,36 @@ def test_a_voice_agent_given_the_proxy_s_address_speaks_through_its_replica_and_
         return heard
 
     assert run(scenario()), "the bot received speech audio with the pictures"
+
+
+def test_a_render_job_through_the_proxy_is_placed_followed_downloaded_and_deleted(cluster: Cluster) -> None:
+    """The whole way through Serve's proxy: the serve config's renders mapping, the job on a replica (its folder its
+    own), its progress and its MP4 streamed back through the ingress, and its DELETE."""
+
+    async def scenario() -> None:
+        async with aiohttp.ClientSession() as http:
+            async with http.post(f"{cluster.base}/renders?avatar=anna", data=wav_bytes(1.0)) as response:
+                assert response.status == 202, await response.text()
+                job = await response.json()
+            assert job["urls"]["self"] == f"{cluster.base}/renders/{job['id']}", job["urls"]
+
+            async def done() -> bool:
+                async with http.get(job["urls"]["self"]) as response:
+                    return (await response.json())["state"] == "done"
+
+            await until(done, 30, f"render {job['id']} done")
+            async with http.get(job["urls"]["video"]) as response:
+                assert response.status == 200 and response.content_type == "video/mp4"
+                data = await response.read()
+            with av.open(io.BytesIO(data)) as container:
+                assert sum(1 for _ in container.decode(video=0)) == 25
+            folder = cluster.renders / f"replica-{job['replica']['id']}"
+            assert [p.name for p in folder.iterdir()] == [f"render-{job['id']}.mp4"]
+            async with http.delete(job["urls"]["self"]) as response:
+                assert response.status == 200
+            assert list(folder.iterdir()) == [] and (await http.get(job["urls"]["self"])).status == 404
+
+    run(scenario())
 
 
 async def two_sessions(http: aiohttp.ClientSession, base: str) -> tuple[dict, dict]:

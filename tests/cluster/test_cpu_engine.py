@@ -1,8 +1,9 @@
 """``python -m apps.serve --ray`` as a user runs it on the CPU: the real engine (random weights, 2 DDIM steps) in one
 replica of a local Ray cluster started on loopback. A session opened through the proxy lives across the CPU's slow
 ticks and records frames; every process the command started, Ray's own included, listens on loopback only but for
-the one socket Ray Serve binds to every interface in each replica; one Ctrl-C ends the session cleanly (push socket
-1001, a playable MP4) and leaves no service folder, shared-memory ring or file of the local Ray cluster behind."""
+the one socket Ray Serve binds to every interface in each replica; the proxy reaches the replica's render jobs; one
+Ctrl-C ends the session cleanly (push socket 1001, a playable MP4) and leaves no service folder, shared-memory ring or
+file of the local Ray cluster behind."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ pytest.importorskip("ray")
 av = pytest.importorskip("av")
 from tests.cluster.listening import beyond_loopback, descendants, listening  # noqa: E402
 from tests.serving.leftovers import service_files  # noqa: E402
+from tests.serving.test_renders import wav_bytes  # noqa: E402
 from tests.streaming.conftest import free_port  # noqa: E402
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
@@ -63,6 +65,20 @@ async def wait_ready(log: Path, process: subprocess.Popen, seconds: float) -> No
         await asyncio.sleep(0.5)
 
 
+async def renders_through_the_proxy(http: aiohttp.ClientSession, base: str, session: dict, folder: Path) -> None:
+    """The replica takes render jobs in a folder of its own and reports its queue, and the proxy sends a job to it
+    (one the replica refuses for a bad option, before any engine work: its answer, passed through)."""
+    replica = session["replica"]["id"]
+    bad = {"avatar": "anchor", "overlap": "99"}
+    async with http.post(f"{base}/renders", params=bad, data=wav_bytes(0.2)) as response:
+        assert response.status == 400 and '"overlap" is an integer' in (await response.json())["error"]
+    listed = await (await http.get(f"{base}/renders")).json()
+    assert listed["renders"] == [] and listed["replicas"][replica]["limit"] == 4, listed
+    reported = (await (await http.get(f"{base}/sessions")).json())["replicas"][replica]
+    assert reported["renders"] == {"limit": 4, "queued": 0, "running": 0}, reported
+    assert reported["url"] == session["replica"]["url"] and (folder / f"replica-{replica}").is_dir()
+
+
 async def counters(http: aiohttp.ClientSession, session: dict) -> tuple[str, int]:
     async with http.get(session["urls"]["self"]) as response:
         body = await response.json()
@@ -86,6 +102,8 @@ def test_a_cpu_session_through_the_proxy_streams_on_loopback_and_one_ctrl_c_leav
         "1",
         "--recordings",
         str(tmp_path),
+        "--renders",
+        str(tmp_path / "renders"),
         "--avatar",
         str(portrait(tmp_path / "astronaut.png")),
     ]
@@ -118,6 +136,7 @@ def test_a_cpu_session_through_the_proxy_streams_on_loopback_and_one_ctrl_c_leav
                 await asyncio.sleep(ALIVE_SECONDS)
                 state, released = await counters(http, session)
                 assert state == "live" and released > first[1], (first, state, released, log.read_text()[-2000:])
+                await renders_through_the_proxy(http, f"http://127.0.0.1:{port}", session, tmp_path / "renders")
 
                 pids = descendants(process.pid)
                 ours = [

@@ -1,9 +1,22 @@
 """The replica's health rule: a loop stuck inside a tick (its core still answers, its tick counter stands still) is
-stopped; a slow loop (ticks of seconds, as on the CPU) is not."""
+stopped; a slow loop (ticks of seconds, as on the CPU) is not. Its render jobs' folder and limits, from its config."""
 
 from __future__ import annotations
 
-from cluster.replica import CPU_HEALTH_TIMEOUT, HEALTH_TIMEOUT, TickWatch, default_health_timeout
+from dataclasses import asdict
+from pathlib import Path
+
+import pytest
+
+from cluster.replica import (
+    CPU_HEALTH_TIMEOUT,
+    HEALTH_TIMEOUT,
+    TickWatch,
+    default_health_timeout,
+    render_limits,
+    replica_renders,
+)
+from serving.renders import RenderLimits
 
 
 def test_a_tick_counter_standing_still_past_the_floor_with_live_sessions_is_a_stopped_loop() -> None:
@@ -38,3 +51,14 @@ def test_an_idle_loop_or_a_runtime_without_the_counter_is_never_stopped() -> Non
 def test_the_floor_on_the_cpu_covers_a_first_window_no_tick_has_timed_yet() -> None:
     assert default_health_timeout("cuda") == HEALTH_TIMEOUT
     assert default_health_timeout("cpu") == CPU_HEALTH_TIMEOUT > HEALTH_TIMEOUT
+
+
+def test_each_replica_writes_its_jobs_into_a_folder_of_its_own_and_a_bad_renders_config_fails_the_deploy() -> None:
+    given = asdict(RenderLimits(Path("/data/renders"), Path("/data/clips"), queue=2))
+    limits = replica_renders(given, "x7k2")
+    assert limits.folder == Path("/data/renders/replica-x7k2") and limits.audio_folder == Path("/data/clips")
+    assert (limits.queue, limits.max_mb) == (2, 64.0) and replica_renders(None, "x7k2") is None
+    assert render_limits({"folder": "/data/renders", "max_mb": 8}).max_mb == 8, "a serve config's mapping"
+    for bad, text in (({"folder": "renders"}, "absolute"), ({"folder": "/r", "size": 1}, "unknown field")):
+        with pytest.raises(ValueError, match=text):
+            render_limits(bad)
