@@ -188,11 +188,14 @@ class RenderRouting:
             return f"does not answer ({exc or type(exc).__name__})"
 
     async def one(self, request: Request, method: str, job_id: str) -> Response:
-        """GET or DELETE ``/renders/{id}`` on the replica that holds the job; the job's urls on this proxy."""
+        """GET (with its ``wait``) or DELETE ``/renders/{id}`` on the replica that holds the job; the job's urls on this
+        proxy."""
         replica, url = await self.holder(job_id)
         try:
             async with aiohttp.ClientSession(timeout=FORWARD_TIMEOUT) as http:
-                async with http.request(method, f"{url}/renders/{job_id}", headers=self.headers) as response:
+                params = {"wait": request.query_params["wait"]} if "wait" in request.query_params else None
+                target = f"{url}/renders/{job_id}"
+                async with http.request(method, target, params=params, headers=self.headers) as response:
                     status, body, kind = response.status, await response.read(), response.content_type
         except aiohttp.ClientError as exc:
             raise unreachable(job_id, url, exc) from None

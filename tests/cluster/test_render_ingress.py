@@ -188,8 +188,9 @@ def test_jobs_go_to_the_replica_with_the_most_slack_and_everything_about_them_go
             first, behind = jobs[0][1], next(job for _, job in jobs[2:] if job["replica"] == jobs[0][1]["replica"])
             cancelled = await http.delete(first["urls"]["self"], headers=AUTH)
             assert cancelled.status == 200 and (await cancelled.json())["state"] == "cancelled"
-            done = await until_done(http, behind["urls"]["self"])
-            assert done["state"] == "done" and done["frames_done"] == 25, "the job behind it ran once the slot was free"
+            done = await (await http.get(f"{behind['urls']['self']}?wait=25", headers=AUTH)).json()
+            assert done["state"] == "done", f"wait reaches the replica: the answer comes once the job ends: {done}"
+            assert done["frames_done"] == 25, "the job behind it ran once the slot was free"
             video = await http.get(behind["urls"]["video"], headers=AUTH)
             data = await video.read()
             assert video.status == 200 and video.content_type == "video/mp4"
