@@ -94,6 +94,8 @@ class RenderJob:
     worker: int | None = None
     events: deque[dict[str, Any]] = field(default_factory=lambda: deque(maxlen=EVENTS_KEPT))
     finished: asyncio.Event = field(default_factory=asyncio.Event)
+    opening: asyncio.Future | None = None
+    """The start on the core and a worker while it is under way (a cancel waits for it, then closes what it opened)."""
     core_ended: bool = False
     file_closed: bool = False
 
@@ -157,7 +159,7 @@ class Renders:
 
     def submit(self, spec: RenderSpec) -> RenderJob:
         """Queue a job (SessionError(admission) when the queue is full); it starts as soon as none runs."""
-        if len(self._queue) >= self.limits.queue:
+        if self._running is not None and len(self._queue) >= self.limits.queue:
             raise SessionError(
                 f"the render queue is full ({self.limits.queue} job(s) waiting beside the one running); retry once "
                 "one has finished, or delete one",
@@ -186,6 +188,8 @@ class Renders:
             self._end(job, RenderState.CANCELLED)
         elif job.state == RenderState.RUNNING:
             job.state = RenderState.CANCELLING
+            if job.opening is not None:
+                await asyncio.gather(job.opening, return_exceptions=True)  # the session closed below is then open
             self._to_worker(job, RemoveStream(job.id))
             try:
                 await self._send_core(CloseSession(job.id))
@@ -261,7 +265,7 @@ class Renders:
         job = self._running = self._queue.popleft()
         job.state, job.started = RenderState.RUNNING, time.monotonic()
         job.event("started", frames_total=job.spec.frames)
-        asyncio.ensure_future(self._start(job))
+        job.opening = asyncio.ensure_future(self._start(job))
 
     async def _start(self, job: RenderJob) -> None:
         try:
@@ -269,6 +273,8 @@ class Renders:
         except SessionError as exc:
             job.error = str(exc)
             self._end(job, RenderState.FAILED)
+        finally:
+            job.opening = None
 
     async def _close_on_core(self, job: RenderJob) -> None:
         try:

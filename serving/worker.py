@@ -87,6 +87,8 @@ COST_FRAMES = 15
 """Frames a cost is measured on: an IDR and the P-frames after it (their median is a P-frame's)."""
 STILL_EVERY = 0.5
 """Seconds between the still pictures a preview shows before the session's first frame."""
+REMOVED_KEPT = 1024
+"""Ids of streams removed before they started that a worker remembers (their late halves are dropped)."""
 
 
 @dataclass
@@ -278,6 +280,8 @@ class Worker:
         self._events = socket(self.context, zmq.PUSH, config.events, bind=False)
         self._events_lock = threading.Lock()
         self.streams: dict[str, WorkerStream] = {}
+        self._removed: deque[str] = deque(maxlen=REMOVED_KEPT)
+        """Streams removed before both halves came: the other half, when it comes, is dropped."""
         self._stop = False
         self._parent = os.getppid()
         self.rooms: RoomsLoop | None = None
@@ -357,6 +361,8 @@ class Worker:
             measurement.start()
             return
         if isinstance(message, (SessionOutputs, StreamRing)):
+            if message.id in self._removed:
+                return
             self.streams.setdefault(message.id, WorkerStream(message.id))
         stream = self.streams.get(message.id)
         if stream is None:
@@ -387,8 +393,10 @@ class Worker:
             case RemoveStream():
                 if stream.output is not None:
                     stream.output.stop()
-                else:
+                else:  # not started: nothing to flush, closed now (a cancel waits for that)
                     self.streams.pop(message.id, None)
+                    self._removed.append(message.id)
+                    self.emit(OutputsClosed(message.id, {}))
         if stream.output is None and stream.outputs is not None and stream.ring is not None:
             self._start(stream)
 

@@ -19,7 +19,8 @@ import av
 import numpy as np
 import pytest
 
-from serving.renders import RenderLimits
+from serving.api import SessionError
+from serving.renders import RenderLimits, Renders, RenderSpec
 from tests.serving.test_service import running
 
 pytestmark = pytest.mark.slow
@@ -97,7 +98,7 @@ def test_a_clip_renders_to_an_mp4_of_exactly_its_length_with_progress_then_its_f
     asyncio.run(scenario())
 
 
-def test_a_job_cancelled_midway_frees_its_place_for_the_next_and_leaves_no_file(tmp_path: Path) -> None:
+def test_a_job_cancelled_midway_or_at_once_frees_its_place_for_the_next_and_leaves_no_file(tmp_path: Path) -> None:
     async def scenario() -> None:
         async with serving(RenderLimits(tmp_path / "renders", queue=1)) as (service, http, base):
             post = lambda seconds: http.post(f"{base}/renders?avatar=anna", data=wav_bytes(seconds))  # noqa: E731
@@ -119,9 +120,15 @@ def test_a_job_cancelled_midway_frees_its_place_for_the_next_and_leaves_no_file(
             assert nxt["state"] == "done" and nxt["frames_done"] == 25, "the next job ran once the slot was free"
             names = [f.name for f in (tmp_path / "renders").iterdir()]
             assert names == [f"render-{queued['id']}.mp4"], "the cancelled job's file is gone"
+            started = asyncio.get_running_loop().time()
+            hasty = await (await post(120.0)).json()
+            cancelled = await http.delete(hasty["urls"]["self"])
+            took = asyncio.get_running_loop().time() - started
+            assert cancelled.status == 200 and (await cancelled.json())["state"] == "cancelled"
+            assert took < 5, f"a job cancelled while it opens is closed once open, not timed out ({took:.1f} s)"
             await asyncio.sleep(0.5)
             stats = await service.refresh()
-            assert stats["sessions"] == 0, "the core holds no session of either job"
+            assert stats["sessions"] == 0, "the core holds no session of any of the jobs"
 
     asyncio.run(scenario())
 
@@ -193,3 +200,23 @@ def test_apps_render_with_service_sends_the_job_shows_progress_and_writes_the_mp
     asyncio.run(scenario())
     with av.open(str(out)) as container:
         assert sum(1 for _ in container.decode(video=0)) == 50
+
+
+def test_a_queue_of_zero_runs_one_job_at_a_time_and_refuses_a_second_while_it_runs(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        opened: list[str] = []
+
+        async def open_job(job) -> None:
+            opened.append(job.id)
+
+        async def send_core(message) -> None:
+            return None
+
+        renders = Renders(RenderLimits(tmp_path, queue=0), open_job, send_core, lambda job, message: None)
+        first = renders.submit(RenderSpec(pcm=np.zeros(16_000, np.float32), avatar="anna"))
+        await asyncio.sleep(0)
+        assert first.state == "running" and opened == [first.id], "nothing runs: the job starts at once"
+        with pytest.raises(SessionError, match="render queue is full"):
+            renders.submit(RenderSpec(pcm=np.zeros(16_000, np.float32), avatar="anna"))
+
+    asyncio.run(scenario())
