@@ -17,7 +17,10 @@ def test_the_calibration_pictures_move_everywhere() -> None:
 
 def test_a_1080p_frame_costs_more_than_a_small_one() -> None:
     settings = OutputSettings(size="1080p", preset="ultrafast").video(1920, 1080)
-    assert encode_cost_ms(1920, 1080, settings, frames=10) > 2 * encode_cost_ms(480, 270, settings, frames=10)
+    big, small = (
+        min(encode_cost_ms(w, h, settings, frames=10) for _ in range(3)) for w, h in ((1920, 1080), (480, 270))
+    )
+    assert big > 2 * small, "each the least of three: a busy machine slows one measure, never all three"
 
 
 def test_a_worker_measures_each_size_at_each_preset_once() -> None:
