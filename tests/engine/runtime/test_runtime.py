@@ -70,19 +70,18 @@ def test_a_session_beside_another_makes_exactly_the_frames_it_makes_alone_with_i
     runtime: Runtime, avatar
 ) -> None:
     audio = tone(0.07)
-    solo = [render_offline(runtime, avatar, [seed], audio)[0] for seed in (0, 1)]
-    together = render_offline(runtime, avatar, [1, 0], audio)
-    assert len(solo[0]) == math.ceil(soxr.resample(audio, RATE, 16_000).size / 640) == 2
-    for frames, alone in zip(together, (solo[1], solo[0])):
-        assert [f.index for f in frames] == [f.index for f in alone] == list(range(2))
-        assert all(torch.equal(a.image, b.image) for a, b in zip(frames, alone))
-    assert not all(torch.equal(a.image, b.image) for a, b in zip(solo[0], solo[1]))
+    alone = render_offline(runtime, avatar, [1], audio)[0]
+    together, beside = render_offline(runtime, avatar, [1, 0], audio)
+    assert len(alone) == math.ceil(soxr.resample(audio, RATE, 16_000).size / 640) == 2
+    assert [f.index for f in together] == [f.index for f in alone] == [f.index for f in beside] == list(range(2))
+    assert all(torch.equal(a.image, b.image) for a, b in zip(together, alone)), "the same frames beside another"
+    assert not all(torch.equal(a.image, b.image) for a, b in zip(together, beside)), "the other is another session"
     assert len(runtime.avatars) == 0
     metrics = runtime.metrics()
     assert 0 < metrics["tick_cpu_ms_p50"] and metrics["tick_cpu_ms_p99"] <= metrics["tick_wall_ms_p99"] + 1, (
         "the loop's CPU share of its ticks"
     )
-    frames = solo[0]
+    frames = alone
     assert [f.pts for f in frames] == [Fraction(i, 25) for i in range(2)]
     assert all(f.audio.shape == (1920,) and f.audio.dtype == np.float32 and f.speech for f in frames)
     expected = soxr.resample(audio, RATE, 48_000, quality="HQ")
