@@ -128,7 +128,7 @@ class RenderRouting:
                 passed_over[replica] = "takes no render jobs"
             elif answer["capacity"]["draining"]:
                 passed_over[replica] = "draining for removal"
-            elif answer["renders"]["queued"] >= answer["renders"]["limit"]:
+            elif answer["renders"]["running"] and answer["renders"]["queued"] >= answer["renders"]["limit"]:
                 queue = answer["renders"]
                 passed_over[replica] = f"its queue is full ({queue['queued']} waiting beside the one running)"
             else:
