@@ -117,11 +117,9 @@ class RenderRouting:
 
     async def ranked(self) -> tuple[list[tuple[str, str]], dict[str, str]]:
         """The replicas a new job is offered to, in order (id, URL), and why the others are passed over (id -> why)."""
-        known = replica_urls(REPORTED)
-        async with aiohttp.ClientSession(timeout=FIGURES_TIMEOUT) as http:
-            said = await asyncio.gather(*(self.replica_figures(http, url) for url in known.values()))
-        figures, passed_over = {}, {}
-        for (replica, _url), answer in zip(known.items(), said):
+        figures, urls, passed_over = {}, {}, {}
+        for replica, url, answer in await self.ask_every_replica("/replica"):
+            urls[replica] = url
             if isinstance(answer, str):
                 passed_over[replica] = answer
             elif answer["renders"] is None:
@@ -133,14 +131,21 @@ class RenderRouting:
                 passed_over[replica] = f"its queue is full ({queue['queued']} waiting beside the one running)"
             else:
                 figures[replica] = answer
-        return [(replica, known[replica]) for replica in render_order(figures, self.sending)], passed_over
+        return [(replica, urls[replica]) for replica in render_order(figures, self.sending)], passed_over
 
-    async def replica_figures(self, http: aiohttp.ClientSession, url: str) -> dict[str, Any] | str:
-        """A replica's figures now (``GET /replica``), or why there are none."""
+    async def ask_every_replica(self, path: str) -> list[tuple[str, str, dict[str, Any] | str]]:
+        """Every reported replica's (id, URL, its JSON answer to ``GET path`` or why there is none), asked at once."""
+        known = replica_urls(REPORTED)
+        async with aiohttp.ClientSession(timeout=FIGURES_TIMEOUT) as http:
+            said = await asyncio.gather(*(self.ask(http, url, path) for url in known.values()))
+        return [(replica, url, answer) for (replica, url), answer in zip(known.items(), said)]
+
+    async def ask(self, http: aiohttp.ClientSession, url: str, path: str) -> dict[str, Any] | str:
+        """The replica at ``url``'s JSON answer to ``GET path``, or why there is none."""
         try:
-            async with http.get(f"{url}/replica", headers=self.headers) as response:
+            async with http.get(f"{url}{path}", headers=self.headers) as response:
                 if response.status != 200:
-                    return f"answered {response.status} for its figures"
+                    return f"answered {response.status} for {path}"
                 return await response.json()
         except (aiohttp.ClientError, TimeoutError) as exc:
             return f"does not answer ({exc or type(exc).__name__})"
@@ -158,11 +163,8 @@ class RenderRouting:
 
     async def listing(self, request: Request) -> Response:
         """Every replica's jobs, their urls on this proxy, and the queues: summed, and each replica's."""
-        known = replica_urls(REPORTED)
-        async with aiohttp.ClientSession(timeout=FIGURES_TIMEOUT) as http:
-            said = await asyncio.gather(*(self.replica_jobs(http, url) for url in known.values()))
         jobs, queues = [], {}
-        for (replica, url), answer in zip(known.items(), said):
+        for replica, url, answer in await self.ask_every_replica("/renders"):
             if isinstance(answer, str):
                 queues[replica] = {"error": answer}
                 continue
@@ -176,16 +178,6 @@ class RenderRouting:
         return JSONResponse(
             {"renders": jobs, "queue": dict(summed), "replicas": queues, "placed": self.placed, "refused": self.refused}
         )
-
-    async def replica_jobs(self, http: aiohttp.ClientSession, url: str) -> dict[str, Any] | str:
-        """A replica's ``GET /renders``, or why there is none."""
-        try:
-            async with http.get(f"{url}/renders", headers=self.headers) as response:
-                if response.status != 200:
-                    return f"answered {response.status}"
-                return await response.json()
-        except (aiohttp.ClientError, TimeoutError) as exc:
-            return f"does not answer ({exc or type(exc).__name__})"
 
     async def one(self, request: Request, method: str, job_id: str) -> Response:
         """GET (with its ``wait``) or DELETE ``/renders/{id}`` on the replica that holds the job; the job's urls on this
@@ -234,22 +226,11 @@ class RenderRouting:
         before this ingress started, or forgotten); SessionError(not_found) when none holds it."""
         if job_id in self.holders:
             return self.holders[job_id]
-        known = replica_urls(REPORTED)
-        async with aiohttp.ClientSession(timeout=FIGURES_TIMEOUT) as http:
-            found = await asyncio.gather(*(self.holds(http, url, job_id) for url in known.values()))
-        for (replica, url), holds in zip(known.items(), found):
-            if holds:
+        for replica, url, answer in await self.ask_every_replica(f"/renders/{job_id}"):
+            if not isinstance(answer, str):
                 self.remember(job_id, replica, url)
                 return replica, url
         raise SessionError(f"no render job {job_id!r} on any engine replica", ErrorKind.NOT_FOUND)
-
-    async def holds(self, http: aiohttp.ClientSession, url: str, job_id: str) -> bool:
-        """Whether the replica at ``url`` has the job."""
-        try:
-            async with http.get(f"{url}/renders/{job_id}", headers=self.headers) as response:
-                return response.status == 200
-        except (aiohttp.ClientError, TimeoutError):
-            return False
 
     def remember(self, job_id: str, replica: str, url: str) -> None:
         """Keep the job's replica (at most JOBS_KEPT jobs, the oldest forgotten first)."""
