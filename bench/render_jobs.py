@@ -41,7 +41,7 @@ BASELINE = 6.0
 """Seconds the live sessions are measured alone, before the job."""
 COUNTED = ("repeated", "released", "skipped", "deadline_misses")
 """Each live session's counters over a window: its output's repeated, released and skipped slots, and the runtime's
-deadline misses (a frame not ready when its clock showed it: the GPU loop's lateness, not the output's)."""
+deadline misses (frames ready more than a frame after their clock showed them: only the GPU loop's gross lateness)."""
 POLL_SECONDS = 0.2
 """How often the repeats are read while the job beside the live sessions runs."""
 RUNTIME_FIGURES = ("gpu_busy", "capacity", "tick_gpu_ms_p50", "tick_gpu_ms_p99", "tick_wall_ms_p99")
