@@ -8,8 +8,9 @@ MP4 written here: twice on the idle service, then once while ``--live`` sessions
 on loop in real time over its WebSocket, each encoding its H.264 stream). For the live sessions it reports the
 pictures their outputs repeated (shed) and the frames they released while the job ran, from the server's /metrics
 before and after, the same over a window before the job (the live sessions alone: the baseline) and over one of equal
-length after it, with the runtime's GPU busy share and capacity at each. Every MP4's frames are counted. Random
-weights: the pictures are not a face.
+length after it, with the runtime's GPU busy share and capacity at each. Every MP4's frames are counted. ``--trace
+DIR`` traces the service (``engine.trace``) and adds, for each of those three windows, where its ticks' time went and
+at which stage each repeated picture was late (``bench.common.trace``). Random weights: the pictures are not a face.
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ import numpy as np
 from apps.render_client import render_on_service
 from bench.common.live import CPU_NOTICE, START, device_of
 from bench.common.streams import feed, server_counters
+from bench.common.trace import summary as trace_summary
+from bench.common.trace import traced
 from engine.timebase import FPS
 from harness.live_server import LiveServer, metric, run_keeping_server_log
 from harness.nginx import free_port
@@ -59,6 +62,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         action="store_true",
         help="the synthetic runtime in the engine core (harness.synthetic_serve): the service's path alone, on a CPU",
     )
+    parser.add_argument("--trace", type=Path, help="trace the service into this folder and analyse each window")
     parser.add_argument("--out", type=Path, required=True, help="write the results here as JSON")
     return parser.parse_args(argv)
 
@@ -168,8 +172,10 @@ async def measure(args: argparse.Namespace, work: Path) -> dict:
         result["notice"] = CPU_NOTICE
     stop = asyncio.Event()
     feeders: list[asyncio.Future] = []
+    windows: dict[str, tuple[float, float]] = {}
     try:
-        server.start()
+        with traced(args.trace):
+            server.start()
         await asyncio.to_thread(server.wait_ready, START)
         result["idle"] = [await timed_job(base, clip, work / f"idle{i}.mp4", seconds) for i in range(2)]
         print(json.dumps({"idle": result["idle"]}), flush=True)
@@ -184,6 +190,7 @@ async def measure(args: argparse.Namespace, work: Path) -> dict:
             feeders = [asyncio.ensure_future(feed(port, 0, speech, rate, stop, url=s["urls"]["push"])) for s in opened]
             await asyncio.sleep(SETTLE)
             alone_start = server.fetch_metrics() or {}
+            alone_from = time.monotonic()
             await asyncio.sleep(BASELINE)
             quiet_start = server.fetch_metrics() or {}
             quiet_from = time.monotonic()
@@ -195,6 +202,11 @@ async def measure(args: argparse.Namespace, work: Path) -> dict:
             window = time.monotonic() - quiet_from
             await asyncio.sleep(window)
             quiet_end = server.fetch_metrics() or {}
+            windows = {
+                "live_alone_before_it": (alone_from, quiet_from),
+                "live_while_the_job_ran": (quiet_from, quiet_from + window),
+                "live_in_as_long_after_it": (quiet_from + window, time.monotonic()),
+            }
             result["beside_live"] = {
                 **busy,
                 "live_alone_before_it": {**shed(alone_start, quiet_start, names), **runtime_figures(quiet_start)},
@@ -209,6 +221,8 @@ async def measure(args: argparse.Namespace, work: Path) -> dict:
             feeder.cancel()
         await asyncio.gather(*feeders, return_exceptions=True)
         result["server_exit"] = await asyncio.to_thread(server.stop)
+    if args.trace:
+        result["trace"] = {name: trace_summary(args.trace, *span) for name, span in windows.items()}
     return result
 
 

@@ -25,6 +25,9 @@ replica per GPU) instead of the single server, ready once Serve's proxy answers 
 sessions are created, read and deleted through the proxy, speech is pushed to each session's ``urls.push`` (on the
 replica that holds it) and the counters are read from each replica's own /metrics (``replica.url`` of the answer).
 ``ready_s`` is launch to ready in both modes.
+
+``--trace DIR`` traces the service (``engine.trace``): each phase then says where its ticks' time went on the host and
+the GPU, and at which stage each repeated picture was late (``bench.common.trace``).
 """
 
 from __future__ import annotations
@@ -43,6 +46,8 @@ import aiohttp
 
 from bench.common.live import CPU_NOTICE, STALL, START, device_of
 from bench.common.streams import SETTLE, feed, server_counters, stream_report
+from bench.common.trace import summary as trace_summary
+from bench.common.trace import traced
 from engine.timebase import DEFAULT_STEPS
 from harness.live_server import LiveServer, metric, parse_metrics, run_keeping_server_log
 from harness.nginx import NginxRtmp, find_nginx, free_port
@@ -99,6 +104,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--ray", action="store_true", help="through the cluster: apps.serve --ray (Serve's proxy, a replica per GPU)"
     )
+    parser.add_argument("--trace", type=Path, help="trace the service into this folder and analyse each phase")
     parser.add_argument("--out", type=Path, required=True, help="write the results here as JSON")
     args = parser.parse_args(argv)
     if len(args.minutes) != len(args.sessions):
@@ -254,6 +260,7 @@ async def streams(
         "encoding": listing.get("encoding"),
         "streams": rows,
         "runtime": runtime_figures(metrics),
+        "window": [start, end],
     }
     if api.ray:
         phase["replicas"] = {
@@ -360,7 +367,8 @@ async def measure(args: argparse.Namespace, work: Path) -> dict:
         )
     nginx.start()
     try:
-        server.start()
+        with traced(args.trace):
+            server.start()
         if args.ray:
             await asyncio.to_thread(wait_proxy, server, START)
         else:
@@ -382,6 +390,9 @@ async def measure(args: argparse.Namespace, work: Path) -> dict:
     finally:
         result["server_exit"] = await asyncio.to_thread(server.stop)
         nginx.stop()
+    if args.trace:
+        for phase in result.get("phases", []):
+            phase["trace"] = trace_summary(args.trace, *phase["window"])
     return result
 
 

@@ -19,6 +19,8 @@ import zmq
 
 from engine.runtime import SessionClosed
 from engine.runtime.session import Frame, Session
+from engine.timebase import FPS
+from engine.trace import trace
 from serving.ipc import send_nowait, socket
 from serving.protocol import FrameReady, SegmentsClosed, SessionEnded, StreamEnded, StreamRing
 from streaming.encoders.colour import rgb_to_i420_batch
@@ -62,6 +64,7 @@ class Publisher:
         device: torch.device,
     ) -> None:
         self.sessions, self._lock, self._stopping, self.context, self.device = sessions, lock, stopping, context, device
+        self.trace = trace("publisher")
 
     def run(self, events_address: str) -> None:
         """Take finished frames from every session into its ring and tell its worker; report sessions that end."""
@@ -102,6 +105,8 @@ class Publisher:
             return False  # its frames leave with the session's clock, once the runtime has started it (or it is closed)
         frames = core.session.take_ready(self._free_slots(core) if core.render else None)
         core.next_index += len(frames)
+        if frames and self.trace.on:
+            self.trace.record("take", s=core.id, i=frames[0].index, n=len(frames), live=not core.render)
         closed = core.session.closed_segments()  # after the take: closed before any frame numbered above them was made
         if closed:
             send_nowait(worker, SegmentsClosed(core.id, tuple(closed)))
@@ -159,6 +164,9 @@ class Publisher:
             for frame in frames:
                 core.ring.commit(frame.index)
                 send_nowait(worker, FrameReady(core.id, frame.index, frame.speech, anchor, frame.segment))
+            if self.trace.on:
+                due = None if anchor is None or core.render else round(anchor + frames[0].index / FPS, 6)
+                self.trace.record("commit", s=core.id, i=frames[0].index, n=len(frames), due=due)
             sent = True
         return sent
 

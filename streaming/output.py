@@ -39,6 +39,7 @@ import numpy as np
 import torch
 
 from engine.timebase import FPS
+from engine.trace import trace
 from streaming.encoders.audio import OpusEncoder
 from streaming.encoders.h264 import EncodedVideo, H264Settings
 from streaming.encoders.raw import RawPictures
@@ -140,6 +141,7 @@ class SessionOutput:
         on_sink_failed: Callable[[str, str], None] | None = None,
     ) -> None:
         self.session, self.name = session, name
+        self._trace = trace("output")
         self._fanout = Fanout(name, on_sink_failed)
         self.encoder_kind, self.settings = encoder, settings
         self.encoder: VideoEncoder | None = None
@@ -238,6 +240,8 @@ class SessionOutput:
                     frame.segment,
                     time.monotonic(),
                 )
+                if self._trace.on:
+                    self._trace.record("prepared", prepared.arrived, s=self.name, i=frame.index, due=prepared.due)
                 with self._ready:
                     while len(self._prepared) >= MAX_PREPARED and not self._stop.is_set():
                         self._ready.wait(0.2)
@@ -314,6 +318,10 @@ class SessionOutput:
                     slack, window = math.inf, deadline
                 if item is None:
                     self.stats.repeated += 1
+                    if self._trace.on:
+                        self._trace.record(
+                            "repeat", s=self.name, slot=slot, deadline=deadline, shift=shift, expected=last.index + 1
+                        )
                 else:
                     last = item
                 packets = self._encode(slot, last, item is None, pending)

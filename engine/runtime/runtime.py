@@ -54,6 +54,7 @@ from engine.runtime.session import Session
 from engine.runtime.slack import GpuQueue, Slack
 from engine.timebase import DEFAULT_STEPS, FPS, HOP_FRAMES, OFFLINE_OVERLAP, SEQ_FRAMES
 from engine.timing import gpu_time
+from engine.trace import trace
 
 log = logging.getLogger("ditto.runtime")
 IDLE_WAIT = 0.004
@@ -103,7 +104,10 @@ class Runtime:
         self._ids = threading.Lock()
         self._wake = threading.Event()
         self._stopping = False
-        self._times = TickTimes(cuda)
+        self._trace = trace("core")
+        self._times = TickTimes(cuda, self._trace)
+        self._work: dict[str, list[int]] = {}
+        """Rows of this tick's calls per stage, [live, jobs] (gathered only while tracing)."""
         self._captures = 0
         self._grid = clock() if self.batch_sessions else None
         self.warm_up()
@@ -181,6 +185,7 @@ class Runtime:
             self.warmup_memory["HuBERT chunks"] = memory.reserve(self.device)
             torch.cuda.empty_cache()
         self._captures = self._capture_count()
+        self._times.anchor()
         self.warmup_seconds = time.perf_counter() - started
         gc.collect()
         gc.freeze()
@@ -449,12 +454,13 @@ class Runtime:
             pipelines = list(self._pipelines.values())
             start = self._gpu.start(now, self._times.gpu_idle())
             slack = self.scheduler.slack(pipelines, start, priced=bool(self.render_ms))
+            work = self._tick_work(pipelines, now, start, slack)
             worked |= self._encode_features(pipelines, slack)
             worked |= self._sample_windows(pipelines, now, slack)
             for pipeline in pipelines:
                 pipeline.finish_if_done()
             worked |= self._render(pipelines, slack)
-            self._times.end(started, worked)
+            self._times.end(started, worked, work)
             for pipeline in update.settle(pipelines, self.clock()):
                 self._remove(pipeline)
             if worked:
@@ -464,6 +470,30 @@ class Runtime:
                 self.counters["captures_after_warmup"] += captures
                 self._captures += captures
             return worked
+
+    def _tick_work(
+        self, pipelines: list[SessionPipeline], now: float, start: float | None, slack: Slack
+    ) -> dict[str, Any] | None:
+        """What the trace records of this tick (None when off): sessions live and not, the slack and how far ahead
+        the GPU's queue ran at its start; the stages' rows are added as their calls launch (``_note``)."""
+        if not self._trace.on:
+            return None
+        self._work = {}
+        live = sum(1 for p in pipelines if p.session.live)
+        return {
+            "live": live,
+            "jobs": len(pipelines) - live,
+            "slack": None if slack.whole else round(slack.ms, 2),
+            "queued": None if start is None else round((start - now) * 1000, 2),
+            "rows": self._work,
+        }
+
+    def _note(self, stage: str, batch: list, rows: Callable[[Any], int]) -> None:
+        """Add a call's ``rows`` (per job of ``batch``) to this tick's trace record, as live or jobs'."""
+        if self._trace.on:
+            counts = self._work.setdefault(stage, [0, 0])
+            for job in batch:
+                counts[0 if job.pipeline.session.live else 1] += rows(job)
 
     def _run_inbox(self) -> bool:
         worked = False
@@ -495,6 +525,7 @@ class Runtime:
         batches = self.scheduler.chunks(pipelines, slack, self.hubert_ms)
         for batch in batches:
             self._launched(sum(job.chunks.shape[0] for job in batch), self.hubert_ms)
+            self._note("hubert", batch, lambda job: job.chunks.shape[0])
             try:
                 features = self.executor.encode(batch)
             except Exception as exc:
@@ -509,6 +540,7 @@ class Runtime:
         batches = self.scheduler.windows(pipelines, now, self.window_ms, slack)
         for batch in batches:
             self._launched(len(batch), self.window_ms)
+            self._note("lmdm", batch, lambda job: 1)
             windows = self.executor.sample(batch)
             if windows is not None:
                 update.complete_windows(batch, windows)
@@ -521,6 +553,7 @@ class Runtime:
         batches = [posed for batch in planned if (posed := self._pose(batch))]
         for batch in batches:
             self._launched(sum(job.rows.shape[0] for job in batch), self.render_ms)
+            self._note("render", batch, lambda job: job.rows.shape[0])
             x_s, x_d = stitch_posed([job.posed for job in batch], self.engine.backend.stitch)
             rendered = self.executor.render(batch, x_s, x_d, self.render_ms)
             if rendered is not None:

@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from avatars.cache import Avatar
+from bench.common.trace import summary as trace_summary
 from engine.engine import Engine
 from engine.runtime.config import RuntimeConfig
 from engine.runtime.runtime import Runtime
@@ -61,3 +62,32 @@ def test_each_step_runs_one_tick_on_the_callers_thread_until_the_session_is_done
     assert session.stats()["frames_generated"] == 7 and runtime.counters["ticks"] == steps
     assert runtime.metrics()["sessions"] == 0 and len(runtime.avatars) == 0, "a finished session leaves the runtime"
     assert runtime.step() is False
+
+
+def test_with_a_trace_on_each_tick_is_recorded_with_what_it_launched(
+    engine: Engine, registered_avatar: Avatar, monkeypatch, tmp_path
+) -> None:
+    monkeypatch.setenv("DITTO_TRACE_DIR", str(tmp_path))
+    monkeypatch.setattr(
+        engine.backend, "render", lambda f_s, x_s, x_d: torch.zeros(f_s.shape[0], 3, 8, 8), raising=False
+    )
+    runtime = Runtime(engine, RuntimeConfig(progress=False), start=False, clock=lambda: 0.0)
+    try:
+        session = runtime.open_session(registered_avatar, live=False, seed=1)
+        session.push_audio((0.3 * np.sin(np.arange(4000) / 5)).astype(np.float32), RATE)
+        session.end()
+        while not session.finished:
+            runtime.step()
+            session.take_ready()
+        ticks, windows = runtime.counters["ticks"], session.counters["windows"]
+    finally:
+        runtime.close()
+    runtime._trace.close()
+
+    profile = trace_summary(tmp_path)["ticks"]
+    assert profile["n"] == ticks, "one record a tick that worked"
+    rows = profile["rows"]
+    assert rows["lmdm"] == [0, windows] and rows["render"] == [0, 7] and rows["hubert"][0] == 0 < rows["hubert"][1], (
+        "the stages' rows, all of the job's (not live): its windows, its seven frames, its chunks"
+    )
+    assert profile["cpu_ms"]["n"] == ticks and "gpu_ms" not in profile, "host times only, on the CPU"
