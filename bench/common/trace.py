@@ -73,6 +73,7 @@ def summary(folder: Path, since: float | None = None, until: float | None = None
     frames = _frames(kinds)
     return {
         "ticks": tick_profile(ticks),
+        "live_margin_ms": margins(within(kinds.get("commit", [])), within(kinds.get("prepared", []))),
         "repeats": len(repeats),
         "repeats_by_stage": _count(blame(r, frames) for r in repeats),
         "repeated": [dict(repeat_detail(r, frames), near=_near(ticks, r["deadline"])) for r in repeats],
@@ -107,6 +108,15 @@ def tick_profile(ticks: list[dict[str, Any]]) -> dict[str, Any]:
         out["gpu_idle_ms_total"] = round(sum(gaps), 1)
         out["gpu_busy"] = round(busy / window, 4) if window > 0 else None
     return out
+
+
+def margins(commits: list[dict[str, Any]], prepared: list[dict[str, Any]]) -> dict[str, Any]:
+    """How long before its clock showed it each live frame was committed to its ring (the first of each batch: the
+    tightest) and prepared by its output: the headroom a hiccup of the GPU, the core or a worker eats into."""
+    return {
+        "committed": percentiles([(r["due"] - r["t"]) * 1000 for r in commits if r.get("due") is not None]),
+        "prepared": percentiles([(r["due"] - r["t"]) * 1000 for r in prepared]),
+    }
 
 
 def _rows(ticks: list[dict[str, Any]]) -> dict[str, list[int]]:
