@@ -62,6 +62,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         action="store_true",
         help="the synthetic runtime in the engine core (harness.synthetic_serve): the service's path alone, on a CPU",
     )
+    parser.add_argument("--output-workers", type=int, help="the service's output workers (default: its own)")
     parser.add_argument("--trace", type=Path, help="trace the service into this folder and analyse each window")
     parser.add_argument("--out", type=Path, required=True, help="write the results here as JSON")
     return parser.parse_args(argv)
@@ -155,6 +156,8 @@ async def measure(args: argparse.Namespace, work: Path) -> dict:
     served += ["--http", f"127.0.0.1:{port}", "--device", device]
     if args.plans:
         served += ["--plans", str(args.plans)]
+    if args.output_workers:
+        served += ["--output-workers", str(args.output_workers)]
     module = "harness.synthetic_serve" if args.synthetic else "apps.serve"
     server = LiveServer(served, port, work / "serve.log", module=module)
     base = f"http://127.0.0.1:{port}"
@@ -163,6 +166,7 @@ async def measure(args: argparse.Namespace, work: Path) -> dict:
         "device": device,
         "clip_seconds": round(seconds, 3),
         "live_sessions": args.live,
+        "output_workers": args.output_workers or "the service's default",
         "admission": "off (--no-admission)",
         "python": platform.python_version(),
         "random_weights": True,

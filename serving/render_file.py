@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.timebase import FPS
+from engine.trace import trace
 from streaming.frame_ring import FrameRing
 from streaming.mp4 import Mp4Writer
 from streaming.sinks.mp4 import create_recording
@@ -91,7 +92,11 @@ class RenderFile:
     def _run(self) -> None:
         writer = None
         try:
+            opening = time.monotonic()
             writer = Mp4Writer(create_recording(self.path), self.ring.width, self.ring.height)
+            trace("worker").record(
+                "render_file_opened", opening, s=self.name, ms=round((time.monotonic() - opening) * 1000, 2)
+            )
             while (index := self._next()) is not None:
                 frame = self.ring.read(index)
                 if frame is None:

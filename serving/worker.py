@@ -36,6 +36,7 @@ import numpy as np
 import zmq
 
 from engine.timebase import FPS
+from engine.trace import trace
 from serving.ipc import send_nowait, socket
 from serving.protocol import (
     CostMeasured,
@@ -89,6 +90,9 @@ STILL_EVERY = 0.5
 """Seconds between the still pictures a preview shows before the session's first frame."""
 REMOVED_KEPT = 1024
 """Ids of streams removed before they started that a worker remembers (their late halves are dropped)."""
+SLOW_MESSAGE = 0.002
+"""Seconds a message may take to handle before the trace (``engine.trace``) records it: the main thread passes every
+stream's frames on, so a slow one delays them all."""
 
 
 @dataclass
@@ -275,6 +279,7 @@ class Worker:
     def __init__(self, config: WorkerConfig) -> None:
         self.config = config
         self.index = config.index
+        self.trace = trace("worker")
         self.context = zmq.Context()
         self.inbox = socket(self.context, zmq.PULL, config.address, bind=True)
         self._events = socket(self.context, zmq.PUSH, config.events, bind=False)
@@ -317,7 +322,11 @@ class Worker:
                             kind = type(message).__name__
                             log.warning("worker %d: dropped a %s (not a worker's message)", self.index, kind)
                             continue
+                        began = time.monotonic()
                         self.handle(message)
+                        if self.trace.on and time.monotonic() - began > SLOW_MESSAGE:
+                            took = round((time.monotonic() - began) * 1000, 2)
+                            self.trace.record("slow_message", began, kind=type(message).__name__, ms=took)
                 self._reap()
                 for stream in self.streams.values():
                     if stream.relay is not None:
