@@ -26,6 +26,8 @@ from engine.trace import TRACE_DIR
 
 NEAR_SECONDS = 0.3
 """The ticks listed beside a repeat: those that started up to this long before its slot."""
+HOP_SECONDS = 0.2
+"""The span the ticks' times are also added up over: a faithful session's hop (a window of every live session)."""
 
 
 @contextmanager
@@ -96,6 +98,7 @@ def tick_profile(ticks: list[dict[str, Any]]) -> dict[str, Any]:
         "wall_ms": percentiles([t["wall"] for t in ticks]),
         "cpu_ms": percentiles([t["cpu"] for t in ticks]),
         "rows": _rows(ticks),
+        "per_hop": per_hop(ticks),
     }
     if gpu:
         spans = sorted((t["gpu_from"], t["gpu_to"]) for t in gpu)
@@ -120,6 +123,24 @@ def margins(commits: list[dict[str, Any]], prepared: list[dict[str, Any]]) -> di
     return {
         "committed": percentiles([(r["due"] - r["t"]) * 1000 for r in commits if r.get("due") is not None]),
         "prepared": percentiles([(r["due"] - r["t"]) * 1000 for r in prepared]),
+    }
+
+
+def per_hop(ticks: list[dict[str, Any]]) -> dict[str, Any]:
+    """The ticks' host CPU, host wall and GPU time added up over each ``HOP_SECONDS`` from the first: what one hop of
+    every session costs, and how much of it the host spends."""
+    hops: dict[int, list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0])
+    for tick in ticks:
+        hop = hops[int((tick["t"] - ticks[0]["t"]) / HOP_SECONDS)]
+        hop[0] += tick["cpu"]
+        hop[1] += tick["wall"]
+        hop[2] += tick.get("gpu", 0.0)
+    whole = [hops[i] for i in sorted(hops)][1:-1]  # the first and last may be part hops
+    return {
+        "n": len(whole),
+        "cpu_ms": percentiles([h[0] for h in whole]),
+        "wall_ms": percentiles([h[1] for h in whole]),
+        "gpu_ms": percentiles([h[2] for h in whole]),
     }
 
 
