@@ -326,7 +326,7 @@ class Worker:
                         self.handle(message)
                         if self.trace.on and time.monotonic() - began > SLOW_MESSAGE:
                             took = round((time.monotonic() - began) * 1000, 2)
-                            self.trace.record("slow_message", began, kind=type(message).__name__, ms=took)
+                            self.trace.record("slow_message", began, message=type(message).__name__, ms=took)
                 self._reap()
                 for stream in self.streams.values():
                     if stream.relay is not None:

@@ -80,7 +80,8 @@ def summary(folder: Path, since: float | None = None, until: float | None = None
         "repeats_by_stage": _count(blame(r, frames) for r in repeats),
         "repeated": [dict(repeat_detail(r, frames), near=_near(ticks, r["deadline"])) for r in repeats],
         "worker_slow_messages": [
-            {"at": round(r["t"], 3), "kind": r["kind"], "ms": r["ms"]} for r in within(kinds.get("slow_message", []))
+            {"at": round(r["t"], 3), "message": r["message"], "ms": r["ms"]}
+            for r in within(kinds.get("slow_message", []))
         ],
         "render_files_opened_ms": [r["ms"] for r in within(kinds.get("render_file_opened", []))],
     }
