@@ -4,7 +4,8 @@ The state dict equals the official ``decoder.pth`` (182 keys). Its spectrally no
 convolutions are stored the way ``torch.nn.utils.spectral_norm`` saves them (``weight_orig``,
 ``weight_u``, ``weight_v``); ``finalize`` folds each into a plain convolution once, so no
 sigma computation runs per frame or appears in an exported graph. On CUDA the PyTorch backend
-then computes the SPADEs in merged convolutions (``use_fused_spade``, see ``spade_fused``).
+then computes the SPADEs in merged convolutions (``use_fused_spade``) and composes each narrowing
+shortcut's 1x1 convolution into its SPADE's beta (``use_composed_shortcuts``; see ``spade_fused``).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from engine.networks.spade_fused import FusedModulation, SharedHidden
+from engine.networks.spade_fused import ComposedShortcut, FusedModulation, SharedHidden
 from engine.networks.uninitialized import without_random_init
 
 FEATURE_CHANNELS = 256
@@ -123,12 +124,19 @@ class SPADEResnetBlock(nn.Module):
         self.norm_1 = SPADE(middle, label_channels)
         if self.learned_shortcut:
             self.norm_s = SPADE(in_channels, label_channels)
+        self.composed_shortcut: ComposedShortcut | None = None
 
     def forward(self, x: torch.Tensor, segmap: torch.Tensor) -> torch.Tensor:
-        shortcut = self.conv_s(self.norm_s(x, segmap)) if self.learned_shortcut else x
+        shortcut = self.shortcut(x, segmap)
         dx = self.conv_0(F.leaky_relu(self.norm_0(x, segmap), LEAKY_SLOPE))
         dx = self.conv_1(F.leaky_relu(self.norm_1(dx, segmap), LEAKY_SLOPE))
         return shortcut + dx
+
+    def shortcut(self, x: torch.Tensor, segmap: torch.Tensor) -> torch.Tensor:
+        """x where the width stays, else ``conv_s(norm_s(x))``, one module once ``use_composed_shortcuts`` ran."""
+        if self.composed_shortcut is not None:
+            return self.composed_shortcut(x, segmap)
+        return self.conv_s(self.norm_s(x, segmap)) if self.learned_shortcut else x
 
 
 class SPADEDecoder(nn.Module):
@@ -183,6 +191,21 @@ class SPADEDecoder(nn.Module):
         for _, group in slots:
             for index, (block, name) in enumerate(group):
                 setattr(block, name, FusedModulation(getattr(block, name), index * SPADE_HIDDEN))
+
+    def use_composed_shortcuts(self) -> list[str]:
+        """Compose each learned shortcut's 1x1 ``conv_s`` into its fused SPADE's beta where that narrows beta's
+        convolution (fewer FLOPs, the same function; see spade_fused); return the names of the blocks cut."""
+        if self.shared_hidden is None:
+            raise RuntimeError("compose the shortcuts after use_fused_spade: they compose into its beta convolutions")
+        blocks = {name: b for name, b in self.named_children() if isinstance(b, SPADEResnetBlock)}
+        if any(block.composed_shortcut is not None for block in blocks.values()):
+            raise RuntimeError("the decoder's shortcuts are already composed")
+        cut = [n for n, b in blocks.items() if b.learned_shortcut and b.conv_s.out_channels < b.conv_s.in_channels]
+        for name in cut:
+            block = blocks[name]
+            block.composed_shortcut = ComposedShortcut(block.norm_s, block.conv_s)
+            del block.norm_s, block.conv_s
+        return cut
 
 
 def build(state_dict: dict[str, torch.Tensor] | None = None) -> SPADEDecoder:
