@@ -10,9 +10,9 @@ Inductor launches per step of the plain and the fused step; ``--parts lmdm`` als
 CPU, without the kernel profile), ``attention.json`` (the LMDM's attention shapes under each SDPA
 backend: µs and kernels per call),
 ``speed.json`` (the render and LMDM speeds with their error against fp32 modules) and
-``decoder.json`` (the plain and the fused-SPADE decoder, alone and after the warp network, per
-frame at each batch, with FLOPs and error against fp32; ``--parts decoder --device cpu`` runs it
-eagerly on a CPU, slowly, with ``--batches 1 --repeat 1``).
+``decoder.json`` (the plain, the fused-SPADE and the composed-shortcut decoder, alone and after
+the warp network, per frame at each batch, with FLOPs and error against fp32; ``--parts decoder
+--device cpu`` runs it eagerly on a CPU, slowly, with ``--batches 1 --repeat 1``).
 """
 
 from __future__ import annotations
@@ -542,7 +542,8 @@ def gflop_per_frame(net: nn.Module) -> float:
 
 
 def decoder_variants(out: Path, device: torch.device, batches: list[int], repeat: int) -> dict:
-    """Plain vs fused-SPADE decoder (``use_fused_spade``), alone and after the warp network, ms/frame at each batch.
+    """Plain vs fused-SPADE decoder (``use_fused_spade``) vs that with composed shortcuts (``use_composed_shortcuts``),
+    alone and after the warp network, ms/frame at each batch.
 
     On CUDA (fp16, channels-last) every variant is torch.compiled and timed as a CUDA graph
     replay, as the backend runs the render; on a CPU (fp32) it runs eagerly.
@@ -555,7 +556,9 @@ def decoder_variants(out: Path, device: torch.device, batches: list[int], repeat
     plain = load_network("decoder", folder / OFFICIAL_FILENAMES["decoder"], device, dtype, fold_batchnorm=True)
     fused = copy.deepcopy(plain)
     fused.use_fused_spade()
-    variants = {"plain": plain, "fused": fused}
+    composed = copy.deepcopy(fused)
+    composed.use_composed_shortcuts()
+    variants = {"plain": plain, "fused": fused, "composed": composed}
     result: dict = {
         "device": torch.cuda.get_device_name(device) if cuda else "cpu",
         "dtype": str(dtype),
@@ -565,11 +568,8 @@ def decoder_variants(out: Path, device: torch.device, batches: list[int], repeat
         result[f"{name}_gflop_per_frame"] = gflop_per_frame(net)
         if cuda:
             net.to(memory_format=torch.channels_last)
-    print(
-        f"decoder GFLOP/frame: plain {result['plain_gflop_per_frame']:.1f}, fused "
-        f"{result['fused_gflop_per_frame']:.1f}",
-        flush=True,
-    )
+    gflop = ", ".join(f"{name} {result[f'{name}_gflop_per_frame']:.1f}" for name in variants)
+    print(f"decoder GFLOP/frame: {gflop}", flush=True)
 
     g = torch.Generator(device=device).manual_seed(0)
     feature = torch.randn(max(batches), 256, 64, 64, device=device, generator=g, dtype=dtype)
@@ -611,17 +611,15 @@ def decoder_variants(out: Path, device: torch.device, batches: list[int], repeat
                 del call
                 if cuda:
                     torch.cuda.empty_cache()
+    columns = [f"{what} {name}" for what in ("decoder", "render") for name in variants]
     lines = [
-        f"ms/frame {'batch':>5} {'decoder plain':>14} {'decoder fused':>14} {'render plain':>13} {'render fused':>13} "
-        " decoder TFLOP/s plain, fused"
+        f"ms/frame {'batch':>5} " + " ".join(f"{c:>17}" for c in columns) + f"  decoder TFLOP/s {', '.join(variants)}"
     ]
     for batch in batches:
         row = [result[f"{what}_{name}_ms_per_frame_b{batch}"] for what in ("decoder", "render") for name in variants]
-        tflops = [result[f"{name}_gflop_per_frame"] / ms / 1e3 for name, ms in zip(variants, row[:2])]
-        lines.append(
-            f"{'':8} {batch:>5} {row[0]:>14.3f} {row[1]:>14.3f} {row[2]:>13.3f} {row[3]:>13.3f}  {tflops[0]:.1f}, "
-            f"{tflops[1]:.1f}"
-        )
+        tflops = [result[f"{name}_gflop_per_frame"] / ms / 1e3 for name, ms in zip(variants, row)]
+        cells = " ".join(f"{ms:>17.3f}" for ms in row)
+        lines.append(f"{'':8} {batch:>5} {cells}  {', '.join(f'{t:.1f}' for t in tflops)}")
     print("\n".join(lines), flush=True)
     (out / "decoder.json").write_text(json.dumps(result, indent=1))
     return result
