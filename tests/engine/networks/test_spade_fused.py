@@ -261,8 +261,9 @@ def test_composing_saves_38_7_gflop_per_frame() -> None:
 def test_the_composed_decoder_decodes_as_the_fused_and_the_plain_one(
     decodes: dict[str, tuple[torch.Tensor, torch.Tensor]],
 ) -> None:
+    """In fp32 only rounding differs: >= 100 dB (the composed beta's bias 1% off gives 84 dB)."""
     rgb = decodes["composed"][0]
     against = {name: _psnr(rgb, decodes[name][0]) for name in ("fused", "plain")}
     print(f"composed decoder, fp32, 16x16: PSNR {against['fused']:.1f} dB vs fused, {against['plain']:.1f} dB vs plain")
-    assert against["fused"] >= 50 and against["plain"] >= 50
+    assert against["fused"] >= 100 and against["plain"] >= 100
     assert rgb.std().item() > 0.05
