@@ -324,9 +324,11 @@ class Worker:
                             continue
                         began = time.monotonic()
                         self.handle(message)
-                        if self.trace.on and time.monotonic() - began > SLOW_MESSAGE:
-                            took = round((time.monotonic() - began) * 1000, 2)
-                            self.trace.record("slow_message", began, message=type(message).__name__, ms=took)
+                        took = time.monotonic() - began
+                        if self.trace.on and took > SLOW_MESSAGE:
+                            self.trace.record(
+                                "slow_message", began, message=type(message).__name__, ms=round(took * 1000, 2)
+                            )
                 self._reap()
                 for stream in self.streams.values():
                     if stream.relay is not None:

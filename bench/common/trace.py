@@ -15,7 +15,7 @@ import bisect
 import json
 import os
 import sys
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -73,12 +73,13 @@ def summary(folder: Path, since: float | None = None, until: float | None = None
     ticks = within(kinds.get("tick", []))
     repeats = within(kinds.get("repeat", []))
     frames = _frames(kinds)
+    repeated = [dict(repeat_detail(r, frames), near=_near(ticks, r["deadline"])) for r in repeats]
     return {
         "ticks": tick_profile(ticks),
         "live_margin_ms": margins(within(kinds.get("commit", [])), within(kinds.get("prepared", []))),
         "repeats": len(repeats),
-        "repeats_by_stage": _count(blame(r, frames) for r in repeats),
-        "repeated": [dict(repeat_detail(r, frames), near=_near(ticks, r["deadline"])) for r in repeats],
+        "repeats_by_stage": dict(Counter(r["stage"] for r in repeated)),
+        "repeated": repeated,
         "worker_slow_messages": [
             {"at": round(r["t"], 3), "message": r["message"], "ms": r["ms"]}
             for r in within(kinds.get("slow_message", []))
@@ -193,14 +194,13 @@ def repeat_detail(repeat: dict[str, Any], frames: _Frames) -> dict[str, Any]:
         "slot_at": round(repeat["deadline"], 3),
         "shift_ms": round(repeat["shift"] * 1000, 1),
         **{f"{key}_ms": None if at is None else round(at * 1000, 2) for key, at in times.items()},
-        "stage": blame(repeat, frames),
+        "stage": blame(times),
     }
 
 
-def blame(repeat: dict[str, Any], frames: _Frames) -> str:
-    """The first stage at which a repeat's frame was past its slot: gpu, publisher, worker; release when it was in
-    time at each (the release thread missed it), unknown where a stage was not traced."""
-    times = repeat_times(repeat, frames)
+def blame(times: dict[str, float | None]) -> str:
+    """The first stage at which a repeat's frame was past its slot (``repeat_times``): gpu, publisher, worker; release
+    when it was in time at each (the release thread missed it), unknown where a stage was not traced."""
     for stage, key in (("gpu", "taken"), ("publisher", "committed"), ("worker", "prepared")):
         at = times[key]
         if at is None:
@@ -232,13 +232,6 @@ def _near(ticks: list[dict[str, Any]], deadline: float) -> list[dict[str, Any]]:
             row["slack"], row["queued"] = tick.get("slack"), tick.get("queued")
             out.append(row)
     return out
-
-
-def _count(stages: Iterator[str] | Any) -> dict[str, int]:
-    counts: dict[str, int] = {}
-    for stage in stages:
-        counts[stage] = counts.get(stage, 0) + 1
-    return counts
 
 
 def main(argv: list[str] | None = None) -> int:
